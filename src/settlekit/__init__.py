@@ -1,0 +1,3 @@
+"""settlekit: event-sourced settlement engine for delegated work."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""settlekit api."""

@@ -1,0 +1,290 @@
+"""Canonical JSON: the exact text JavaScript's JSON.stringify gives after recursive key sorting.
+
+Fast path: validate and reorder in one Python walk, then let the C json encoder write the text.
+Floats whose Python repr differs from JS Number#toString send the whole value to a slow writer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from settlekit.errors import CanonicalJsonError
+
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+_ARRAY_INDEX_LIMIT: Final = 2**32 - 1
+
+
+class _Undefined:
+    """Marks a dict value that is dropped by `normalize` (JS `undefined`)."""
+
+    _instance: _Undefined | None = None
+
+    def __new__(cls) -> _Undefined:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNDEFINED"
+
+
+UNDEFINED: Final = _Undefined()
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False)
+_encode = _ENCODER.encode
+
+
+class _NeedsSlowPath(Exception):
+    pass
+
+
+def _is_array_index(key: str) -> bool:
+    if not key.isdigit() or not key.isascii():
+        return False
+    if len(key) > 1 and key[0] == "0":
+        return False
+    return int(key) < _ARRAY_INDEX_LIMIT
+
+
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def ordered_keys(keys: list[str]) -> list[str]:
+    """JS property order: array-index keys numerically, then the rest by UTF-16 code units."""
+    plain = sorted(keys)
+    special = False
+    for k in plain:
+        if k.isascii():
+            if k and "0" <= k[0] <= "9":
+                special = True
+                break
+        elif max(k) > "\uffff":
+            special = True
+            break
+    if not special:
+        return plain
+    index_keys = [k for k in plain if _is_array_index(k)]
+    rest = [k for k in plain if not _is_array_index(k)]
+    index_keys.sort(key=int)
+    rest.sort(key=_utf16_key)
+    return index_keys + rest
+
+
+def js_number(x: float) -> str:
+    """Format a finite float exactly like JavaScript's Number.prototype.toString."""
+    if x == 0:
+        return "0"
+    if x.is_integer() and abs(x) <= MAX_SAFE_INTEGER:
+        return str(int(x))
+    sign = "-" if x < 0 else ""
+    r = repr(abs(x))
+    if "e" in r:
+        mant, exp_s = r.split("e")
+        exp = int(exp_s)
+    else:
+        mant, exp = r, 0
+    if "." in mant:
+        int_part, frac_part = mant.split(".")
+    else:
+        int_part, frac_part = mant, ""
+    if frac_part == "0":
+        frac_part = ""
+    digits = (int_part + frac_part).lstrip("0")
+    # value = 0.<digits> * 10**n
+    lead_zeros = len(int_part + frac_part) - len((int_part + frac_part).lstrip("0"))
+    n = len(int_part) + exp - lead_zeros
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        out = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if e >= 0 else "-") + str(abs(e))
+    return sign + out
+
+
+def _float_fast(x: float) -> Any:
+    """Return a value the C encoder prints as JS would, or raise _NeedsSlowPath."""
+    if x != x or x in (math.inf, -math.inf):
+        raise _NeedsSlowPath
+    if x == 0:
+        if math.copysign(1.0, x) < 0:
+            raise _NeedsSlowPath
+        return 0
+    if x.is_integer() and abs(x) <= MAX_SAFE_INTEGER:
+        return int(x)
+    r = repr(x)
+    if "e" in r:
+        raise _NeedsSlowPath
+    return x
+
+
+def _prepare(x: Any) -> Any:
+    t = type(x)
+    if t is str or x is None or t is bool:
+        return x
+    if t is int:
+        if -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER:
+            return x
+        raise _NeedsSlowPath
+    if t is dict:
+        out = {}
+        for k in ordered_keys(list(x)) if _all_str(x) else _raise_slow():
+            out[k] = _prepare(x[k])
+        return out
+    if t is list:
+        return [_prepare(v) for v in x]
+    if t is float:
+        return _float_fast(x)
+    raise _NeedsSlowPath
+
+
+def _all_str(d: dict[Any, Any]) -> bool:
+    for k in d:
+        if type(k) is not str:
+            return False
+    return True
+
+
+def _raise_slow() -> list[str]:
+    raise _NeedsSlowPath
+
+
+def _path_join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def _check_string(s: str, path: str) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalJsonError(f"lone surrogate in string at {path}", path=path) from exc
+
+
+def _write_slow(x: Any, path: str, out: list[str]) -> None:
+    t = type(x)
+    if x is None:
+        out.append("null")
+    elif t is bool:
+        out.append("true" if x else "false")
+    elif t is str:
+        _check_string(x, path)
+        out.append(json.dumps(x, ensure_ascii=False))
+    elif t is int:
+        if not -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER:
+            raise CanonicalJsonError(f"integer outside the JS safe range at {path}", path=path)
+        out.append(str(x))
+    elif t is float:
+        if x != x:
+            raise CanonicalJsonError(f"NaN is not JSON at {path}", path=path)
+        if x in (math.inf, -math.inf):
+            raise CanonicalJsonError(f"Infinity is not JSON at {path}", path=path)
+        if x == 0 and math.copysign(1.0, x) < 0:
+            raise CanonicalJsonError(f"negative zero is not allowed at {path}", path=path)
+        out.append(js_number(x))
+    elif t is list:
+        out.append("[")
+        for i, v in enumerate(x):
+            if i:
+                out.append(",")
+            _write_slow(v, _path_join(path, i), out)
+        out.append("]")
+    elif t is dict:
+        for k in x:
+            if type(k) is not str:
+                raise CanonicalJsonError(f"non-string key {k!r} at {path}", path=path)
+            _check_string(k, _path_join(path, "<key>"))
+        out.append("{")
+        for i, k in enumerate(ordered_keys(list(x))):
+            if i:
+                out.append(",")
+            out.append(json.dumps(k, ensure_ascii=False))
+            out.append(":")
+            _write_slow(x[k], _path_join(path, k), out)
+        out.append("}")
+    else:
+        raise CanonicalJsonError(f"type {t.__name__} is not canonical JSON at {path}", path=path)
+
+
+def canonical_json(x: Any) -> str:
+    """Canonical JSON text of `x`; raises CanonicalJsonError naming the JSON path of a bad value."""
+    try:
+        text = _encode(_prepare(x))
+    except _NeedsSlowPath:
+        return _slow(x)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return _slow(x)
+    return text
+
+
+def _slow(x: Any) -> str:
+    out: list[str] = []
+    _write_slow(x, "$", out)
+    return "".join(out)
+
+
+def _js_int(text: str) -> int | float:
+    value = int(text)
+    return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else float(value)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """Parse JSON like JavaScript: integers beyond the safe range become doubles."""
+    return json.loads(text, parse_int=_js_int)
+
+
+def canonical_bytes(x: Any) -> bytes:
+    return canonical_json(x).encode("utf-8")
+
+
+def sha256_hex(data: bytes | str) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_hash(x: Any) -> str:
+    """sha256 hex of the canonical JSON's UTF-8 bytes."""
+    return hashlib.sha256(canonical_json(x).encode("utf-8")).hexdigest()
+
+
+def iso_millis(dt: datetime) -> str:
+    """JS toISOString: UTC, exactly three fraction digits, `Z`."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    dt = dt.astimezone(UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def normalize(x: Any, path: str = "$") -> Any:
+    """settld normalizeForCanonicalJson: drop UNDEFINED dict values, datetimes to ISO strings."""
+    if isinstance(x, datetime):
+        return iso_millis(x)
+    if type(x) is dict:
+        return {k: normalize(v, _path_join(path, str(k))) for k, v in x.items() if v is not UNDEFINED}
+    if type(x) is list:
+        out = []
+        for i, v in enumerate(x):
+            if v is UNDEFINED:
+                raise CanonicalJsonError(f"undefined inside an array at {path}[{i}]", path=f"{path}[{i}]")
+            out.append(normalize(v, _path_join(path, i)))
+        return out
+    if x is UNDEFINED:
+        raise CanonicalJsonError(f"undefined value at {path}", path=path)
+    return x
