@@ -1,0 +1,834 @@
+"""Incremental job reducer (02-jobs.md §4-§7).
+
+`JobState = snapshot + facts`. The snapshot is the settld-compatible object; facts are settlekit-internal values
+the ledger and artifact builders read instead of re-scanning earlier events.
+
+Sharing rule (what makes `apply` O(1)): every call returns a fresh top-level snapshot dict and fresh copies of the
+small sub-objects it touches. Growing collections (the snapshot lists and the facts' indexes) are append-only and
+shared between consecutive states: on success `apply` may append to them, or replace an item of a keyed list in
+place. `apply` validates everything before it changes anything, so when it raises its input is untouched. Callers
+that need to keep an older state intact after a later successful `apply` use `clone_state`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+from settlekit.errors import ValidationError
+from settlekit.jobs.errors import InvalidJobTransition
+from settlekit.jobs.types import (
+    CREATED,
+    JOB_CREATED,
+    JOB_EVENT_TYPES,
+    TRANSITIONS,
+    require_known_event_type,
+)
+from settlekit.jobs.validate import VALIDATORS, is_cents, validate_payload
+
+STATE_FORMAT_VERSION: Final = 1
+DEFAULT_TENANT_ID: Final = "tenant_default"
+
+Event = Mapping[str, Any]
+Snapshot = dict[str, Any]
+Facts = dict[str, Any]
+
+
+class JobState:
+    """Snapshot plus facts. Treat as immutable; see the module docstring for the sharing rule."""
+
+    __slots__ = ("snapshot", "facts")
+
+    def __init__(self, snapshot: Snapshot, facts: Facts):
+        self.snapshot = snapshot
+        self.facts = facts
+
+    @property
+    def status(self) -> str:
+        return self.snapshot["status"]  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"JobState(id={self.snapshot.get('id')!r}, status={self.status!r}, revision={self.snapshot['revision']})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobState) and self.snapshot == other.snapshot and self.facts == other.facts
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# --- initial sub-objects ------------------------------------------------------------------------------------------
+
+
+def _access_init() -> dict[str, Any]:
+    return {"status": "none", "accessPlanId": None, "grantedAt": None, "deniedAt": None, "revokedAt": None,
+            "expiredAt": None}
+
+
+def _execution_init() -> dict[str, Any]:
+    return {"startedAt": None, "robotId": None, "stage": None, "lastHeartbeatAt": None, "lastHeartbeatStage": None,
+            "lastHeartbeatProgress": None, "lastHeartbeatAssistRequested": None, "stalledAt": None,
+            "stallReason": None, "resumedAt": None, "completedAt": None, "abortedAt": None}
+
+
+def _coverage_init() -> dict[str, Any]:
+    return {"status": "none", "reservationId": None, "operatorId": None, "startAt": None, "endAt": None,
+            "reservedAt": None, "releasedAt": None}
+
+
+def _assist_init() -> dict[str, Any]:
+    return {"status": "none", "queueId": None, "operatorId": None, "queuedAt": None, "assignedAt": None,
+            "acceptedAt": None, "declinedAt": None}
+
+
+def _initial_facts() -> Facts:
+    return {
+        "assistStarted": False,
+        "completedSeen": False,
+        "abortedSeen": False,
+        "legacyCompletedSeen": False,
+        "legacyAbortedSeen": False,
+        "royaltiesCents": 0,
+        "latestCompletion": None,
+        "jobAtLatestCompletion": None,
+        "proofStatusByAnchor": {},
+        "latestProofEvent": None,
+        "proofEventByAnchorAndFacts": {},
+        "zoneCoverage": {},
+        "incidentZonesByType": {},
+        "signedEventCount": 0,
+        "signerKeyIds": {},
+        "settledEventCount": 0,
+        "postSettlement": {},
+        "skillLicenseIndex": {},
+        "incidentIndex": {},
+        "evidenceIndex": {},
+        "claimIndex": {},
+    }
+
+
+def _p(event: Event) -> Mapping[str, Any]:
+    p = event.get("payload")
+    return p if type(p) is dict else {}
+
+
+def _track_signature(facts: Facts, event: Event) -> None:
+    sig = event.get("signature")
+    if type(sig) is str and sig.strip():
+        facts["signedEventCount"] += 1
+    key_id = event.get("signerKeyId")
+    if type(key_id) is str and key_id.strip() and key_id not in facts["signerKeyIds"]:
+        facts["signerKeyIds"][key_id] = True
+
+
+def initial_state(first_event: Event) -> JobState:
+    """State after the genesis event; `first_event` must be a valid JOB_CREATED."""
+    t = first_event.get("type")
+    if t != JOB_CREATED:
+        require_known_event_type(t)
+        raise InvalidJobTransition(None, str(t), first_event.get("streamId"))
+    p = first_event.get("payload")
+    if type(p) is not dict:
+        raise ValidationError("JOB_CREATED.payload must be an object", field="<root>", eventType=JOB_CREATED)
+    VALIDATORS[JOB_CREATED](JOB_CREATED, p, first_event, {}, {})
+    constraints = p.get("constraints")
+    snapshot: Snapshot = {
+        "id": first_event["streamId"],
+        "tenantId": p.get("tenantId") or DEFAULT_TENANT_ID,
+        "customerId": p.get("customerId"),
+        "siteId": p.get("siteId"),
+        "contractId": p.get("contractId"),
+        "customerContractHash": None,
+        "customerPolicyHash": None,
+        "customerCompilerId": None,
+        "operatorContractHash": None,
+        "operatorPolicyHash": None,
+        "operatorCompilerId": None,
+        "templateId": p.get("templateId"),
+        "constraints": constraints if constraints is not None else {},
+        "status": CREATED,
+        "revision": 0,
+        "createdAt": first_event["at"],
+        "updatedAt": first_event["at"],
+        "lastChainHash": first_event.get("chainHash"),
+        "lastEventId": first_event["id"],
+        "quote": None,
+        "booking": None,
+        "cancellation": None,
+        "match": None,
+        "reservation": None,
+        "accessPlan": None,
+        "access": _access_init(),
+        "execution": _execution_init(),
+        "operatorCoverage": _coverage_init(),
+        "assist": _assist_init(),
+        "skillLicenses": [],
+        "skillUses": [],
+        "proof": None,
+        "settlement": None,
+        "settlementHold": None,
+        "dispute": None,
+        "operatorCosts": [],
+        "slaBreaches": [],
+        "slaCredits": [],
+        "riskScores": [],
+        "incidents": [],
+        "evidence": [],
+        "claims": [],
+    }
+    facts = _initial_facts()
+    _track_signature(facts, first_event)
+    return JobState(snapshot, facts)
+
+
+# --- per-type snapshot updates: (snapshot copy, facts copy, event, payload) -> None -------------------------------
+
+Handler = Callable[[Snapshot, Facts, Event, Mapping[str, Any]], None]
+
+
+def _quote(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["quote"] = e.get("payload")
+
+
+def _booked(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["booking"] = e.get("payload")
+    if p.get("customerContractHash") is not None:
+        s["customerContractHash"] = p["customerContractHash"]
+    if p.get("policyHash") is not None:
+        s["customerPolicyHash"] = p["policyHash"]
+    if p.get("customerCompilerId") is not None:
+        s["customerCompilerId"] = p["customerCompilerId"]
+    if p.get("customerId") is not None:
+        s["customerId"] = p["customerId"]
+    if p.get("siteId") is not None:
+        s["siteId"] = p["siteId"]
+    contract = p.get("contract")
+    if p.get("contractId") is not None:
+        s["contractId"] = p["contractId"]
+    elif type(contract) is dict and contract.get("contractId") is not None:
+        s["contractId"] = contract["contractId"]
+
+
+def _matched(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["match"] = e.get("payload")
+    for op_key, cust_key in (("operatorContractHash", "customerContractHash"),
+                             ("operatorPolicyHash", "customerPolicyHash"),
+                             ("operatorCompilerId", "customerCompilerId")):
+        v = p.get(op_key)
+        if v is None:
+            v = s[op_key] if s[op_key] is not None else s[cust_key]
+        s[op_key] = v
+
+
+def _reserved(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["reservation"] = e.get("payload")
+
+
+def _cancelled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["cancellation"] = e.get("payload")
+
+
+def _rescheduled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    window = p.get("newWindow") or {}
+    booking = s["booking"]
+    if type(booking) is dict:
+        booking = dict(booking)
+        booking["startAt"] = window.get("startAt")
+        booking["endAt"] = window.get("endAt")
+        s["booking"] = booking
+    s["match"] = None
+    s["reservation"] = None
+    s["operatorContractHash"] = None
+    s["operatorPolicyHash"] = None
+    s["operatorCompilerId"] = None
+    s["operatorCoverage"] = _coverage_init()
+    s["assist"] = _assist_init()
+    s["accessPlan"] = None
+    s["access"] = _access_init()
+
+
+def _access_update(s: Snapshot, p: Mapping[str, Any], status: str, at_key: str | None, at: str) -> None:
+    access = dict(s["access"])
+    access["status"] = status
+    if p.get("accessPlanId") is not None:
+        access["accessPlanId"] = p["accessPlanId"]
+    if at_key is not None:
+        access[at_key] = at
+    s["access"] = access
+
+
+def _access_plan(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["accessPlan"] = e.get("payload")
+    _access_update(s, p, "planned", None, e["at"])
+
+
+def _access_granted(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    _access_update(s, p, "granted", "grantedAt", e["at"])
+
+
+def _access_denied(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    _access_update(s, p, "denied", "deniedAt", e["at"])
+
+
+def _access_revoked(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    _access_update(s, p, "revoked", "revokedAt", e["at"])
+
+
+def _access_expired(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    _access_update(s, p, "expired", "expiredAt", e["at"])
+
+
+def _execution_started(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    ex = dict(s["execution"])
+    ex["startedAt"] = e["at"]
+    actor = e.get("actor") or {}
+    if e["type"] == "EXECUTION_STARTED":
+        robot_id = actor.get("id") if actor.get("type") == "robot" else p.get("robotId")
+    else:
+        robot_id = p.get("robotId")
+    ex["robotId"] = robot_id
+    ex["stage"] = p.get("stage")
+    s["execution"] = ex
+
+
+def _heartbeat(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    ex = s["execution"].copy()
+    ex["lastHeartbeatAt"] = p.get("t")
+    ex["lastHeartbeatStage"] = p.get("stage")
+    ex["lastHeartbeatProgress"] = p.get("progress")
+    ex["lastHeartbeatAssistRequested"] = p.get("assistRequested")
+    s["execution"] = ex
+
+
+def _capture_completion_anchor(s: Snapshot, f: Facts, e: Event) -> None:
+    f["latestCompletion"] = {"eventId": e["id"], "chainHash": e.get("chainHash"), "index": s["revision"]}
+    f["jobAtLatestCompletion"] = {
+        "booking": s["booking"],
+        "constraints": s["constraints"],
+        "customerContractHash": s["customerContractHash"],
+        "customerPolicyHash": s["customerPolicyHash"],
+        "customerCompilerId": s["customerCompilerId"],
+        "operatorContractHash": s["operatorContractHash"],
+        "operatorPolicyHash": s["operatorPolicyHash"],
+        "operatorCompilerId": s["operatorCompilerId"],
+    }
+
+
+def _completed(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    ex = dict(s["execution"])
+    ex["completedAt"] = e["at"]
+    s["execution"] = ex
+    f["completedSeen"] = True
+    if e["type"] == "EXECUTION_COMPLETED":
+        f["legacyCompletedSeen"] = True
+    _capture_completion_anchor(s, f, e)
+
+
+def _aborted(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    ex = dict(s["execution"])
+    ex["abortedAt"] = e["at"]
+    s["execution"] = ex
+    f["abortedSeen"] = True
+    if e["type"] == "EXECUTION_ABORTED":
+        f["legacyAbortedSeen"] = True
+
+
+def _stalled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    ex = dict(s["execution"])
+    ex["stalledAt"] = e["at"]
+    ex["stallReason"] = p.get("reason")
+    s["execution"] = ex
+
+
+def _resumed(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    ex = dict(s["execution"])
+    ex["resumedAt"] = e["at"]
+    s["execution"] = ex
+    s["assist"] = _assist_init()
+
+
+def _assist_started(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    f["assistStarted"] = True
+
+
+def _noop(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    return None
+
+
+def _coverage_reserved(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["operatorCoverage"] = {"status": "reserved", "reservationId": p.get("reservationId"),
+                             "operatorId": p.get("operatorId"), "startAt": p.get("startAt"),
+                             "endAt": p.get("endAt"), "reservedAt": e["at"], "releasedAt": None}
+
+
+def _coverage_released(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    cov = dict(s["operatorCoverage"])
+    cov["status"] = "released"
+    cov["releasedAt"] = e["at"]
+    s["operatorCoverage"] = cov
+
+
+def _assist_update(status: str, at_key: str, fields: tuple[str, ...]) -> Handler:
+    def handler(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+        assist = dict(s["assist"])
+        assist["status"] = status
+        for field in fields:
+            if p.get(field) is not None:
+                assist[field] = p[field]
+        assist[at_key] = e["at"]
+        if status == "timeout":
+            assist["timeoutReason"] = p.get("reason")
+        s["assist"] = assist
+
+    return handler
+
+
+def _skill_licensed(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    lic = p["licenseId"]
+    f["skillLicenseIndex"][lic] = len(s["skillLicenses"])
+    s["skillLicenses"].append(e.get("payload"))
+    amount = (p.get("pricing") or {}).get("amountCents")
+    if is_cents(amount) and amount > 0:
+        f["royaltiesCents"] += amount
+
+
+def _skill_used(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["skillUses"].append({"at": e["at"], "type": e["type"], "payload": e.get("payload")})
+
+
+def _append_entry(key: str) -> Handler:
+    def handler(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+        s[key].append({"at": e["at"], "payload": e.get("payload"), "actor": e.get("actor")})
+
+    return handler
+
+
+def _post_settlement_entry(key: str) -> Handler:
+    append = _append_entry(key)
+
+    def handler(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+        append(s, f, e, p)
+        marks = dict(f["postSettlement"])
+        marks[e["type"]] = p.get("settledEventId")
+        f["postSettlement"] = marks
+
+    return handler
+
+
+def _incident(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    inc_id = p["incidentId"]
+    f["incidentIndex"][inc_id] = len(s["incidents"])
+    s["incidents"].append({
+        "incidentId": inc_id,
+        "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
+        "type": p.get("type"),
+        "severity": p.get("severity"),
+        "summary": p.get("summary"),
+        "description": p.get("description"),
+        "signals": p.get("signals"),
+        "reportedBy": p.get("reportedBy"),
+        "sourceEventType": e["type"],
+        "at": e["at"],
+        "actor": e.get("actor"),
+    })
+    zone = p.get("zoneId")
+    if type(zone) is str and zone:
+        by_type = f["incidentZonesByType"]
+        zones = by_type.get(p["type"])
+        if zones is None:
+            zones = by_type[p["type"]] = {}
+        zones[zone] = True
+
+
+def _evidence_captured(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    ev_id = p["evidenceId"]
+    f["evidenceIndex"][ev_id] = len(s["evidence"])
+    s["evidence"].append({
+        "evidenceId": ev_id,
+        "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
+        "incidentId": p.get("incidentId"),
+        "evidenceRef": p.get("evidenceRef"),
+        "kind": p.get("kind"),
+        "durationSeconds": p.get("durationSeconds"),
+        "sizeBytes": p.get("sizeBytes"),
+        "contentType": p.get("contentType"),
+        "redaction": p.get("redaction"),
+        "at": e["at"],
+        "actor": e.get("actor"),
+        "expiredAt": None,
+        "retentionDays": p.get("retentionDays"),
+        "expiredBy": None,
+    })
+
+
+def _evidence_expired(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    idx = f["evidenceIndex"][p["evidenceId"]]
+    item = dict(s["evidence"][idx])
+    item["expiredAt"] = e["at"]
+    item["expiredBy"] = e.get("actor")
+    if p.get("retentionDays") is not None:
+        item["retentionDays"] = p["retentionDays"]
+    s["evidence"][idx] = item
+
+
+def _zone_coverage(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    zone = p["zoneId"]
+    window = p["window"]
+    report = {"zoneId": zone, "coveragePct": p["coveragePct"], "window": window, "eventId": e["id"],
+              "chainHash": e.get("chainHash"), "at": e["at"]}
+    current = f["zoneCoverage"].get(zone)
+    if current is not None:
+        cur_end, new_end = current["window"].get("endAt"), window.get("endAt")
+        if new_end < cur_end or (new_end == cur_end and e["id"] < current["eventId"]):
+            return
+    coverage = dict(f["zoneCoverage"])
+    coverage[zone] = report
+    f["zoneCoverage"] = coverage
+
+
+def _claim_update(s: Snapshot, f: Facts, claim_id: str, changes: Mapping[str, Any]) -> None:
+    idx = f["claimIndex"][claim_id]
+    claim = dict(s["claims"][idx])
+    claim.update(changes)
+    s["claims"][idx] = claim
+
+
+def _claim_opened(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    claim_id = p["claimId"]
+    f["claimIndex"][claim_id] = len(s["claims"])
+    s["claims"].append({
+        "claimId": claim_id,
+        "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
+        "incidentId": p.get("incidentId"),
+        "reasonCode": p.get("reasonCode"),
+        "description": p.get("description"),
+        "status": "OPEN",
+        "triageCode": None,
+        "triageNotes": None,
+        "approved": None,
+        "denied": None,
+        "adjustedAt": None,
+        "paid": None,
+        "openedAt": e["at"],
+        "actor": e.get("actor"),
+    })
+
+
+def _claim_triaged(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    _claim_update(s, f, p["claimId"], {"status": "TRIAGED", "triageCode": p.get("triageCode"),
+                                       "triageNotes": p.get("notes"), "triagedAt": e["at"],
+                                       "triagedBy": e.get("actor")})
+
+
+def _claim_approved(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    amounts = p["amounts"]
+    approved = {"amounts": {"payoutCents": amounts.get("payoutCents"), "refundCents": amounts.get("refundCents")},
+                "currency": p.get("currency"), "notes": p.get("notes")}
+    _claim_update(s, f, p["claimId"], {"status": "APPROVED", "approved": approved, "approvedAt": e["at"],
+                                       "approvedBy": e.get("actor")})
+
+
+def _claim_denied(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    _claim_update(s, f, p["claimId"], {"status": "DENIED",
+                                       "denied": {"reasonCode": p.get("reasonCode"), "notes": p.get("notes")},
+                                       "deniedAt": e["at"], "deniedBy": e.get("actor")})
+
+
+def _job_adjusted(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    _claim_update(s, f, p["claimId"], {"adjustedAt": e["at"], "adjustmentId": p.get("adjustmentId"),
+                                       "adjustedBy": e.get("actor")})
+
+
+def _claim_paid(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    _claim_update(s, f, p["claimId"], {"status": "PAID",
+                                       "paid": {"amountCents": p.get("amountCents"), "currency": p.get("currency"),
+                                                "paymentRef": p.get("paymentRef")},
+                                       "paidAt": e["at"], "paidBy": e.get("actor")})
+
+
+def _list_or_empty(v: Any) -> list[Any]:
+    return v if type(v) is list else []
+
+
+def _proof_evaluated(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["proof"] = {
+        "evaluatedAt": p.get("evaluatedAt") if p.get("evaluatedAt") is not None else e["at"],
+        "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
+        "evaluationId": p.get("evaluationId"),
+        "status": p.get("status"),
+        "reasonCodes": _list_or_empty(p.get("reasonCodes")),
+        "requiredZonesHash": p.get("requiredZonesHash"),
+        "customerPolicyHash": p.get("customerPolicyHash"),
+        "operatorPolicyHash": p.get("operatorPolicyHash"),
+        "factsHash": p.get("factsHash"),
+        "missingEvidence": _list_or_empty(p.get("missingEvidence")),
+        "metrics": p.get("metrics"),
+    }
+    proof_event = {"id": e["id"], "at": e["at"], "chainHash": e.get("chainHash"),
+                   "payloadHash": e.get("payloadHash"), "signature": e.get("signature"),
+                   "signerKeyId": e.get("signerKeyId"), "payload": e.get("payload")}
+    f["latestProofEvent"] = proof_event
+    anchor = p.get("evaluatedAtChainHash")
+    f["proofStatusByAnchor"][anchor] = p.get("status")
+    f["proofEventByAnchorAndFacts"][f"{anchor}|{p.get('factsHash')}"] = proof_event
+
+
+def _settled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["settlement"] = {"settledAt": e["at"], "settledEventId": e["id"],
+                       "settlementProofRef": p.get("settlementProofRef")}
+    f["settledEventCount"] += 1
+
+
+def _hold_held(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    prev = s["settlementHold"]
+    held_at = p.get("heldAt") if p.get("heldAt") is not None else e["at"]
+    if type(prev) is dict and prev.get("holdId") == p.get("holdId") and prev.get("heldAt") is not None:
+        held_at = prev["heldAt"]
+    s["settlementHold"] = {
+        "status": "HELD", "holdId": p.get("holdId"), "heldAt": held_at, "lastUpdatedAt": e["at"],
+        "factsHash": p.get("factsHash"), "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
+        "reasonCodes": _list_or_empty(p.get("reasonCodes")), "missingEvidence": _list_or_empty(p.get("missingEvidence")),
+        "triggeringProofRef": p.get("triggeringProofRef"), "pricingAnchor": p.get("pricingAnchor"),
+        "currency": p.get("currency"), "expectedExposure": p.get("expectedExposure"),
+        "holdPolicy": p.get("holdPolicy"), "heldExposure": p.get("heldExposure"),
+    }
+
+
+def _hold_released(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    hold = dict(s["settlementHold"])
+    hold.update({"status": "RELEASED", "lastUpdatedAt": e["at"],
+                 "releasedAt": p.get("releasedAt") if p.get("releasedAt") is not None else e["at"],
+                 "releaseReason": p.get("releaseReason"), "releasingProofRef": p.get("releasingProofRef")})
+    s["settlementHold"] = hold
+
+
+def _hold_forfeited(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    hold = dict(s["settlementHold"])
+    hold.update({"status": "FORFEITED", "lastUpdatedAt": e["at"],
+                 "forfeitedAt": p.get("forfeitedAt") if p.get("forfeitedAt") is not None else e["at"],
+                 "forfeitureReason": p.get("forfeitureReason"), "decisionRef": p.get("decisionRef"),
+                 "decisionEventRef": p.get("decisionEventRef")})
+    s["settlementHold"] = hold
+
+
+def _dispute_opened(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["dispute"] = {"status": "OPEN", "disputeId": p.get("disputeId"),
+                    "openedAt": p.get("openedAt") if p.get("openedAt") is not None else e["at"],
+                    "openedBy": p.get("openedBy") if p.get("openedBy") is not None else e.get("actor"),
+                    "reason": p.get("reason")}
+
+
+def _dispute_closed(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    s["dispute"] = {"status": "CLOSED", "disputeId": p.get("disputeId"),
+                    "closedAt": p.get("closedAt") if p.get("closedAt") is not None else e["at"],
+                    "closedBy": p.get("closedBy") if p.get("closedBy") is not None else e.get("actor"),
+                    "resolution": p.get("resolution")}
+
+
+HANDLERS: Final[dict[str, Handler]] = {
+    "QUOTE_PROPOSED": _quote,
+    "BOOKED": _booked,
+    "MATCHED": _matched,
+    "RESERVED": _reserved,
+    "EN_ROUTE": _noop,
+    "ACCESS_PLAN_ISSUED": _access_plan,
+    "ACCESS_GRANTED": _access_granted,
+    "ACCESS_DENIED": _access_denied,
+    "ACCESS_REVOKED": _access_revoked,
+    "ACCESS_EXPIRED": _access_expired,
+    "EXECUTION_STARTED": _execution_started,
+    "JOB_EXECUTION_STARTED": _execution_started,
+    "JOB_HEARTBEAT": _heartbeat,
+    "TELEMETRY_HEARTBEAT": _noop,
+    "CHECKPOINT_REACHED": _noop,
+    "EXECUTION_COMPLETED": _completed,
+    "JOB_EXECUTION_COMPLETED": _completed,
+    "EXECUTION_ABORTED": _aborted,
+    "JOB_EXECUTION_ABORTED": _aborted,
+    "JOB_EXECUTION_STALLED": _stalled,
+    "JOB_EXECUTION_RESUMED": _resumed,
+    "ASSIST_STARTED": _assist_started,
+    "ASSIST_ENDED": _noop,
+    "ASSIST_REQUESTED": _assist_update("requested", "requestedAt", ()),
+    "ASSIST_QUEUED": _assist_update("queued", "queuedAt", ("queueId",)),
+    "ASSIST_ASSIGNED": _assist_update("assigned", "assignedAt", ("operatorId", "queueId")),
+    "ASSIST_ACCEPTED": _assist_update("accepted", "acceptedAt", ("operatorId", "queueId")),
+    "ASSIST_DECLINED": _assist_update("declined", "declinedAt", ("operatorId", "queueId")),
+    "ASSIST_TIMEOUT": _assist_update("timeout", "timedOutAt", ()),
+    "JOB_RESCHEDULED": _rescheduled,
+    "JOB_CANCELLED": _cancelled,
+    "OPERATOR_COVERAGE_RESERVED": _coverage_reserved,
+    "OPERATOR_COVERAGE_RELEASED": _coverage_released,
+    "SKILL_LICENSED": _skill_licensed,
+    "SKILL_USED": _skill_used,
+    "SKILL_METER_REPORTED": _skill_used,
+    "RISK_SCORED": _append_entry("riskScores"),
+    "OPERATOR_COST_RECORDED": _post_settlement_entry("operatorCosts"),
+    "SLA_BREACH_DETECTED": _post_settlement_entry("slaBreaches"),
+    "SLA_CREDIT_ISSUED": _post_settlement_entry("slaCredits"),
+    "INCIDENT_REPORTED": _incident,
+    "INCIDENT_DETECTED": _incident,
+    "EVIDENCE_CAPTURED": _evidence_captured,
+    "EVIDENCE_EXPIRED": _evidence_expired,
+    "ZONE_COVERAGE_REPORTED": _zone_coverage,
+    "CLAIM_OPENED": _claim_opened,
+    "CLAIM_TRIAGED": _claim_triaged,
+    "CLAIM_APPROVED": _claim_approved,
+    "CLAIM_DENIED": _claim_denied,
+    "JOB_ADJUSTED": _job_adjusted,
+    "CLAIM_PAID": _claim_paid,
+    "PROOF_EVALUATED": _proof_evaluated,
+    "SETTLED": _settled,
+    "SETTLEMENT_HELD": _hold_held,
+    "SETTLEMENT_RELEASED": _hold_released,
+    "SETTLEMENT_FORFEITED": _hold_forfeited,
+    "DISPUTE_OPENED": _dispute_opened,
+    "DISPUTE_CLOSED": _dispute_closed,
+}
+_SKIP = frozenset(JOB_EVENT_TYPES - set(HANDLERS) - {JOB_CREATED})
+
+
+def check_event(state: JobState, event: Event) -> str | None:
+    """Everything `apply` checks, without changing anything: known job type, stream id, transition and payload.
+
+    Returns the status after the event, or None when the type does not change the status.
+    """
+    t = event.get("type")
+    snapshot = state.snapshot
+    if t not in JOB_EVENT_TYPES:
+        require_known_event_type(t)
+        raise ValidationError(f"event type {t} does not belong to a job stream", code="EVENT_TYPE_NOT_ALLOWED",
+                              eventType=t, jobId=snapshot["id"])
+    assert isinstance(t, str)
+    if event.get("streamId") != snapshot["id"]:
+        raise ValidationError("event.streamId does not match the job id", code="STREAM_MISMATCH",
+                              streamId=event.get("streamId"), jobId=snapshot["id"])
+    if t == JOB_CREATED:
+        raise InvalidJobTransition(snapshot["status"], t, snapshot["id"])
+    row = TRANSITIONS.get(t)
+    to_status: str | None = None
+    if row is not None:
+        to_status = row.get(snapshot["status"])
+        if to_status is None:
+            raise InvalidJobTransition(snapshot["status"], t, snapshot["id"])
+    validate_payload(event, snapshot, state.facts)
+    return to_status
+
+
+def _step(state: JobState, event: Event, to_status: str | None) -> JobState:
+    """Reducer step for an event that passed `check_event`."""
+    s = state.snapshot.copy()
+    f = state.facts.copy()
+    if to_status is not None:
+        s["status"] = to_status
+    s["revision"] += 1
+    s["updatedAt"] = event["at"]
+    s["lastChainHash"] = event.get("chainHash")
+    s["lastEventId"] = event["id"]
+    t = event["type"]
+    if t not in _SKIP:
+        p = event.get("payload")
+        HANDLERS[t](s, f, event, p if type(p) is dict else {})
+    sig = event.get("signature")
+    if sig is not None:
+        _track_signature(f, event)
+    elif event.get("signerKeyId") is not None:
+        _track_signature(f, event)
+    return JobState(s, f)
+
+
+def validate_and_apply(state: JobState, event: Event) -> JobState:
+    """Payload validation, transition check and reducer step. Raises before changing anything."""
+    return _step(state, event, check_event(state, event))
+
+
+apply = validate_and_apply
+"""`apply(state, event) -> state`: the reducer step (always validated; see `validate_and_apply`)."""
+
+
+def reduce(events: Iterable[Event]) -> JobState:
+    """Fold a whole stream; for tests and offline tools."""
+    it = iter(events)
+    try:
+        first = next(it)
+    except StopIteration:
+        raise ValidationError("a job stream needs at least its JOB_CREATED event") from None
+    state = initial_state(first)
+    for event in it:
+        state = _step(state, event, check_event(state, event))
+    return state
+
+
+def start_or_apply(state: JobState | None, event: Event) -> JobState:
+    return initial_state(event) if state is None else validate_and_apply(state, event)
+
+
+# --- persistence -----------------------------------------------------------------------------------------------
+
+
+def serialize_state(state: JobState) -> dict[str, Any]:
+    """JSON-able form of the whole state, for `streams.snapshot_json`."""
+    return {"v": STATE_FORMAT_VERSION, "snapshot": state.snapshot, "facts": state.facts}
+
+
+def deserialize_state(data: Mapping[str, Any]) -> JobState:
+    """Inverse of `serialize_state`. The returned state owns its collections (lists and indexes are copied)."""
+    if data.get("v") != STATE_FORMAT_VERSION or type(data.get("snapshot")) is not dict \
+            or type(data.get("facts")) is not dict:
+        raise ValidationError("stored job state has an unknown format", code="JOB_STATE_INVALID")
+    return own_collections(JobState(data["snapshot"], data["facts"]))
+
+
+_SNAPSHOT_LISTS: Final = ("skillLicenses", "skillUses", "operatorCosts", "slaBreaches", "slaCredits", "riskScores",
+                          "incidents", "evidence", "claims")
+_FACT_COLLECTIONS: Final = ("proofStatusByAnchor", "proofEventByAnchorAndFacts", "signerKeyIds",
+                            "skillLicenseIndex", "incidentIndex", "evidenceIndex", "claimIndex")
+
+
+def own_collections(state: JobState) -> JobState:
+    """A state whose growing collections are fresh shallow copies, so later `apply` calls on it never reach the
+    collections of `state`. Cost: one pointer copy per collection item."""
+    s = state.snapshot.copy()
+    for key in _SNAPSHOT_LISTS:
+        s[key] = list(s[key])
+    f = state.facts.copy()
+    for key in _FACT_COLLECTIONS:
+        f[key] = dict(f[key])
+    f["incidentZonesByType"] = {k: dict(v) for k, v in f["incidentZonesByType"].items()}
+    return JobState(s, f)
+
+
+def clone_state(state: JobState) -> JobState:
+    """Alias of `own_collections`: keep `state` intact while continuing to apply events to the clone."""
+    return own_collections(state)
+
+
+def signer_key_ids(state: JobState) -> list[str]:
+    """Sorted distinct signer key ids seen so far (code-unit order; key ids are ASCII)."""
+    return sorted(state.facts["signerKeyIds"])
+
+
+def settlement_proof_ref_for(state: JobState) -> dict[str, Any] | None:
+    """A `SETTLED.settlementProofRef` built from the latest PROOF_EVALUATED anchored at the latest completion, or
+    None when there is none. For server-drafted SETTLED events (02-jobs.md §6)."""
+    completion = state.facts["latestCompletion"]
+    latest = state.facts["latestProofEvent"]
+    if completion is None or latest is None:
+        return None
+    p = latest["payload"] if type(latest["payload"]) is dict else {}
+    if p.get("evaluatedAtChainHash") != completion["chainHash"]:
+        return None
+    return {
+        "proofEventId": latest["id"],
+        "proofEventAt": p.get("evaluatedAt") if p.get("evaluatedAt") is not None else latest["at"],
+        "proofEventChainHash": latest["chainHash"],
+        "proofEventPayloadHash": latest["payloadHash"],
+        "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
+        "evaluationId": p.get("evaluationId"),
+        "status": p.get("status"),
+        "reasonCodes": _list_or_empty(p.get("reasonCodes")),
+        "requiredZonesHash": p.get("requiredZonesHash"),
+        "customerPolicyHash": p.get("customerPolicyHash"),
+        "operatorPolicyHash": p.get("operatorPolicyHash"),
+        "factsHash": p.get("factsHash"),
+        "metrics": p.get("metrics"),
+    }

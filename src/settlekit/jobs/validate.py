@@ -1,0 +1,469 @@
+"""Lean payload and domain validation for job events (02-jobs.md §6).
+
+Validators are plain functions over dicts: no model objects are built, so the hot types (heartbeats) cost a few
+dict lookups. Each validator gets the snapshot and facts *before* the event and never mutates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from settlekit.jobs.errors import DomainRuleViolation, PayloadInvalid
+from settlekit.jobs.types import COMPLETED, SETTLED
+
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+MAX_AMOUNT_CENTS: Final = 10**12
+ENVIRONMENT_TIERS: Final = frozenset({"ENV_MANAGED_BUILDING", "ENV_HOSPITALITY", "ENV_OFFICE_AFTER_HOURS", "ENV_IN_HOME"})
+PROOF_STATUSES: Final = frozenset({"PASS", "FAIL", "INSUFFICIENT_EVIDENCE"})
+_HEX = frozenset("0123456789abcdef")
+
+Payload = Mapping[str, Any]
+Validator = Callable[[str, Payload, Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], None]
+
+
+def is_safe_int(v: Any) -> bool:
+    return type(v) is int and -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER
+
+
+def is_cents(v: Any) -> bool:
+    """A non-negative integer amount within MAX_AMOUNT_CENTS (never a bool or float)."""
+    return type(v) is int and 0 <= v <= MAX_AMOUNT_CENTS
+
+
+def is_nonblank(v: Any) -> bool:
+    return type(v) is str and v.strip() != ""
+
+
+def is_hex64(v: Any) -> bool:
+    return type(v) is str and len(v) == 64 and set(v) <= _HEX
+
+
+def _str(t: str, p: Payload, field: str) -> str:
+    v = p.get(field)
+    if not is_nonblank(v):
+        raise PayloadInvalid(t, field, "must be a non-empty string")
+    return v  # type: ignore[no-any-return]
+
+
+def _opt_str(t: str, p: Payload, field: str) -> None:
+    v = p.get(field)
+    if v is not None and type(v) is not str:
+        raise PayloadInvalid(t, field, "must be a string or null")
+
+
+def _cents(t: str, p: Payload, field: str, *, positive: bool = False) -> int:
+    v = p.get(field)
+    if not is_cents(v) or (positive and v == 0):
+        raise PayloadInvalid(t, field, f"must be an integer {'> 0' if positive else '>= 0'} and <= {MAX_AMOUNT_CENTS}")
+    return v  # type: ignore[no-any-return]
+
+
+def _currency(t: str, p: Payload, field: str = "currency") -> None:
+    if p.get(field) != "USD":
+        raise PayloadInvalid(t, field, "must be USD")
+
+
+def _dict(t: str, p: Payload, field: str, *, optional: bool = False) -> Mapping[str, Any] | None:
+    v = p.get(field)
+    if v is None and optional:
+        return None
+    if type(v) is not dict:
+        raise PayloadInvalid(t, field, "must be an object")
+    return v
+
+
+def _parse_instant(t: str, field: str, v: Any) -> datetime:
+    if type(v) is not str:
+        raise PayloadInvalid(t, field, "must be an ISO-8601 timestamp")
+    try:
+        dt = datetime.fromisoformat(v)
+    except ValueError as exc:
+        raise PayloadInvalid(t, field, "must be an ISO-8601 timestamp") from exc
+    if dt.tzinfo is None:
+        raise PayloadInvalid(t, field, "must carry a time zone")
+    return dt
+
+
+def _equals_at(t: str, p: Payload, field: str, event: Mapping[str, Any], *, required: bool = False) -> None:
+    v = p.get(field)
+    if v is None and not required:
+        return
+    if v != event["at"]:
+        raise PayloadInvalid(t, field, "must equal event.at", expected=event["at"], actual=v)
+
+
+def _violation(code: str, message: str, **details: Any) -> DomainRuleViolation:
+    return DomainRuleViolation(message, code=code, **details)
+
+
+# --- per-type validators ------------------------------------------------------------------------------------------
+
+
+def _job_created(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _str(t, p, "templateId")
+    c = p.get("constraints")
+    if c is not None and type(c) is not dict:
+        raise PayloadInvalid(t, "constraints", "must be an object")
+    if c is not None:
+        _opt_str(t, c, "zoneId")
+    for field in ("tenantId", "customerId", "siteId", "contractId"):
+        _opt_str(t, p, field)
+
+
+def _quote(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    amount = _cents(t, p, "amountCents")
+    _currency(t, p)
+    b = _dict(t, p, "breakdown", optional=True)
+    if b is not None and b.get("coverageFeeCents") is not None:
+        fee = b["coverageFeeCents"]
+        if not is_cents(fee):
+            raise PayloadInvalid(t, "breakdown.coverageFeeCents", "must be an integer >= 0")
+        if fee > amount:
+            raise PayloadInvalid(t, "breakdown.coverageFeeCents", "must not exceed amountCents")
+
+
+def _booked(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    start = _parse_instant(t, "startAt", p.get("startAt"))
+    end = _parse_instant(t, "endAt", p.get("endAt"))
+    if not start < end:
+        raise PayloadInvalid(t, "endAt", "must be after startAt")
+    if p.get("environmentTier") not in ENVIRONMENT_TIERS:
+        raise PayloadInvalid(t, "environmentTier", f"must be one of {sorted(ENVIRONMENT_TIERS)}")
+    if type(p.get("requiresOperatorCoverage")) is not bool:
+        raise PayloadInvalid(t, "requiresOperatorCoverage", "must be a boolean")
+    _str(t, p, "contractId")
+    if not is_safe_int(p.get("contractVersion")) or p["contractVersion"] <= 0:
+        raise PayloadInvalid(t, "contractVersion", "must be a positive integer")
+    if p.get("sla") is not None and type(p.get("sla")) is not dict:
+        raise PayloadInvalid(t, "sla", "must be an object")
+    for field in ("zoneId", "customerId", "siteId", "customerCompilerId", "requiredZonesHash"):
+        _opt_str(t, p, field)
+    for field in ("customerContractHash", "policyHash"):
+        if p.get(field) is not None and not is_hex64(p[field]):
+            raise PayloadInvalid(t, field, "must be 64 lower-case hex characters")
+    ps = _dict(t, p, "policySnapshot", optional=True)
+    if ps is not None:
+        for field in ("proofPolicy", "coveragePolicy", "creditPolicy"):
+            if ps.get(field) is not None and type(ps[field]) is not dict:
+                raise PayloadInvalid(t, f"policySnapshot.{field}", "must be an object or null")
+    if s.get("quote") is None:
+        raise _violation("QUOTE_MISSING", "BOOKED needs a quote")
+
+
+def _risk_scored(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    if p.get("basis") not in ("QUOTE", "BOOK"):
+        raise PayloadInvalid(t, "basis", "must be QUOTE or BOOK")
+    _str(t, p, "sourceEventId")
+    _equals_at(t, p, "scoredAt", e)
+
+
+def _matched(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _str(t, p, "robotId")
+    ch, ph = p.get("operatorContractHash"), p.get("operatorPolicyHash")
+    if (ch is None) != (ph is None):
+        raise PayloadInvalid(t, "operatorContractHash", "and operatorPolicyHash must be given together")
+    for field, v in (("operatorContractHash", ch), ("operatorPolicyHash", ph)):
+        if v is not None and not is_hex64(v):
+            raise PayloadInvalid(t, field, "must be 64 lower-case hex characters")
+    _opt_str(t, p, "operatorCompilerId")
+
+
+def _coverage_reserved(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    for field in ("reservationId", "operatorId", "startAt", "endAt"):
+        _str(t, p, field)
+
+
+def _assist_operator(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _str(t, p, "operatorId")
+    _opt_str(t, p, "queueId")
+
+
+def _skill_licensed(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    lic = _str(t, p, "licenseId")
+    skill_id = p.get("skillId")
+    skill = p.get("skill")
+    if not is_nonblank(skill_id) and not (type(skill) is dict and is_nonblank(skill.get("skillId"))):
+        raise PayloadInvalid(t, "skillId", "must be a non-empty string (or skill.skillId)")
+    pricing = _dict(t, p, "pricing")
+    assert pricing is not None
+    _cents(t, pricing, "amountCents")
+    _currency(t, pricing)
+    if lic in f["skillLicenseIndex"]:
+        raise _violation("SKILL_LICENSE_DUPLICATE", f"license {lic} already exists", licenseId=lic)
+
+
+def _incident(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    inc = _str(t, p, "incidentId")
+    _str(t, p, "type")
+    sev = p.get("severity")
+    if not is_safe_int(sev) or not 1 <= sev <= 5:
+        raise PayloadInvalid(t, "severity", "must be an integer 1..5")
+    for field in ("summary", "description", "reportedBy", "zoneId"):
+        _opt_str(t, p, field)
+    if inc in f["incidentIndex"]:
+        raise _violation("INCIDENT_DUPLICATE", f"incident {inc} already exists", incidentId=inc)
+
+
+def _evidence_captured(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    ev = _str(t, p, "evidenceId")
+    inc = _str(t, p, "incidentId")
+    for field in ("evidenceRef", "kind", "contentType"):
+        _str(t, p, field)
+    if not is_cents(p.get("sizeBytes")):
+        raise PayloadInvalid(t, "sizeBytes", "must be an integer >= 0")
+    d = p.get("durationSeconds")
+    if d is not None and not (type(d) in (int, float) and d >= 0):
+        raise PayloadInvalid(t, "durationSeconds", "must be a number >= 0")
+    if ev in f["evidenceIndex"]:
+        raise _violation("EVIDENCE_DUPLICATE", f"evidence {ev} already exists", evidenceId=ev)
+    if inc not in f["incidentIndex"]:
+        raise _violation("INCIDENT_NOT_FOUND", f"incident {inc} does not exist", incidentId=inc)
+
+
+def _evidence_ref(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    ev = _str(t, p, "evidenceId")
+    if ev not in f["evidenceIndex"]:
+        raise _violation("EVIDENCE_NOT_FOUND", f"evidence {ev} does not exist", evidenceId=ev)
+
+
+def _zone_coverage(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _str(t, p, "zoneId")
+    pct = p.get("coveragePct")
+    if type(pct) not in (int, float) or not 0 <= pct <= 100:
+        raise PayloadInvalid(t, "coveragePct", "must be a number 0..100")
+    w = _dict(t, p, "window")
+    assert w is not None
+    _str(t, w, "startAt")
+    _str(t, w, "endAt")
+
+
+def _claim(s: Mapping[str, Any], f: Mapping[str, Any], claim_id: str) -> dict[str, Any]:
+    idx = f["claimIndex"].get(claim_id)
+    if idx is None:
+        raise _violation("CLAIM_NOT_FOUND", f"claim {claim_id} does not exist", claimId=claim_id)
+    claim: dict[str, Any] = s["claims"][idx]
+    return claim
+
+
+def _claim_status(claim: Mapping[str, Any], allowed: tuple[str, ...], event_type: str) -> None:
+    if claim["status"] not in allowed:
+        raise _violation("CLAIM_TRANSITION_ILLEGAL",
+                         f"{event_type} is not allowed for a claim in status {claim['status']}",
+                         claimId=claim["claimId"], claimStatus=claim["status"], eventType=event_type)
+
+
+def _claim_opened(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    cid = _str(t, p, "claimId")
+    for field in ("incidentId", "reasonCode", "description"):
+        _opt_str(t, p, field)
+    if cid in f["claimIndex"]:
+        raise _violation("CLAIM_DUPLICATE", f"claim {cid} already exists", claimId=cid)
+    inc = p.get("incidentId")
+    if inc is not None and inc not in f["incidentIndex"]:
+        raise _violation("INCIDENT_NOT_FOUND", f"incident {inc} does not exist", incidentId=inc)
+
+
+def _claim_triaged(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _claim_status(_claim(s, f, _str(t, p, "claimId")), ("OPEN", "TRIAGED"), t)
+
+
+def _claim_approved(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    claim = _claim(s, f, _str(t, p, "claimId"))
+    amounts = _dict(t, p, "amounts")
+    assert amounts is not None
+    payout = _cents(t, amounts, "payoutCents")
+    refund = _cents(t, amounts, "refundCents")
+    if payout + refund <= 0:
+        raise PayloadInvalid(t, "amounts", "payoutCents + refundCents must be > 0")
+    _currency(t, p)
+    _opt_str(t, p, "notes")
+    quote = s.get("quote") or {}
+    quote_amount = quote.get("amountCents")
+    if refund > 0 and (not is_cents(quote_amount) or refund > quote_amount):
+        raise _violation("CLAIM_AMOUNTS_INVALID", "refundCents exceeds the quoted amount",
+                         refundCents=refund, quoteAmountCents=quote_amount)
+    _claim_status(claim, ("OPEN", "TRIAGED"), t)
+
+
+def _claim_denied(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _claim_status(_claim(s, f, _str(t, p, "claimId")), ("OPEN", "TRIAGED"), t)
+    _opt_str(t, p, "reasonCode")
+    _opt_str(t, p, "notes")
+
+
+def _job_adjusted(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    claim = _claim(s, f, _str(t, p, "claimId"))
+    _opt_str(t, p, "adjustmentId")
+    if s["status"] != SETTLED:
+        raise _violation("JOB_NOT_SETTLED", "JOB_ADJUSTED needs a settled job", status=s["status"])
+    _claim_status(claim, ("APPROVED",), t)
+    if claim.get("adjustedAt") is not None:
+        raise _violation("CLAIM_ALREADY_ADJUSTED", f"claim {claim['claimId']} is already adjusted",
+                         claimId=claim["claimId"])
+
+
+def _claim_paid(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    claim = _claim(s, f, _str(t, p, "claimId"))
+    amount = _cents(t, p, "amountCents", positive=True)
+    _currency(t, p)
+    _opt_str(t, p, "paymentRef")
+    _claim_status(claim, ("APPROVED",), t)
+    amounts = (claim.get("approved") or {}).get("amounts") or {}
+    expected = (amounts.get("payoutCents") or 0) + (amounts.get("refundCents") or 0)
+    if amount != expected:
+        raise _violation("CLAIM_AMOUNTS_INVALID", "amountCents must equal the approved payout + refund",
+                         amountCents=amount, expectedCents=expected)
+
+
+def _proof_evaluated(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _str(t, p, "evaluatedAtChainHash")
+    _str(t, p, "evaluationId")
+    if p.get("status") not in PROOF_STATUSES:
+        raise PayloadInvalid(t, "status", f"must be one of {sorted(PROOF_STATUSES)}")
+    for field in ("reasonCodes", "missingEvidence"):
+        v = p.get(field)
+        if v is not None and type(v) is not list:
+            raise PayloadInvalid(t, field, "must be a list")
+
+
+def _settled(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    ref = p.get("settlementProofRef")
+    if ref is not None and type(ref) is not dict:
+        raise PayloadInvalid(t, "settlementProofRef", "must be an object or null")
+    if s["status"] == COMPLETED and ref is None and gate_mode(s) != "warn":
+        raise _violation("SETTLEMENT_PROOF_REF_REQUIRED",
+                         "SETTLED needs settlementProofRef when the proof gate is strict or holdback")
+
+
+def _post_settlement(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    if s["status"] != SETTLED:
+        raise _violation("JOB_NOT_SETTLED", f"{t} needs a settled job", status=s["status"])
+    settled_id = (s.get("settlement") or {}).get("settledEventId")
+    if p.get("settledEventId") != settled_id:
+        raise PayloadInvalid(t, "settledEventId", "must equal the last SETTLED event id", expected=settled_id)
+    if f["postSettlement"].get(t) == settled_id:
+        raise _violation("ALREADY_RECORDED_FOR_SETTLEMENT", f"{t} was already recorded for this settlement",
+                         settledEventId=settled_id)
+
+
+def _operator_cost(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _cents(t, p, "costCents")
+    _currency(t, p)
+    _post_settlement(t, p, e, s, f)
+
+
+def _sla_breach(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _post_settlement(t, p, e, s, f)
+
+
+def _sla_credit(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _str(t, p, "creditId")
+    _cents(t, p, "amountCents", positive=True)
+    _currency(t, p)
+    _equals_at(t, p, "issuedAt", e, required=True)
+    _opt_str(t, p, "reason")
+    booking = s.get("booking") or {}
+    if p.get("policyHash") != booking.get("policyHash"):
+        raise PayloadInvalid(t, "policyHash", "must equal the booking policyHash", expected=booking.get("policyHash"))
+    _post_settlement(t, p, e, s, f)
+
+
+def _heartbeat(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    ts = p.get("t")
+    if type(ts) is not str or not ts:
+        raise PayloadInvalid(t, "t", "must be a non-empty string")
+
+
+def _rescheduled(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    w = _dict(t, p, "newWindow")
+    assert w is not None
+    start = _parse_instant(t, "newWindow.startAt", w.get("startAt"))
+    end = _parse_instant(t, "newWindow.endAt", w.get("endAt"))
+    if not start < end:
+        raise PayloadInvalid(t, "newWindow.endAt", "must be after startAt")
+
+
+def _hold(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _str(t, p, "holdId")
+
+
+def _hold_update(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    hold_id = _str(t, p, "holdId")
+    hold = s.get("settlementHold")
+    if hold is None or hold.get("holdId") != hold_id or hold.get("status") != "HELD":
+        raise _violation("SETTLEMENT_HOLD_NOT_FOUND", f"no open settlement hold {hold_id}", holdId=hold_id)
+
+
+def _dispute(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _str(t, p, "disputeId")
+
+
+def _job_started(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _str(t, p, "robotId")
+
+
+VALIDATORS: Final[dict[str, Validator]] = {
+    "JOB_CREATED": _job_created,
+    "QUOTE_PROPOSED": _quote,
+    "BOOKED": _booked,
+    "RISK_SCORED": _risk_scored,
+    "MATCHED": _matched,
+    "OPERATOR_COVERAGE_RESERVED": _coverage_reserved,
+    "ASSIST_ASSIGNED": _assist_operator,
+    "ASSIST_ACCEPTED": _assist_operator,
+    "SKILL_LICENSED": _skill_licensed,
+    "INCIDENT_REPORTED": _incident,
+    "INCIDENT_DETECTED": _incident,
+    "EVIDENCE_CAPTURED": _evidence_captured,
+    "EVIDENCE_EXPIRED": _evidence_ref,
+    "EVIDENCE_VIEWED": _evidence_ref,
+    "ZONE_COVERAGE_REPORTED": _zone_coverage,
+    "CLAIM_OPENED": _claim_opened,
+    "CLAIM_TRIAGED": _claim_triaged,
+    "CLAIM_APPROVED": _claim_approved,
+    "CLAIM_DENIED": _claim_denied,
+    "JOB_ADJUSTED": _job_adjusted,
+    "CLAIM_PAID": _claim_paid,
+    "PROOF_EVALUATED": _proof_evaluated,
+    "SETTLED": _settled,
+    "OPERATOR_COST_RECORDED": _operator_cost,
+    "SLA_BREACH_DETECTED": _sla_breach,
+    "SLA_CREDIT_ISSUED": _sla_credit,
+    "JOB_HEARTBEAT": _heartbeat,
+    "JOB_RESCHEDULED": _rescheduled,
+    "SETTLEMENT_HELD": _hold,
+    "SETTLEMENT_RELEASED": _hold_update,
+    "SETTLEMENT_FORFEITED": _hold_update,
+    "DISPUTE_OPENED": _dispute,
+    "DISPUTE_CLOSED": _dispute,
+    "JOB_EXECUTION_STARTED": _job_started,
+}
+
+
+def gate_mode(snapshot: Mapping[str, Any]) -> str:
+    """`booking.policySnapshot.proofPolicy.gateMode` when strict/holdback, else "warn"."""
+    booking = snapshot.get("booking")
+    if type(booking) is not dict:
+        return "warn"
+    ps = booking.get("policySnapshot")
+    pp = ps.get("proofPolicy") if type(ps) is dict else None
+    mode = pp.get("gateMode") if type(pp) is dict else None
+    return mode if mode in ("strict", "holdback") else "warn"
+
+
+def validate_payload(event: Mapping[str, Any], snapshot: Mapping[str, Any], facts: Mapping[str, Any]) -> None:
+    """Schema and domain checks for one job event against the state before it. Never mutates anything."""
+    t = event["type"]
+    p = event.get("payload")
+    if p is None:
+        p = {}
+    elif type(p) is not dict:
+        raise PayloadInvalid(t, "<root>", "must be an object or null")
+    job_id = p.get("jobId")
+    if job_id is not None and job_id != event["streamId"]:
+        raise PayloadInvalid(t, "jobId", "must equal the stream id", expected=event["streamId"])
+    validator = VALIDATORS.get(t)
+    if validator is not None:
+        validator(t, p, event, snapshot, facts)
