@@ -122,8 +122,7 @@ def _float_fast(x: float) -> Any:
         return 0
     if x.is_integer() and abs(x) <= MAX_SAFE_INTEGER:
         return int(x)
-    r = repr(x)
-    if "e" in r:
+    if x.is_integer() or "e" in repr(x):
         raise _NeedsSlowPath
     return x
 

@@ -1,0 +1,144 @@
+"""The database interface shared by both backends.
+
+The store interface is ready: repositories are written once against `Database`/`Tx`, with SQL using `?`
+placeholders (the PostgreSQL backend rewrites them to `%s`), and branch on `tx.dialect` ("postgres" | "sqlite")
+only where the dialects differ (locking, sequences, JSON types).
+
+Migrations are plain SQL files, one folder per backend:
+    src/settlekit/store/postgres/migrations/NNNN_name.sql
+    src/settlekit/store/sqlite/migrations/NNNN_name.sql
+Each file is applied once, in order, and recorded in `schema_migrations`. Numbers are allocated per area:
+    0001 events, streams, signer keys, idempotency      0002 job snapshots and ledger
+    0003 dispatcher (consumer state, dead letters)      0004 artifacts
+    0005 destinations and deliveries                    0006 API keys
+A migration file may hold several statements separated by `;` at line ends (SQLite runs them with executescript;
+PostgreSQL in one transaction under an advisory lock, so two processes migrating at once is safe).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from typing import Any, Literal
+
+from settlekit.errors import ConfigurationError
+
+Dialect = Literal["postgres", "sqlite"]
+Row = tuple[Any, ...]
+
+
+class Tx(abc.ABC):
+    """One open database transaction."""
+
+    dialect: Dialect
+
+    @abc.abstractmethod
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement; returns the affected row count."""
+
+    @abc.abstractmethod
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Run a query and return every row."""
+
+    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        rows = self.fetchall(sql, params)
+        return rows[0] if rows else None
+
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = self.fetchone(sql, params)
+        return None if row is None else row[0]
+
+    @abc.abstractmethod
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for many parameter rows."""
+
+    @abc.abstractmethod
+    def savepoint(self) -> contextlib.AbstractContextManager[None]:
+        """A nested savepoint: rolled back alone when the block raises."""
+
+    @property
+    @abc.abstractmethod
+    def raw(self) -> Any:
+        """The driver connection, for backend-specific code in store/postgres and store/sqlite."""
+
+    def notify(self) -> None:
+        """Wake dispatchers once this transaction commits (PostgreSQL NOTIFY; in-process on SQLite)."""
+
+
+class Database(abc.ABC):
+    """A connection pool (PostgreSQL) or a per-thread connection set (SQLite)."""
+
+    dialect: Dialect
+    url: str
+
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[Tx]:
+        """A read-write transaction; commits on success, rolls back on exception."""
+
+    def read(self) -> contextlib.AbstractContextManager[Tx]:
+        """A transaction used only for reading."""
+        return self.transaction()
+
+    @abc.abstractmethod
+    def migrate(self) -> list[str]:
+        """Apply pending migrations; returns the names applied."""
+
+    @abc.abstractmethod
+    def applied_migrations(self) -> list[str]:
+        """Names of migrations already recorded."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release every connection."""
+
+    @abc.abstractmethod
+    def wait_for_notify(self, timeout: float) -> bool:
+        """Block until an append commits (or timeout); True when woken."""
+
+    def pending_migrations(self) -> list[str]:
+        done = set(self.applied_migrations())
+        return [name for name, _ in migration_files(self.dialect) if name not in done]
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def migration_files(dialect: Dialect) -> list[tuple[str, str]]:
+    """(name, sql) for each migration of a backend, in order."""
+    folder = resources.files("settlekit.store").joinpath(dialect, "migrations")
+    out = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            out.append((entry.name[:-4], entry.read_text(encoding="utf-8")))
+    out.sort()
+    return out
+
+
+def connect(url: str, **options: Any) -> Database:
+    """Open a database from a URL: `postgresql://…` or `sqlite:///path.db` (`sqlite://:memory:` is refused)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from settlekit.store.postgres.backend import PostgresDatabase
+
+        return PostgresDatabase(url, **options)
+    if url.startswith("sqlite:///"):
+        from settlekit.store.sqlite.backend import SqliteDatabase
+
+        return SqliteDatabase(url, **options)
+    raise ConfigurationError(f"unsupported database URL {url!r}: use postgresql://… or sqlite:///path.db",
+                             code="DATABASE_URL_INVALID")
+
+
+@contextlib.contextmanager
+def opened(url: str, *, migrate: bool = True, **options: Any) -> Iterator[Database]:
+    db = connect(url, **options)
+    try:
+        if migrate:
+            db.migrate()
+        yield db
+    finally:
+        db.close()

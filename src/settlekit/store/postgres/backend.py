@@ -1,0 +1,127 @@
+"""PostgreSQL backend: psycopg 3 with a connection pool, prepared statements and LISTEN/NOTIFY wake-ups."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from settlekit.store.db import Database, Dialect, Row, Tx, migration_files
+
+NOTIFY_CHANNEL = "settlekit_events"
+_MIGRATION_LOCK_KEY = 0x5E77_1E1D
+_sql_cache: dict[str, str] = {}
+
+
+def pg_sql(sql: str) -> str:
+    """Rewrite `?` placeholders to psycopg's `%s` (and escape literal `%`)."""
+    out = _sql_cache.get(sql)
+    if out is None:
+        out = sql.replace("%", "%%").replace("?", "%s")
+        _sql_cache[sql] = out
+    return out
+
+
+class PostgresTx(Tx):
+    dialect: Dialect = "postgres"
+
+    def __init__(self, conn: psycopg.Connection[Any]):
+        self._conn = conn
+        self._cur = conn.cursor()
+        self._notified = False
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        self._cur.execute(pg_sql(sql), params)
+        return self._cur.rowcount
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        self._cur.execute(pg_sql(sql), params)
+        return self._cur.fetchall()
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self._cur.executemany(pg_sql(sql), rows)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        with self._conn.transaction():
+            yield
+
+    @property
+    def raw(self) -> psycopg.Connection[Any]:
+        return self._conn
+
+    def notify(self) -> None:
+        if not self._notified:
+            self._notified = True
+            self._cur.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')")
+
+
+class PostgresDatabase(Database):
+    dialect: Dialect = "postgres"
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16, timeout: float = 30.0):
+        self.url = url
+        self.pool = ConnectionPool(
+            url, min_size=min_size, max_size=max_size, timeout=timeout, open=True,
+            kwargs={"autocommit": True, "prepare_threshold": 2},
+            name="settlekit",
+        )
+        self._listen_conn: psycopg.Connection[Any] | None = None
+        self._listen_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[PostgresTx]:
+        with self.pool.connection() as conn, conn.transaction():
+            yield PostgresTx(conn)
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit connection for backend-specific fast paths."""
+        with self.pool.connection() as conn:
+            yield conn
+
+    def migrate(self) -> list[str]:
+        applied: list[str] = []
+        with self.transaction() as tx:
+            tx.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_KEY,))
+            tx.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY,"
+                " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            done = {row[0] for row in tx.fetchall("SELECT name FROM schema_migrations")}
+            for name, sql in migration_files(self.dialect):
+                if name in done:
+                    continue
+                tx.raw.execute(sql)  # type: ignore[call-overload]
+                tx.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
+                applied.append(name)
+        return applied
+
+    def applied_migrations(self) -> list[str]:
+        with self.transaction() as tx:
+            if tx.scalar("SELECT to_regclass('schema_migrations')") is None:
+                return []
+            return [row[0] for row in tx.fetchall("SELECT name FROM schema_migrations ORDER BY name")]
+
+    def wait_for_notify(self, timeout: float) -> bool:
+        with self._listen_lock:
+            if self._listen_conn is None or self._listen_conn.closed:
+                self._listen_conn = psycopg.connect(self.url, autocommit=True)
+                self._listen_conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            conn = self._listen_conn
+        woke = False
+        for _ in conn.notifies(timeout=timeout, stop_after=1):
+            woke = True
+        return woke
+
+    def close(self) -> None:
+        with self._listen_lock:
+            if self._listen_conn is not None:
+                self._listen_conn.close()
+                self._listen_conn = None
+        self.pool.close()

@@ -1,0 +1,131 @@
+-- Event store: streams (head + snapshot), events (global position, xid), signer keys, idempotency records.
+CREATE SEQUENCE IF NOT EXISTS events_position_seq CACHE 1;
+
+CREATE TABLE streams (
+    tenant_id        TEXT NOT NULL,
+    stream_id        TEXT NOT NULL,
+    stream_type      TEXT NOT NULL,
+    head_seq         BIGINT NOT NULL,
+    head_chain_hash  TEXT NOT NULL,
+    head_event_id    TEXT NOT NULL,
+    snapshot_json    TEXT,
+    created_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, stream_id)
+);
+
+CREATE TABLE events (
+    position         BIGINT PRIMARY KEY DEFAULT nextval('events_position_seq'),
+    tenant_id        TEXT NOT NULL,
+    stream_type      TEXT NOT NULL,
+    stream_id        TEXT NOT NULL,
+    seq              BIGINT NOT NULL,
+    event_id         TEXT NOT NULL,
+    type             TEXT NOT NULL,
+    at               TEXT NOT NULL,
+    payload_hash     TEXT NOT NULL,
+    prev_chain_hash  TEXT,
+    chain_hash       TEXT NOT NULL,
+    signature        TEXT,
+    signer_key_id    TEXT,
+    event_json       TEXT NOT NULL,
+    correlation_id   TEXT,
+    causation_id     TEXT,
+    txid             XID8 NOT NULL,
+    batch_id         UUID NOT NULL,
+    recorded_at      TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+ALTER SEQUENCE events_position_seq OWNED BY events.position;
+CREATE UNIQUE INDEX events_stream_seq ON events (tenant_id, stream_id, seq);
+CREATE UNIQUE INDEX events_tenant_event_id ON events (tenant_id, event_id);
+CREATE UNIQUE INDEX events_stream_chain_hash ON events (tenant_id, stream_id, chain_hash);
+
+CREATE TABLE signer_keys (
+    tenant_id       TEXT NOT NULL,
+    key_id          TEXT NOT NULL,
+    public_key_pem  TEXT NOT NULL,
+    purpose         TEXT NOT NULL CHECK (purpose IN ('robot', 'operator', 'server')),
+    status          TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'rotated', 'revoked')),
+    entity_id       TEXT,
+    valid_from      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    valid_to        TIMESTAMPTZ,
+    rotated_at      TIMESTAMPTZ,
+    revoked_at      TIMESTAMPTZ,
+    created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, key_id)
+);
+
+CREATE TABLE idempotency_keys (
+    tenant_id      TEXT NOT NULL,
+    principal_id   TEXT NOT NULL,
+    endpoint       TEXT NOT NULL,
+    idem_key       TEXT NOT NULL,
+    request_hash   TEXT NOT NULL,
+    status_code    INT NOT NULL,
+    response_json  TEXT NOT NULL,
+    created_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
+    expires_at     TIMESTAMPTZ,
+    PRIMARY KEY (tenant_id, principal_id, endpoint, idem_key)
+);
+CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at) WHERE expires_at IS NOT NULL;
+
+-- Compare-and-swap the stream head and insert the events, in one round trip.
+-- The caller has already run pg_current_xact_id() in this transaction, so the xid exists before positions are
+-- drawn. Returns ('ok', first_seq, positions) or ('conflict', current_seq, current_chain_hash).
+CREATE FUNCTION settlekit_append(
+    p_tenant TEXT, p_stream TEXT, p_stream_type TEXT,
+    p_expected_hash TEXT, p_expect_empty BOOLEAN, p_expected_seq BIGINT,
+    p_snapshot TEXT, p_batch UUID,
+    p_ids TEXT[], p_types TEXT[], p_ats TEXT[], p_payload_hashes TEXT[], p_prev_hashes TEXT[],
+    p_chain_hashes TEXT[], p_signatures TEXT[], p_key_ids TEXT[], p_jsons TEXT[],
+    p_correlation TEXT, p_causation TEXT
+) RETURNS TABLE (outcome TEXT, base_seq BIGINT, head_hash TEXT, positions BIGINT[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    n INT := array_length(p_ids, 1);
+    v_base BIGINT;
+    v_hash TEXT;
+    v_xid XID8 := pg_current_xact_id();
+    v_positions BIGINT[] := '{}';
+    v_pos BIGINT;
+BEGIN
+    IF p_expect_empty THEN
+        INSERT INTO streams (tenant_id, stream_id, stream_type, head_seq, head_chain_hash, head_event_id,
+                             snapshot_json)
+        VALUES (p_tenant, p_stream, p_stream_type, n, p_chain_hashes[n], p_ids[n], p_snapshot)
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            SELECT s.head_seq, s.head_chain_hash INTO v_base, v_hash FROM streams s
+             WHERE s.tenant_id = p_tenant AND s.stream_id = p_stream;
+            RETURN QUERY SELECT 'conflict'::TEXT, v_base, v_hash, NULL::BIGINT[];
+            RETURN;
+        END IF;
+        v_base := 0;
+    ELSE
+        UPDATE streams s SET head_seq = s.head_seq + n, head_chain_hash = p_chain_hashes[n],
+                             head_event_id = p_ids[n], snapshot_json = COALESCE(p_snapshot, s.snapshot_json),
+                             updated_at = now()
+         WHERE s.tenant_id = p_tenant AND s.stream_id = p_stream
+           AND (p_expected_hash IS NULL OR s.head_chain_hash = p_expected_hash)
+           AND (p_expected_seq IS NULL OR s.head_seq = p_expected_seq)
+        RETURNING s.head_seq - n INTO v_base;
+        IF NOT FOUND THEN
+            SELECT s.head_seq, s.head_chain_hash INTO v_base, v_hash FROM streams s
+             WHERE s.tenant_id = p_tenant AND s.stream_id = p_stream;
+            RETURN QUERY SELECT 'conflict'::TEXT, v_base, v_hash, NULL::BIGINT[];
+            RETURN;
+        END IF;
+    END IF;
+    FOR i IN 1..n LOOP
+        INSERT INTO events (tenant_id, stream_type, stream_id, seq, event_id, type, at, payload_hash,
+                            prev_chain_hash, chain_hash, signature, signer_key_id, event_json,
+                            correlation_id, causation_id, txid, batch_id)
+        VALUES (p_tenant, p_stream_type, p_stream, v_base + i, p_ids[i], p_types[i], p_ats[i],
+                p_payload_hashes[i], p_prev_hashes[i], p_chain_hashes[i], p_signatures[i], p_key_ids[i],
+                p_jsons[i], p_correlation, p_causation, v_xid, p_batch)
+        RETURNING position INTO v_pos;
+        v_positions := v_positions || v_pos;
+    END LOOP;
+    RETURN QUERY SELECT 'ok'::TEXT, v_base, p_chain_hashes[n], v_positions;
+END;
+$$;

@@ -1,0 +1,182 @@
+"""SQLite backend: WAL mode, one connection per thread, BEGIN IMMEDIATE so there is a single writer."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from settlekit.errors import ConfigurationError
+from settlekit.store.db import Database, Dialect, Row, Tx, migration_files
+
+# Wake-ups between threads of this process; other processes fall back to polling.
+_wakeups: dict[str, threading.Condition] = {}
+_wakeups_lock = threading.Lock()
+
+
+def _condition_for(path: str) -> threading.Condition:
+    with _wakeups_lock:
+        cond = _wakeups.get(path)
+        if cond is None:
+            cond = _wakeups[path] = threading.Condition()
+        return cond
+
+
+class SqliteTx(Tx):
+    dialect: Dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn = conn
+        self.wants_notify = False
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._conn.execute(sql, params).rowcount
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self._conn.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        name = "sp_" + uuid.uuid4().hex[:12]
+        self._conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute(f"ROLLBACK TO {name}")
+            self._conn.execute(f"RELEASE {name}")
+            raise
+        self._conn.execute(f"RELEASE {name}")
+
+    @property
+    def raw(self) -> sqlite3.Connection:
+        return self._conn
+
+    def notify(self) -> None:
+        self.wants_notify = True
+
+
+class SqliteDatabase(Database):
+    dialect: Dialect = "sqlite"
+
+    def __init__(self, url: str, *, busy_timeout_ms: int = 30000):
+        path = url[len("sqlite:///"):]
+        if not path or path == ":memory:":
+            raise ConfigurationError("SQLite needs a file path: sqlite:///path.db", code="DATABASE_URL_INVALID")
+        self.url = url
+        self.path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._wake = _condition_for(path)
+        self._generation = 0
+        self._closed = False
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise ConfigurationError("database is closed", code="DATABASE_CLOSED")
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=self._busy_timeout_ms / 1000)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[SqliteTx]:
+        conn = self._conn()
+        if conn.in_transaction:
+            raise ConfigurationError("nested transaction on one thread", code="NESTED_TRANSACTION")
+        conn.execute("BEGIN IMMEDIATE")
+        tx = SqliteTx(conn)
+        try:
+            yield tx
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        if tx.wants_notify:
+            with self._wake:
+                self._wake.notify_all()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[SqliteTx]:
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            yield SqliteTx(conn)
+        finally:
+            conn.execute("ROLLBACK")
+
+    def migrate(self) -> list[str]:
+        applied: list[str] = []
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY,"
+                         " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')))")
+            done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
+            for name, sql in migration_files(self.dialect):
+                if name in done:
+                    continue
+                for statement in _split_statements(sql):
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
+                applied.append(name)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return applied
+
+    def applied_migrations(self) -> list[str]:
+        conn = self._conn()
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'").fetchone()
+        if not exists:
+            return []
+        return [row[0] for row in conn.execute("SELECT name FROM schema_migrations ORDER BY name")]
+
+    def wait_for_notify(self, timeout: float) -> bool:
+        with self._wake:
+            return self._wake.wait(timeout)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._all_lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+
+def _split_statements(sql: str) -> list[str]:
+    """Split a migration on `;` at line ends (statements never put `;` at a line end inside a literal)."""
+    parts: list[str] = []
+    buf: list[str] = []
+    for line in sql.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        buf.append(line)
+        if line.rstrip().endswith(";"):
+            stmt = "\n".join(buf).strip()
+            if stmt.strip(";").strip():
+                parts.append(stmt)
+            buf = []
+    tail = "\n".join(buf).strip()
+    if tail:
+        parts.append(tail)
+    return parts

@@ -1,0 +1,85 @@
+"""Shared fixtures: a uniquely named PostgreSQL database per run (cloned per test from a migrated template),
+and a fresh SQLite file per test. Every backend-parametrized test runs on both."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from settlekit.events.canonical import parse_json
+from settlekit.store.db import Database, connect
+
+VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
+PG_ADMIN_URL = os.environ.get("SETTLEKIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+_RUN = uuid.uuid4().hex[:10]
+
+
+def load_vector(name: str) -> dict:
+    return parse_json((VECTORS / name).read_text(encoding="utf-8"))
+
+
+def scenario_names() -> list[str]:
+    return sorted(p.name for p in VECTORS.glob("*.json") if p.name != "envelope.json")
+
+
+def _pg_url(dbname: str) -> str:
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    return f"{base}/{dbname}"
+
+
+def _admin() -> psycopg.Connection:
+    return psycopg.connect(PG_ADMIN_URL, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    name = f"sk_test_{_RUN}_tpl"
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        db = connect(_pg_url(name))
+        db.migrate()
+        db.close()
+        yield name
+    finally:
+        with _admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Iterator[str]:
+    name = f"sk_test_{_RUN}_{uuid.uuid4().hex[:8]}"
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    try:
+        yield _pg_url(name)
+    finally:
+        with _admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'settlekit.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = connect(db_url)
+    database.migrate()
+    try:
+        yield database
+    finally:
+        database.close()

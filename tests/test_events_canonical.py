@@ -1,0 +1,176 @@
+"""Canonical JSON and envelope vectors, plus property tests."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import load_vector, scenario_names
+from hypothesis import given
+from hypothesis import strategies as st
+
+from settlekit.errors import CanonicalJsonError, VerificationError
+from settlekit.events.canonical import UNDEFINED, canonical_json, js_number, normalize, parse_json, sha256_hex
+from settlekit.events.envelope import (
+    Signer,
+    compute_chain_hash,
+    compute_payload_hash,
+    finalize,
+    key_id_for_public_pem,
+    parse_keys_file,
+    slice_through_chain_hash,
+    verify_chain,
+)
+
+ENVELOPE = load_vector("envelope.json")
+
+
+@pytest.mark.parametrize("case", ENVELOPE["canonical"], ids=lambda c: c["name"])
+def test_canonical_vectors(case: dict) -> None:
+    text = canonical_json(case["input"])
+    assert text == case["canonical"]
+    assert sha256_hex(text) == case["sha256"]
+    assert len(text.encode("utf-8")) == case["utf8Bytes"]
+
+
+def test_spec_vectors() -> None:
+    e1 = {"v": 1, "id": "evt_1", "at": "2026-01-01T00:00:00.000Z", "streamId": "job_1", "type": "JOB_CREATED",
+          "actor": {"type": "system", "id": "proxy"},
+          "payload": {"templateId": "reset_lite", "constraints": {}, "tenantId": "tenant_default"}}
+    ph1 = compute_payload_hash(e1)
+    assert ph1 == "5c0f12c3fd42de75b629c5f68174362442a86c99cc98e7c844c8c7c829008d2e"
+    ch1 = compute_chain_hash(None, ph1)
+    assert ch1 == "593798237039d02e4fdfb561fc1e043368f99bda2725e1653a81a7df597e1860"
+    e2 = {**e1, "id": "evt_2", "at": "2026-01-01T00:01:00.000Z", "type": "QUOTE_PROPOSED",
+          "actor": {"type": "pricing", "id": "pricing_v1"},
+          "payload": {"amountCents": 6500, "currency": "USD", "z": 1.5, "a": [True, None, "é"]}}
+    ph2 = compute_payload_hash(e2)
+    assert ph2 == "1418432e341de83e657e6b8a368e4c34caf888092c329c10f457cb364940fca7"
+    assert compute_chain_hash(ch1, ph2) == "e0dd2745faeb428666618ceffcee42376d30d4eed1d7a579856d925d6aa8d3d6"
+    pem = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n"
+    assert key_id_for_public_pem(pem) == "key_35a6d320445946f549882d58"
+
+
+def test_signed_event_vector() -> None:
+    signed = ENVELOPE["signedEvent"]
+    assert key_id_for_public_pem(signed["publicKeyPem"]) == signed["keyId"]
+    signer = Signer.from_pem(signed["privateKeyPem"], signed["publicKeyPem"])
+    draft = {k: signed["event"][k] for k in ("v", "id", "at", "streamId", "type", "actor", "payload")}
+    from settlekit.events.envelope import payload_material
+
+    assert payload_material(draft) == signed["payloadHashMaterial"]
+    assert finalize(draft, None, signer) == signed["event"]
+    verify_chain(signed["chain"], {signed["keyId"]: signed["publicKeyPem"]})
+
+
+@pytest.mark.parametrize("name", scenario_names())
+def test_scenario_streams_verify_and_rehash(name: str) -> None:
+    vector = load_vector(name)
+    keys = parse_keys_file(vector["signers"])
+    verify_chain(vector["events"], keys)
+    prev = None
+    for event in vector["events"]:
+        assert compute_payload_hash(event) == event["payloadHash"]
+        assert compute_chain_hash(prev, event["payloadHash"]) == event["chainHash"]
+        prev = event["chainHash"]
+
+
+def test_verify_reports_first_bad_index() -> None:
+    vector = load_vector("settle_completed.json")
+    keys = parse_keys_file(vector["signers"])
+    events = [dict(e) for e in vector["events"]]
+    events[5] = {**events[5], "payload": {**(events[5]["payload"] or {}), "tampered": True}}
+    with pytest.raises(VerificationError) as err:
+        verify_chain(events, keys)
+    assert err.value.index == 5 and err.value.code == "PAYLOAD_HASH_MISMATCH"
+    events = [dict(e) for e in vector["events"]]
+    events[3]["prevChainHash"] = events[1]["chainHash"]
+    with pytest.raises(VerificationError) as err:
+        verify_chain(events, keys)
+    assert err.value.index == 3 and err.value.code == "CHAIN_BREAK"
+    with pytest.raises(VerificationError) as err:
+        verify_chain(vector["events"], {})
+    assert err.value.code == "SIGNER_UNKNOWN" and err.value.index == 0
+    events = [dict(e) for e in vector["events"]]
+    other = Signer.generate()
+    events[2]["signature"] = other.sign_payload_hash(events[2]["payloadHash"])
+    with pytest.raises(VerificationError) as err:
+        verify_chain(events, keys)
+    assert err.value.index == 2 and err.value.code == "SIG_INVALID"
+
+
+def test_slice_through_chain_hash() -> None:
+    events = load_vector("settle_aborted.json")["events"]
+    assert slice_through_chain_hash(events, events[2]["chainHash"]) == events[:3]
+    with pytest.raises(Exception) as err:
+        slice_through_chain_hash(events, "0" * 64)
+    assert getattr(err.value, "code", None) == "ATCHAINHASH_NOT_FOUND"
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ({"a": float("nan")}, "$.a"),
+        ({"a": [1, float("inf")]}, "$.a[1]"),
+        ({"a": {"b": -0.0}}, "$.a.b"),
+        ({"n": 2**53}, "$.n"),
+        ({"t": (1, 2)}, "$.t"),
+        ({"s": {1, 2}}, "$.s"),
+        ({"b": b"x"}, "$.b"),
+        ({"x": "\ud800"}, "$.x"),
+        ({1: "a"}, "$"),
+    ],
+)
+def test_rejections_name_the_path(value: object, path: str) -> None:
+    with pytest.raises(CanonicalJsonError) as err:
+        canonical_json(value)
+    assert err.value.details["path"] == path
+    assert err.value.code == "SCHEMA_INVALID"
+
+
+def test_js_number_formatting() -> None:
+    cases = {0.1: "0.1", 1e21: "1e+21", 1e-7: "1e-7", -0.5: "-0.5", 100.0: "100", 2.5e-6: "0.0000025",
+             1e20: "100000000000000000000", 5e-324: "5e-324", 1.7976931348623157e308: "1.7976931348623157e+308",
+             123456789012345680000.0: "123456789012345680000", 1.5e-5: "0.000015", 1e-6: "0.000001",
+             -1e-7: "-1e-7", 0.000001234: "0.000001234", 1.2345e25: "1.2345e+25", 2**53 * 1.0: "9007199254740992"}
+    for value, text in cases.items():
+        assert js_number(value) == text, value
+        assert canonical_json(value) == text
+
+
+def test_normalize_drops_undefined() -> None:
+    assert normalize({"a": UNDEFINED, "b": 1}) == {"b": 1}
+    with pytest.raises(CanonicalJsonError):
+        normalize([UNDEFINED])
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not (f == 0 and math.copysign(1, f) < 0))
+    | st.text(alphabet=st.characters(exclude_categories=["Cs"])),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=6), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_canonical_round_trip_and_idempotence(value: object) -> None:
+    text = canonical_json(value)
+    parsed = parse_json(text)
+    assert canonical_json(parsed) == text
+    assert parsed == value or _floats_equal(parsed, value)
+
+
+def _floats_equal(a: object, b: object) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@given(st.dictionaries(st.text(max_size=5, alphabet=st.characters(exclude_categories=["Cs"])),
+                       st.integers(), max_size=8), st.randoms())
+def test_canonical_key_order_independent(d: dict, rnd) -> None:  # type: ignore[no-untyped-def]
+    d = {k: v % 1000 for k, v in d.items()}
+    items = list(d.items())
+    rnd.shuffle(items)
+    assert canonical_json(dict(items)) == canonical_json(d)

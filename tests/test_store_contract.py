@@ -1,0 +1,262 @@
+"""Event store contract, run on both backends."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from conftest import load_vector
+
+from settlekit.errors import ConflictError, SettlekitError, SignerPolicyError, ValidationError, VerificationError
+from settlekit.events.envelope import Signer, finalize_chain, make_draft, parse_keys_file, verify_chain
+from settlekit.store.db import Database
+from settlekit.store.event_store import EventStore, Idempotency
+
+T = "tenant_a"
+ACTOR = {"type": "system", "id": "proxy"}
+
+
+def draft(i: int = 0, etype: str = "NOTE") -> dict:
+    return {"type": etype, "actor": ACTOR, "payload": {"n": i, "text": "héllo"}}
+
+
+def test_append_and_read(db: Database) -> None:
+    store = EventStore(db)
+    r1 = store.append(T, "job_1", [draft(0)], expected_prev_chain_hash=None)
+    assert r1.first_seq == 1 and len(r1.positions) == 1
+    r2 = store.append(T, "job_1", [draft(1), draft(2)], expected_prev_chain_hash=r1.head_chain_hash)
+    assert r2.first_seq == 2 and r2.positions == sorted(r2.positions)
+    events = store.read_stream(T, "job_1")
+    assert [e["payload"]["n"] for e in events] == [0, 1, 2]
+    verify_chain(events)
+    assert store.head(T, "job_1").seq == 3  # type: ignore[union-attr]
+    assert store.read_stream(T, "job_1", through_chain_hash=events[1]["chainHash"]) == events[:2]
+    assert store.high_water_mark() == r2.positions[-1]
+    stored = store.read_positions(0)
+    assert [s.event for s in stored] == events
+    assert [s.seq for s in stored] == [1, 2, 3]
+
+
+def test_expected_version(db: Database) -> None:
+    store = EventStore(db)
+    store.append(T, "s", [draft()], expected_version=0)
+    store.append(T, "s", [draft()], expected_version=1)
+    with pytest.raises(ConflictError) as err:
+        store.append(T, "s", [draft()], expected_version=1)
+    assert err.value.code == "VERSION_CONFLICT"
+    assert len(store.read_stream(T, "s")) == 2
+
+
+def test_precondition_required(db: Database) -> None:
+    with pytest.raises(SettlekitError) as err:
+        EventStore(db).append(T, "s", [draft()])
+    assert err.value.code == "PRECONDITION_REQUIRED" and err.value.status == 428
+
+
+def test_stale_head_conflicts_and_writes_nothing(db: Database) -> None:
+    store = EventStore(db)
+    r1 = store.append(T, "s", [draft()], expected_prev_chain_hash=None)
+    store.append(T, "s", [draft()], expected_prev_chain_hash=r1.head_chain_hash)
+    with pytest.raises(ConflictError) as err:
+        store.append(T, "s", [draft(), draft()], expected_prev_chain_hash=r1.head_chain_hash)
+    assert err.value.code == "PREV_CHAIN_HASH_MISMATCH"
+    assert err.value.details["currentPrevChainHash"] == store.head(T, "s").chain_hash  # type: ignore[union-attr]
+    with pytest.raises(ConflictError):
+        store.append(T, "s", [draft()], expected_prev_chain_hash=None)
+    assert len(store.read_stream(T, "s")) == 2
+    verify_chain(store.read_stream(T, "s"))
+
+
+def test_concurrent_appenders_exactly_one_wins(db: Database) -> None:
+    store = EventStore(db)
+    head = store.append(T, "s", [draft()], expected_prev_chain_hash=None).head_chain_hash
+    outcomes: list[str] = []
+    barrier = threading.Barrier(4)
+
+    def writer(i: int) -> None:
+        barrier.wait()
+        try:
+            store.append(T, "s", [draft(i)], expected_prev_chain_hash=head)
+            outcomes.append("ok")
+        except ConflictError as exc:
+            outcomes.append(exc.code)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["PREV_CHAIN_HASH_MISMATCH"] * 3 + ["ok"]
+    events = store.read_stream(T, "s")
+    assert len(events) == 2
+    verify_chain(events)
+
+
+def test_concurrent_genesis(db: Database) -> None:
+    store = EventStore(db)
+    outcomes: list[str] = []
+    barrier = threading.Barrier(3)
+
+    def writer() -> None:
+        barrier.wait()
+        try:
+            store.append(T, "g", [draft()], expected_prev_chain_hash=None)
+            outcomes.append("ok")
+        except ConflictError as exc:
+            outcomes.append(exc.code)
+
+    threads = [threading.Thread(target=writer) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("ok") == 1
+    assert len(store.read_stream(T, "g")) == 1
+
+
+def test_idempotency(db: Database) -> None:
+    store = EventStore(db)
+    first = store.append(T, "s", [draft(1)], expected_prev_chain_hash=None, idempotency=Idempotency("k1"))
+    again = store.append(T, "s", [draft(1)], expected_prev_chain_hash=None, idempotency=Idempotency("k1"))
+    assert again.replayed and again.events == first.events and again.positions == first.positions
+    with pytest.raises(ConflictError) as err:
+        store.append(T, "s", [draft(2)], expected_prev_chain_hash=None, idempotency=Idempotency("k1"))
+    assert err.value.code == "IDEMPOTENCY_KEY_REUSED"
+    assert len(store.read_stream(T, "s")) == 1
+    # keys are per tenant
+    other = store.append("tenant_b", "s", [draft(1)], expected_prev_chain_hash=None, idempotency=Idempotency("k1"))
+    assert not other.replayed
+
+
+def test_tenancy_isolation(db: Database) -> None:
+    store = EventStore(db)
+    r = store.append("tenant_a", "shared_id", [draft()], expected_prev_chain_hash=None)
+    assert store.read_stream("tenant_b", "shared_id") == []
+    assert store.head("tenant_b", "shared_id") is None
+    # tenant B cannot append onto A's stream: it sees an empty stream, so A's head is a mismatch
+    with pytest.raises(ConflictError):
+        store.append("tenant_b", "shared_id", [draft()], expected_prev_chain_hash=r.head_chain_hash)
+    store.append("tenant_b", "shared_id", [draft()], expected_prev_chain_hash=None)
+    assert len(store.read_stream("tenant_a", "shared_id")) == 1
+    assert [s.tenant_id for s in store.read_positions(0, tenant_id="tenant_b")] == ["tenant_b"]
+
+
+def _vector_store(db: Database, name: str = "settle_completed.json") -> tuple[EventStore, dict]:
+    vector = load_vector(name)
+    store = EventStore(db, clock=lambda: datetime(2026, 1, 6, tzinfo=UTC))
+    for signer in vector["signers"]:
+        store.register_key(vector["generator"].get("tenantId", T) if False else T, signer["publicKeyPem"],
+                           signer.get("purpose") or signer.get("role") or signer.get("name"))
+    return store, vector
+
+
+def test_client_finalized_vector_stream(db: Database) -> None:
+    store, vector = _vector_store(db)
+    events = vector["events"]
+    stream = events[0]["streamId"]
+    store.append(T, stream, events[:4])
+    for event in events[4:]:
+        store.append(T, stream, [event])
+    stored = store.read_stream(T, stream)
+    assert stored == events
+    verify_chain(stored, parse_keys_file(vector["signers"]))
+    replay = store.append(T, stream, [events[5]])
+    assert replay.already_exists
+    changed = dict(events[5], payload={"changed": True})
+    with pytest.raises(SettlekitError):
+        store.append(T, stream, [changed])
+
+
+def test_client_finalized_rejections(db: Database) -> None:
+    store, vector = _vector_store(db)
+    events = vector["events"]
+    stream = events[0]["streamId"]
+    bad_hash = dict(events[0], payloadHash="0" * 64)
+    with pytest.raises(VerificationError) as verr:
+        store.append(T, stream, [bad_hash])
+    assert verr.value.code == "PAYLOAD_HASH_MISMATCH"
+    with pytest.raises(ValidationError) as err:
+        store.append(T, stream, [dict(events[0], actor={"type": "x", "id": "y", "extra": 1})])
+    assert err.value.code == "SCHEMA_INVALID"
+    with pytest.raises(ValidationError):
+        store.append(T, stream, [dict(events[0], v="1")])
+    with pytest.raises(ConflictError):
+        store.append(T, stream, [events[1]])  # not linked to the (empty) head
+    # unknown signer key
+    store2 = EventStore(db)
+    with pytest.raises(SettlekitError) as err2:
+        store2.append("tenant_other", stream, [events[0]])
+    assert err2.value.code == "SIGNER_UNKNOWN"
+    # future timestamp
+    signer = Signer.generate()
+    store.register_key(T, signer.public_key_pem, "server")
+    future = (datetime(2026, 1, 6, tzinfo=UTC) + timedelta(minutes=6)).isoformat().replace("+00:00", "Z")
+    ev = finalize_chain([make_draft(stream_id="f", type="NOTE", actor=ACTOR, payload={}, at=future)], None, signer)
+    with pytest.raises(ValidationError) as err:
+        store.append(T, "f", ev)
+    assert err.value.code == "FUTURE_TIMESTAMP"
+    assert store.read_stream(T, stream) == [] and store.read_stream(T, "f") == []
+
+
+def test_revoked_key_refused(db: Database) -> None:
+    store = EventStore(db)
+    signer = Signer.generate()
+    store.register_key(T, signer.public_key_pem, "server")
+    ev = finalize_chain([make_draft(stream_id="s", type="NOTE", actor=ACTOR, payload={})], None, signer)
+    store.set_key_status(T, signer.key_id, "revoked")
+    with pytest.raises(SignerPolicyError) as err:
+        store.append(T, "s", ev)
+    assert err.value.code == "SIGNER_KEY_NOT_ACTIVE"
+    store.set_key_status(T, signer.key_id, "active")
+    store.append(T, "s", ev)
+    robot = Signer.generate()
+    store.register_key(T, robot.public_key_pem, "robot")
+    ev2 = finalize_chain([make_draft(stream_id="s", type="NOTE", actor=ACTOR, payload={})], ev[0]["chainHash"], robot)
+    with pytest.raises(SignerPolicyError) as err:
+        store.append(T, "s", ev2)
+    assert err.value.code == "SIGNER_KEY_PURPOSE_MISMATCH"
+
+
+def test_bad_inputs_store_nothing(db: Database) -> None:
+    store = EventStore(db, max_payload_bytes=100)
+    cases = [
+        [{"type": "", "actor": ACTOR, "payload": {}}],
+        [{"type": "NOTE", "actor": {"type": "system"}, "payload": {}}],
+        [{"type": "NOTE", "actor": ACTOR, "payload": {"x": float("nan")}}],
+        [{"type": "NOTE", "actor": ACTOR, "payload": {"big": "x" * 200}}],
+        [{"type": "NOTE", "actor": ACTOR, "payload": {}, "bogus": 1}],
+        [{"type": "NOTE", "actor": {"type": "robot", "id": "r1"}, "payload": {}}],
+        [draft(), {"type": "NOTE", "actor": ACTOR, "payload": {"n": 2**60}}],
+    ]
+    for items in cases:
+        with pytest.raises(SettlekitError) as err:
+            store.append(T, "s", items, expected_prev_chain_hash=None)
+        assert 400 <= err.value.status < 500, err.value
+    assert store.read_stream(T, "s") == []
+    assert store.high_water_mark() == 0
+
+
+def test_server_signer_signs_drafts(db: Database) -> None:
+    signer = Signer.generate()
+    store = EventStore(db, server_signer=signer)
+    store.append(T, "s", [draft(), draft()], expected_prev_chain_hash=None)
+    events = store.read_stream(T, "s")
+    assert all(e["signerKeyId"] == signer.key_id for e in events)
+    verify_chain(events, {signer.key_id: signer.public_key_pem})
+
+
+def test_tampering_detected(db: Database) -> None:
+    store = EventStore(db)
+    r = store.append(T, "s", [draft(i) for i in range(5)], expected_prev_chain_hash=None)
+    with db.transaction() as tx:
+        tx.execute("UPDATE events SET event_json = replace(event_json, '\"n\":3', '\"n\":33') WHERE position = ?",
+                   (r.positions[3],))
+    with pytest.raises(VerificationError) as err:
+        verify_chain(store.read_stream(T, "s"))
+    assert err.value.index == 3 and err.value.code == "PAYLOAD_HASH_MISMATCH"
+
+
+def test_migrate_is_idempotent(db: Database) -> None:
+    assert db.migrate() == []
+    assert db.pending_migrations() == []
