@@ -1,0 +1,162 @@
+"""The `settlekit` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from settlekit.errors import SettlekitError, VerificationError
+from settlekit.events.canonical import parse_json
+from settlekit.events.envelope import parse_keys_file, verify_chain
+
+app = typer.Typer(help="settlekit: hash-chained job streams, ledger, artifacts and signed webhooks.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+console = Console(stderr=True)
+
+DbOption = Annotated[str, typer.Option("--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db")]
+
+
+def _fail(exc: SettlekitError) -> None:
+    console.print(f"[red]error[/red] {exc.code}: {exc.message}")
+    raise typer.Exit(code=1)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return parse_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]error[/red] cannot read {path}: {exc}")
+        raise typer.Exit(code=2) from exc
+
+
+@app.command()
+def migrate(db: DbOption) -> None:
+    """Create or upgrade the schema (safe to run from several processes at once)."""
+    from settlekit.store.db import connect
+
+    database = connect(db)
+    try:
+        applied = database.migrate()
+    finally:
+        database.close()
+    console.print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
+
+
+def verify_stream_file(stream: Path, keys: Path | None) -> tuple[list[Any], dict[str, str]]:
+    """Load and verify a stream file; raises VerificationError at the first bad index."""
+    events = _read_json(stream)
+    if not isinstance(events, list):
+        if isinstance(events, dict) and isinstance(events.get("events"), list):
+            events = events["events"]
+        else:
+            raise VerificationError("stream file must be a JSON array of events", code="SCHEMA_INVALID")
+    key_map = parse_keys_file(_read_json(keys)) if keys is not None else {}
+    verify_chain(events, key_map, unknown_key_code="UNKNOWN_SIGNER_KEY")
+    return events, key_map
+
+
+@app.command()
+def verify(
+    stream: Annotated[Path, typer.Argument(help="JSON array of finalized events")],
+    keys: Annotated[Path | None, typer.Option("--keys", help="keyId→PEM object or list of signers")] = None,
+    artifact: Annotated[Path | None, typer.Option("--artifact", help="artifact JSON to rebuild and compare")] = None,
+) -> None:
+    """Verify a stream offline (hashes, chain links, signatures); exit 1 naming the first bad index."""
+    try:
+        events, _ = verify_stream_file(stream, keys)
+    except VerificationError as exc:
+        print(json.dumps({"ok": False, "index": exc.index, "code": exc.code, "reason": exc.message}))
+        raise typer.Exit(code=1) from None
+    except SettlekitError as exc:
+        _fail(exc)
+        return
+    result: dict[str, Any] = {"ok": True, "events": len(events),
+                              "headChainHash": events[-1]["chainHash"] if events else None}
+    if artifact is not None:
+        from settlekit.artifacts.verify import verify_artifact_against_stream
+
+        report = verify_artifact_against_stream(events, _read_json(artifact))
+        result.update(report)
+        print(json.dumps(result))
+        if not report.get("ok", False):
+            raise typer.Exit(code=1)
+        return
+    print(json.dumps(result))
+
+
+@app.command()
+def export(
+    db: DbOption,
+    stream: Annotated[str, typer.Option("--stream", help="stream id")],
+    tenant: Annotated[str, typer.Option("--tenant", envvar="SETTLEKIT_TENANT")] = "tenant_default",
+    out: Annotated[Path | None, typer.Option("--out", help="file to write; default stdout")] = None,
+) -> None:
+    """Write a stream in the offline verifier's format (a JSON array of events)."""
+    from settlekit.store.db import connect
+    from settlekit.store.event_store import EventStore
+
+    database = connect(db)
+    try:
+        events = EventStore(database).read_stream(tenant, stream)
+    finally:
+        database.close()
+    if not events:
+        console.print(f"[red]error[/red] NOT_FOUND: stream {stream} has no events for tenant {tenant}")
+        raise typer.Exit(code=1)
+    text = json.dumps(events, ensure_ascii=False, indent=2) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text, encoding="utf-8")
+        console.print(f"wrote {len(events)} events to {out}")
+
+
+def _register_subcommands() -> None:
+    """Attach the sub-apps of each area that is present."""
+    import importlib
+
+    for module, attr, name in (
+        ("settlekit.ledger.cli", "ledger_app", "ledger"),
+        ("settlekit.dispatch.cli", "consumers_app", "consumers"),
+        ("settlekit.artifacts.cli", "artifacts_app", "artifacts"),
+        ("settlekit.delivery.cli", "delivery_app", "deliveries"),
+    ):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:
+                continue
+            raise
+        app.add_typer(getattr(mod, attr), name=name)
+
+
+_register_subcommands()
+
+
+@app.command()
+def demo(
+    jobs: Annotated[int, typer.Option("--jobs", help="number of job streams to simulate")] = 20,
+    db: Annotated[str | None, typer.Option("--db", help="database URL; default: SQLite in a temp dir")] = None,
+) -> None:
+    """Run the end-to-end demo on embedded SQLite (or --db)."""
+    from settlekit.demo import run_demo
+
+    code = run_demo(jobs=jobs, db_url=db)
+    raise typer.Exit(code=code)
+
+
+def main() -> None:
+    try:
+        app()
+    except SettlekitError as exc:
+        console.print(f"[red]error[/red] {exc.code}: {exc.message}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
