@@ -14,8 +14,12 @@ class InvalidJobTransition(SettlekitError):
     status = 409
 
     def __init__(self, from_status: str | None, event_type: str, job_id: str | None = None):
-        super().__init__(f"event {event_type} is not allowed in status {from_status}",
-                         fromStatus=from_status, eventType=event_type, jobId=job_id)
+        super().__init__(
+            f"event {event_type} is not allowed in status {from_status}",
+            fromStatus=from_status,
+            eventType=event_type,
+            jobId=job_id,
+        )
         self.from_status = from_status
         self.event_type = event_type
 

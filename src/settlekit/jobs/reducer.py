@@ -1,13 +1,14 @@
 """Incremental job reducer (02-jobs.md §4-§7).
 
-`JobState = snapshot + facts`. The snapshot is the settld-compatible object; facts are settlekit-internal values
-the ledger and artifact builders read instead of re-scanning earlier events.
+`JobState = snapshot + facts`. The snapshot is the settld-compatible object; facts are settlekit-internal
+values the ledger and artifact builders read instead of re-scanning earlier events.
 
-Sharing rule (what makes `apply` O(1)): every call returns a fresh top-level snapshot dict and fresh copies of the
-small sub-objects it touches. Growing collections (the snapshot lists and the facts' indexes) are append-only and
-shared between consecutive states: on success `apply` may append to them, or replace an item of a keyed list in
-place. `apply` validates everything before it changes anything, so when it raises its input is untouched. Callers
-that need to keep an older state intact after a later successful `apply` use `clone_state`.
+Sharing rule (what makes `apply` O(1)): every call returns a fresh top-level snapshot dict and fresh copies
+of the small sub-objects it touches. Growing collections (the snapshot lists and the facts' indexes) are
+append-only and shared between consecutive states: on success `apply` may append to them, or replace an item
+of a keyed list in place. `apply` validates everything before it changes anything, so when it raises its
+input is untouched. Callers that need to keep an older state intact after a later successful `apply` use
+`clone_state`.
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ class JobState:
 
     @property
     def status(self) -> str:
-        return self.snapshot["status"]  # type: ignore[no-any-return]
+        return self.snapshot["status"]
 
     def __repr__(self) -> str:
-        return f"JobState(id={self.snapshot.get('id')!r}, status={self.status!r}, revision={self.snapshot['revision']})"
+        s = self.snapshot
+        return f"JobState(id={s.get('id')!r}, status={s['status']!r}, revision={s['revision']})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, JobState) and self.snapshot == other.snapshot and self.facts == other.facts
@@ -56,28 +58,59 @@ class JobState:
     __hash__ = None  # type: ignore[assignment]
 
 
-# --- initial sub-objects ------------------------------------------------------------------------------------------
+# --- initial sub-objects ---
 
 
 def _access_init() -> dict[str, Any]:
-    return {"status": "none", "accessPlanId": None, "grantedAt": None, "deniedAt": None, "revokedAt": None,
-            "expiredAt": None}
+    return {
+        "status": "none",
+        "accessPlanId": None,
+        "grantedAt": None,
+        "deniedAt": None,
+        "revokedAt": None,
+        "expiredAt": None,
+    }
 
 
 def _execution_init() -> dict[str, Any]:
-    return {"startedAt": None, "robotId": None, "stage": None, "lastHeartbeatAt": None, "lastHeartbeatStage": None,
-            "lastHeartbeatProgress": None, "lastHeartbeatAssistRequested": None, "stalledAt": None,
-            "stallReason": None, "resumedAt": None, "completedAt": None, "abortedAt": None}
+    return {
+        "startedAt": None,
+        "robotId": None,
+        "stage": None,
+        "lastHeartbeatAt": None,
+        "lastHeartbeatStage": None,
+        "lastHeartbeatProgress": None,
+        "lastHeartbeatAssistRequested": None,
+        "stalledAt": None,
+        "stallReason": None,
+        "resumedAt": None,
+        "completedAt": None,
+        "abortedAt": None,
+    }
 
 
 def _coverage_init() -> dict[str, Any]:
-    return {"status": "none", "reservationId": None, "operatorId": None, "startAt": None, "endAt": None,
-            "reservedAt": None, "releasedAt": None}
+    return {
+        "status": "none",
+        "reservationId": None,
+        "operatorId": None,
+        "startAt": None,
+        "endAt": None,
+        "reservedAt": None,
+        "releasedAt": None,
+    }
 
 
 def _assist_init() -> dict[str, Any]:
-    return {"status": "none", "queueId": None, "operatorId": None, "queuedAt": None, "assignedAt": None,
-            "acceptedAt": None, "declinedAt": None}
+    return {
+        "status": "none",
+        "queueId": None,
+        "operatorId": None,
+        "queuedAt": None,
+        "assignedAt": None,
+        "acceptedAt": None,
+        "declinedAt": None,
+    }
 
 
 def _initial_facts() -> Facts:
@@ -112,17 +145,17 @@ def _p(event: Event) -> Mapping[str, Any]:
 
 
 def _track_signature(facts: Facts, event: Event) -> None:
-    sig = event.get("signature")
+    sig: Any = event.get("signature")
     if type(sig) is str and sig.strip():
         facts["signedEventCount"] += 1
-    key_id = event.get("signerKeyId")
+    key_id: Any = event.get("signerKeyId")
     if type(key_id) is str and key_id.strip() and key_id not in facts["signerKeyIds"]:
         facts["signerKeyIds"][key_id] = True
 
 
 def initial_state(first_event: Event) -> JobState:
     """State after the genesis event; `first_event` must be a valid JOB_CREATED."""
-    t = first_event.get("type")
+    t: Any = first_event.get("type")
     if t != JOB_CREATED:
         require_known_event_type(t)
         raise InvalidJobTransition(None, str(t), first_event.get("streamId"))
@@ -130,7 +163,7 @@ def initial_state(first_event: Event) -> JobState:
     if type(p) is not dict:
         raise ValidationError("JOB_CREATED.payload must be an object", field="<root>", eventType=JOB_CREATED)
     VALIDATORS[JOB_CREATED](JOB_CREATED, p, first_event, {}, {})
-    constraints = p.get("constraints")
+    constraints: Any = p.get("constraints")
     snapshot: Snapshot = {
         "id": first_event["streamId"],
         "tenantId": p.get("tenantId") or DEFAULT_TENANT_ID,
@@ -180,7 +213,7 @@ def initial_state(first_event: Event) -> JobState:
     return JobState(snapshot, facts)
 
 
-# --- per-type snapshot updates: (snapshot copy, facts copy, event, payload) -> None -------------------------------
+# --- per-type snapshot updates: (snapshot copy, facts copy, event, payload) -> None ---
 
 Handler = Callable[[Snapshot, Facts, Event, Mapping[str, Any]], None]
 
@@ -201,7 +234,7 @@ def _booked(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
         s["customerId"] = p["customerId"]
     if p.get("siteId") is not None:
         s["siteId"] = p["siteId"]
-    contract = p.get("contract")
+    contract: Any = p.get("contract")
     if p.get("contractId") is not None:
         s["contractId"] = p["contractId"]
     elif type(contract) is dict and contract.get("contractId") is not None:
@@ -210,10 +243,12 @@ def _booked(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
 
 def _matched(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     s["match"] = e.get("payload")
-    for op_key, cust_key in (("operatorContractHash", "customerContractHash"),
-                             ("operatorPolicyHash", "customerPolicyHash"),
-                             ("operatorCompilerId", "customerCompilerId")):
-        v = p.get(op_key)
+    for op_key, cust_key in (
+        ("operatorContractHash", "customerContractHash"),
+        ("operatorPolicyHash", "customerPolicyHash"),
+        ("operatorCompilerId", "customerCompilerId"),
+    ):
+        v: Any = p.get(op_key)
         if v is None:
             v = s[op_key] if s[op_key] is not None else s[cust_key]
         s[op_key] = v
@@ -280,9 +315,9 @@ def _access_expired(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> No
 def _execution_started(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     ex = dict(s["execution"])
     ex["startedAt"] = e["at"]
-    actor = e.get("actor") or {}
+    actor: Any = e.get("actor") or {}
     if e["type"] == "EXECUTION_STARTED":
-        robot_id = actor.get("id") if actor.get("type") == "robot" else p.get("robotId")
+        robot_id: Any = actor.get("id") if actor.get("type") == "robot" else p.get("robotId")
     else:
         robot_id = p.get("robotId")
     ex["robotId"] = robot_id
@@ -355,9 +390,15 @@ def _noop(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
 
 
 def _coverage_reserved(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    s["operatorCoverage"] = {"status": "reserved", "reservationId": p.get("reservationId"),
-                             "operatorId": p.get("operatorId"), "startAt": p.get("startAt"),
-                             "endAt": p.get("endAt"), "reservedAt": e["at"], "releasedAt": None}
+    s["operatorCoverage"] = {
+        "status": "reserved",
+        "reservationId": p.get("reservationId"),
+        "operatorId": p.get("operatorId"),
+        "startAt": p.get("startAt"),
+        "endAt": p.get("endAt"),
+        "reservedAt": e["at"],
+        "releasedAt": None,
+    }
 
 
 def _coverage_released(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
@@ -386,7 +427,7 @@ def _skill_licensed(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> No
     lic = p["licenseId"]
     f["skillLicenseIndex"][lic] = len(s["skillLicenses"])
     s["skillLicenses"].append(e.get("payload"))
-    amount = (p.get("pricing") or {}).get("amountCents")
+    amount: Any = (p.get("pricing") or {}).get("amountCents")
     if is_cents(amount) and amount > 0:
         f["royaltiesCents"] += amount
 
@@ -417,20 +458,22 @@ def _post_settlement_entry(key: str) -> Handler:
 def _incident(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     inc_id = p["incidentId"]
     f["incidentIndex"][inc_id] = len(s["incidents"])
-    s["incidents"].append({
-        "incidentId": inc_id,
-        "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
-        "type": p.get("type"),
-        "severity": p.get("severity"),
-        "summary": p.get("summary"),
-        "description": p.get("description"),
-        "signals": p.get("signals"),
-        "reportedBy": p.get("reportedBy"),
-        "sourceEventType": e["type"],
-        "at": e["at"],
-        "actor": e.get("actor"),
-    })
-    zone = p.get("zoneId")
+    s["incidents"].append(
+        {
+            "incidentId": inc_id,
+            "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
+            "type": p.get("type"),
+            "severity": p.get("severity"),
+            "summary": p.get("summary"),
+            "description": p.get("description"),
+            "signals": p.get("signals"),
+            "reportedBy": p.get("reportedBy"),
+            "sourceEventType": e["type"],
+            "at": e["at"],
+            "actor": e.get("actor"),
+        }
+    )
+    zone: Any = p.get("zoneId")
     if type(zone) is str and zone:
         by_type = f["incidentZonesByType"]
         zones = by_type.get(p["type"])
@@ -442,22 +485,24 @@ def _incident(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
 def _evidence_captured(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     ev_id = p["evidenceId"]
     f["evidenceIndex"][ev_id] = len(s["evidence"])
-    s["evidence"].append({
-        "evidenceId": ev_id,
-        "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
-        "incidentId": p.get("incidentId"),
-        "evidenceRef": p.get("evidenceRef"),
-        "kind": p.get("kind"),
-        "durationSeconds": p.get("durationSeconds"),
-        "sizeBytes": p.get("sizeBytes"),
-        "contentType": p.get("contentType"),
-        "redaction": p.get("redaction"),
-        "at": e["at"],
-        "actor": e.get("actor"),
-        "expiredAt": None,
-        "retentionDays": p.get("retentionDays"),
-        "expiredBy": None,
-    })
+    s["evidence"].append(
+        {
+            "evidenceId": ev_id,
+            "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
+            "incidentId": p.get("incidentId"),
+            "evidenceRef": p.get("evidenceRef"),
+            "kind": p.get("kind"),
+            "durationSeconds": p.get("durationSeconds"),
+            "sizeBytes": p.get("sizeBytes"),
+            "contentType": p.get("contentType"),
+            "redaction": p.get("redaction"),
+            "at": e["at"],
+            "actor": e.get("actor"),
+            "expiredAt": None,
+            "retentionDays": p.get("retentionDays"),
+            "expiredBy": None,
+        }
+    )
 
 
 def _evidence_expired(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
@@ -473,8 +518,14 @@ def _evidence_expired(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> 
 def _zone_coverage(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     zone = p["zoneId"]
     window = p["window"]
-    report = {"zoneId": zone, "coveragePct": p["coveragePct"], "window": window, "eventId": e["id"],
-              "chainHash": e.get("chainHash"), "at": e["at"]}
+    report = {
+        "zoneId": zone,
+        "coveragePct": p["coveragePct"],
+        "window": window,
+        "eventId": e["id"],
+        "chainHash": e.get("chainHash"),
+        "at": e["at"],
+    }
     current = f["zoneCoverage"].get(zone)
     if current is not None:
         cur_end, new_end = current["window"].get("endAt"), window.get("endAt")
@@ -495,54 +546,95 @@ def _claim_update(s: Snapshot, f: Facts, claim_id: str, changes: Mapping[str, An
 def _claim_opened(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     claim_id = p["claimId"]
     f["claimIndex"][claim_id] = len(s["claims"])
-    s["claims"].append({
-        "claimId": claim_id,
-        "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
-        "incidentId": p.get("incidentId"),
-        "reasonCode": p.get("reasonCode"),
-        "description": p.get("description"),
-        "status": "OPEN",
-        "triageCode": None,
-        "triageNotes": None,
-        "approved": None,
-        "denied": None,
-        "adjustedAt": None,
-        "paid": None,
-        "openedAt": e["at"],
-        "actor": e.get("actor"),
-    })
+    s["claims"].append(
+        {
+            "claimId": claim_id,
+            "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
+            "incidentId": p.get("incidentId"),
+            "reasonCode": p.get("reasonCode"),
+            "description": p.get("description"),
+            "status": "OPEN",
+            "triageCode": None,
+            "triageNotes": None,
+            "approved": None,
+            "denied": None,
+            "adjustedAt": None,
+            "paid": None,
+            "openedAt": e["at"],
+            "actor": e.get("actor"),
+        }
+    )
 
 
 def _claim_triaged(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    _claim_update(s, f, p["claimId"], {"status": "TRIAGED", "triageCode": p.get("triageCode"),
-                                       "triageNotes": p.get("notes"), "triagedAt": e["at"],
-                                       "triagedBy": e.get("actor")})
+    _claim_update(
+        s,
+        f,
+        p["claimId"],
+        {
+            "status": "TRIAGED",
+            "triageCode": p.get("triageCode"),
+            "triageNotes": p.get("notes"),
+            "triagedAt": e["at"],
+            "triagedBy": e.get("actor"),
+        },
+    )
 
 
 def _claim_approved(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     amounts = p["amounts"]
-    approved = {"amounts": {"payoutCents": amounts.get("payoutCents"), "refundCents": amounts.get("refundCents")},
-                "currency": p.get("currency"), "notes": p.get("notes")}
-    _claim_update(s, f, p["claimId"], {"status": "APPROVED", "approved": approved, "approvedAt": e["at"],
-                                       "approvedBy": e.get("actor")})
+    approved = {
+        "amounts": {"payoutCents": amounts.get("payoutCents"), "refundCents": amounts.get("refundCents")},
+        "currency": p.get("currency"),
+        "notes": p.get("notes"),
+    }
+    _claim_update(
+        s,
+        f,
+        p["claimId"],
+        {"status": "APPROVED", "approved": approved, "approvedAt": e["at"], "approvedBy": e.get("actor")},
+    )
 
 
 def _claim_denied(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    _claim_update(s, f, p["claimId"], {"status": "DENIED",
-                                       "denied": {"reasonCode": p.get("reasonCode"), "notes": p.get("notes")},
-                                       "deniedAt": e["at"], "deniedBy": e.get("actor")})
+    _claim_update(
+        s,
+        f,
+        p["claimId"],
+        {
+            "status": "DENIED",
+            "denied": {"reasonCode": p.get("reasonCode"), "notes": p.get("notes")},
+            "deniedAt": e["at"],
+            "deniedBy": e.get("actor"),
+        },
+    )
 
 
 def _job_adjusted(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    _claim_update(s, f, p["claimId"], {"adjustedAt": e["at"], "adjustmentId": p.get("adjustmentId"),
-                                       "adjustedBy": e.get("actor")})
+    _claim_update(
+        s,
+        f,
+        p["claimId"],
+        {"adjustedAt": e["at"], "adjustmentId": p.get("adjustmentId"), "adjustedBy": e.get("actor")},
+    )
 
 
 def _claim_paid(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    _claim_update(s, f, p["claimId"], {"status": "PAID",
-                                       "paid": {"amountCents": p.get("amountCents"), "currency": p.get("currency"),
-                                                "paymentRef": p.get("paymentRef")},
-                                       "paidAt": e["at"], "paidBy": e.get("actor")})
+    _claim_update(
+        s,
+        f,
+        p["claimId"],
+        {
+            "status": "PAID",
+            "paid": {
+                "amountCents": p.get("amountCents"),
+                "currency": p.get("currency"),
+                "paymentRef": p.get("paymentRef"),
+            },
+            "paidAt": e["at"],
+            "paidBy": e.get("actor"),
+        },
+    )
 
 
 def _list_or_empty(v: Any) -> list[Any]:
@@ -563,65 +655,100 @@ def _proof_evaluated(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> N
         "missingEvidence": _list_or_empty(p.get("missingEvidence")),
         "metrics": p.get("metrics"),
     }
-    proof_event = {"id": e["id"], "at": e["at"], "chainHash": e.get("chainHash"),
-                   "payloadHash": e.get("payloadHash"), "signature": e.get("signature"),
-                   "signerKeyId": e.get("signerKeyId"), "payload": e.get("payload")}
+    proof_event = {
+        "id": e["id"],
+        "at": e["at"],
+        "chainHash": e.get("chainHash"),
+        "payloadHash": e.get("payloadHash"),
+        "signature": e.get("signature"),
+        "signerKeyId": e.get("signerKeyId"),
+        "payload": e.get("payload"),
+    }
     f["latestProofEvent"] = proof_event
-    anchor = p.get("evaluatedAtChainHash")
+    anchor: Any = p.get("evaluatedAtChainHash")
     f["proofStatusByAnchor"][anchor] = p.get("status")
     f["proofEventByAnchorAndFacts"][f"{anchor}|{p.get('factsHash')}"] = proof_event
 
 
 def _settled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    s["settlement"] = {"settledAt": e["at"], "settledEventId": e["id"],
-                       "settlementProofRef": p.get("settlementProofRef")}
+    s["settlement"] = {
+        "settledAt": e["at"],
+        "settledEventId": e["id"],
+        "settlementProofRef": p.get("settlementProofRef"),
+    }
     f["settledEventCount"] += 1
 
 
 def _hold_held(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     prev = s["settlementHold"]
-    held_at = p.get("heldAt") if p.get("heldAt") is not None else e["at"]
+    held_at: Any = p.get("heldAt") if p.get("heldAt") is not None else e["at"]
     if type(prev) is dict and prev.get("holdId") == p.get("holdId") and prev.get("heldAt") is not None:
         held_at = prev["heldAt"]
     s["settlementHold"] = {
-        "status": "HELD", "holdId": p.get("holdId"), "heldAt": held_at, "lastUpdatedAt": e["at"],
-        "factsHash": p.get("factsHash"), "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
-        "reasonCodes": _list_or_empty(p.get("reasonCodes")), "missingEvidence": _list_or_empty(p.get("missingEvidence")),
-        "triggeringProofRef": p.get("triggeringProofRef"), "pricingAnchor": p.get("pricingAnchor"),
-        "currency": p.get("currency"), "expectedExposure": p.get("expectedExposure"),
-        "holdPolicy": p.get("holdPolicy"), "heldExposure": p.get("heldExposure"),
+        "status": "HELD",
+        "holdId": p.get("holdId"),
+        "heldAt": held_at,
+        "lastUpdatedAt": e["at"],
+        "factsHash": p.get("factsHash"),
+        "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
+        "reasonCodes": _list_or_empty(p.get("reasonCodes")),
+        "missingEvidence": _list_or_empty(p.get("missingEvidence")),
+        "triggeringProofRef": p.get("triggeringProofRef"),
+        "pricingAnchor": p.get("pricingAnchor"),
+        "currency": p.get("currency"),
+        "expectedExposure": p.get("expectedExposure"),
+        "holdPolicy": p.get("holdPolicy"),
+        "heldExposure": p.get("heldExposure"),
     }
 
 
 def _hold_released(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     hold = dict(s["settlementHold"])
-    hold.update({"status": "RELEASED", "lastUpdatedAt": e["at"],
-                 "releasedAt": p.get("releasedAt") if p.get("releasedAt") is not None else e["at"],
-                 "releaseReason": p.get("releaseReason"), "releasingProofRef": p.get("releasingProofRef")})
+    hold.update(
+        {
+            "status": "RELEASED",
+            "lastUpdatedAt": e["at"],
+            "releasedAt": p.get("releasedAt") if p.get("releasedAt") is not None else e["at"],
+            "releaseReason": p.get("releaseReason"),
+            "releasingProofRef": p.get("releasingProofRef"),
+        }
+    )
     s["settlementHold"] = hold
 
 
 def _hold_forfeited(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     hold = dict(s["settlementHold"])
-    hold.update({"status": "FORFEITED", "lastUpdatedAt": e["at"],
-                 "forfeitedAt": p.get("forfeitedAt") if p.get("forfeitedAt") is not None else e["at"],
-                 "forfeitureReason": p.get("forfeitureReason"), "decisionRef": p.get("decisionRef"),
-                 "decisionEventRef": p.get("decisionEventRef")})
+    hold.update(
+        {
+            "status": "FORFEITED",
+            "lastUpdatedAt": e["at"],
+            "forfeitedAt": p.get("forfeitedAt") if p.get("forfeitedAt") is not None else e["at"],
+            "forfeitureReason": p.get("forfeitureReason"),
+            "decisionRef": p.get("decisionRef"),
+            "decisionEventRef": p.get("decisionEventRef"),
+        }
+    )
     s["settlementHold"] = hold
 
 
 def _dispute_opened(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    s["dispute"] = {"status": "OPEN", "disputeId": p.get("disputeId"),
-                    "openedAt": p.get("openedAt") if p.get("openedAt") is not None else e["at"],
-                    "openedBy": p.get("openedBy") if p.get("openedBy") is not None else e.get("actor"),
-                    "reason": p.get("reason")}
+    s["dispute"] = {
+        "status": "OPEN",
+        "disputeId": p.get("disputeId"),
+        "openedAt": p.get("openedAt") if p.get("openedAt") is not None else e["at"],
+        "openedBy": p.get("openedBy") if p.get("openedBy") is not None else e.get("actor"),
+        "reason": p.get("reason"),
+    }
 
 
 def _dispute_closed(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    s["dispute"] = {"status": "CLOSED", "disputeId": p.get("disputeId"),
-                    "closedAt": p.get("closedAt") if p.get("closedAt") is not None else e["at"],
-                    "closedBy": p.get("closedBy") if p.get("closedBy") is not None else e.get("actor"),
-                    "resolution": p.get("resolution")}
+    s["dispute"] = {
+        "status": "CLOSED",
+        "disputeId": p.get("disputeId"),
+        "closedAt": p.get("closedAt") if p.get("closedAt") is not None else e["at"],
+        "closedBy": p.get("closedBy") if p.get("closedBy") is not None else e.get("actor"),
+        "resolution": p.get("resolution"),
+    }
 
 
 HANDLERS: Final[dict[str, Handler]] = {
@@ -688,20 +815,29 @@ _SKIP = frozenset(JOB_EVENT_TYPES - set(HANDLERS) - {JOB_CREATED})
 
 
 def check_event(state: JobState, event: Event) -> str | None:
-    """Everything `apply` checks, without changing anything: known job type, stream id, transition and payload.
+    """Everything `apply` checks, without changing anything: known job type, stream id, transition and
+    payload.
 
     Returns the status after the event, or None when the type does not change the status.
     """
-    t = event.get("type")
+    t: Any = event.get("type")
     snapshot = state.snapshot
     if t not in JOB_EVENT_TYPES:
         require_known_event_type(t)
-        raise ValidationError(f"event type {t} does not belong to a job stream", code="EVENT_TYPE_NOT_ALLOWED",
-                              eventType=t, jobId=snapshot["id"])
+        raise ValidationError(
+            f"event type {t} does not belong to a job stream",
+            code="EVENT_TYPE_NOT_ALLOWED",
+            eventType=t,
+            jobId=snapshot["id"],
+        )
     assert isinstance(t, str)
     if event.get("streamId") != snapshot["id"]:
-        raise ValidationError("event.streamId does not match the job id", code="STREAM_MISMATCH",
-                              streamId=event.get("streamId"), jobId=snapshot["id"])
+        raise ValidationError(
+            "event.streamId does not match the job id",
+            code="STREAM_MISMATCH",
+            streamId=event.get("streamId"),
+            jobId=snapshot["id"],
+        )
     if t == JOB_CREATED:
         raise InvalidJobTransition(snapshot["status"], t, snapshot["id"])
     row = TRANSITIONS.get(t)
@@ -728,10 +864,8 @@ def _step(state: JobState, event: Event, to_status: str | None) -> JobState:
     if t not in _SKIP:
         p = event.get("payload")
         HANDLERS[t](s, f, event, p if type(p) is dict else {})
-    sig = event.get("signature")
-    if sig is not None:
-        _track_signature(f, event)
-    elif event.get("signerKeyId") is not None:
+    sig: Any = event.get("signature")
+    if sig is not None or event.get("signerKeyId") is not None:
         _track_signature(f, event)
     return JobState(s, f)
 
@@ -762,7 +896,7 @@ def start_or_apply(state: JobState | None, event: Event) -> JobState:
     return initial_state(event) if state is None else validate_and_apply(state, event)
 
 
-# --- persistence -----------------------------------------------------------------------------------------------
+# --- persistence ---
 
 
 def serialize_state(state: JobState) -> dict[str, Any]:
@@ -771,21 +905,42 @@ def serialize_state(state: JobState) -> dict[str, Any]:
 
 
 def deserialize_state(data: Mapping[str, Any]) -> JobState:
-    """Inverse of `serialize_state`. The returned state owns its collections (lists and indexes are copied)."""
-    if data.get("v") != STATE_FORMAT_VERSION or type(data.get("snapshot")) is not dict \
-            or type(data.get("facts")) is not dict:
+    """Inverse of `serialize_state`. The returned state owns its collections (lists and indexes are
+    copied)."""
+    if (
+        data.get("v") != STATE_FORMAT_VERSION
+        or type(data.get("snapshot")) is not dict
+        or type(data.get("facts")) is not dict
+    ):
         raise ValidationError("stored job state has an unknown format", code="JOB_STATE_INVALID")
     return own_collections(JobState(data["snapshot"], data["facts"]))
 
 
-_SNAPSHOT_LISTS: Final = ("skillLicenses", "skillUses", "operatorCosts", "slaBreaches", "slaCredits", "riskScores",
-                          "incidents", "evidence", "claims")
-_FACT_COLLECTIONS: Final = ("proofStatusByAnchor", "proofEventByAnchorAndFacts", "signerKeyIds",
-                            "skillLicenseIndex", "incidentIndex", "evidenceIndex", "claimIndex")
+_SNAPSHOT_LISTS: Final = (
+    "skillLicenses",
+    "skillUses",
+    "operatorCosts",
+    "slaBreaches",
+    "slaCredits",
+    "riskScores",
+    "incidents",
+    "evidence",
+    "claims",
+)
+_FACT_COLLECTIONS: Final = (
+    "proofStatusByAnchor",
+    "proofEventByAnchorAndFacts",
+    "signerKeyIds",
+    "skillLicenseIndex",
+    "incidentIndex",
+    "evidenceIndex",
+    "claimIndex",
+)
 
 
 def own_collections(state: JobState) -> JobState:
-    """A state whose growing collections are fresh shallow copies, so later `apply` calls on it never reach the
+    """A state whose growing collections are fresh shallow copies, so later `apply` calls on it never reach
+    the
     collections of `state`. Cost: one pointer copy per collection item."""
     s = state.snapshot.copy()
     for key in _SNAPSHOT_LISTS:
@@ -808,7 +963,8 @@ def signer_key_ids(state: JobState) -> list[str]:
 
 
 def settlement_proof_ref_for(state: JobState) -> dict[str, Any] | None:
-    """A `SETTLED.settlementProofRef` built from the latest PROOF_EVALUATED anchored at the latest completion, or
+    """A `SETTLED.settlementProofRef` built from the latest PROOF_EVALUATED anchored at the latest
+    completion, or
     None when there is none. For server-drafted SETTLED events (02-jobs.md §6)."""
     completion = state.facts["latestCompletion"]
     latest = state.facts["latestProofEvent"]

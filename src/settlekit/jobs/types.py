@@ -1,4 +1,5 @@
-"""Job states, the transition table, every known event type and the signer policy (02-jobs.md, 01-events.md §8)."""
+"""Job states, the transition table, every known event type and the signer policy (02-jobs.md, 01-events.md
+§8)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Final, Literal
 
 from settlekit.errors import SettlekitError
 
-# --- states -----------------------------------------------------------------------------------------------------
+# --- states ---
 
 CREATED: Final = "CREATED"
 QUOTED: Final = "QUOTED"
@@ -24,14 +25,26 @@ ABORTED: Final = "ABORTED"
 SETTLED: Final = "SETTLED"
 
 JOB_STATES: Final[tuple[str, ...]] = (
-    CREATED, QUOTED, BOOKED, MATCHED, RESERVED, EN_ROUTE, ACCESS_GRANTED, EXECUTING, ASSISTED, STALLED,
-    ABORTING_SAFE_EXIT, COMPLETED, ABORTED, SETTLED,
+    CREATED,
+    QUOTED,
+    BOOKED,
+    MATCHED,
+    RESERVED,
+    EN_ROUTE,
+    ACCESS_GRANTED,
+    EXECUTING,
+    ASSISTED,
+    STALLED,
+    ABORTING_SAFE_EXIT,
+    COMPLETED,
+    ABORTED,
+    SETTLED,
 )
 EXECUTION_TERMINAL_STATES: Final = frozenset({COMPLETED, ABORTED})
 FINANCIAL_TERMINAL_STATES: Final = frozenset({SETTLED})
 TERMINAL_STATES: Final = frozenset({COMPLETED, ABORTED, SETTLED})
 
-# --- transition table (02-jobs.md §2): event type -> {from status: to status} ----------------------------------
+# --- transition table (02-jobs.md §2): event type -> {from status: to status} ---
 
 _PRE_TRANSIT = (CREATED, QUOTED, BOOKED, MATCHED, RESERVED)
 _IN_FIELD = (EN_ROUTE, ACCESS_GRANTED, EXECUTING, ASSISTED, STALLED)
@@ -56,7 +69,11 @@ def _build_transitions() -> dict[str, dict[str, str]]:
     add((EXECUTING,), ("ASSIST_STARTED",), ASSISTED)
     add((ASSISTED,), ("ASSIST_ENDED",), EXECUTING)
     add((EXECUTING, ASSISTED, STALLED), ("EXECUTION_COMPLETED", "JOB_EXECUTION_COMPLETED"), COMPLETED)
-    add((EXECUTING, ASSISTED, STALLED, ABORTING_SAFE_EXIT), ("EXECUTION_ABORTED", "JOB_EXECUTION_ABORTED"), ABORTED)
+    add(
+        (EXECUTING, ASSISTED, STALLED, ABORTING_SAFE_EXIT),
+        ("EXECUTION_ABORTED", "JOB_EXECUTION_ABORTED"),
+        ABORTED,
+    )
     add((EXECUTING, ASSISTED), ("JOB_EXECUTION_STALLED",), STALLED)
     add((STALLED,), ("JOB_EXECUTION_RESUMED",), EXECUTING)
     add((BOOKED, MATCHED, RESERVED), ("JOB_RESCHEDULED",), BOOKED)
@@ -70,40 +87,96 @@ def _build_transitions() -> dict[str, dict[str, str]]:
 TRANSITIONS: Final[dict[str, dict[str, str]]] = _build_transitions()
 TRANSITION_TYPES: Final = frozenset(TRANSITIONS)
 
-# --- non-transition job event types (02-jobs.md §3) -------------------------------------------------------------
+# --- non-transition job event types (02-jobs.md §3) ---
 
 JOB_CREATED: Final = "JOB_CREATED"
-NON_TRANSITION_JOB_TYPES: Final = frozenset({
-    JOB_CREATED,
-    "ACCESS_PLAN_ISSUED", "ACCESS_DENIED", "SKILL_LICENSED", "SKILL_USED", "SKILL_METER_REPORTED",
-    "RISK_SCORED", "DISPATCH_REQUESTED", "DISPATCH_EVALUATED", "DISPATCH_CONFIRMED", "DISPATCH_FAILED",
-    "OPERATOR_COVERAGE_RESERVED", "OPERATOR_COVERAGE_RELEASED",
-    "ASSIST_REQUESTED", "ASSIST_QUEUED", "ASSIST_ASSIGNED", "ASSIST_ACCEPTED", "ASSIST_DECLINED", "ASSIST_TIMEOUT",
-    "JOB_HEARTBEAT", "CHECKPOINT_REACHED", "TELEMETRY_HEARTBEAT",
-    "INCIDENT_DETECTED", "INCIDENT_REPORTED", "EVIDENCE_CAPTURED", "EVIDENCE_VIEWED", "EVIDENCE_EXPIRED",
-    "ZONE_COVERAGE_REPORTED",
-    "PROOF_EVALUATED", "PROOF_OVERRIDDEN", "SETTLEMENT_HELD", "SETTLEMENT_RELEASED", "SETTLEMENT_FORFEITED",
-    "DECISION_RECORDED", "DISPUTE_OPENED", "DISPUTE_CLOSED",
-    "CLAIM_OPENED", "CLAIM_TRIAGED", "CLAIM_APPROVED", "CLAIM_DENIED", "JOB_ADJUSTED", "CLAIM_PAID",
-    "OPERATOR_COST_RECORDED", "SLA_BREACH_DETECTED", "SLA_CREDIT_ISSUED",
-    "CORRELATION_LINKED", "CORRELATION_RELINKED",
-})
+NON_TRANSITION_JOB_TYPES: Final = frozenset(
+    {
+        JOB_CREATED,
+        "ACCESS_PLAN_ISSUED",
+        "ACCESS_DENIED",
+        "SKILL_LICENSED",
+        "SKILL_USED",
+        "SKILL_METER_REPORTED",
+        "RISK_SCORED",
+        "DISPATCH_REQUESTED",
+        "DISPATCH_EVALUATED",
+        "DISPATCH_CONFIRMED",
+        "DISPATCH_FAILED",
+        "OPERATOR_COVERAGE_RESERVED",
+        "OPERATOR_COVERAGE_RELEASED",
+        "ASSIST_REQUESTED",
+        "ASSIST_QUEUED",
+        "ASSIST_ASSIGNED",
+        "ASSIST_ACCEPTED",
+        "ASSIST_DECLINED",
+        "ASSIST_TIMEOUT",
+        "JOB_HEARTBEAT",
+        "CHECKPOINT_REACHED",
+        "TELEMETRY_HEARTBEAT",
+        "INCIDENT_DETECTED",
+        "INCIDENT_REPORTED",
+        "EVIDENCE_CAPTURED",
+        "EVIDENCE_VIEWED",
+        "EVIDENCE_EXPIRED",
+        "ZONE_COVERAGE_REPORTED",
+        "PROOF_EVALUATED",
+        "PROOF_OVERRIDDEN",
+        "SETTLEMENT_HELD",
+        "SETTLEMENT_RELEASED",
+        "SETTLEMENT_FORFEITED",
+        "DECISION_RECORDED",
+        "DISPUTE_OPENED",
+        "DISPUTE_CLOSED",
+        "CLAIM_OPENED",
+        "CLAIM_TRIAGED",
+        "CLAIM_APPROVED",
+        "CLAIM_DENIED",
+        "JOB_ADJUSTED",
+        "CLAIM_PAID",
+        "OPERATOR_COST_RECORDED",
+        "SLA_BREACH_DETECTED",
+        "SLA_CREDIT_ISSUED",
+        "CORRELATION_LINKED",
+        "CORRELATION_RELINKED",
+    }
+)
 JOB_EVENT_TYPES: Final = TRANSITION_TYPES | NON_TRANSITION_JOB_TYPES
 
-# --- other streams (known, reduced elsewhere) -------------------------------------------------------------------
+# --- other streams (known, reduced elsewhere) ---
 
-ROBOT_EVENT_TYPES: Final = frozenset({
-    "ROBOT_REGISTERED", "ROBOT_AVAILABILITY_SET", "ROBOT_STATUS_CHANGED", "ROBOT_UNHEALTHY", "ROBOT_QUARANTINED",
-    "ROBOT_QUARANTINE_CLEARED", "MAINTENANCE_REQUESTED", "MAINTENANCE_COMPLETED", "ROBOT_HEARTBEAT",
-})
-OPERATOR_EVENT_TYPES: Final = frozenset({"OPERATOR_REGISTERED", "OPERATOR_SHIFT_OPENED", "OPERATOR_SHIFT_CLOSED"})
+ROBOT_EVENT_TYPES: Final = frozenset(
+    {
+        "ROBOT_REGISTERED",
+        "ROBOT_AVAILABILITY_SET",
+        "ROBOT_STATUS_CHANGED",
+        "ROBOT_UNHEALTHY",
+        "ROBOT_QUARANTINED",
+        "ROBOT_QUARANTINE_CLEARED",
+        "MAINTENANCE_REQUESTED",
+        "MAINTENANCE_COMPLETED",
+        "ROBOT_HEARTBEAT",
+    }
+)
+OPERATOR_EVENT_TYPES: Final = frozenset(
+    {"OPERATOR_REGISTERED", "OPERATOR_SHIFT_OPENED", "OPERATOR_SHIFT_CLOSED"}
+)
 MONTH_EVENT_TYPES: Final = frozenset({"MONTH_CLOSE_REQUESTED", "MONTH_CLOSED", "MONTH_CLOSE_REOPENED"})
-GOVERNANCE_EVENT_TYPES: Final = frozenset({
-    "TENANT_POLICY_UPDATED", "SERVER_SIGNER_KEY_REGISTERED", "SERVER_SIGNER_KEY_ROTATED", "SERVER_SIGNER_KEY_REVOKED",
-})
+GOVERNANCE_EVENT_TYPES: Final = frozenset(
+    {
+        "TENANT_POLICY_UPDATED",
+        "SERVER_SIGNER_KEY_REGISTERED",
+        "SERVER_SIGNER_KEY_ROTATED",
+        "SERVER_SIGNER_KEY_REVOKED",
+    }
+)
 FINANCE_EVENT_TYPES: Final = frozenset({"INSURER_REIMBURSEMENT_RECORDED"})
 OTHER_STREAM_EVENT_TYPES: Final = (
-    ROBOT_EVENT_TYPES | OPERATOR_EVENT_TYPES | MONTH_EVENT_TYPES | GOVERNANCE_EVENT_TYPES | FINANCE_EVENT_TYPES
+    ROBOT_EVENT_TYPES
+    | OPERATOR_EVENT_TYPES
+    | MONTH_EVENT_TYPES
+    | GOVERNANCE_EVENT_TYPES
+    | FINANCE_EVENT_TYPES
 )
 KNOWN_EVENT_TYPES: Final = JOB_EVENT_TYPES | OTHER_STREAM_EVENT_TYPES
 
@@ -115,23 +188,40 @@ def is_known_event_type(event_type: str) -> bool:
 def require_known_event_type(event_type: object) -> str:
     """Return `event_type` or raise EVENT_TYPE_UNKNOWN (400)."""
     if type(event_type) is not str or event_type not in KNOWN_EVENT_TYPES:
-        raise SettlekitError(f"unknown event type {event_type!r}", code="EVENT_TYPE_UNKNOWN", status=400,
-                             eventType=event_type)
+        raise SettlekitError(
+            f"unknown event type {event_type!r}", code="EVENT_TYPE_UNKNOWN", status=400, eventType=event_type
+        )
     return event_type
 
 
-# --- signer policy (01-events.md §8) ----------------------------------------------------------------------------
+# --- signer policy (01-events.md §8) ---
 
-SignerPolicy = Literal["robot", "operator", "robot_or_operator", "server_or_operator", "server_or_robot", "server"]
+SignerPolicy = Literal[
+    "robot", "operator", "robot_or_operator", "server_or_operator", "server_or_robot", "server"
+]
 SignerKind = Literal["robot", "operator", "server"]
 
 _ROBOT_SIGNED = (
-    "TELEMETRY_HEARTBEAT", "CHECKPOINT_REACHED", "EN_ROUTE", "ASSIST_REQUESTED", "EXECUTION_STARTED",
-    "JOB_EXECUTION_STARTED", "JOB_HEARTBEAT", "EXECUTION_COMPLETED", "JOB_EXECUTION_COMPLETED", "EXECUTION_ABORTED",
-    "INCIDENT_DETECTED", "SKILL_METER_REPORTED", "ROBOT_HEARTBEAT",
+    "TELEMETRY_HEARTBEAT",
+    "CHECKPOINT_REACHED",
+    "EN_ROUTE",
+    "ASSIST_REQUESTED",
+    "EXECUTION_STARTED",
+    "JOB_EXECUTION_STARTED",
+    "JOB_HEARTBEAT",
+    "EXECUTION_COMPLETED",
+    "JOB_EXECUTION_COMPLETED",
+    "EXECUTION_ABORTED",
+    "INCIDENT_DETECTED",
+    "SKILL_METER_REPORTED",
+    "ROBOT_HEARTBEAT",
 )
 _OPERATOR_SIGNED = (
-    "ASSIST_STARTED", "ASSIST_ENDED", "ASSIST_ACCEPTED", "ASSIST_DECLINED", "OPERATOR_SHIFT_OPENED",
+    "ASSIST_STARTED",
+    "ASSIST_ENDED",
+    "ASSIST_ACCEPTED",
+    "ASSIST_DECLINED",
+    "OPERATOR_SHIFT_OPENED",
     "OPERATOR_SHIFT_CLOSED",
 )
 _ROBOT_OR_OPERATOR = ("ACCESS_GRANTED", "ACCESS_DENIED", "SKILL_USED", "ZONE_COVERAGE_REPORTED")

@@ -1,6 +1,7 @@
 """Lean payload and domain validation for job events (02-jobs.md §6).
 
-Validators are plain functions over dicts: no model objects are built, so the hot types (heartbeats) cost a few
+Validators are plain functions over dicts: no model objects are built, so the hot types (heartbeats) cost a
+few
 dict lookups. Each validator gets the snapshot and facts *before* the event and never mutates them.
 """
 
@@ -15,7 +16,9 @@ from settlekit.jobs.types import COMPLETED, SETTLED
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 MAX_AMOUNT_CENTS: Final = 10**12
-ENVIRONMENT_TIERS: Final = frozenset({"ENV_MANAGED_BUILDING", "ENV_HOSPITALITY", "ENV_OFFICE_AFTER_HOURS", "ENV_IN_HOME"})
+ENVIRONMENT_TIERS: Final = frozenset(
+    {"ENV_MANAGED_BUILDING", "ENV_HOSPITALITY", "ENV_OFFICE_AFTER_HOURS", "ENV_IN_HOME"}
+)
 PROOF_STATUSES: Final = frozenset({"PASS", "FAIL", "INSUFFICIENT_EVIDENCE"})
 _HEX = frozenset("0123456789abcdef")
 
@@ -41,23 +44,25 @@ def is_hex64(v: Any) -> bool:
 
 
 def _str(t: str, p: Payload, field: str) -> str:
-    v = p.get(field)
+    v: Any = p.get(field)
     if not is_nonblank(v):
         raise PayloadInvalid(t, field, "must be a non-empty string")
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 def _opt_str(t: str, p: Payload, field: str) -> None:
-    v = p.get(field)
+    v: Any = p.get(field)
     if v is not None and type(v) is not str:
         raise PayloadInvalid(t, field, "must be a string or null")
 
 
 def _cents(t: str, p: Payload, field: str, *, positive: bool = False) -> int:
-    v = p.get(field)
+    v: Any = p.get(field)
     if not is_cents(v) or (positive and v == 0):
-        raise PayloadInvalid(t, field, f"must be an integer {'> 0' if positive else '>= 0'} and <= {MAX_AMOUNT_CENTS}")
-    return v  # type: ignore[no-any-return]
+        raise PayloadInvalid(
+            t, field, f"must be an integer {'> 0' if positive else '>= 0'} and <= {MAX_AMOUNT_CENTS}"
+        )
+    return v
 
 
 def _currency(t: str, p: Payload, field: str = "currency") -> None:
@@ -66,7 +71,7 @@ def _currency(t: str, p: Payload, field: str = "currency") -> None:
 
 
 def _dict(t: str, p: Payload, field: str, *, optional: bool = False) -> Mapping[str, Any] | None:
-    v = p.get(field)
+    v: Any = p.get(field)
     if v is None and optional:
         return None
     if type(v) is not dict:
@@ -87,7 +92,7 @@ def _parse_instant(t: str, field: str, v: Any) -> datetime:
 
 
 def _equals_at(t: str, p: Payload, field: str, event: Mapping[str, Any], *, required: bool = False) -> None:
-    v = p.get(field)
+    v: Any = p.get(field)
     if v is None and not required:
         return
     if v != event["at"]:
@@ -98,12 +103,14 @@ def _violation(code: str, message: str, **details: Any) -> DomainRuleViolation:
     return DomainRuleViolation(message, code=code, **details)
 
 
-# --- per-type validators ------------------------------------------------------------------------------------------
+# --- per-type validators ---
 
 
-def _job_created(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _job_created(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     _str(t, p, "templateId")
-    c = p.get("constraints")
+    c: Any = p.get("constraints")
     if c is not None and type(c) is not dict:
         raise PayloadInvalid(t, "constraints", "must be an object")
     if c is not None:
@@ -125,8 +132,8 @@ def _quote(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Ma
 
 
 def _booked(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
-    start = _parse_instant(t, "startAt", p.get("startAt"))
-    end = _parse_instant(t, "endAt", p.get("endAt"))
+    start: Any = _parse_instant(t, "startAt", p.get("startAt"))
+    end: Any = _parse_instant(t, "endAt", p.get("endAt"))
     if not start < end:
         raise PayloadInvalid(t, "endAt", "must be after startAt")
     if p.get("environmentTier") not in ENVIRONMENT_TIERS:
@@ -152,7 +159,9 @@ def _booked(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: M
         raise _violation("QUOTE_MISSING", "BOOKED needs a quote")
 
 
-def _risk_scored(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _risk_scored(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     if p.get("basis") not in ("QUOTE", "BOOK"):
         raise PayloadInvalid(t, "basis", "must be QUOTE or BOOK")
     _str(t, p, "sourceEventId")
@@ -170,20 +179,26 @@ def _matched(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: 
     _opt_str(t, p, "operatorCompilerId")
 
 
-def _coverage_reserved(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _coverage_reserved(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     for field in ("reservationId", "operatorId", "startAt", "endAt"):
         _str(t, p, field)
 
 
-def _assist_operator(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _assist_operator(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     _str(t, p, "operatorId")
     _opt_str(t, p, "queueId")
 
 
-def _skill_licensed(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _skill_licensed(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     lic = _str(t, p, "licenseId")
-    skill_id = p.get("skillId")
-    skill = p.get("skill")
+    skill_id: Any = p.get("skillId")
+    skill: Any = p.get("skill")
     if not is_nonblank(skill_id) and not (type(skill) is dict and is_nonblank(skill.get("skillId"))):
         raise PayloadInvalid(t, "skillId", "must be a non-empty string (or skill.skillId)")
     pricing = _dict(t, p, "pricing")
@@ -197,7 +212,7 @@ def _skill_licensed(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, An
 def _incident(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
     inc = _str(t, p, "incidentId")
     _str(t, p, "type")
-    sev = p.get("severity")
+    sev: Any = p.get("severity")
     if not is_safe_int(sev) or not 1 <= sev <= 5:
         raise PayloadInvalid(t, "severity", "must be an integer 1..5")
     for field in ("summary", "description", "reportedBy", "zoneId"):
@@ -206,7 +221,9 @@ def _incident(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f:
         raise _violation("INCIDENT_DUPLICATE", f"incident {inc} already exists", incidentId=inc)
 
 
-def _evidence_captured(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _evidence_captured(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     ev = _str(t, p, "evidenceId")
     inc = _str(t, p, "incidentId")
     for field in ("evidenceRef", "kind", "contentType"):
@@ -222,15 +239,19 @@ def _evidence_captured(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str,
         raise _violation("INCIDENT_NOT_FOUND", f"incident {inc} does not exist", incidentId=inc)
 
 
-def _evidence_ref(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _evidence_ref(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     ev = _str(t, p, "evidenceId")
     if ev not in f["evidenceIndex"]:
         raise _violation("EVIDENCE_NOT_FOUND", f"evidence {ev} does not exist", evidenceId=ev)
 
 
-def _zone_coverage(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _zone_coverage(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     _str(t, p, "zoneId")
-    pct = p.get("coveragePct")
+    pct: Any = p.get("coveragePct")
     if type(pct) not in (int, float) or not 0 <= pct <= 100:
         raise PayloadInvalid(t, "coveragePct", "must be a number 0..100")
     w = _dict(t, p, "window")
@@ -249,27 +270,37 @@ def _claim(s: Mapping[str, Any], f: Mapping[str, Any], claim_id: str) -> dict[st
 
 def _claim_status(claim: Mapping[str, Any], allowed: tuple[str, ...], event_type: str) -> None:
     if claim["status"] not in allowed:
-        raise _violation("CLAIM_TRANSITION_ILLEGAL",
-                         f"{event_type} is not allowed for a claim in status {claim['status']}",
-                         claimId=claim["claimId"], claimStatus=claim["status"], eventType=event_type)
+        raise _violation(
+            "CLAIM_TRANSITION_ILLEGAL",
+            f"{event_type} is not allowed for a claim in status {claim['status']}",
+            claimId=claim["claimId"],
+            claimStatus=claim["status"],
+            eventType=event_type,
+        )
 
 
-def _claim_opened(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _claim_opened(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     cid = _str(t, p, "claimId")
     for field in ("incidentId", "reasonCode", "description"):
         _opt_str(t, p, field)
     if cid in f["claimIndex"]:
         raise _violation("CLAIM_DUPLICATE", f"claim {cid} already exists", claimId=cid)
-    inc = p.get("incidentId")
+    inc: Any = p.get("incidentId")
     if inc is not None and inc not in f["incidentIndex"]:
         raise _violation("INCIDENT_NOT_FOUND", f"incident {inc} does not exist", incidentId=inc)
 
 
-def _claim_triaged(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _claim_triaged(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     _claim_status(_claim(s, f, _str(t, p, "claimId")), ("OPEN", "TRIAGED"), t)
 
 
-def _claim_approved(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _claim_approved(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     claim = _claim(s, f, _str(t, p, "claimId"))
     amounts = _dict(t, p, "amounts")
     assert amounts is not None
@@ -280,28 +311,39 @@ def _claim_approved(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, An
     _currency(t, p)
     _opt_str(t, p, "notes")
     quote = s.get("quote") or {}
-    quote_amount = quote.get("amountCents")
+    quote_amount: Any = quote.get("amountCents")
     if refund > 0 and (not is_cents(quote_amount) or refund > quote_amount):
-        raise _violation("CLAIM_AMOUNTS_INVALID", "refundCents exceeds the quoted amount",
-                         refundCents=refund, quoteAmountCents=quote_amount)
+        raise _violation(
+            "CLAIM_AMOUNTS_INVALID",
+            "refundCents exceeds the quoted amount",
+            refundCents=refund,
+            quoteAmountCents=quote_amount,
+        )
     _claim_status(claim, ("OPEN", "TRIAGED"), t)
 
 
-def _claim_denied(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _claim_denied(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     _claim_status(_claim(s, f, _str(t, p, "claimId")), ("OPEN", "TRIAGED"), t)
     _opt_str(t, p, "reasonCode")
     _opt_str(t, p, "notes")
 
 
-def _job_adjusted(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _job_adjusted(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     claim = _claim(s, f, _str(t, p, "claimId"))
     _opt_str(t, p, "adjustmentId")
     if s["status"] != SETTLED:
         raise _violation("JOB_NOT_SETTLED", "JOB_ADJUSTED needs a settled job", status=s["status"])
     _claim_status(claim, ("APPROVED",), t)
     if claim.get("adjustedAt") is not None:
-        raise _violation("CLAIM_ALREADY_ADJUSTED", f"claim {claim['claimId']} is already adjusted",
-                         claimId=claim["claimId"])
+        raise _violation(
+            "CLAIM_ALREADY_ADJUSTED",
+            f"claim {claim['claimId']} is already adjusted",
+            claimId=claim["claimId"],
+        )
 
 
 def _claim_paid(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
@@ -310,20 +352,26 @@ def _claim_paid(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], 
     _currency(t, p)
     _opt_str(t, p, "paymentRef")
     _claim_status(claim, ("APPROVED",), t)
-    amounts = (claim.get("approved") or {}).get("amounts") or {}
-    expected = (amounts.get("payoutCents") or 0) + (amounts.get("refundCents") or 0)
+    amounts: Any = (claim.get("approved") or {}).get("amounts") or {}
+    expected: Any = (amounts.get("payoutCents") or 0) + (amounts.get("refundCents") or 0)
     if amount != expected:
-        raise _violation("CLAIM_AMOUNTS_INVALID", "amountCents must equal the approved payout + refund",
-                         amountCents=amount, expectedCents=expected)
+        raise _violation(
+            "CLAIM_AMOUNTS_INVALID",
+            "amountCents must equal the approved payout + refund",
+            amountCents=amount,
+            expectedCents=expected,
+        )
 
 
-def _proof_evaluated(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _proof_evaluated(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     _str(t, p, "evaluatedAtChainHash")
     _str(t, p, "evaluationId")
     if p.get("status") not in PROOF_STATUSES:
         raise PayloadInvalid(t, "status", f"must be one of {sorted(PROOF_STATUSES)}")
     for field in ("reasonCodes", "missingEvidence"):
-        v = p.get(field)
+        v: Any = p.get(field)
         if v is not None and type(v) is not list:
             raise PayloadInvalid(t, field, "must be a list")
 
@@ -333,22 +381,31 @@ def _settled(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: 
     if ref is not None and type(ref) is not dict:
         raise PayloadInvalid(t, "settlementProofRef", "must be an object or null")
     if s["status"] == COMPLETED and ref is None and gate_mode(s) != "warn":
-        raise _violation("SETTLEMENT_PROOF_REF_REQUIRED",
-                         "SETTLED needs settlementProofRef when the proof gate is strict or holdback")
+        raise _violation(
+            "SETTLEMENT_PROOF_REF_REQUIRED",
+            "SETTLED needs settlementProofRef when the proof gate is strict or holdback",
+        )
 
 
-def _post_settlement(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _post_settlement(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     if s["status"] != SETTLED:
         raise _violation("JOB_NOT_SETTLED", f"{t} needs a settled job", status=s["status"])
-    settled_id = (s.get("settlement") or {}).get("settledEventId")
+    settled_id: Any = (s.get("settlement") or {}).get("settledEventId")
     if p.get("settledEventId") != settled_id:
         raise PayloadInvalid(t, "settledEventId", "must equal the last SETTLED event id", expected=settled_id)
     if f["postSettlement"].get(t) == settled_id:
-        raise _violation("ALREADY_RECORDED_FOR_SETTLEMENT", f"{t} was already recorded for this settlement",
-                         settledEventId=settled_id)
+        raise _violation(
+            "ALREADY_RECORDED_FOR_SETTLEMENT",
+            f"{t} was already recorded for this settlement",
+            settledEventId=settled_id,
+        )
 
 
-def _operator_cost(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _operator_cost(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     _cents(t, p, "costCents")
     _currency(t, p)
     _post_settlement(t, p, e, s, f)
@@ -366,21 +423,25 @@ def _sla_credit(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], 
     _opt_str(t, p, "reason")
     booking = s.get("booking") or {}
     if p.get("policyHash") != booking.get("policyHash"):
-        raise PayloadInvalid(t, "policyHash", "must equal the booking policyHash", expected=booking.get("policyHash"))
+        raise PayloadInvalid(
+            t, "policyHash", "must equal the booking policyHash", expected=booking.get("policyHash")
+        )
     _post_settlement(t, p, e, s, f)
 
 
 def _heartbeat(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
-    ts = p.get("t")
+    ts: Any = p.get("t")
     if type(ts) is not str or not ts:
         raise PayloadInvalid(t, "t", "must be a non-empty string")
 
 
-def _rescheduled(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _rescheduled(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     w = _dict(t, p, "newWindow")
     assert w is not None
-    start = _parse_instant(t, "newWindow.startAt", w.get("startAt"))
-    end = _parse_instant(t, "newWindow.endAt", w.get("endAt"))
+    start: Any = _parse_instant(t, "newWindow.startAt", w.get("startAt"))
+    end: Any = _parse_instant(t, "newWindow.endAt", w.get("endAt"))
     if not start < end:
         raise PayloadInvalid(t, "newWindow.endAt", "must be after startAt")
 
@@ -389,7 +450,9 @@ def _hold(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Map
     _str(t, p, "holdId")
 
 
-def _hold_update(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _hold_update(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     hold_id = _str(t, p, "holdId")
     hold = s.get("settlementHold")
     if hold is None or hold.get("holdId") != hold_id or hold.get("status") != "HELD":
@@ -400,7 +463,9 @@ def _dispute(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: 
     _str(t, p, "disputeId")
 
 
-def _job_started(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+def _job_started(
+    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
+) -> None:
     _str(t, p, "robotId")
 
 
@@ -449,7 +514,7 @@ def gate_mode(snapshot: Mapping[str, Any]) -> str:
         return "warn"
     ps = booking.get("policySnapshot")
     pp = ps.get("proofPolicy") if type(ps) is dict else None
-    mode = pp.get("gateMode") if type(pp) is dict else None
+    mode: Any = pp.get("gateMode") if type(pp) is dict else None
     return mode if mode in ("strict", "holdback") else "warn"
 
 
@@ -461,9 +526,9 @@ def validate_payload(event: Mapping[str, Any], snapshot: Mapping[str, Any], fact
         p = {}
     elif type(p) is not dict:
         raise PayloadInvalid(t, "<root>", "must be an object or null")
-    job_id = p.get("jobId")
+    job_id: Any = p.get("jobId")
     if job_id is not None and job_id != event["streamId"]:
         raise PayloadInvalid(t, "jobId", "must equal the stream id", expected=event["streamId"])
-    validator = VALIDATORS.get(t)
+    validator: Any = VALIDATORS.get(t)
     if validator is not None:
         validator(t, p, event, snapshot, facts)

@@ -1,0 +1,40 @@
+"""`settlekit ledger` sub-commands (pure part)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from settlekit.errors import SettlekitError
+from settlekit.events.canonical import canonical_json, parse_json
+from settlekit.ledger.stream import postings_for_stream
+
+ledger_app = typer.Typer(help="Double-entry ledger tools.", no_args_is_help=True)
+
+
+@ledger_app.command("postings")
+def postings(
+    events: Path = typer.Option(
+        ...,
+        "--events",
+        help="STREAM.json: a JSON array of finalized events",
+        exists=True,
+        dir_okay=False,
+        readable=True,
+    ),
+) -> None:
+    """Print the journal entries of a stream as canonical JSON lines."""
+    data = parse_json(events.read_bytes())
+    if not isinstance(data, list):
+        typer.echo("error: the events file must hold a JSON array of events", err=True)
+        raise typer.Exit(2)
+    try:
+        entries = postings_for_stream(data)
+    except SettlekitError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    out = sys.stdout
+    for entry in entries:
+        out.write(canonical_json(entry) + "\n")

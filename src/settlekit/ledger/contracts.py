@@ -1,0 +1,318 @@
+"""ContractDocument.v1, SplitPlan.v1 and PolicySnapshot.v1: validation, normalization and hashing
+(03-ledger.md §10), plus split-plan execution over one amount.
+
+Normalization fills every absent optional key with null, so documents that differ only by omitted optional
+keys
+hash the same. Unknown keys are rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from settlekit.events.canonical import canonical_hash
+from settlekit.ledger.accounts import MAX_AMOUNT_CENTS
+from settlekit.ledger.errors import ContractInvalid
+
+CONTRACT_COMPILER_ID: Final = "contract_compiler.v1"
+CONTRACT_PARTY_ROLES: Final = ("platform", "operator", "customer")
+SPLIT_PARTY_ROLES: Final = ("platform", "operator", "customer", "subcontractor", "insurer")
+SPLIT_APPLIES_TO: Final = ("gross", "net_after_credits", "credits")
+
+_DOC_KEYS: Final = (
+    "type",
+    "v",
+    "contractId",
+    "contractVersion",
+    "name",
+    "parties",
+    "scope",
+    "policies",
+    "effective",
+    "connect",
+)
+_SCOPE_KEYS: Final = ("customerId", "siteId", "templateId", "zoneId", "skillId", "isDefault")
+_EFFECTIVE_KEYS: Final = ("from", "to")
+_PLAN_KEYS: Final = ("type", "v", "currency", "rules")
+_RULE_KEYS: Final = ("partyRole", "partyId", "share", "appliesTo")
+_POLICY_SNAPSHOT_KEYS: Final = (
+    "schemaVersion",
+    "contractId",
+    "contractVersion",
+    "environmentTier",
+    "requiresOperatorCoverage",
+    "sla",
+    "proofPolicy",
+    "creditPolicy",
+    "evidencePolicy",
+    "claimPolicy",
+    "coveragePolicy",
+)
+
+
+def _bad(path: str, why: str) -> ContractInvalid:
+    return ContractInvalid(f"{path} {why}", path=path)
+
+
+def _obj(v: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    if type(v) is not dict:
+        raise _bad(path, "must be an object")
+    extra = [k for k in v if k not in keys]
+    if extra:
+        raise _bad(f"{path}.{sorted(extra)[0]}", "is not an allowed key")
+    return v
+
+
+def _opt_str(v: Any, path: str) -> str | None:
+    if v is not None and type(v) is not str:
+        raise _bad(path, "must be a string or null")
+    return v
+
+
+def _opt_bool(v: Any, path: str) -> bool | None:
+    if v is not None and type(v) is not bool:
+        raise _bad(path, "must be a boolean or null")
+    return v
+
+
+def _pos_int(v: Any, path: str) -> int:
+    if type(v) is not int or v <= 0 or v > 2**53 - 1:
+        raise _bad(path, "must be a positive integer")
+    return v
+
+
+# --- SplitPlan.v1 ---
+
+
+def normalize_split_plan(plan: Any) -> dict[str, Any]:
+    """Validate a SplitPlan.v1 and return its normalized form (absent optional keys -> null)."""
+    p = _obj(plan, "splitPlan", _PLAN_KEYS)
+    if p.get("type") != "SplitPlan.v1":
+        raise _bad("splitPlan.type", "must be SplitPlan.v1")
+    if p.get("v") != 1 or type(p.get("v")) is not int:
+        raise _bad("splitPlan.v", "must be 1")
+    if p.get("currency") != "USD":
+        raise _bad("splitPlan.currency", "must be USD")
+    rules = p.get("rules")
+    if type(rules) is not list or not rules:
+        raise _bad("splitPlan.rules", "must be a non-empty list")
+    out_rules = []
+    bps_by_scope: dict[str, int] = {}
+    remainders_by_scope: dict[str, int] = {}
+    for i, rule in enumerate(rules):
+        path = f"splitPlan.rules[{i}]"
+        r = _obj(rule, path, _RULE_KEYS)
+        if r.get("partyRole") not in SPLIT_PARTY_ROLES:
+            raise _bad(f"{path}.partyRole", f"must be one of {list(SPLIT_PARTY_ROLES)}")
+        party_id = _opt_str(r.get("partyId"), f"{path}.partyId")
+        applies = r.get("appliesTo")
+        if applies is not None and applies not in SPLIT_APPLIES_TO:
+            raise _bad(f"{path}.appliesTo", f"must be one of {list(SPLIT_APPLIES_TO)}")
+        scope = applies or "gross"
+        share = r.get("share")
+        if type(share) is not dict:
+            raise _bad(f"{path}.share", "must be an object")
+        kind = share.get("type")
+        if kind == "percentage":
+            _obj(share, f"{path}.share", ("type", "valueBasisPoints"))
+            bps = share.get("valueBasisPoints")
+            if type(bps) is not int or not 0 <= bps <= 10000:
+                raise _bad(f"{path}.share.valueBasisPoints", "must be an integer 0..10000")
+            bps_by_scope[scope] = bps_by_scope.get(scope, 0) + bps
+            norm_share: dict[str, Any] = {"type": "percentage", "valueBasisPoints": bps}
+        elif kind == "fixed":
+            _obj(share, f"{path}.share", ("type", "valueCents"))
+            cents = share.get("valueCents")
+            if type(cents) is not int or not 0 <= cents <= MAX_AMOUNT_CENTS:
+                raise _bad(f"{path}.share.valueCents", "must be an integer 0..10**12")
+            norm_share = {"type": "fixed", "valueCents": cents}
+        elif kind == "remainder":
+            _obj(share, f"{path}.share", ("type",))
+            remainders_by_scope[scope] = remainders_by_scope.get(scope, 0) + 1
+            norm_share = {"type": "remainder"}
+        else:
+            raise _bad(f"{path}.share.type", "must be percentage, fixed or remainder")
+        out_rules.append(
+            {"partyRole": r["partyRole"], "partyId": party_id, "share": norm_share, "appliesTo": applies}
+        )
+    for scope, total in bps_by_scope.items():
+        if total > 10000:
+            raise _bad("splitPlan.rules", f"percentages for {scope} add up to more than 100 %")
+    for scope, count in remainders_by_scope.items():
+        if count > 1:
+            raise _bad("splitPlan.rules", f"more than one remainder rule for {scope}")
+    return {"type": "SplitPlan.v1", "v": 1, "currency": "USD", "rules": out_rules}
+
+
+def split_plan_hash(plan: Any) -> str:
+    return canonical_hash(normalize_split_plan(plan))
+
+
+def allocate_split(amount: int, rules: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], int]]:
+    """Divide an integer `amount` over split rules without losing a cent.
+
+    Rounding rule, applied to |amount| with the sign restored at the end:
+    1. fixed shares, in rule order, each capped at what is still unallocated;
+    2. percentage shares of the amount left after the fixed shares, each floored
+       (`left * bps // 10000`);
+    3. every cent still unallocated goes to the remainder rule; without a remainder rule the leftover cents
+    go one
+       at a time to the percentage rules with the largest discarded fractions (ties: earlier rule first), and
+       whatever is still left (no percentage rules, or percentages below 100 %) is returned as a final pair
+       with
+       an empty rule `{}` meaning "the posting's default party".
+    The returned amounts (zeros omitted) always sum to `amount`.
+    """
+    sign = -1 if amount < 0 else 1
+    total = abs(amount)
+    left = total
+    shares = [0] * len(rules)
+    for i, r in enumerate(rules):
+        if r["share"]["type"] == "fixed":
+            take = min(r["share"]["valueCents"], left)
+            shares[i] = take
+            left -= take
+    base = left
+    fractions: list[tuple[int, int]] = []
+    bps_total = 0
+    for i, r in enumerate(rules):
+        if r["share"]["type"] == "percentage":
+            bps = r["share"]["valueBasisPoints"]
+            bps_total += bps
+            shares[i] = base * bps // 10000
+            fractions.append((-(base * bps % 10000), i))
+            left -= shares[i]
+    remainder_idx = next((i for i, r in enumerate(rules) if r["share"]["type"] == "remainder"), None)
+    leftover_default = 0
+    if remainder_idx is not None:
+        shares[remainder_idx] = left
+        left = 0
+    elif bps_total == 10000:
+        for _, i in sorted(fractions):
+            if left == 0:
+                break
+            shares[i] += 1
+            left -= 1
+    leftover_default = left
+    out: list[tuple[Mapping[str, Any], int]] = [
+        (r, sign * shares[i]) for i, r in enumerate(rules) if shares[i]
+    ]
+    if leftover_default:
+        out.append(({}, sign * leftover_default))
+    return out
+
+
+# --- ContractDocument.v1 ---
+
+
+def normalize_contract_document(doc: Any) -> dict[str, Any]:
+    """Validate a ContractDocument.v1 and return its normalized form."""
+    d = _obj(doc, "contract", _DOC_KEYS)
+    if d.get("type") != "ContractDocument.v1":
+        raise _bad("contract.type", "must be ContractDocument.v1")
+    if d.get("v") != 1 or type(d.get("v")) is not int:
+        raise _bad("contract.v", "must be 1")
+    contract_id = d.get("contractId")
+    if type(contract_id) is not str or not contract_id.strip():
+        raise _bad("contract.contractId", "must be a non-empty string")
+    version = _pos_int(d.get("contractVersion"), "contract.contractVersion")
+    name = _opt_str(d.get("name"), "contract.name")
+
+    parties: dict[str, Any] | None = None
+    if d.get("parties") is not None:
+        raw = _obj(d["parties"], "contract.parties", CONTRACT_PARTY_ROLES)
+        parties = {}
+        for role in CONTRACT_PARTY_ROLES:
+            entry = raw.get(role)
+            if entry is None:
+                parties[role] = None
+                continue
+            e = _obj(entry, f"contract.parties.{role}", ("partyId", "requiresSignature"))
+            parties[role] = {
+                "partyId": _opt_str(e.get("partyId"), f"contract.parties.{role}.partyId"),
+                "requiresSignature": _opt_bool(
+                    e.get("requiresSignature"), f"contract.parties.{role}.requiresSignature"
+                ),
+            }
+    scope: dict[str, Any] | None = None
+    if d.get("scope") is not None:
+        raw = _obj(d["scope"], "contract.scope", _SCOPE_KEYS)
+        scope = {k: _opt_str(raw.get(k), f"contract.scope.{k}") for k in _SCOPE_KEYS[:-1]}
+        scope["isDefault"] = _opt_bool(raw.get("isDefault"), "contract.scope.isDefault")
+    policies = d.get("policies")
+    if policies is not None and type(policies) is not dict:
+        raise _bad("contract.policies", "must be an object")
+    effective: dict[str, Any] | None = None
+    if d.get("effective") is not None:
+        raw = _obj(d["effective"], "contract.effective", _EFFECTIVE_KEYS)
+        effective = {k: _opt_str(raw.get(k), f"contract.effective.{k}") for k in _EFFECTIVE_KEYS}
+    connect: dict[str, Any] | None = None
+    if d.get("connect") is not None:
+        raw = _obj(d["connect"], "contract.connect", ("enabled", "splitPlan"))
+        enabled = raw.get("enabled")
+        if type(enabled) is not bool:
+            raise _bad("contract.connect.enabled", "must be a boolean")
+        plan = raw.get("splitPlan")
+        connect = {"enabled": enabled, "splitPlan": normalize_split_plan(plan) if plan is not None else None}
+    return {
+        "type": "ContractDocument.v1",
+        "v": 1,
+        "contractId": contract_id,
+        "contractVersion": version,
+        "name": name,
+        "parties": parties,
+        "scope": scope,
+        "policies": policies,
+        "effective": effective,
+        "connect": connect,
+    }
+
+
+def contract_hash(doc: Any) -> str:
+    """`contractHash = sha256_hex(canonical(normalized document))`."""
+    return canonical_hash(normalize_contract_document(doc))
+
+
+def executable_split_plan(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The normalized split plan when `connect.enabled is True` and a plan exists, else None."""
+    if not doc:
+        return None
+    connect = doc.get("connect")
+    if type(connect) is not dict or connect.get("enabled") is not True or connect.get("splitPlan") is None:
+        return None
+    return normalize_split_plan(connect["splitPlan"])
+
+
+def contract_split_plan_hash(doc: Mapping[str, Any] | None) -> str | None:
+    """`SettlementStatement.settlement.splitPlanHash`: hash of the plan when connect is enabled, else None."""
+    plan = executable_split_plan(doc)
+    return canonical_hash(plan) if plan is not None else None
+
+
+def compile_contract_policy(doc: Any) -> tuple[dict[str, Any], str, str]:
+    """ContractPolicyTemplate.v1 of a document: `(template, policyHash, compilerId)`."""
+    d = normalize_contract_document(doc)
+    connect = d["connect"] or {"enabled": False, "splitPlan": None}
+    plan = connect["splitPlan"]
+    template = {
+        "schemaVersion": "ContractPolicyTemplate.v1",
+        "contractId": d["contractId"],
+        "contractVersion": d["contractVersion"],
+        "policies": d["policies"],
+        "connect": {"enabled": connect["enabled"], "splitPlanHash": canonical_hash(plan) if plan else None},
+    }
+    return template, canonical_hash(template), CONTRACT_COMPILER_ID
+
+
+# --- PolicySnapshot.v1 ---
+
+
+def normalize_policy_snapshot(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """PolicySnapshot.v1 keys with absent ones as null; other keys are rejected."""
+    s = _obj(snapshot, "policySnapshot", _POLICY_SNAPSHOT_KEYS)
+    return {k: s.get(k) for k in _POLICY_SNAPSHOT_KEYS}
+
+
+def policy_snapshot_hash(snapshot: Mapping[str, Any]) -> str:
+    return canonical_hash(normalize_policy_snapshot(snapshot))
