@@ -34,14 +34,6 @@ class _Undefined:
 
 UNDEFINED: Final = _Undefined()
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False)
-_encode = _ENCODER.encode
-
-
-class _NeedsSlowPath(Exception):
-    pass
-
-
 def _is_array_index(key: str) -> bool:
     if not key.isdigit() or not key.isascii():
         return False
@@ -112,50 +104,45 @@ def js_number(x: float) -> str:
     return sign + out
 
 
-def _float_fast(x: float) -> Any:
-    """Return a value the C encoder prints as JS would, or raise _NeedsSlowPath."""
-    if x != x or x in (math.inf, -math.inf):
-        raise _NeedsSlowPath
-    if x == 0:
-        if math.copysign(1.0, x) < 0:
-            raise _NeedsSlowPath
-        return 0
-    if x.is_integer() and abs(x) <= MAX_SAFE_INTEGER:
-        return int(x)
-    if x.is_integer() or "e" in repr(x):
-        raise _NeedsSlowPath
-    return x
+_DIGITS = frozenset("0123456789")
 
 
-def _prepare(x: Any) -> Any:
+def _fast_ok(x: Any) -> bool:
+    """True when the C encoder with sort_keys gives the canonical text: no index-like or astral keys, no
+    non-str keys, no tuples or other types, only safe ints and floats whose repr matches JS."""
     t = type(x)
-    if t is str or x is None or t is bool:
-        return x
-    if t is int:
-        if -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER:
-            return x
-        raise _NeedsSlowPath
     if t is dict:
-        out = {}
-        for k in ordered_keys(list(x)) if _all_str(x) else _raise_slow():
-            out[k] = _prepare(x[k])
-        return out
+        for k, v in x.items():
+            if type(k) is not str:
+                return False
+            if k and (k[0] in _DIGITS or (not k.isascii() and max(k) > "\uffff")):
+                return False
+            tv = type(v)
+            if tv is str or v is None or tv is bool:
+                continue
+            if not _fast_ok(v):
+                return False
+        return True
+    if t is str or x is None or t is bool:
+        return True
+    if t is int:
+        return -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER
     if t is list:
-        return [_prepare(v) for v in x]
+        for v in x:
+            tv = type(v)
+            if tv is str or v is None or tv is bool:
+                continue
+            if not _fast_ok(v):
+                return False
+        return True
     if t is float:
-        return _float_fast(x)
-    raise _NeedsSlowPath
+        return not x.is_integer() and "e" not in repr(x)
+    return False
 
 
-def _all_str(d: dict[Any, Any]) -> bool:
-    for k in d:
-        if type(k) is not str:
-            return False
-    return True
-
-
-def _raise_slow() -> list[str]:
-    raise _NeedsSlowPath
+_SORTED_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                                   check_circular=False, sort_keys=True)
+_encode_sorted = _SORTED_ENCODER.encode
 
 
 def _path_join(path: str, key: str | int) -> str:
@@ -220,9 +207,11 @@ def _write_slow(x: Any, path: str, out: list[str]) -> None:
 
 def canonical_json(x: Any) -> str:
     """Canonical JSON text of `x`; raises CanonicalJsonError naming the JSON path of a bad value."""
+    if not _fast_ok(x):
+        return _slow(x)
     try:
-        text = _encode(_prepare(x))
-    except _NeedsSlowPath:
+        text = _encode_sorted(x)
+    except ValueError:
         return _slow(x)
     if not text.isascii():
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from settlekit.errors import NotFoundError, ValidationError, VerificationError
-from settlekit.events.canonical import canonical_json, iso_millis, normalize
+from settlekit.events.canonical import canonical_json, iso_millis
 
 ENVELOPE_VERSION: Final = 1
 ENVELOPE_FIELDS: Final = (
@@ -99,7 +100,19 @@ def verify_signature(public_key: Ed25519PublicKey, payload_hash: str, signature_
     return True
 
 
+_quote = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
 def payload_material(event: Mapping[str, Any]) -> str:
+    """Canonical JSON of the seven hashed fields. The envelope keys have a fixed order, so only the payload
+    needs the general canonicalizer when the fields have their usual types."""
+    actor = event["actor"]
+    if (type(actor) is dict and len(actor) == 2 and type(actor.get("id")) is str and type(actor.get("type")) is str
+            and event["v"] == 1 and type(event["v"]) is int and type(event["id"]) is str
+            and type(event["at"]) is str and type(event["streamId"]) is str and type(event["type"]) is str):
+        return (f'{{"actor":{{"id":{_quote(actor["id"])},"type":{_quote(actor["type"])}}},"at":{_quote(event["at"])}'
+                f',"id":{_quote(event["id"])},"payload":{canonical_json(event["payload"])}'
+                f',"streamId":{_quote(event["streamId"])},"type":{_quote(event["type"])},"v":1}}')
     return canonical_json(
         {
             "v": event["v"],
@@ -133,15 +146,18 @@ def make_draft(
     at: str | None = None,
     id: str | None = None,
 ) -> Event:
-    """A draft event: the seven hashed fields, hash and signature fields null."""
+    """A draft event: the seven hashed fields, hash and signature fields null.
+
+    Values must already be JSON values; run `settlekit.events.canonical.normalize` first on data holding
+    datetimes or UNDEFINED."""
     return {
         "v": ENVELOPE_VERSION,
         "id": id or new_event_id(),
         "at": at or now_iso(),
         "streamId": stream_id,
         "type": type,
-        "actor": normalize(dict(actor), "$.actor"),
-        "payload": normalize(payload, "$.payload"),
+        "actor": dict(actor),
+        "payload": payload,
         "payloadHash": None,
         "prevChainHash": None,
         "chainHash": None,

@@ -314,7 +314,7 @@ class EventStore:
         return draft
 
     def _check_size(self, event: Mapping[str, Any], index: int) -> None:
-        size = len(canonical_json(event["payload"]).encode("utf-8"))
+        size = len(_dumps(event["payload"]).encode("utf-8"))
         if size > self.max_payload_bytes:
             raise ValidationError(
                 f"event {index}: payload is {size} bytes, over the limit of {self.max_payload_bytes}",
@@ -605,10 +605,14 @@ def _cas_append(tx: Tx, tenant_id: str, stream_id: str, stream_type: str, prev: 
     if tx.dialect == "postgres":
         import psycopg.errors
 
+        from settlekit.store.postgres.backend import PostgresTx
+
+        assert isinstance(tx, PostgresTx)
         try:
-            row = tx.fetchone(
-                "SELECT outcome, base_seq, head_hash, positions FROM settlekit_append(?, ?, ?, ?, ?, ?, ?, ?,"
-                " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows = tx.fetchall_binary(
+                "SELECT outcome, base_seq, head_hash, positions FROM settlekit_append(?::text, ?::text, ?::text,"
+                " ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text[], ?::text[], ?::text[], ?::text[],"
+                " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text, ?::text)",
                 (tenant_id, stream_id, stream_type, prev, prev is None and (expected_version in (None, 0)),
                  expected_version, snapshot_json, batch_id,
                  [e["id"] for e in events], [e["type"] for e in events], [e["at"] for e in events],
@@ -617,7 +621,7 @@ def _cas_append(tx: Tx, tenant_id: str, stream_id: str, stream_type: str, prev: 
                  [e["signerKeyId"] for e in events], jsons, correlation_id, causation_id))
         except psycopg.errors.UniqueViolation as exc:
             raise _UniqueViolation(_classify_unique(str(exc.diag.constraint_name or exc))) from exc
-        assert row is not None
+        row = rows[0]
         if row[0] == "conflict":
             return ("conflict", None if row[1] is None else int(row[1]), row[2])
         return ("ok", int(row[1]), [int(p) for p in row[3]])

@@ -42,6 +42,11 @@ class PostgresTx(Tx):
         self._cur.execute(pg_sql(sql), params)
         return self._cur.fetchall()
 
+    def fetchall_binary(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Binary parameters and results: arrays of JSON text need no escaping."""
+        self._cur.execute(pg_sql(sql).replace("%s", "%b"), params, binary=True)
+        return self._cur.fetchall()
+
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
             self._cur.executemany(pg_sql(sql), rows)

@@ -87,7 +87,6 @@ DECLARE
     v_hash TEXT;
     v_xid XID8 := pg_current_xact_id();
     v_positions BIGINT[] := '{}';
-    v_pos BIGINT;
 BEGIN
     IF p_expect_empty THEN
         INSERT INTO streams (tenant_id, stream_id, stream_type, head_seq, head_chain_hash, head_event_id,
@@ -116,16 +115,18 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    FOR i IN 1..n LOOP
+    WITH inserted AS (
         INSERT INTO events (tenant_id, stream_type, stream_id, seq, event_id, type, at, payload_hash,
                             prev_chain_hash, chain_hash, signature, signer_key_id, event_json,
                             correlation_id, causation_id, txid, batch_id)
-        VALUES (p_tenant, p_stream_type, p_stream, v_base + i, p_ids[i], p_types[i], p_ats[i],
-                p_payload_hashes[i], p_prev_hashes[i], p_chain_hashes[i], p_signatures[i], p_key_ids[i],
-                p_jsons[i], p_correlation, p_causation, v_xid, p_batch)
-        RETURNING position INTO v_pos;
-        v_positions := v_positions || v_pos;
-    END LOOP;
+        SELECT p_tenant, p_stream_type, p_stream, v_base + u.ord, u.id, u.type, u.at, u.ph, u.prev, u.ch, u.sig,
+               u.kid, u.js, p_correlation, p_causation, v_xid, p_batch
+          FROM unnest(p_ids, p_types, p_ats, p_payload_hashes, p_prev_hashes, p_chain_hashes, p_signatures,
+                      p_key_ids, p_jsons) WITH ORDINALITY AS u(id, type, at, ph, prev, ch, sig, kid, js, ord)
+         ORDER BY u.ord
+        RETURNING seq, position
+    )
+    SELECT array_agg(position ORDER BY seq) INTO v_positions FROM inserted;
     RETURN QUERY SELECT 'ok'::TEXT, v_base, p_chain_hashes[n], v_positions;
 END;
 $$;
