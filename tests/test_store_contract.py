@@ -146,8 +146,7 @@ def _vector_store(db: Database, name: str = "settle_completed.json") -> tuple[Ev
     vector = load_vector(name)
     store = EventStore(db, clock=lambda: datetime(2026, 1, 6, tzinfo=UTC))
     for signer in vector["signers"]:
-        store.register_key(vector["generator"].get("tenantId", T) if False else T, signer["publicKeyPem"],
-                           signer.get("purpose") or signer.get("role") or signer.get("name"))
+        store.register_key(T, signer["publicKeyPem"], signer["role"])
     return store, vector
 
 

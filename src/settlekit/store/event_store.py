@@ -314,7 +314,10 @@ class EventStore:
         return draft
 
     def _check_size(self, event: Mapping[str, Any], index: int) -> None:
-        size = len(_dumps(event["payload"]).encode("utf-8"))
+        try:
+            size = len(_dumps(event["payload"]).encode("utf-8"))
+        except (ValueError, TypeError):
+            size = len(canonical_json(event["payload"]).encode("utf-8"))  # raises the error naming the path
         if size > self.max_payload_bytes:
             raise ValidationError(
                 f"event {index}: payload is {size} bytes, over the limit of {self.max_payload_bytes}",
