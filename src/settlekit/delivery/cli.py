@@ -11,6 +11,11 @@ from settlekit.delivery.receiver import ReceiverServer
 delivery_app = typer.Typer(help="Webhook delivery tools.", no_args_is_help=True)
 
 
+@delivery_app.callback()
+def _delivery_group() -> None:
+    """Webhook delivery tools."""
+
+
 def _load_secrets(secret: list[str] | None, secret_file: Path | None) -> list[str]:
     secrets = list(secret or [])
     if secret_file is not None:
@@ -24,7 +29,10 @@ def receive_command(
     port: int = typer.Option(8787, "--port", "-p", help="TCP port (0 = any free port)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on."),
     secret: list[str] | None = typer.Option(
-        None, "--secret", "-s", envvar="SETTLEKIT_WEBHOOK_SECRET",
+        None,
+        "--secret",
+        "-s",
+        envvar="SETTLEKIT_WEBHOOK_SECRET",
         help="whsec_ secret; repeat for rotation (any one may match).",
     ),
     secret_file: Path | None = typer.Option(

@@ -306,6 +306,7 @@ class ReceiverServer:
         self.received: dict[str, dict[str, Any]] = {}  # webhook-id → artifact, first arrival order
         self.duplicates = 0
         self.rejected = 0
+        self.connections_opened = 0  # TCP connections accepted (keep-alive reuse keeps this low)
         self.requests: list[ReceivedRequest] = []
         self._faults: deque[Fault] = deque()
         self._lock = threading.RLock()
@@ -369,6 +370,7 @@ class ReceiverServer:
         with self._lock:
             if add:
                 self._connections.add(conn)
+                self.connections_opened += 1
             else:
                 self._connections.discard(conn)
 
@@ -476,6 +478,7 @@ class ReceiverServer:
                 "duplicates": self.duplicates,
                 "rejected": self.rejected,
                 "requests": len(self.requests),
+                "connections": self.connections_opened,
             }
 
     def wait_for(self, predicate: Callable[[ReceiverServer], bool], timeout: float = 5.0) -> bool:

@@ -67,8 +67,10 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
 
     def __init__(self, policy: SsrfPolicy, config: SenderConfig, resolver: AsyncResolver | None):
         super().__init__(verify=config.verify, trust_env=False)
-        ctx = config.verify if isinstance(config.verify, ssl.SSLContext) else httpx.create_ssl_context(
-            verify=config.verify, trust_env=False
+        ctx = (
+            config.verify
+            if isinstance(config.verify, ssl.SSLContext)
+            else httpx.create_ssl_context(verify=config.verify, trust_env=False)
         )
         # replace the default pool by an identical one with the guarded network backend
         self._pool = httpcore.AsyncConnectionPool(

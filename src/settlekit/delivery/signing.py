@@ -45,7 +45,7 @@ def decode_secret(secret: str) -> bytes:
     """HMAC key of a Standard Webhooks secret: base64-decode of the part after `whsec_`."""
     if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
         raise WebhookSecretError("standard webhook secrets must start with 'whsec_'")
-    raw = secret[len(SECRET_PREFIX):]
+    raw = secret[len(SECRET_PREFIX) :]
     try:
         key = base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError) as exc:
@@ -140,9 +140,7 @@ def verify_standard_signature(
     sig_header = _require(h, H_SIGNATURE)
     ts = check_timestamp(ts_text, tolerance_seconds=tolerance_seconds, now=now)
     offered = [e[3:].encode("ascii", "replace") for e in sig_header.split() if e.startswith("v1,")]
-    expected = [
-        sign_standard(s, message_id, ts, body)[3:].encode("ascii") for s in _as_secret_list(secret)
-    ]
+    expected = [sign_standard(s, message_id, ts, body)[3:].encode("ascii") for s in _as_secret_list(secret)]
     matched = False
     for exp in expected:
         for got in offered:
