@@ -1,0 +1,276 @@
+"""Reducer behaviour: illegal transitions, validation, untouched input on failure, snapshot updates."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from settlekit.errors import SettlekitError
+from settlekit.events.canonical import canonical_json
+from settlekit.jobs import (
+    InvalidJobTransition,
+    JobState,
+    apply,
+    clone_state,
+    deserialize_state,
+    initial_state,
+    process_job_events,
+    reduce,
+    serialize_state,
+    settlement_proof_ref_for,
+)
+from settlekit.jobs.testing import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, heartbeat, lifecycle_to_executing
+
+
+def _executing() -> tuple[StreamBuilder, JobState]:
+    b = StreamBuilder()
+    lifecycle_to_executing(b)
+    return b, reduce(b.events)
+
+
+def _frozen(state: JobState) -> str:
+    return canonical_json(serialize_state(state))
+
+
+def test_genesis_must_be_job_created() -> None:
+    b = StreamBuilder()
+    with pytest.raises(InvalidJobTransition):
+        initial_state(b.draft("QUOTE_PROPOSED", {"amountCents": 1, "currency": "USD"}))
+    with pytest.raises(SettlekitError) as exc:
+        initial_state(b.draft("WHATEVER", {}))
+    assert exc.value.code == "EVENT_TYPE_UNKNOWN"
+
+
+def test_job_created_only_once() -> None:
+    b, state = _executing()
+    with pytest.raises(InvalidJobTransition) as exc:
+        apply(state, b.draft("JOB_CREATED", {"templateId": "x"}))
+    assert exc.value.code == "TRANSITION_ILLEGAL" and exc.value.status == 409
+
+
+def test_illegal_transition_names_status_and_type_and_leaves_state_untouched() -> None:
+    b, state = _executing()
+    before = _frozen(state)
+    with pytest.raises(InvalidJobTransition) as exc:
+        apply(state, b.draft("BOOKED", {}))
+    err = exc.value
+    assert err.details == {"fromStatus": "EXECUTING", "eventType": "BOOKED", "jobId": "job_test"}
+    assert "EXECUTING" in str(err) and "BOOKED" in str(err)
+    assert _frozen(state) == before
+
+
+def test_unknown_and_foreign_types_are_rejected() -> None:
+    b, state = _executing()
+    with pytest.raises(SettlekitError) as exc:
+        apply(state, b.draft("MADE_UP", {}))
+    assert exc.value.code == "EVENT_TYPE_UNKNOWN" and exc.value.status == 400
+    with pytest.raises(SettlekitError) as exc:
+        apply(state, b.draft("ROBOT_HEARTBEAT", {}, ROBOT_ACTOR))
+    assert exc.value.code == "EVENT_TYPE_NOT_ALLOWED"
+
+
+@pytest.mark.parametrize(("payload", "field"), [
+    ({"amountCents": -1, "currency": "USD"}, "amountCents"),
+    ({"amountCents": True, "currency": "USD"}, "amountCents"),
+    ({"amountCents": 1.5, "currency": "USD"}, "amountCents"),
+    ({"amountCents": 10**12 + 1, "currency": "USD"}, "amountCents"),
+    ({"amountCents": 100, "currency": "EUR"}, "currency"),
+    ({"amountCents": 100, "currency": "USD", "breakdown": {"coverageFeeCents": 101}}, "breakdown.coverageFeeCents"),
+])
+def test_quote_validation(payload: dict[str, Any], field: str) -> None:
+    b = StreamBuilder()
+    state = initial_state(b.add("JOB_CREATED", {"templateId": "t"}))
+    with pytest.raises(SettlekitError) as exc:
+        apply(state, b.draft("QUOTE_PROPOSED", payload))
+    assert exc.value.code == "SCHEMA_INVALID" and exc.value.details["field"] == field
+
+
+def test_payload_job_id_must_match_stream() -> None:
+    b, state = _executing()
+    with pytest.raises(SettlekitError) as exc:
+        apply(state, b.draft("JOB_HEARTBEAT", {"jobId": "other", "t": b.next_at}, ROBOT_ACTOR))
+    assert exc.value.details["field"] == "jobId"
+
+
+def test_heartbeat_updates_execution_only() -> None:
+    b, state = _executing()
+    event = b.draft("JOB_HEARTBEAT", {"t": "2026-01-05T11:00:00.000Z", "stage": "S2", "progress": 7,
+                                      "assistRequested": True}, ROBOT_ACTOR)
+    new = apply(state, event)
+    ex = new.snapshot["execution"]
+    assert (ex["lastHeartbeatAt"], ex["lastHeartbeatStage"], ex["lastHeartbeatProgress"],
+            ex["lastHeartbeatAssistRequested"]) == ("2026-01-05T11:00:00.000Z", "S2", 7, True)
+    assert ex["stage"] == "TASK" and new.snapshot["revision"] == state.snapshot["revision"] + 1
+    assert state.snapshot["execution"]["lastHeartbeatAt"] is None  # previous state unchanged
+    assert new.status == "EXECUTING"
+
+
+def test_job_execution_family_and_stall_resume() -> None:
+    b = StreamBuilder()
+    lifecycle_to_executing(b)
+    b.events.pop()  # replace EXECUTION_STARTED by the newer family
+    b.add("JOB_EXECUTION_STARTED", {"robotId": "rob_9", "stage": "A"}, ROBOT_ACTOR)
+    b.add("ASSIST_REQUESTED", {}, ROBOT_ACTOR)
+    b.add("JOB_EXECUTION_STALLED", {"reason": "stuck"})
+    b.add("JOB_EXECUTION_RESUMED", {}, ROBOT_ACTOR)
+    b.add("JOB_EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
+    s = reduce(b.events)
+    ex = s.snapshot["execution"]
+    assert ex["robotId"] == "rob_9" and ex["stallReason"] == "stuck" and ex["resumedAt"] is not None
+    assert s.snapshot["assist"]["status"] == "none"  # reset on resume
+    assert s.facts["completedSeen"] and not s.facts["legacyCompletedSeen"]
+    assert s.facts["latestCompletion"]["eventId"] == b.events[-1]["id"]
+    assert s.status == "COMPLETED"
+
+
+def test_reschedule_clears_match_and_operator_state() -> None:
+    b = StreamBuilder()
+    lifecycle_to_executing(b)
+    del b.events[5:]  # up to RESERVED
+    b.add("OPERATOR_COVERAGE_RESERVED", {"reservationId": "r", "operatorId": "op_1", "startAt": "a", "endAt": "b"})
+    b.add("ASSIST_QUEUED", {"queueId": "q1"})
+    b.add("JOB_RESCHEDULED", {"newWindow": {"startAt": "2026-01-06T10:00:00.000Z",
+                                            "endAt": "2026-01-06T12:00:00.000Z"}})
+    s = reduce(b.events).snapshot
+    assert s["status"] == "BOOKED" and s["match"] is None and s["reservation"] is None
+    assert s["operatorPolicyHash"] is None and s["operatorCoverage"]["status"] == "none"
+    assert s["assist"]["status"] == "none" and s["access"]["status"] == "none"
+    assert (s["booking"]["startAt"], s["booking"]["endAt"]) == ("2026-01-06T10:00:00.000Z",
+                                                               "2026-01-06T12:00:00.000Z")
+
+
+def test_cancel_in_field_goes_to_safe_exit_then_abort() -> None:
+    b, _ = _executing()
+    b.add("JOB_CANCELLED", {"reason": "customer"})
+    b.add("JOB_CANCELLED", {"reason": "again"})
+    b.add("EXECUTION_ABORTED", {}, ROBOT_ACTOR)
+    s = reduce(b.events)
+    assert s.status == "ABORTED" and s.facts["abortedSeen"] and s.facts["legacyAbortedSeen"]
+    assert s.snapshot["cancellation"] == {"reason": "again"}
+
+
+def test_assist_pair_and_operator_assist_states() -> None:
+    b, _ = _executing()
+    b.add("ASSIST_ASSIGNED", {"operatorId": "op_2", "queueId": "q"})
+    b.add("ASSIST_ACCEPTED", {"operatorId": "op_2"}, OPERATOR_ACTOR)
+    b.add("ASSIST_STARTED", {"operatorId": "op_2"}, OPERATOR_ACTOR)
+    heartbeat(b)
+    b.add("ASSIST_ENDED", {}, OPERATOR_ACTOR)
+    s = reduce(b.events)
+    assert s.facts["assistStarted"] and s.status == "EXECUTING"
+    assert s.snapshot["assist"]["status"] == "accepted" and s.snapshot["assist"]["operatorId"] == "op_2"
+
+
+def _settled_with_incident() -> tuple[StreamBuilder, JobState]:
+    b, _ = _executing()
+    b.add("EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
+    b.add("SETTLED", {})
+    b.add("INCIDENT_REPORTED", {"incidentId": "inc_1", "type": "DAMAGE", "severity": 2})
+    b.add("CLAIM_OPENED", {"claimId": "clm_1", "incidentId": "inc_1"})
+    return b, reduce(b.events)
+
+
+@pytest.mark.parametrize(("type_", "payload", "code"), [
+    ("INCIDENT_REPORTED", {"incidentId": "inc_1", "type": "X", "severity": 1}, "INCIDENT_DUPLICATE"),
+    ("INCIDENT_REPORTED", {"incidentId": "inc_2", "type": "X", "severity": 6}, "SCHEMA_INVALID"),
+    ("CLAIM_OPENED", {"claimId": "clm_1"}, "CLAIM_DUPLICATE"),
+    ("CLAIM_OPENED", {"claimId": "clm_2", "incidentId": "nope"}, "INCIDENT_NOT_FOUND"),
+    ("CLAIM_PAID", {"claimId": "clm_1", "amountCents": 10, "currency": "USD"}, "CLAIM_TRANSITION_ILLEGAL"),
+    ("JOB_ADJUSTED", {"claimId": "clm_1"}, "CLAIM_TRANSITION_ILLEGAL"),
+    ("JOB_ADJUSTED", {"claimId": "clm_9"}, "CLAIM_NOT_FOUND"),
+    ("CLAIM_APPROVED", {"claimId": "clm_1", "amounts": {"payoutCents": 0, "refundCents": 0}, "currency": "USD"},
+     "SCHEMA_INVALID"),
+    ("CLAIM_APPROVED", {"claimId": "clm_1", "amounts": {"payoutCents": 0, "refundCents": 6501},
+                        "currency": "USD"}, "CLAIM_AMOUNTS_INVALID"),
+    ("EVIDENCE_CAPTURED", {"evidenceId": "ev", "incidentId": "inc_x", "evidenceRef": "s3://x", "kind": "video",
+                           "contentType": "video/mp4", "sizeBytes": 10}, "INCIDENT_NOT_FOUND"),
+    ("OPERATOR_COST_RECORDED", {"costCents": 1, "currency": "USD", "settledEventId": "evt_wrong"},
+     "SCHEMA_INVALID"),
+])
+def test_domain_rejections_leave_state_untouched(type_: str, payload: dict[str, Any], code: str) -> None:
+    b, state = _settled_with_incident()
+    before = _frozen(state)
+    with pytest.raises(SettlekitError) as exc:
+        apply(state, b.draft(type_, payload))
+    assert exc.value.code == code
+    assert _frozen(state) == before
+
+
+def test_claim_lifecycle_and_evidence() -> None:
+    b, _ = _settled_with_incident()
+    b.add("EVIDENCE_CAPTURED", {"evidenceId": "ev_1", "incidentId": "inc_1", "evidenceRef": "s3://e",
+                                "kind": "photo", "contentType": "image/jpeg", "sizeBytes": 99})
+    b.add("EVIDENCE_EXPIRED", {"evidenceId": "ev_1", "retentionDays": 30})
+    b.add("CLAIM_TRIAGED", {"claimId": "clm_1", "triageCode": "OK", "notes": "n"}, OPERATOR_ACTOR)
+    b.add("CLAIM_DENIED", {"claimId": "clm_1", "reasonCode": "NO", "notes": "nope"})
+    s = reduce(b.events).snapshot
+    claim = s["claims"][0]
+    assert claim["status"] == "DENIED" and claim["denied"] == {"reasonCode": "NO", "notes": "nope"}
+    assert claim["triagedBy"] == OPERATOR_ACTOR
+    ev = s["evidence"][0]
+    assert ev["expiredAt"] == b.events[-3]["at"] and ev["retentionDays"] == 30 and ev["expiredBy"]["id"] == "proxy"
+
+
+def test_post_settlement_accounting_once_per_settlement() -> None:
+    b, state = _settled_with_incident()
+    settled_id = state.snapshot["settlement"]["settledEventId"]
+    payload = {"costCents": 100, "currency": "USD", "settledEventId": settled_id}
+    state = apply(state, b.add("OPERATOR_COST_RECORDED", payload))
+    with pytest.raises(SettlekitError) as exc:
+        apply(state, b.draft("OPERATOR_COST_RECORDED", payload))
+    assert exc.value.code == "ALREADY_RECORDED_FOR_SETTLEMENT"
+
+
+def test_post_settlement_accounting_needs_settled_job() -> None:
+    b, state = _executing()
+    with pytest.raises(SettlekitError) as exc:
+        apply(state, b.draft("OPERATOR_COST_RECORDED", {"costCents": 1, "currency": "USD", "settledEventId": None}))
+    assert exc.value.code == "JOB_NOT_SETTLED"
+
+
+def test_strict_gate_settlement_needs_proof_ref_and_builds_one() -> None:
+    from settlekit.jobs.testing import booking_payload
+
+    b = StreamBuilder()
+    lifecycle_to_executing(b, booking=booking_payload(gate_mode="strict"))
+    completed = b.add("EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
+    state = reduce(b.events)
+    with pytest.raises(SettlekitError) as exc:
+        apply(state, b.draft("SETTLED", {}))
+    assert exc.value.code == "SETTLEMENT_PROOF_REF_REQUIRED"
+    assert settlement_proof_ref_for(state) is None
+    state = apply(state, b.add("PROOF_EVALUATED", {
+        "evaluatedAt": b.next_at, "evaluatedAtChainHash": completed["chainHash"], "evaluationId": "ev1",
+        "status": "PASS", "reasonCodes": [], "missingEvidence": [], "factsHash": "f" * 64}))
+    ref = settlement_proof_ref_for(state)
+    assert ref is not None and ref["status"] == "PASS" and ref["proofEventId"] == b.events[-1]["id"]
+    assert state.facts["proofStatusByAnchor"][completed["chainHash"]] == "PASS"
+    state = apply(state, b.add("SETTLED", {"settlementProofRef": ref}))
+    assert state.snapshot["settlement"]["settlementProofRef"] == ref
+
+
+def test_serialize_roundtrip_and_clone_isolation() -> None:
+    b, state = _settled_with_incident()
+    data = copy.deepcopy(serialize_state(state))
+    again = deserialize_state(data)
+    assert again == state
+    keep = clone_state(state)
+    frozen = _frozen(keep)
+    apply(state, b.add("CLAIM_TRIAGED", {"claimId": "clm_1", "triageCode": "X"}))
+    assert _frozen(keep) == frozen
+    with pytest.raises(SettlekitError) as exc:
+        deserialize_state({"v": 99})
+    assert exc.value.code == "JOB_STATE_INVALID"
+
+
+def test_batch_failure_leaves_stored_state_untouched() -> None:
+    b, _ = _executing()
+    stored = process_job_events(None, b.events).state
+    before = canonical_json(stored)
+    ok = b.add("SKILL_USED", {"licenseId": "l"}, ROBOT_ACTOR)
+    bad = b.draft("BOOKED", {})
+    with pytest.raises(InvalidJobTransition):
+        process_job_events(stored, [ok, bad])
+    assert canonical_json(stored) == before
