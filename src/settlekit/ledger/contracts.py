@@ -180,7 +180,7 @@ def allocate_split(amount: int, rules: list[Mapping[str, Any]]) -> list[tuple[Ma
         if r["share"]["type"] == "percentage":
             bps = r["share"]["valueBasisPoints"]
             bps_total += bps
-            shares[i] = base * bps // 10000
+            shares[i] = min(base * bps // 10000, left)  # caps plans that were not validated
             fractions.append((-(base * bps % 10000), i))
             left -= shares[i]
     remainder_idx = next((i for i, r in enumerate(rules) if r["share"]["type"] == "remainder"), None)

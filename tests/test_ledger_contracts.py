@@ -1,0 +1,175 @@
+"""ContractDocument.v1 / SplitPlan.v1 validation and hashing; allocations with contracts and split plans."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from settlekit.events.canonical import canonical_hash
+from settlekit.jobs import process_job_events
+from settlekit.jobs.testing import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload, lifecycle_to_executing
+from settlekit.ledger import (
+    ContractInvalid,
+    allocate_split,
+    allocations_for_entry,
+    compile_contract_policy,
+    contract_hash,
+    contract_split_plan_hash,
+    normalize_contract_document,
+    normalize_split_plan,
+    split_plan_hash,
+)
+
+PLAN = {"type": "SplitPlan.v1", "v": 1, "currency": "USD", "rules": [
+    {"partyRole": "operator", "partyId": "pty_fleet_a", "share": {"type": "percentage", "valueBasisPoints": 7000}},
+    {"partyRole": "subcontractor", "partyId": "pty_dev", "share": {"type": "fixed", "valueCents": 100}},
+    {"partyRole": "operator", "share": {"type": "remainder"}},
+]}
+DOC = {"type": "ContractDocument.v1", "v": 1, "contractId": "ctr_1", "contractVersion": 2, "name": "Fleet A",
+       "parties": {"operator": {"partyId": "pty_fleet_a_main", "requiresSignature": True}},
+       "policies": {"sla": {"maxStallMs": 1}}, "connect": {"enabled": True, "splitPlan": PLAN}}
+
+
+def test_split_plan_normalization_and_hash() -> None:
+    norm = normalize_split_plan(PLAN)
+    assert norm["rules"][2] == {"partyRole": "operator", "partyId": None, "share": {"type": "remainder"},
+                                "appliesTo": None}
+    assert split_plan_hash(PLAN) == canonical_hash(norm)
+    explicit = copy.deepcopy(PLAN)
+    explicit["rules"][2]["partyId"] = None
+    assert split_plan_hash(explicit) == split_plan_hash(PLAN)
+    changed = copy.deepcopy(PLAN)
+    changed["rules"][0]["share"]["valueBasisPoints"] = 6999
+    assert split_plan_hash(changed) != split_plan_hash(PLAN)
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda p: p.update(type="SplitPlan.v2"),
+    lambda p: p.update(currency="EUR"),
+    lambda p: p.update(rules=[]),
+    lambda p: p.update(extra=1),
+    lambda p: p["rules"][0].update(partyRole="bank"),
+    lambda p: p["rules"][0]["share"].update(valueBasisPoints=10001),
+    lambda p: p["rules"][0]["share"].update(valueBasisPoints=True),
+    lambda p: p["rules"][1]["share"].update(valueCents=-1),
+    lambda p: p["rules"][0].update(appliesTo="everything"),
+    lambda p: p["rules"].append({"partyRole": "platform", "share": {"type": "remainder"}}),
+    lambda p: p["rules"].append({"partyRole": "platform", "share": {"type": "percentage", "valueBasisPoints": 3001}}),
+])
+def test_split_plan_rejections(mutate: Any) -> None:
+    plan = copy.deepcopy(PLAN)
+    mutate(plan)
+    with pytest.raises(ContractInvalid) as exc:
+        normalize_split_plan(plan)
+    assert exc.value.status == 400
+
+
+def test_contract_document_normalization_and_hash() -> None:
+    norm = normalize_contract_document(DOC)
+    assert norm["scope"] is None and norm["effective"] is None
+    assert norm["parties"]["platform"] is None and norm["parties"]["operator"]["partyId"] == "pty_fleet_a_main"
+    assert contract_hash(DOC) == canonical_hash(norm)
+    assert contract_hash(norm) == contract_hash(DOC)  # normalization is idempotent
+    assert contract_split_plan_hash(DOC) == split_plan_hash(PLAN)
+    disabled = {**DOC, "connect": {"enabled": False, "splitPlan": PLAN}}
+    assert contract_split_plan_hash(disabled) is None
+    template, policy_hash, compiler = compile_contract_policy(DOC)
+    assert template["connect"] == {"enabled": True, "splitPlanHash": split_plan_hash(PLAN)}
+    assert policy_hash == canonical_hash(template) and compiler == "contract_compiler.v1"
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d.update(unknown=1),
+    lambda d: d.update(type="Contract"),
+    lambda d: d.update(contractVersion=0),
+    lambda d: d.update(contractId=""),
+    lambda d: d.update(parties={"bank": {"partyId": "x"}}),
+    lambda d: d.update(connect={"enabled": "yes"}),
+    lambda d: d.update(scope={"isDefault": "no"}),
+])
+def test_contract_rejections(mutate: Any) -> None:
+    doc = copy.deepcopy(DOC)
+    mutate(doc)
+    with pytest.raises(ContractInvalid):
+        normalize_contract_document(doc)
+
+
+def _rules(draw_rules: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for kind, value in draw_rules:
+        if kind == "percentage":
+            out.append({"partyRole": "operator", "partyId": f"p{len(out)}",
+                        "share": {"type": "percentage", "valueBasisPoints": value}})
+        elif kind == "fixed":
+            out.append({"partyRole": "operator", "partyId": f"p{len(out)}",
+                        "share": {"type": "fixed", "valueCents": value}})
+        else:
+            out.append({"partyRole": "operator", "partyId": f"p{len(out)}", "share": {"type": "remainder"}})
+    return out
+
+
+@given(amount=st.integers(min_value=-10**12, max_value=10**12),
+       rules=st.lists(st.tuples(st.sampled_from(["percentage", "fixed", "remainder"]),
+                                st.integers(min_value=0, max_value=10000)), min_size=1, max_size=6))
+def test_allocate_split_never_loses_a_cent(amount: int, rules: list[tuple[str, int]]) -> None:
+    plan_rules = _rules(rules)
+    assume(sum(v for k, v in rules if k == "percentage") <= 10000)
+    assume(sum(1 for k, _ in rules if k == "remainder") <= 1)
+    normalize_split_plan({"type": "SplitPlan.v1", "v": 1, "currency": "USD", "rules": plan_rules})
+    split = allocate_split(amount, plan_rules)
+    assert sum(share for _, share in split) == amount
+    assert all(share != 0 for _, share in split)
+    assert all((share > 0) == (amount > 0) for _, share in split)
+
+
+def test_allocate_split_rounding_rule() -> None:
+    thirds = _rules([("percentage", 3333), ("percentage", 3333), ("percentage", 3334)])
+    assert [s for _, s in allocate_split(100, thirds)] == [33, 33, 34]
+    assert [s for _, s in allocate_split(101, thirds)] == [34, 33, 34]
+    partial = _rules([("percentage", 5000)])
+    split = allocate_split(101, partial)
+    assert [s for _, s in split] == [50, 51] and split[1][0] == {}  # leftover to the default party
+    with_fixed = _rules([("fixed", 150), ("percentage", 5000), ("remainder", 0)])
+    assert [s for _, s in allocate_split(-1000, with_fixed)] == [-150, -425, -425]
+
+
+def _settled_events() -> list[dict[str, Any]]:
+    b = StreamBuilder()
+    lifecycle_to_executing(b, booking=booking_payload())
+    b.add("ASSIST_STARTED", {}, OPERATOR_ACTOR)
+    b.add("EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
+    b.add("SETTLED", {})
+    return b.events
+
+
+def test_contract_party_ids_override_defaults() -> None:
+    result = process_job_events(None, _settled_events(), contract_doc=DOC)
+    owner = [a for a in result.allocations if a["accountId"] == "acct_owner_payable"]
+    assert [a["partyId"] for a in owner] == ["pty_fleet_a_main"]
+    escrow = [a for a in result.allocations if a["accountId"] == "acct_customer_escrow"]
+    assert {a["partyId"] for a in escrow} == {"pty_customer:cust_1"}
+
+
+def test_split_plan_execution_divides_operator_payouts() -> None:
+    result = process_job_events(None, _settled_events())
+    settled = result.ledger_entries[-1]["entry"]
+    owner_posting = next(p for p in settled["postings"] if p["accountId"] == "acct_owner_payable")
+    allocs = allocations_for_entry(settled, result.snapshot, contract_doc=DOC, execute_split_plan=True)
+    owner = [a for a in allocs if a["accountId"] == "acct_owner_payable"]
+    assert sum(a["amountCents"] for a in owner) == owner_posting["amountCents"]
+    by_party = {a["partyId"]: a["amountCents"] for a in owner}
+    left = -owner_posting["amountCents"] - 100
+    assert by_party["pty_dev"] == -100
+    assert by_party["pty_fleet_a"] == -(left * 7000 // 10000)
+    assert by_party["pty_fleet_a_main"] == owner_posting["amountCents"] + 100 + left * 7000 // 10000
+    # every posting's allocations sum to the posting
+    for i, posting in enumerate(settled["postings"]):
+        assert sum(a["amountCents"] for a in allocs if a["postingId"] == f"p{i}") == posting["amountCents"]
+    # without connect.enabled the plan is not executed
+    plain = allocations_for_entry(settled, result.snapshot, contract_doc={**DOC, "connect": {"enabled": False}},
+                                  execute_split_plan=True)
+    assert len(plain) == len(settled["postings"])
