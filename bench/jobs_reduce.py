@@ -28,30 +28,82 @@ def build_stream(n: int) -> list[dict[str, Any]]:
         i = len(events)
         at = (t0 + timedelta(seconds=i)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
         chain = hashlib.sha256(f"{JOB_ID}:{i}".encode()).hexdigest()
-        events.append({"v": 1, "id": f"evt_bench_{i:06d}", "at": at, "streamId": JOB_ID, "type": type_,
-                       "actor": actor, "payload": payload, "payloadHash": chain, "prevChainHash": None,
-                       "chainHash": chain, "signature": "c2ln", "signerKeyId": "key_bench"})
+        events.append(
+            {
+                "v": 1,
+                "id": f"evt_bench_{i:06d}",
+                "at": at,
+                "streamId": JOB_ID,
+                "type": type_,
+                "actor": actor,
+                "payload": payload,
+                "payloadHash": chain,
+                "prevChainHash": None,
+                "chainHash": chain,
+                "signature": "c2ln",
+                "signerKeyId": "key_bench",
+            }
+        )
 
-    add("JOB_CREATED", SERVER, {"tenantId": "tenant_default", "templateId": "reset_lite", "customerId": "cust_1",
-                                "siteId": "site_1", "constraints": {"zoneId": "zone_a"}})
-    add("QUOTE_PROPOSED", SERVER, {"amountCents": 8000, "currency": "USD",
-                                   "breakdown": {"baseCents": 7500, "coverageFeeCents": 500}})
-    add("BOOKED", SERVER, {
-        "startAt": "2026-01-05T10:00:00.000Z", "endAt": "2026-01-05T18:00:00.000Z",
-        "environmentTier": "ENV_MANAGED_BUILDING", "requiresOperatorCoverage": True, "zoneId": "zone_a",
-        "sla": {"maxStallMs": 300000}, "customerId": "cust_1", "siteId": "site_1", "contractId": "contract_default",
-        "contractVersion": 1,
-        "policySnapshot": {"schemaVersion": "PolicySnapshot.v1", "proofPolicy": None,
-                           "coveragePolicy": {"required": True, "reserveFundPercent": 20}},
-        "policyHash": "d" * 64,
-    })
+    add(
+        "JOB_CREATED",
+        SERVER,
+        {
+            "tenantId": "tenant_default",
+            "templateId": "reset_lite",
+            "customerId": "cust_1",
+            "siteId": "site_1",
+            "constraints": {"zoneId": "zone_a"},
+        },
+    )
+    add(
+        "QUOTE_PROPOSED",
+        SERVER,
+        {"amountCents": 8000, "currency": "USD", "breakdown": {"baseCents": 7500, "coverageFeeCents": 500}},
+    )
+    add(
+        "BOOKED",
+        SERVER,
+        {
+            "startAt": "2026-01-05T10:00:00.000Z",
+            "endAt": "2026-01-05T18:00:00.000Z",
+            "environmentTier": "ENV_MANAGED_BUILDING",
+            "requiresOperatorCoverage": True,
+            "zoneId": "zone_a",
+            "sla": {"maxStallMs": 300000},
+            "customerId": "cust_1",
+            "siteId": "site_1",
+            "contractId": "contract_default",
+            "contractVersion": 1,
+            "policySnapshot": {
+                "schemaVersion": "PolicySnapshot.v1",
+                "proofPolicy": None,
+                "coveragePolicy": {"required": True, "reserveFundPercent": 20},
+            },
+            "policyHash": "d" * 64,
+        },
+    )
     add("MATCHED", SERVER, {"robotId": "rob_1"})
     add("RESERVED", SERVER, {"robotId": "rob_1", "reservationId": "rsv_1"})
-    add("OPERATOR_COVERAGE_RESERVED", SERVER, {"reservationId": "ocr_1", "operatorId": "op_1",
-                                               "startAt": "2026-01-05T10:00:00.000Z",
-                                               "endAt": "2026-01-05T18:00:00.000Z"})
-    add("SKILL_LICENSED", SERVER, {"licenseId": "lic_1", "skill": {"skillId": "skill_1"},
-                                   "pricing": {"amountCents": 300, "currency": "USD"}})
+    add(
+        "OPERATOR_COVERAGE_RESERVED",
+        SERVER,
+        {
+            "reservationId": "ocr_1",
+            "operatorId": "op_1",
+            "startAt": "2026-01-05T10:00:00.000Z",
+            "endAt": "2026-01-05T18:00:00.000Z",
+        },
+    )
+    add(
+        "SKILL_LICENSED",
+        SERVER,
+        {
+            "licenseId": "lic_1",
+            "skill": {"skillId": "skill_1"},
+            "pricing": {"amountCents": 300, "currency": "USD"},
+        },
+    )
     add("EN_ROUTE", ROBOT, {"etaSeconds": 600})
     add("ACCESS_GRANTED", ROBOT, {"accessPlanId": "ap_1"})
     add("EXECUTION_STARTED", ROBOT, {"stage": "TASK"})
@@ -64,13 +116,19 @@ def build_stream(n: int) -> list[dict[str, Any]]:
             add("ASSIST_ENDED", OPERATOR, {"operatorId": "op_1"})
             continue
         at = (t0 + timedelta(seconds=len(events))).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-        add("JOB_HEARTBEAT", ROBOT, {"jobId": JOB_ID, "robotId": "rob_1", "t": at, "stage": "TASK",
-                                     "progress": k % 100})
+        add(
+            "JOB_HEARTBEAT",
+            ROBOT,
+            {"jobId": JOB_ID, "robotId": "rob_1", "t": at, "stage": "TASK", "progress": k % 100},
+        )
     add("EXECUTION_COMPLETED", ROBOT, {"report": {"tasksCompleted": 1}})
     add("SETTLED", SERVER, {"settlement": "bench"})
     while len(events) < n:
-        add("OPERATOR_COST_RECORDED", SERVER, {"costCents": 500, "currency": "USD",
-                                               "settledEventId": events[-1]["id"]})
+        add(
+            "OPERATOR_COST_RECORDED",
+            SERVER,
+            {"costCents": 500, "currency": "USD", "settledEventId": events[-1]["id"]},
+        )
     return events
 
 

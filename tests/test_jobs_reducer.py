@@ -21,7 +21,13 @@ from settlekit.jobs import (
     serialize_state,
     settlement_proof_ref_for,
 )
-from settlekit.jobs.testing import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, heartbeat, lifecycle_to_executing
+from settlekit.jobs.testing import (
+    OPERATOR_ACTOR,
+    ROBOT_ACTOR,
+    StreamBuilder,
+    heartbeat,
+    lifecycle_to_executing,
+)
 
 
 def _executing() -> tuple[StreamBuilder, JobState]:
@@ -71,14 +77,20 @@ def test_unknown_and_foreign_types_are_rejected() -> None:
     assert exc.value.code == "EVENT_TYPE_NOT_ALLOWED"
 
 
-@pytest.mark.parametrize(("payload", "field"), [
-    ({"amountCents": -1, "currency": "USD"}, "amountCents"),
-    ({"amountCents": True, "currency": "USD"}, "amountCents"),
-    ({"amountCents": 1.5, "currency": "USD"}, "amountCents"),
-    ({"amountCents": 10**12 + 1, "currency": "USD"}, "amountCents"),
-    ({"amountCents": 100, "currency": "EUR"}, "currency"),
-    ({"amountCents": 100, "currency": "USD", "breakdown": {"coverageFeeCents": 101}}, "breakdown.coverageFeeCents"),
-])
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"amountCents": -1, "currency": "USD"}, "amountCents"),
+        ({"amountCents": True, "currency": "USD"}, "amountCents"),
+        ({"amountCents": 1.5, "currency": "USD"}, "amountCents"),
+        ({"amountCents": 10**12 + 1, "currency": "USD"}, "amountCents"),
+        ({"amountCents": 100, "currency": "EUR"}, "currency"),
+        (
+            {"amountCents": 100, "currency": "USD", "breakdown": {"coverageFeeCents": 101}},
+            "breakdown.coverageFeeCents",
+        ),
+    ],
+)
 def test_quote_validation(payload: dict[str, Any], field: str) -> None:
     b = StreamBuilder()
     state = initial_state(b.add("JOB_CREATED", {"templateId": "t"}))
@@ -96,12 +108,19 @@ def test_payload_job_id_must_match_stream() -> None:
 
 def test_heartbeat_updates_execution_only() -> None:
     b, state = _executing()
-    event = b.draft("JOB_HEARTBEAT", {"t": "2026-01-05T11:00:00.000Z", "stage": "S2", "progress": 7,
-                                      "assistRequested": True}, ROBOT_ACTOR)
+    event = b.draft(
+        "JOB_HEARTBEAT",
+        {"t": "2026-01-05T11:00:00.000Z", "stage": "S2", "progress": 7, "assistRequested": True},
+        ROBOT_ACTOR,
+    )
     new = apply(state, event)
     ex = new.snapshot["execution"]
-    assert (ex["lastHeartbeatAt"], ex["lastHeartbeatStage"], ex["lastHeartbeatProgress"],
-            ex["lastHeartbeatAssistRequested"]) == ("2026-01-05T11:00:00.000Z", "S2", 7, True)
+    assert (
+        ex["lastHeartbeatAt"],
+        ex["lastHeartbeatStage"],
+        ex["lastHeartbeatProgress"],
+        ex["lastHeartbeatAssistRequested"],
+    ) == ("2026-01-05T11:00:00.000Z", "S2", 7, True)
     assert ex["stage"] == "TASK" and new.snapshot["revision"] == state.snapshot["revision"] + 1
     assert state.snapshot["execution"]["lastHeartbeatAt"] is None  # previous state unchanged
     assert new.status == "EXECUTING"
@@ -129,16 +148,23 @@ def test_reschedule_clears_match_and_operator_state() -> None:
     b = StreamBuilder()
     lifecycle_to_executing(b)
     del b.events[5:]  # up to RESERVED
-    b.add("OPERATOR_COVERAGE_RESERVED", {"reservationId": "r", "operatorId": "op_1", "startAt": "a", "endAt": "b"})
+    b.add(
+        "OPERATOR_COVERAGE_RESERVED",
+        {"reservationId": "r", "operatorId": "op_1", "startAt": "a", "endAt": "b"},
+    )
     b.add("ASSIST_QUEUED", {"queueId": "q1"})
-    b.add("JOB_RESCHEDULED", {"newWindow": {"startAt": "2026-01-06T10:00:00.000Z",
-                                            "endAt": "2026-01-06T12:00:00.000Z"}})
+    b.add(
+        "JOB_RESCHEDULED",
+        {"newWindow": {"startAt": "2026-01-06T10:00:00.000Z", "endAt": "2026-01-06T12:00:00.000Z"}},
+    )
     s = reduce(b.events).snapshot
     assert s["status"] == "BOOKED" and s["match"] is None and s["reservation"] is None
     assert s["operatorPolicyHash"] is None and s["operatorCoverage"]["status"] == "none"
     assert s["assist"]["status"] == "none" and s["access"]["status"] == "none"
-    assert (s["booking"]["startAt"], s["booking"]["endAt"]) == ("2026-01-06T10:00:00.000Z",
-                                                               "2026-01-06T12:00:00.000Z")
+    assert (s["booking"]["startAt"], s["booking"]["endAt"]) == (
+        "2026-01-06T10:00:00.000Z",
+        "2026-01-06T12:00:00.000Z",
+    )
 
 
 def test_cancel_in_field_goes_to_safe_exit_then_abort() -> None:
@@ -172,23 +198,49 @@ def _settled_with_incident() -> tuple[StreamBuilder, JobState]:
     return b, reduce(b.events)
 
 
-@pytest.mark.parametrize(("type_", "payload", "code"), [
-    ("INCIDENT_REPORTED", {"incidentId": "inc_1", "type": "X", "severity": 1}, "INCIDENT_DUPLICATE"),
-    ("INCIDENT_REPORTED", {"incidentId": "inc_2", "type": "X", "severity": 6}, "SCHEMA_INVALID"),
-    ("CLAIM_OPENED", {"claimId": "clm_1"}, "CLAIM_DUPLICATE"),
-    ("CLAIM_OPENED", {"claimId": "clm_2", "incidentId": "nope"}, "INCIDENT_NOT_FOUND"),
-    ("CLAIM_PAID", {"claimId": "clm_1", "amountCents": 10, "currency": "USD"}, "CLAIM_TRANSITION_ILLEGAL"),
-    ("JOB_ADJUSTED", {"claimId": "clm_1"}, "CLAIM_TRANSITION_ILLEGAL"),
-    ("JOB_ADJUSTED", {"claimId": "clm_9"}, "CLAIM_NOT_FOUND"),
-    ("CLAIM_APPROVED", {"claimId": "clm_1", "amounts": {"payoutCents": 0, "refundCents": 0}, "currency": "USD"},
-     "SCHEMA_INVALID"),
-    ("CLAIM_APPROVED", {"claimId": "clm_1", "amounts": {"payoutCents": 0, "refundCents": 6501},
-                        "currency": "USD"}, "CLAIM_AMOUNTS_INVALID"),
-    ("EVIDENCE_CAPTURED", {"evidenceId": "ev", "incidentId": "inc_x", "evidenceRef": "s3://x", "kind": "video",
-                           "contentType": "video/mp4", "sizeBytes": 10}, "INCIDENT_NOT_FOUND"),
-    ("OPERATOR_COST_RECORDED", {"costCents": 1, "currency": "USD", "settledEventId": "evt_wrong"},
-     "SCHEMA_INVALID"),
-])
+@pytest.mark.parametrize(
+    ("type_", "payload", "code"),
+    [
+        ("INCIDENT_REPORTED", {"incidentId": "inc_1", "type": "X", "severity": 1}, "INCIDENT_DUPLICATE"),
+        ("INCIDENT_REPORTED", {"incidentId": "inc_2", "type": "X", "severity": 6}, "SCHEMA_INVALID"),
+        ("CLAIM_OPENED", {"claimId": "clm_1"}, "CLAIM_DUPLICATE"),
+        ("CLAIM_OPENED", {"claimId": "clm_2", "incidentId": "nope"}, "INCIDENT_NOT_FOUND"),
+        (
+            "CLAIM_PAID",
+            {"claimId": "clm_1", "amountCents": 10, "currency": "USD"},
+            "CLAIM_TRANSITION_ILLEGAL",
+        ),
+        ("JOB_ADJUSTED", {"claimId": "clm_1"}, "CLAIM_TRANSITION_ILLEGAL"),
+        ("JOB_ADJUSTED", {"claimId": "clm_9"}, "CLAIM_NOT_FOUND"),
+        (
+            "CLAIM_APPROVED",
+            {"claimId": "clm_1", "amounts": {"payoutCents": 0, "refundCents": 0}, "currency": "USD"},
+            "SCHEMA_INVALID",
+        ),
+        (
+            "CLAIM_APPROVED",
+            {"claimId": "clm_1", "amounts": {"payoutCents": 0, "refundCents": 6501}, "currency": "USD"},
+            "CLAIM_AMOUNTS_INVALID",
+        ),
+        (
+            "EVIDENCE_CAPTURED",
+            {
+                "evidenceId": "ev",
+                "incidentId": "inc_x",
+                "evidenceRef": "s3://x",
+                "kind": "video",
+                "contentType": "video/mp4",
+                "sizeBytes": 10,
+            },
+            "INCIDENT_NOT_FOUND",
+        ),
+        (
+            "OPERATOR_COST_RECORDED",
+            {"costCents": 1, "currency": "USD", "settledEventId": "evt_wrong"},
+            "SCHEMA_INVALID",
+        ),
+    ],
+)
 def test_domain_rejections_leave_state_untouched(type_: str, payload: dict[str, Any], code: str) -> None:
     b, state = _settled_with_incident()
     before = _frozen(state)
@@ -200,8 +252,17 @@ def test_domain_rejections_leave_state_untouched(type_: str, payload: dict[str, 
 
 def test_claim_lifecycle_and_evidence() -> None:
     b, _ = _settled_with_incident()
-    b.add("EVIDENCE_CAPTURED", {"evidenceId": "ev_1", "incidentId": "inc_1", "evidenceRef": "s3://e",
-                                "kind": "photo", "contentType": "image/jpeg", "sizeBytes": 99})
+    b.add(
+        "EVIDENCE_CAPTURED",
+        {
+            "evidenceId": "ev_1",
+            "incidentId": "inc_1",
+            "evidenceRef": "s3://e",
+            "kind": "photo",
+            "contentType": "image/jpeg",
+            "sizeBytes": 99,
+        },
+    )
     b.add("EVIDENCE_EXPIRED", {"evidenceId": "ev_1", "retentionDays": 30})
     b.add("CLAIM_TRIAGED", {"claimId": "clm_1", "triageCode": "OK", "notes": "n"}, OPERATOR_ACTOR)
     b.add("CLAIM_DENIED", {"claimId": "clm_1", "reasonCode": "NO", "notes": "nope"})
@@ -210,7 +271,11 @@ def test_claim_lifecycle_and_evidence() -> None:
     assert claim["status"] == "DENIED" and claim["denied"] == {"reasonCode": "NO", "notes": "nope"}
     assert claim["triagedBy"] == OPERATOR_ACTOR
     ev = s["evidence"][0]
-    assert ev["expiredAt"] == b.events[-3]["at"] and ev["retentionDays"] == 30 and ev["expiredBy"]["id"] == "proxy"
+    assert (
+        ev["expiredAt"] == b.events[-3]["at"]
+        and ev["retentionDays"] == 30
+        and ev["expiredBy"]["id"] == "proxy"
+    )
 
 
 def test_post_settlement_accounting_once_per_settlement() -> None:
@@ -226,7 +291,10 @@ def test_post_settlement_accounting_once_per_settlement() -> None:
 def test_post_settlement_accounting_needs_settled_job() -> None:
     b, state = _executing()
     with pytest.raises(SettlekitError) as exc:
-        apply(state, b.draft("OPERATOR_COST_RECORDED", {"costCents": 1, "currency": "USD", "settledEventId": None}))
+        apply(
+            state,
+            b.draft("OPERATOR_COST_RECORDED", {"costCents": 1, "currency": "USD", "settledEventId": None}),
+        )
     assert exc.value.code == "JOB_NOT_SETTLED"
 
 
@@ -241,9 +309,21 @@ def test_strict_gate_settlement_needs_proof_ref_and_builds_one() -> None:
         apply(state, b.draft("SETTLED", {}))
     assert exc.value.code == "SETTLEMENT_PROOF_REF_REQUIRED"
     assert settlement_proof_ref_for(state) is None
-    state = apply(state, b.add("PROOF_EVALUATED", {
-        "evaluatedAt": b.next_at, "evaluatedAtChainHash": completed["chainHash"], "evaluationId": "ev1",
-        "status": "PASS", "reasonCodes": [], "missingEvidence": [], "factsHash": "f" * 64}))
+    state = apply(
+        state,
+        b.add(
+            "PROOF_EVALUATED",
+            {
+                "evaluatedAt": b.next_at,
+                "evaluatedAtChainHash": completed["chainHash"],
+                "evaluationId": "ev1",
+                "status": "PASS",
+                "reasonCodes": [],
+                "missingEvidence": [],
+                "factsHash": "f" * 64,
+            },
+        ),
+    )
     ref = settlement_proof_ref_for(state)
     assert ref is not None and ref["status"] == "PASS" and ref["proofEventId"] == b.events[-1]["id"]
     assert state.facts["proofStatusByAnchor"][completed["chainHash"]] == "PASS"

@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from settlekit.events.canonical import canonical_hash
 from settlekit.jobs import process_job_events
-from settlekit.jobs.testing import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload, lifecycle_to_executing
+from settlekit.jobs.testing import (
+    OPERATOR_ACTOR,
+    ROBOT_ACTOR,
+    StreamBuilder,
+    booking_payload,
+    lifecycle_to_executing,
+)
 from settlekit.ledger import (
     ContractInvalid,
     allocate_split,
@@ -24,20 +30,40 @@ from settlekit.ledger import (
     split_plan_hash,
 )
 
-PLAN = {"type": "SplitPlan.v1", "v": 1, "currency": "USD", "rules": [
-    {"partyRole": "operator", "partyId": "pty_fleet_a", "share": {"type": "percentage", "valueBasisPoints": 7000}},
-    {"partyRole": "subcontractor", "partyId": "pty_dev", "share": {"type": "fixed", "valueCents": 100}},
-    {"partyRole": "operator", "share": {"type": "remainder"}},
-]}
-DOC = {"type": "ContractDocument.v1", "v": 1, "contractId": "ctr_1", "contractVersion": 2, "name": "Fleet A",
-       "parties": {"operator": {"partyId": "pty_fleet_a_main", "requiresSignature": True}},
-       "policies": {"sla": {"maxStallMs": 1}}, "connect": {"enabled": True, "splitPlan": PLAN}}
+PLAN = {
+    "type": "SplitPlan.v1",
+    "v": 1,
+    "currency": "USD",
+    "rules": [
+        {
+            "partyRole": "operator",
+            "partyId": "pty_fleet_a",
+            "share": {"type": "percentage", "valueBasisPoints": 7000},
+        },
+        {"partyRole": "subcontractor", "partyId": "pty_dev", "share": {"type": "fixed", "valueCents": 100}},
+        {"partyRole": "operator", "share": {"type": "remainder"}},
+    ],
+}
+DOC = {
+    "type": "ContractDocument.v1",
+    "v": 1,
+    "contractId": "ctr_1",
+    "contractVersion": 2,
+    "name": "Fleet A",
+    "parties": {"operator": {"partyId": "pty_fleet_a_main", "requiresSignature": True}},
+    "policies": {"sla": {"maxStallMs": 1}},
+    "connect": {"enabled": True, "splitPlan": PLAN},
+}
 
 
 def test_split_plan_normalization_and_hash() -> None:
     norm = normalize_split_plan(PLAN)
-    assert norm["rules"][2] == {"partyRole": "operator", "partyId": None, "share": {"type": "remainder"},
-                                "appliesTo": None}
+    assert norm["rules"][2] == {
+        "partyRole": "operator",
+        "partyId": None,
+        "share": {"type": "remainder"},
+        "appliesTo": None,
+    }
     assert split_plan_hash(PLAN) == canonical_hash(norm)
     explicit = copy.deepcopy(PLAN)
     explicit["rules"][2]["partyId"] = None
@@ -47,19 +73,24 @@ def test_split_plan_normalization_and_hash() -> None:
     assert split_plan_hash(changed) != split_plan_hash(PLAN)
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda p: p.update(type="SplitPlan.v2"),
-    lambda p: p.update(currency="EUR"),
-    lambda p: p.update(rules=[]),
-    lambda p: p.update(extra=1),
-    lambda p: p["rules"][0].update(partyRole="bank"),
-    lambda p: p["rules"][0]["share"].update(valueBasisPoints=10001),
-    lambda p: p["rules"][0]["share"].update(valueBasisPoints=True),
-    lambda p: p["rules"][1]["share"].update(valueCents=-1),
-    lambda p: p["rules"][0].update(appliesTo="everything"),
-    lambda p: p["rules"].append({"partyRole": "platform", "share": {"type": "remainder"}}),
-    lambda p: p["rules"].append({"partyRole": "platform", "share": {"type": "percentage", "valueBasisPoints": 3001}}),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda p: p.update(type="SplitPlan.v2"),
+        lambda p: p.update(currency="EUR"),
+        lambda p: p.update(rules=[]),
+        lambda p: p.update(extra=1),
+        lambda p: p["rules"][0].update(partyRole="bank"),
+        lambda p: p["rules"][0]["share"].update(valueBasisPoints=10001),
+        lambda p: p["rules"][0]["share"].update(valueBasisPoints=True),
+        lambda p: p["rules"][1]["share"].update(valueCents=-1),
+        lambda p: p["rules"][0].update(appliesTo="everything"),
+        lambda p: p["rules"].append({"partyRole": "platform", "share": {"type": "remainder"}}),
+        lambda p: p["rules"].append(
+            {"partyRole": "platform", "share": {"type": "percentage", "valueBasisPoints": 3001}}
+        ),
+    ],
+)
 def test_split_plan_rejections(mutate: Any) -> None:
     plan = copy.deepcopy(PLAN)
     mutate(plan)
@@ -71,7 +102,9 @@ def test_split_plan_rejections(mutate: Any) -> None:
 def test_contract_document_normalization_and_hash() -> None:
     norm = normalize_contract_document(DOC)
     assert norm["scope"] is None and norm["effective"] is None
-    assert norm["parties"]["platform"] is None and norm["parties"]["operator"]["partyId"] == "pty_fleet_a_main"
+    assert (
+        norm["parties"]["platform"] is None and norm["parties"]["operator"]["partyId"] == "pty_fleet_a_main"
+    )
     assert contract_hash(DOC) == canonical_hash(norm)
     assert contract_hash(norm) == contract_hash(DOC)  # normalization is idempotent
     assert contract_split_plan_hash(DOC) == split_plan_hash(PLAN)
@@ -82,15 +115,18 @@ def test_contract_document_normalization_and_hash() -> None:
     assert policy_hash == canonical_hash(template) and compiler == "contract_compiler.v1"
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda d: d.update(unknown=1),
-    lambda d: d.update(type="Contract"),
-    lambda d: d.update(contractVersion=0),
-    lambda d: d.update(contractId=""),
-    lambda d: d.update(parties={"bank": {"partyId": "x"}}),
-    lambda d: d.update(connect={"enabled": "yes"}),
-    lambda d: d.update(scope={"isDefault": "no"}),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d.update(unknown=1),
+        lambda d: d.update(type="Contract"),
+        lambda d: d.update(contractVersion=0),
+        lambda d: d.update(contractId=""),
+        lambda d: d.update(parties={"bank": {"partyId": "x"}}),
+        lambda d: d.update(connect={"enabled": "yes"}),
+        lambda d: d.update(scope={"isDefault": "no"}),
+    ],
+)
 def test_contract_rejections(mutate: Any) -> None:
     doc = copy.deepcopy(DOC)
     mutate(doc)
@@ -102,19 +138,36 @@ def _rules(draw_rules: list[tuple[str, int]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for kind, value in draw_rules:
         if kind == "percentage":
-            out.append({"partyRole": "operator", "partyId": f"p{len(out)}",
-                        "share": {"type": "percentage", "valueBasisPoints": value}})
+            out.append(
+                {
+                    "partyRole": "operator",
+                    "partyId": f"p{len(out)}",
+                    "share": {"type": "percentage", "valueBasisPoints": value},
+                }
+            )
         elif kind == "fixed":
-            out.append({"partyRole": "operator", "partyId": f"p{len(out)}",
-                        "share": {"type": "fixed", "valueCents": value}})
+            out.append(
+                {
+                    "partyRole": "operator",
+                    "partyId": f"p{len(out)}",
+                    "share": {"type": "fixed", "valueCents": value},
+                }
+            )
         else:
             out.append({"partyRole": "operator", "partyId": f"p{len(out)}", "share": {"type": "remainder"}})
     return out
 
 
-@given(amount=st.integers(min_value=-10**12, max_value=10**12),
-       rules=st.lists(st.tuples(st.sampled_from(["percentage", "fixed", "remainder"]),
-                                st.integers(min_value=0, max_value=10000)), min_size=1, max_size=6))
+@given(
+    amount=st.integers(min_value=-(10**12), max_value=10**12),
+    rules=st.lists(
+        st.tuples(
+            st.sampled_from(["percentage", "fixed", "remainder"]), st.integers(min_value=0, max_value=10000)
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
 def test_allocate_split_never_loses_a_cent(amount: int, rules: list[tuple[str, int]]) -> None:
     plan_rules = _rules(rules)
     assume(sum(v for k, v in rules if k == "percentage") <= 10000)
@@ -170,6 +223,7 @@ def test_split_plan_execution_divides_operator_payouts() -> None:
     for i, posting in enumerate(settled["postings"]):
         assert sum(a["amountCents"] for a in allocs if a["postingId"] == f"p{i}") == posting["amountCents"]
     # without connect.enabled the plan is not executed
-    plain = allocations_for_entry(settled, result.snapshot, contract_doc={**DOC, "connect": {"enabled": False}},
-                                  execute_split_plan=True)
+    plain = allocations_for_entry(
+        settled, result.snapshot, contract_doc={**DOC, "connect": {"enabled": False}}, execute_split_plan=True
+    )
     assert len(plain) == len(settled["postings"])

@@ -8,7 +8,13 @@ import pytest
 
 from settlekit.errors import SettlekitError
 from settlekit.jobs import process_job_events, reduce
-from settlekit.jobs.testing import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload, lifecycle_to_executing
+from settlekit.jobs.testing import (
+    OPERATOR_ACTOR,
+    ROBOT_ACTOR,
+    StreamBuilder,
+    booking_payload,
+    lifecycle_to_executing,
+)
 from settlekit.ledger import (
     PostingPreconditionFailed,
     SplitsInvalid,
@@ -56,8 +62,12 @@ def test_unbalanced_entries_raise() -> None:
 
 def _completed(coverage_fee: int = 0, amount: int = 6500, **booking: Any) -> StreamBuilder:
     b = StreamBuilder()
-    lifecycle_to_executing(b, amount=amount, coverage_fee=coverage_fee,
-                           booking=booking_payload(coverage_fee=coverage_fee, **booking))
+    lifecycle_to_executing(
+        b,
+        amount=amount,
+        coverage_fee=coverage_fee,
+        booking=booking_payload(coverage_fee=coverage_fee, **booking),
+    )
     b.add("EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
     return b
 
@@ -74,13 +84,24 @@ def test_refund_with_coverage_fee_on_abort() -> None:
     b.add("SETTLED", {})
     [entry] = _entries_for_last(b)
     assert entry["memo"] == "job:job_test SETTLED (refund)"
-    assert _postings(entry) == [("acct_customer_escrow", 7500), ("acct_coverage_unearned", 500), ("acct_cash", -8000)]
+    assert _postings(entry) == [
+        ("acct_customer_escrow", 7500),
+        ("acct_coverage_unearned", 500),
+        ("acct_cash", -8000),
+    ]
 
 
 def _proof(b: StreamBuilder, status: str) -> None:
     completed = next(e for e in reversed(b.events) if e["type"] == "EXECUTION_COMPLETED")
-    b.add("PROOF_EVALUATED", {"evaluatedAtChainHash": completed["chainHash"], "evaluationId": "e",
-                              "status": status, "factsHash": "0" * 64})
+    b.add(
+        "PROOF_EVALUATED",
+        {
+            "evaluatedAtChainHash": completed["chainHash"],
+            "evaluationId": "e",
+            "status": status,
+            "factsHash": "0" * 64,
+        },
+    )
 
 
 def test_strict_gate_fail_is_no_charge() -> None:
@@ -89,7 +110,11 @@ def test_strict_gate_fail_is_no_charge() -> None:
     b.add("SETTLED", {"settlementProofRef": {"status": "FAIL"}})
     [entry] = _entries_for_last(b)
     assert entry["memo"].endswith("SETTLED (no-charge)")
-    assert _postings(entry) == [("acct_customer_escrow", 7500), ("acct_coverage_unearned", 500), ("acct_cash", -8000)]
+    assert _postings(entry) == [
+        ("acct_customer_escrow", 7500),
+        ("acct_coverage_unearned", 500),
+        ("acct_cash", -8000),
+    ]
 
 
 def test_strict_gate_pass_uses_proof_status_from_facts_when_ref_has_no_status() -> None:
@@ -100,8 +125,9 @@ def test_strict_gate_pass_uses_proof_status_from_facts_when_ref_has_no_status() 
     assert entries[0]["memo"] == "job:job_test SETTLED"
 
 
-@pytest.mark.parametrize(("status", "code"), [(None, "PROOF_REQUIRED"),
-                                              ("INSUFFICIENT_EVIDENCE", "PROOF_INSUFFICIENT")])
+@pytest.mark.parametrize(
+    ("status", "code"), [(None, "PROOF_REQUIRED"), ("INSUFFICIENT_EVIDENCE", "PROOF_INSUFFICIENT")]
+)
 def test_strict_gate_errors(status: str | None, code: str) -> None:
     b = _completed(gate_mode="strict")
     if status:
@@ -117,10 +143,18 @@ def test_strict_gate_errors(status: str | None, code: str) -> None:
 
 def _settled_with_assist_royalty_coverage() -> StreamBuilder:
     b = StreamBuilder()
-    lifecycle_to_executing(b, amount=8000, coverage_fee=500,
-                           booking=booking_payload(coverage_fee=500, reserve_fund_percent=20,
-                                                   credit_funding_model="OPERATOR_CHARGEBACK"))
-    b.add("SKILL_LICENSED", {"licenseId": "lic", "skillId": "s", "pricing": {"amountCents": 300, "currency": "USD"}})
+    lifecycle_to_executing(
+        b,
+        amount=8000,
+        coverage_fee=500,
+        booking=booking_payload(
+            coverage_fee=500, reserve_fund_percent=20, credit_funding_model="OPERATOR_CHARGEBACK"
+        ),
+    )
+    b.add(
+        "SKILL_LICENSED",
+        {"licenseId": "lic", "skillId": "s", "pricing": {"amountCents": 300, "currency": "USD"}},
+    )
     b.add("ASSIST_STARTED", {}, OPERATOR_ACTOR)
     b.add("ASSIST_ENDED", {}, OPERATOR_ACTOR)
     b.add("JOB_EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
@@ -131,18 +165,26 @@ def _settled_with_assist_royalty_coverage() -> StreamBuilder:
 def test_job_adjusted_refund_with_coverage_reversal_and_new_execution_family() -> None:
     b = _settled_with_assist_royalty_coverage()
     b.add("CLAIM_OPENED", {"claimId": "c"})
-    b.add("CLAIM_APPROVED", {"claimId": "c", "amounts": {"payoutCents": 100, "refundCents": 4000},
-                             "currency": "USD"})
+    b.add(
+        "CLAIM_APPROVED",
+        {"claimId": "c", "amounts": {"payoutCents": 100, "refundCents": 4000}, "currency": "USD"},
+    )
     b.add("JOB_ADJUSTED", {"claimId": "c"})
     [entry] = _entries_for_last(b)
     # splits: service 7500, platform 1500, insurance 150, operator 375, royalties 300, coverage 500
     # x = split * 4000 // 8000: 750, 75, 187, 150, coverage 250; owner = 4000 - 1412 = 2588; F = 100, f = 50
     assert entry["memo"] == "job:job_test claim:c ADJUSTED"
     assert _postings(entry) == [
-        ("acct_claims_expense", 100), ("acct_platform_revenue", 750), ("acct_owner_payable", 2588),
-        ("acct_insurance_reserve", 75), ("acct_coverage_revenue", 250), ("acct_operator_payable", 187),
-        ("acct_developer_royalty_payable", 150), ("acct_coverage_reserve", 50),
-        ("acct_coverage_payout_expense", -50), ("acct_claims_payable", -4100),
+        ("acct_claims_expense", 100),
+        ("acct_platform_revenue", 750),
+        ("acct_owner_payable", 2588),
+        ("acct_insurance_reserve", 75),
+        ("acct_coverage_revenue", 250),
+        ("acct_operator_payable", 187),
+        ("acct_developer_royalty_payable", 150),
+        ("acct_coverage_reserve", 50),
+        ("acct_coverage_payout_expense", -50),
+        ("acct_claims_payable", -4100),
     ]
 
 
@@ -152,31 +194,60 @@ def test_refund_not_allowed_after_abort() -> None:
     b.add("JOB_EXECUTION_ABORTED", {}, ROBOT_ACTOR)
     b.add("SETTLED", {})
     b.add("CLAIM_OPENED", {"claimId": "c"})
-    b.add("CLAIM_APPROVED", {"claimId": "c", "amounts": {"payoutCents": 0, "refundCents": 10}, "currency": "USD"})
+    b.add(
+        "CLAIM_APPROVED",
+        {"claimId": "c", "amounts": {"payoutCents": 0, "refundCents": 10}, "currency": "USD"},
+    )
     b.add("JOB_ADJUSTED", {"claimId": "c"})
     with pytest.raises(PostingPreconditionFailed) as exc:
         _entries_for_last(b)
     assert exc.value.reason == "REFUND_NOT_ALLOWED"
 
 
-@pytest.mark.parametrize(("model", "extra", "expected"), [
-    ("PLATFORM_EXPENSE", {}, [("acct_sla_credits_expense", 500)]),
-    ("SOMETHING_ELSE", {}, [("acct_sla_credits_expense", 500)]),
-    ("COVERAGE_RESERVE", {}, [("acct_coverage_reserve", 500)]),
-    ("OPERATOR_CHARGEBACK", {}, [("acct_operator_payable", 375), ("acct_operator_chargeback_receivable", 125)]),
-    ("INSURER_RECOVERABLE", {"insurer_id": "ins_1", "recoverable_percent": 80},
-     [("acct_insurer_receivable", 400), ("acct_sla_credits_expense", 100)]),
-    ("INSURER_RECOVERABLE", {"insurer_id": "ins_1"}, [("acct_insurer_receivable", 500)]),
-])
-def test_sla_credit_funding_models(model: str, extra: dict[str, Any], expected: list[tuple[str, int]]) -> None:
+@pytest.mark.parametrize(
+    ("model", "extra", "expected"),
+    [
+        ("PLATFORM_EXPENSE", {}, [("acct_sla_credits_expense", 500)]),
+        ("SOMETHING_ELSE", {}, [("acct_sla_credits_expense", 500)]),
+        ("COVERAGE_RESERVE", {}, [("acct_coverage_reserve", 500)]),
+        (
+            "OPERATOR_CHARGEBACK",
+            {},
+            [("acct_operator_payable", 375), ("acct_operator_chargeback_receivable", 125)],
+        ),
+        (
+            "INSURER_RECOVERABLE",
+            {"insurer_id": "ins_1", "recoverable_percent": 80},
+            [("acct_insurer_receivable", 400), ("acct_sla_credits_expense", 100)],
+        ),
+        ("INSURER_RECOVERABLE", {"insurer_id": "ins_1"}, [("acct_insurer_receivable", 500)]),
+    ],
+)
+def test_sla_credit_funding_models(
+    model: str, extra: dict[str, Any], expected: list[tuple[str, int]]
+) -> None:
     b = StreamBuilder()
-    lifecycle_to_executing(b, amount=8000, coverage_fee=500,
-                           booking=booking_payload(coverage_fee=500, credit_funding_model=model, **extra))
+    lifecycle_to_executing(
+        b,
+        amount=8000,
+        coverage_fee=500,
+        booking=booking_payload(coverage_fee=500, credit_funding_model=model, **extra),
+    )
     b.add("ASSIST_STARTED", {}, OPERATOR_ACTOR)
     b.add("EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
     settled = b.add("SETTLED", {})
-    b.add("SLA_CREDIT_ISSUED", {"creditId": "cr", "amountCents": 500, "currency": "USD", "issuedAt": b.next_at,
-                                "reason": "late", "settledEventId": settled["id"], "policyHash": "a" * 64})
+    b.add(
+        "SLA_CREDIT_ISSUED",
+        {
+            "creditId": "cr",
+            "amountCents": 500,
+            "currency": "USD",
+            "issuedAt": b.next_at,
+            "reason": "late",
+            "settledEventId": settled["id"],
+            "policyHash": "a" * 64,
+        },
+    )
     [entry] = _entries_for_last(b)
     assert _postings(entry) == [*expected, ("acct_customer_credits_payable", -500)]
     result = process_job_events(None, b.events)
@@ -196,8 +267,12 @@ def test_operator_cost_zero_posts_nothing() -> None:
 
 
 def test_finance_reimbursement() -> None:
-    event = {"id": "evt_f", "at": "2026-01-01T00:00:00.000Z", "type": "INSURER_REIMBURSEMENT_RECORDED",
-             "payload": {"insurerId": "ins_1", "amountCents": 250}}
+    event = {
+        "id": "evt_f",
+        "at": "2026-01-01T00:00:00.000Z",
+        "type": "INSURER_REIMBURSEMENT_RECORDED",
+        "payload": {"insurerId": "ins_1", "amountCents": 250},
+    }
     [entry] = entries_for_finance_event(event)
     assert entry["memo"] == "finance reimbursement:ins_1"
     assert _postings(entry) == [("acct_cash", 250), ("acct_insurer_receivable", -250)]

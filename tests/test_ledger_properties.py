@@ -1,4 +1,4 @@
-"""Property tests over random valid job histories: balanced entries, zero-sum balances, deterministic replay."""
+"""Property tests over random valid job histories: balanced entries, zero-sum balances, replay."""
 
 from __future__ import annotations
 
@@ -25,17 +25,30 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
     insurer = draw(st.sampled_from([None, "ins_1"]))
     b = StreamBuilder()
     b.add("JOB_CREATED", {"tenantId": "tenant_default", "templateId": "t", "customerId": "cust_1"})
-    b.add("QUOTE_PROPOSED", {"amountCents": amount, "currency": "USD", "breakdown": {"coverageFeeCents": fee}})
-    b.add("BOOKED", booking_payload(coverage_fee=fee, reserve_fund_percent=draw(st.integers(-10, 120)),
-                                    credit_funding_model=model, insurer_id=insurer,
-                                    recoverable_percent=draw(st.sampled_from([None, 0, 35, 100, 150]))))
+    b.add(
+        "QUOTE_PROPOSED", {"amountCents": amount, "currency": "USD", "breakdown": {"coverageFeeCents": fee}}
+    )
+    b.add(
+        "BOOKED",
+        booking_payload(
+            coverage_fee=fee,
+            reserve_fund_percent=draw(st.integers(-10, 120)),
+            credit_funding_model=model,
+            insurer_id=insurer,
+            recoverable_percent=draw(st.sampled_from([None, 0, 35, 100, 150])),
+        ),
+    )
     b.add("MATCHED", {"robotId": "rob_1"})
     if royalties:
-        b.add("SKILL_LICENSED", {"licenseId": "lic", "skillId": "s",
-                                 "pricing": {"amountCents": royalties, "currency": "USD"}})
+        b.add(
+            "SKILL_LICENSED",
+            {"licenseId": "lic", "skillId": "s", "pricing": {"amountCents": royalties, "currency": "USD"}},
+        )
     if draw(st.booleans()):
-        b.add("OPERATOR_COVERAGE_RESERVED", {"reservationId": "r", "operatorId": "op_1", "startAt": "a",
-                                             "endAt": "b"})
+        b.add(
+            "OPERATOR_COVERAGE_RESERVED",
+            {"reservationId": "r", "operatorId": "op_1", "startAt": "a", "endAt": "b"},
+        )
     path = draw(st.sampled_from(["complete", "complete_new", "abort_field", "cancel_early"]))
     if path == "cancel_early":
         b.add("JOB_CANCELLED", {"reason": "customer"})
@@ -64,16 +77,29 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
         refund = draw(st.integers(0, amount)) if completed else 0
         if payout + refund == 0:
             payout = 1
-        b.add("CLAIM_APPROVED", {"claimId": "c", "amounts": {"payoutCents": payout, "refundCents": refund},
-                                 "currency": "USD"})
+        b.add(
+            "CLAIM_APPROVED",
+            {"claimId": "c", "amounts": {"payoutCents": payout, "refundCents": refund}, "currency": "USD"},
+        )
         b.add("JOB_ADJUSTED", {"claimId": "c"})
         b.add("CLAIM_PAID", {"claimId": "c", "amountCents": payout + refund, "currency": "USD"})
     if draw(st.booleans()):
-        b.add("SLA_CREDIT_ISSUED", {"creditId": "cr", "amountCents": draw(st.integers(1, 10**6)), "currency": "USD",
-                                    "issuedAt": b.next_at, "settledEventId": settled["id"], "policyHash": "a" * 64})
+        b.add(
+            "SLA_CREDIT_ISSUED",
+            {
+                "creditId": "cr",
+                "amountCents": draw(st.integers(1, 10**6)),
+                "currency": "USD",
+                "issuedAt": b.next_at,
+                "settledEventId": settled["id"],
+                "policyHash": "a" * 64,
+            },
+        )
     if draw(st.booleans()):
-        b.add("OPERATOR_COST_RECORDED", {"costCents": draw(st.integers(0, 10**6)), "currency": "USD",
-                                         "settledEventId": settled["id"]})
+        b.add(
+            "OPERATOR_COST_RECORDED",
+            {"costCents": draw(st.integers(0, 10**6)), "currency": "USD", "settledEventId": settled["id"]},
+        )
     return b.events
 
 
@@ -95,8 +121,11 @@ def test_random_histories_post_balanced_entries(events: list[dict[str, Any]]) ->
         assert balances.get("acct_customer_escrow", 0) == 0
         assert balances.get("acct_coverage_unearned", 0) == 0
     # allocations: one per posting, same amounts
-    postings = [(item["entry"]["id"], f"p{i}", p["amountCents"])
-                for item in result.ledger_entries for i, p in enumerate(item["entry"]["postings"])]
+    postings = [
+        (item["entry"]["id"], f"p{i}", p["amountCents"])
+        for item in result.ledger_entries
+        for i, p in enumerate(item["entry"]["postings"])
+    ]
     assert [(a["entryId"], a["postingId"], a["amountCents"]) for a in result.allocations] == postings
 
     # replay is idempotent, and appending one event at a time gives the same result

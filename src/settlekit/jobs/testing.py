@@ -28,8 +28,14 @@ class StreamBuilder:
     def draft(self, type_: str, payload: Any, actor: dict[str, str] | None = None) -> dict[str, Any]:
         """The next event, finalized against the current head, without appending it."""
         n = len(self.events) + 1
-        d = make_draft(stream_id=self.job_id, type=type_, actor=actor or SERVER_ACTOR, payload=payload,
-                       at=self.next_at, id=f"{self.prefix}_{n:04d}")
+        d = make_draft(
+            stream_id=self.job_id,
+            type=type_,
+            actor=actor or SERVER_ACTOR,
+            payload=payload,
+            at=self.next_at,
+            id=f"{self.prefix}_{n:04d}",
+        )
         prev = self.events[-1]["chainHash"] if self.events else None
         return finalize(d, prev)
 
@@ -39,9 +45,15 @@ class StreamBuilder:
         return event
 
 
-def booking_payload(*, coverage_fee: int = 0, reserve_fund_percent: int | None = None,
-                    credit_funding_model: str | None = None, insurer_id: str | None = None,
-                    recoverable_percent: int | None = None, gate_mode: str | None = None) -> dict[str, Any]:
+def booking_payload(
+    *,
+    coverage_fee: int = 0,
+    reserve_fund_percent: int | None = None,
+    credit_funding_model: str | None = None,
+    insurer_id: str | None = None,
+    recoverable_percent: int | None = None,
+    gate_mode: str | None = None,
+) -> dict[str, Any]:
     coverage: dict[str, Any] = {"required": coverage_fee > 0, "feeCentsPerJob": coverage_fee}
     if reserve_fund_percent is not None:
         coverage["reserveFundPercent"] = reserve_fund_percent
@@ -73,13 +85,28 @@ def booking_payload(*, coverage_fee: int = 0, reserve_fund_percent: int | None =
     }
 
 
-def lifecycle_to_executing(b: StreamBuilder, *, amount: int = 6500, coverage_fee: int = 0,
-                           booking: dict[str, Any] | None = None) -> None:
+def lifecycle_to_executing(
+    b: StreamBuilder, *, amount: int = 6500, coverage_fee: int = 0, booking: dict[str, Any] | None = None
+) -> None:
     """JOB_CREATED through EXECUTION_STARTED."""
-    b.add("JOB_CREATED", {"tenantId": "tenant_default", "templateId": "reset_lite", "customerId": "cust_1",
-                          "siteId": "site_1", "constraints": {"zoneId": "zone_a"}})
-    b.add("QUOTE_PROPOSED", {"amountCents": amount, "currency": "USD",
-                             "breakdown": {"coverageFeeCents": coverage_fee, "totalCents": amount}})
+    b.add(
+        "JOB_CREATED",
+        {
+            "tenantId": "tenant_default",
+            "templateId": "reset_lite",
+            "customerId": "cust_1",
+            "siteId": "site_1",
+            "constraints": {"zoneId": "zone_a"},
+        },
+    )
+    b.add(
+        "QUOTE_PROPOSED",
+        {
+            "amountCents": amount,
+            "currency": "USD",
+            "breakdown": {"coverageFeeCents": coverage_fee, "totalCents": amount},
+        },
+    )
     b.add("BOOKED", booking or booking_payload(coverage_fee=coverage_fee))
     b.add("MATCHED", {"robotId": "rob_1"})
     b.add("RESERVED", {"robotId": "rob_1", "reservationId": "rsv_1"})
@@ -89,5 +116,8 @@ def lifecycle_to_executing(b: StreamBuilder, *, amount: int = 6500, coverage_fee
 
 
 def heartbeat(b: StreamBuilder, progress: int = 0) -> dict[str, Any]:
-    return b.add("JOB_HEARTBEAT", {"jobId": b.job_id, "robotId": "rob_1", "t": b.next_at, "stage": "TASK",
-                                   "progress": progress}, ROBOT_ACTOR)
+    return b.add(
+        "JOB_HEARTBEAT",
+        {"jobId": b.job_id, "robotId": "rob_1", "t": b.next_at, "stage": "TASK", "progress": progress},
+        ROBOT_ACTOR,
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -12,6 +11,11 @@ from settlekit.events.canonical import canonical_json, parse_json
 from settlekit.ledger.stream import postings_for_stream
 
 ledger_app = typer.Typer(help="Double-entry ledger tools.", no_args_is_help=True)
+
+
+@ledger_app.callback()
+def ledger() -> None:
+    """Double-entry ledger tools."""
 
 
 @ledger_app.command("postings")
@@ -35,6 +39,5 @@ def postings(
     except SettlekitError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
-    out = sys.stdout
     for entry in entries:
-        out.write(canonical_json(entry) + "\n")
+        typer.echo(canonical_json(entry))
