@@ -1,0 +1,457 @@
+"""Destinations and deliveries repository (spec 06 §1-2, §4-5, §7) over the shared `Tx` interface.
+
+Timestamps come from the caller's clock (`now` arguments) so both backends and tests agree; SQLite stores them
+as ISO-8601 UTC text with milliseconds (string order = time order), PostgreSQL as TIMESTAMPTZ.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from settlekit.delivery.message import DeliveryKeys
+from settlekit.delivery.signing import SIGNING_MODES
+from settlekit.errors import ConflictError, NotFoundError, SettlekitError, ValidationError
+from settlekit.store.db import Tx
+
+ORDERINGS: Final = ("best_effort", "strict_scope")
+
+
+class QuotaExceededError(SettlekitError):
+    code = "TENANT_QUOTA_EXCEEDED"
+    status = 429
+
+
+def db_time(tx: Tx, dt: datetime) -> Any:
+    """A timestamp parameter for this dialect."""
+    dt = dt.astimezone(UTC)
+    if tx.dialect == "postgres":
+        return dt
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def from_db_time(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class Destination:
+    tenant_id: str
+    destination_id: str
+    url: str
+    secret_ref: str
+    signing: str = "standard"
+    artifact_types: tuple[str, ...] | None = None
+    ordering: str = "best_effort"
+    allow_private_network: bool = False
+    status: str = "active"
+    disabled_reason: str | None = None
+    kind: str = "webhook"
+
+    def accepts(self, artifact_type: str) -> bool:
+        return not self.artifact_types or artifact_type in self.artifact_types
+
+
+_DEST_COLS: Final = (
+    "tenant_id, destination_id, url, secret_ref, signing, artifact_types, ordering, allow_private_network,"
+    " status, disabled_reason, kind"
+)
+
+
+def _dest(row: Sequence[Any]) -> Destination:
+    types = json.loads(row[5]) if row[5] else None
+    return Destination(
+        tenant_id=row[0],
+        destination_id=row[1],
+        url=row[2],
+        secret_ref=row[3],
+        signing=row[4],
+        artifact_types=tuple(types) if types else None,
+        ordering=row[6],
+        allow_private_network=bool(row[7]),
+        status=row[8],
+        disabled_reason=row[9],
+        kind=row[10],
+    )
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: int
+    tenant_id: str
+    destination_id: str
+    artifact_type: str
+    artifact_id: str
+    artifact_hash: str
+    dedupe_key: str
+    message_id: str
+    scope_key: str
+    order_seq: int
+    priority: int
+    order_key: str
+    state: str
+    attempts: int
+    next_attempt_at: datetime | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    last_status: int | None
+    last_error: str | None
+    delivered_at: datetime | None
+
+
+_DLV_COLS: Final = (
+    "id, tenant_id, destination_id, artifact_type, artifact_id, artifact_hash, dedupe_key, message_id,"
+    " scope_key, order_seq, priority, order_key, state, attempts, next_attempt_at, lease_owner,"
+    " lease_expires_at, last_status, last_error, delivered_at"
+)
+
+
+def _dlv(row: Sequence[Any]) -> Delivery:
+    return Delivery(
+        id=int(row[0]),
+        tenant_id=row[1],
+        destination_id=row[2],
+        artifact_type=row[3],
+        artifact_id=row[4],
+        artifact_hash=row[5],
+        dedupe_key=row[6],
+        message_id=row[7],
+        scope_key=row[8],
+        order_seq=int(row[9]),
+        priority=int(row[10]),
+        order_key=row[11],
+        state=row[12],
+        attempts=int(row[13]),
+        next_attempt_at=from_db_time(row[14]),
+        lease_owner=row[15],
+        lease_expires_at=from_db_time(row[16]),
+        last_status=row[17],
+        last_error=row[18],
+        delivered_at=from_db_time(row[19]),
+    )
+
+
+# --- destinations -------------------------------------------------------------------------------------------
+
+
+def put_destination(tx: Tx, dest: Destination, *, now: datetime) -> None:
+    """Insert or replace a destination; the caller vets URL (SSRF guard) and secret_ref (SecretResolver)."""
+    if dest.signing not in SIGNING_MODES:
+        raise ValidationError(f"unknown signing mode {dest.signing!r}", field="signing")
+    if dest.ordering not in ORDERINGS:
+        raise ValidationError(f"unknown ordering {dest.ordering!r}", field="ordering")
+    if dest.status not in ("active", "disabled"):
+        raise ValidationError(f"unknown status {dest.status!r}", field="status")
+    types = json.dumps(sorted(dest.artifact_types)) if dest.artifact_types else None
+    ts = db_time(tx, now)
+    tx.execute(
+        "INSERT INTO destinations (tenant_id, destination_id, kind, url, secret_ref, signing, artifact_types,"
+        " ordering, allow_private_network, status, disabled_reason, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (tenant_id, destination_id) DO UPDATE SET kind = excluded.kind, url = excluded.url,"
+        " secret_ref = excluded.secret_ref, signing = excluded.signing,"
+        " artifact_types = excluded.artifact_types,"
+        " ordering = excluded.ordering, allow_private_network = excluded.allow_private_network,"
+        " status = excluded.status, disabled_reason = excluded.disabled_reason,"
+        " updated_at = excluded.updated_at",
+        (
+            dest.tenant_id,
+            dest.destination_id,
+            dest.kind,
+            dest.url,
+            dest.secret_ref,
+            dest.signing,
+            types,
+            dest.ordering,
+            dest.allow_private_network,
+            dest.status,
+            dest.disabled_reason,
+            ts,
+            ts,
+        ),
+    )
+
+
+def get_destination(tx: Tx, tenant_id: str, destination_id: str) -> Destination | None:
+    row = tx.fetchone(
+        f"SELECT {_DEST_COLS} FROM destinations WHERE tenant_id = ? AND destination_id = ?",
+        (tenant_id, destination_id),
+    )
+    return _dest(row) if row else None
+
+
+def list_destinations(tx: Tx, tenant_id: str, *, active_only: bool = False) -> list[Destination]:
+    sql = f"SELECT {_DEST_COLS} FROM destinations WHERE tenant_id = ?"
+    if active_only:
+        sql += " AND status = 'active'"
+    return [_dest(r) for r in tx.fetchall(sql + " ORDER BY destination_id", (tenant_id,))]
+
+
+def set_destination_status(
+    tx: Tx, tenant_id: str, destination_id: str, *, status: str, reason: str | None, now: datetime
+) -> None:
+    ts = db_time(tx, now)
+    n = tx.execute(
+        "UPDATE destinations SET status = ?, disabled_reason = ?, disabled_at = ?, updated_at = ?"
+        " WHERE tenant_id = ? AND destination_id = ?",
+        (status, reason, ts if status == "disabled" else None, ts, tenant_id, destination_id),
+    )
+    if n == 0:
+        raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
+
+
+# --- deliveries ---------------------------------------------------------------------------------------------
+
+
+def enqueue_artifact(
+    tx: Tx, tenant_id: str, artifact: Mapping[str, Any], *, now: datetime, max_pending: int | None = None
+) -> int:
+    """Create one delivery per active destination accepting the artifact's type; returns rows created.
+
+    Called in the transaction that stores the artifact. Re-enqueueing the same artifact is a no-op.
+    """
+    a_type = str(artifact["artifactType"])
+    targets = [d for d in list_destinations(tx, tenant_id, active_only=True) if d.accepts(a_type)]
+    if not targets:
+        return 0
+    if max_pending is not None:
+        pending = tx.scalar(
+            "SELECT count(*) FROM deliveries WHERE tenant_id = ? AND state = 'pending'", (tenant_id,)
+        )
+        if int(pending) + len(targets) > max_pending:
+            raise QuotaExceededError(
+                "too many pending deliveries", tenant_id=tenant_id, limit=max_pending, pending=int(pending)
+            )
+    ts = db_time(tx, now)
+    created = 0
+    for dest in targets:
+        k = DeliveryKeys.for_job_artifact(tenant_id, dest.destination_id, artifact)
+        created += tx.execute(
+            "INSERT INTO deliveries (tenant_id, destination_id, artifact_type, artifact_id, artifact_hash,"
+            " dedupe_key, message_id, scope_key, order_seq, priority, order_key, next_attempt_at, created_at,"
+            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (tenant_id, dedupe_key) DO NOTHING",
+            (
+                tenant_id,
+                dest.destination_id,
+                a_type,
+                str(artifact["artifactId"]),
+                str(artifact["artifactHash"]),
+                k.dedupe_key,
+                k.message_id,
+                k.scope_key,
+                k.order_seq,
+                k.priority,
+                k.order_key,
+                ts,
+                ts,
+                ts,
+            ),
+        )
+    return created
+
+
+_CLAIM_FILTER: Final = (
+    " FROM deliveries d JOIN destinations t"
+    " ON t.tenant_id = d.tenant_id AND t.destination_id = d.destination_id"
+    " WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND t.status = 'active'"
+    " AND (d.lease_expires_at IS NULL OR d.lease_expires_at < ?)"
+    " AND (t.ordering <> 'strict_scope' OR NOT EXISTS (SELECT 1 FROM deliveries e"
+    " WHERE e.tenant_id = d.tenant_id AND e.destination_id = d.destination_id AND e.scope_key = d.scope_key"
+    " AND e.state = 'pending' AND (e.order_seq, e.priority, e.id) < (d.order_seq, d.priority, d.id)))"
+    " ORDER BY d.next_attempt_at, d.scope_key, d.order_seq, d.priority, d.id LIMIT ?"
+)
+
+
+def claim(tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime) -> list[Delivery]:
+    """Lease up to `limit` due deliveries of every tenant (SKIP LOCKED on PostgreSQL; on SQLite the
+    transaction is BEGIN IMMEDIATE, a single writer). Each claim counts as an attempt."""
+    ts, until = db_time(tx, now), db_time(tx, now + lease)
+    if tx.dialect == "postgres":
+        rows = tx.fetchall(
+            f"WITH c AS (SELECT d.id{_CLAIM_FILTER} FOR UPDATE OF d SKIP LOCKED)"
+            " UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1,"
+            f" updated_at = ? FROM c WHERE deliveries.id = c.id RETURNING {_qualified('deliveries')}",
+            (ts, ts, limit, worker, until, ts),
+        )
+    else:
+        ids = [r[0] for r in tx.fetchall(f"SELECT d.id{_CLAIM_FILTER}", (ts, ts, limit))]
+        if not ids:
+            return []
+        marks = ", ".join("?" * len(ids))
+        rows = tx.fetchall(
+            "UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1,"
+            f" updated_at = ? WHERE id IN ({marks}) RETURNING {_DLV_COLS}",
+            (worker, until, ts, *ids),
+        )
+    out = [_dlv(r) for r in rows]
+    out.sort(key=lambda d: (d.next_attempt_at or now, d.scope_key, d.order_seq, d.priority, d.id))
+    return out
+
+
+def _qualified(table: str) -> str:
+    return ", ".join(f"{table}.{c.strip()}" for c in _DLV_COLS.split(","))
+
+
+def get_delivery(tx: Tx, delivery_id: int) -> Delivery | None:
+    row = tx.fetchone(f"SELECT {_DLV_COLS} FROM deliveries WHERE id = ?", (delivery_id,))
+    return _dlv(row) if row else None
+
+
+def list_deliveries(
+    tx: Tx, tenant_id: str, *, state: str | None = None, destination_id: str | None = None, limit: int = 1000
+) -> list[Delivery]:
+    sql = f"SELECT {_DLV_COLS} FROM deliveries WHERE tenant_id = ?"
+    params: list[Any] = [tenant_id]
+    if state is not None:
+        sql += " AND state = ?"
+        params.append(state)
+    if destination_id is not None:
+        sql += " AND destination_id = ?"
+        params.append(destination_id)
+    return [_dlv(r) for r in tx.fetchall(sql + " ORDER BY id LIMIT ?", (*params, limit))]
+
+
+def record_attempt(
+    tx: Tx,
+    delivery_id: int,
+    attempt: int,
+    *,
+    started_at: datetime,
+    duration_ms: float,
+    http_status: int | None,
+    error: str | None,
+    response_snippet: str | None,
+) -> None:
+    tx.execute(
+        "INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, http_status, error,"
+        " response_snippet) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (delivery_id, attempt) DO NOTHING",
+        (delivery_id, attempt, db_time(tx, started_at), duration_ms, http_status, error, response_snippet),
+    )
+
+
+def list_attempts(tx: Tx, delivery_id: int) -> list[tuple[int, int | None, str | None]]:
+    """(attempt, http_status, error) rows in attempt order."""
+    rows = tx.fetchall(
+        "SELECT attempt, http_status, error FROM delivery_attempts WHERE delivery_id = ? ORDER BY attempt",
+        (delivery_id,),
+    )
+    return [(int(r[0]), r[1], r[2]) for r in rows]
+
+
+def _finish(tx: Tx, delivery_id: int, worker: str, sets: str, params: Sequence[Any]) -> bool:
+    """Apply a completion only while `worker` still holds the lease; False when the lease was lost."""
+    n = tx.execute(
+        f"UPDATE deliveries SET {sets}, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?"
+        " WHERE id = ? AND lease_owner = ? AND state = 'pending'",
+        (*params, delivery_id, worker),
+    )
+    return n == 1
+
+
+def mark_delivered(
+    tx: Tx, delivery_id: int, worker: str, *, status: int, now: datetime, retention: timedelta
+) -> bool:
+    ts = db_time(tx, now)
+    return _finish(
+        tx,
+        delivery_id,
+        worker,
+        "state = 'delivered', delivered_at = ?, last_status = ?, last_error = NULL, expires_at = ?",
+        (ts, status, db_time(tx, now + retention), ts),
+    )
+
+
+def mark_retry(
+    tx: Tx,
+    delivery_id: int,
+    worker: str,
+    *,
+    status: int | None,
+    error: str,
+    next_attempt_at: datetime,
+    now: datetime,
+) -> bool:
+    return _finish(
+        tx,
+        delivery_id,
+        worker,
+        "next_attempt_at = ?, last_status = ?, last_error = ?",
+        (db_time(tx, next_attempt_at), status, error, db_time(tx, now)),
+    )
+
+
+def mark_failed(
+    tx: Tx,
+    delivery_id: int,
+    worker: str,
+    *,
+    status: int | None,
+    error: str,
+    now: datetime,
+    retention: timedelta,
+) -> bool:
+    return _finish(
+        tx,
+        delivery_id,
+        worker,
+        "state = 'failed', last_status = ?, last_error = ?, expires_at = ?",
+        (status, error, db_time(tx, now + retention), db_time(tx, now)),
+    )
+
+
+def requeue(
+    tx: Tx,
+    tenant_id: str,
+    *,
+    delivery_id: int | None = None,
+    destination_id: str | None = None,
+    now: datetime,
+) -> int:
+    """Ops: failed → pending with attempts reset (same message id). Returns rows requeued."""
+    if delivery_id is None and destination_id is None:
+        raise ValidationError("requeue needs a delivery id or a destination id")
+    sql = (
+        "UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?, acked_at = NULL,"
+        " lease_owner = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = ?"
+        " WHERE tenant_id = ? AND state = 'failed'"
+    )
+    ts = db_time(tx, now)
+    params: list[Any] = [ts, ts, tenant_id]
+    if delivery_id is not None:
+        sql += " AND id = ?"
+        params.append(delivery_id)
+    if destination_id is not None:
+        sql += " AND destination_id = ?"
+        params.append(destination_id)
+    n = tx.execute(sql, params)
+    if delivery_id is not None and n == 0:
+        current = get_delivery(tx, delivery_id)
+        if current is None or current.tenant_id != tenant_id:
+            raise NotFoundError("delivery not found", delivery_id=delivery_id)
+        raise ConflictError(
+            "only failed deliveries can be requeued", delivery_id=delivery_id, state=current.state
+        )
+    return n
+
+
+def cleanup_expired(tx: Tx, *, now: datetime, limit: int = 10000) -> int:
+    """Delete delivered/failed rows past their retention (attempt logs cascade)."""
+    return tx.execute(
+        "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE expires_at IS NOT NULL"
+        " AND expires_at < ? LIMIT ?)",
+        (db_time(tx, now), limit),
+    )
+
+
+def pending_counts(tx: Tx) -> dict[str, int]:
+    """Rows per state over all tenants (for the `settlekit_deliveries_pending{state}` gauge)."""
+    rows = tx.fetchall("SELECT state, count(*) FROM deliveries GROUP BY state")
+    return {str(r[0]): int(r[1]) for r in rows}
