@@ -332,35 +332,57 @@ class EventStore:
         outcome = self.domain.process(tenant_id, stream_id, snapshot, events, first_seq)
         snapshot_json = _dumps(outcome.snapshot) if outcome.snapshot is not None else None
         batch_id = str(uuid.uuid4())
+        built: list[AppendResult] = []
+
+        def after(tx: Tx, base_seq: int, positions: list[int]) -> None:
+            result = AppendResult(tenant_id=tenant_id, stream_id=stream_id, events=events, first_seq=base_seq + 1,
+                                  positions=positions, head_chain_hash=events[-1]["chainHash"],
+                                  snapshot=outcome.snapshot)
+            if outcome.write is not None:
+                outcome.write(tx)
+            if idempotency is not None:
+                self._record_idempotency(tx, tenant_id, idempotency, result)
+            built.append(result)
+
+        needs_after = outcome.write is not None or idempotency is not None
+        jsons = [_dumps(e) for e in events]
         try:
-            with self.db.transaction() as tx:
-                result = _cas_append(tx, tenant_id, stream_id, stream_type, prev, expected_version, events,
-                                     snapshot_json, batch_id, correlation_id, causation_id)
-                if result[0] == "conflict":
-                    _, cur_seq, cur_hash = result
-                    if expected_version is not None and cur_seq != expected_version:
-                        raise _version_conflict(expected_version, None if cur_seq is None else cur_seq)
-                    raise _hash_conflict(prev, cur_hash)
-                _, base_seq, positions = result
-                if outcome.write is not None:
-                    outcome.write(tx)
-                append_result = AppendResult(
-                    tenant_id=tenant_id, stream_id=stream_id, events=events, first_seq=base_seq + 1,
-                    positions=positions, head_chain_hash=events[-1]["chainHash"], snapshot=outcome.snapshot)
-                if idempotency is not None:
-                    self._record_idempotency(tx, tenant_id, idempotency, append_result)
-                tx.notify()
-        except _UniqueViolation as exc:
-            if exc.what == "idempotency":
+            if self.db.dialect == "postgres":
+                from settlekit.store.postgres import events as pg_events
+
+                params = (tenant_id, stream_id, stream_type, prev, prev is None and expected_version in (None, 0),
+                          expected_version, snapshot_json, batch_id, _flat_columns(events, jsons), correlation_id,
+                          causation_id)
+                outcome_row = pg_events.append(self.db, params, after if needs_after else None)  # type: ignore[arg-type]
+            else:
+                from settlekit.store.sqlite import events as sqlite_events
+
+                outcome_row = sqlite_events.append(self.db, tenant_id, stream_id, stream_type, prev,  # type: ignore[arg-type]
+                                                   expected_version, events, jsons, snapshot_json, batch_id,
+                                                   correlation_id, causation_id, after)
+        except Exception as exc:
+            what = _unique_violation_kind(exc)
+            if what is None:
+                raise
+            if what == "idempotency":
                 raise _IdempotencyRace() from None
-            if exc.what == "event_id":
+            if what == "event_id":
                 existing = self._find_existing(tenant_id, events)
                 if existing is not None:
                     return existing
                 raise ConflictError("an event with this id already exists with different content",
                                     code="EVENT_ID_CONFLICT") from None
             raise _hash_conflict(prev, self._current_hash(tenant_id, stream_id)) from None
-        return append_result
+        if outcome_row[0] == "conflict":
+            _, cur_seq, cur_hash = outcome_row
+            if expected_version is not None and cur_seq != expected_version:
+                raise _version_conflict(expected_version, cur_seq)
+            raise _hash_conflict(prev, cur_hash)
+        if built:
+            return built[0]
+        _, base_seq, positions = outcome_row
+        return AppendResult(tenant_id=tenant_id, stream_id=stream_id, events=events, first_seq=base_seq + 1,
+                            positions=positions, head_chain_hash=events[-1]["chainHash"], snapshot=outcome.snapshot)
 
     # ------------------------------------------------------------------ idempotency
 
@@ -454,7 +476,7 @@ class EventStore:
         required = self.domain.required_signer(event["type"], actor_type)
         key_id = event.get("signerKeyId")
         if event.get("signature") is None:
-            if required is not None:
+            if required in ("robot", "operator"):
                 raise SignerPolicyError(f"event {index}: {event['type']} must be signed by a {required} key",
                                         index=index, requiredSigner=required)
             return
@@ -586,83 +608,31 @@ class _IdempotencyRace(Exception):
     pass
 
 
-class _UniqueViolation(Exception):
-    def __init__(self, what: str):
-        super().__init__(what)
-        self.what = what
+def _flat_columns(events: Sequence[Event], jsons: Sequence[str]) -> list[str | None]:
+    cols: list[str | None] = []
+    for e, text in zip(events, jsons, strict=True):
+        cols += (e["id"], e["type"], e["at"], e["payloadHash"], e["prevChainHash"], e["chainHash"], e["signature"],
+                 e["signerKeyId"], text)
+    return cols
 
 
-def _classify_unique(message: str) -> str:
+def _unique_violation_kind(exc: Exception) -> str | None:
+    """Which uniqueness rule an insert broke, or None when `exc` is something else."""
+    import sqlite3
+
+    from settlekit.store.postgres.events import UniqueViolation
+
+    if isinstance(exc, UniqueViolation):
+        message = exc.constraint
+    elif isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc):
+        message = str(exc)
+    else:
+        return None
     if "idempotency" in message:
         return "idempotency"
     if "event_id" in message:
         return "event_id"
     return "stream"
-
-
-def _cas_append(tx: Tx, tenant_id: str, stream_id: str, stream_type: str, prev: str | None,
-                expected_version: int | None, events: list[Event], snapshot_json: str | None, batch_id: str,
-                correlation_id: str | None, causation_id: str | None) -> tuple[Any, ...]:
-    """Compare-and-swap the head and insert. ('ok', base_seq, positions) or ('conflict', seq, hash)."""
-    jsons = [_dumps(e) for e in events]
-    if tx.dialect == "postgres":
-        import psycopg.errors
-
-        from settlekit.store.postgres.backend import PostgresTx
-
-        assert isinstance(tx, PostgresTx)
-        try:
-            rows = tx.fetchall_binary(
-                "SELECT outcome, base_seq, head_hash, positions FROM settlekit_append(?::text, ?::text, ?::text,"
-                " ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text[], ?::text[], ?::text[], ?::text[],"
-                " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text, ?::text)",
-                (tenant_id, stream_id, stream_type, prev, prev is None and (expected_version in (None, 0)),
-                 expected_version, snapshot_json, batch_id,
-                 [e["id"] for e in events], [e["type"] for e in events], [e["at"] for e in events],
-                 [e["payloadHash"] for e in events], [e["prevChainHash"] for e in events],
-                 [e["chainHash"] for e in events], [e["signature"] for e in events],
-                 [e["signerKeyId"] for e in events], jsons, correlation_id, causation_id))
-        except psycopg.errors.UniqueViolation as exc:
-            raise _UniqueViolation(_classify_unique(str(exc.diag.constraint_name or exc))) from exc
-        row = rows[0]
-        if row[0] == "conflict":
-            return ("conflict", None if row[1] is None else int(row[1]), row[2])
-        return ("ok", int(row[1]), [int(p) for p in row[3]])
-    import sqlite3
-
-    head = tx.fetchone("SELECT head_seq, head_chain_hash FROM streams WHERE tenant_id = ? AND stream_id = ?",
-                       (tenant_id, stream_id))
-    cur_seq = int(head[0]) if head else 0
-    cur_hash = head[1] if head else None
-    if cur_hash != prev or (expected_version is not None and cur_seq != expected_version):
-        return ("conflict", cur_seq if head else None, cur_hash)
-    n = len(events)
-    try:
-        if head is None:
-            tx.execute("INSERT INTO streams (tenant_id, stream_id, stream_type, head_seq, head_chain_hash,"
-                       " head_event_id, snapshot_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (tenant_id, stream_id, stream_type, n, events[-1]["chainHash"], events[-1]["id"],
-                        snapshot_json))
-        else:
-            tx.execute("UPDATE streams SET head_seq = ?, head_chain_hash = ?, head_event_id = ?,"
-                       " snapshot_json = COALESCE(?, snapshot_json),"
-                       " updated_at = strftime('%Y-%m-%dT%H:%M:%fZ','now') WHERE tenant_id = ? AND stream_id = ?",
-                       (cur_seq + n, events[-1]["chainHash"], events[-1]["id"], snapshot_json, tenant_id,
-                        stream_id))
-        positions = []
-        for i, (event, text) in enumerate(zip(events, jsons, strict=True)):
-            row = tx.fetchone(
-                "INSERT INTO events (tenant_id, stream_type, stream_id, seq, event_id, type, at, payload_hash,"
-                " prev_chain_hash, chain_hash, signature, signer_key_id, event_json, correlation_id, causation_id,"
-                " batch_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING position",
-                (tenant_id, stream_type, stream_id, cur_seq + i + 1, event["id"], event["type"], event["at"],
-                 event["payloadHash"], event["prevChainHash"], event["chainHash"], event["signature"],
-                 event["signerKeyId"], text, correlation_id, causation_id, batch_id))
-            assert row is not None
-            positions.append(int(row[0]))
-    except sqlite3.IntegrityError as exc:
-        raise _UniqueViolation(_classify_unique(str(exc))) from exc
-    return ("ok", cur_seq, positions)
 
 
 def _purpose_for_actor(actor_type: str) -> str:

@@ -71,18 +71,19 @@ CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at) WHERE expi
 
 -- Compare-and-swap the stream head and insert the events, in one round trip.
 -- The caller has already run pg_current_xact_id() in this transaction, so the xid exists before positions are
--- drawn. Returns ('ok', first_seq, positions) or ('conflict', current_seq, current_chain_hash).
+-- drawn. Sends the one NOTIFY of the transaction when p_notify. Returns ('ok', first_seq, positions) or ('conflict', current_seq, current_chain_hash).
 CREATE FUNCTION settlekit_append(
     p_tenant TEXT, p_stream TEXT, p_stream_type TEXT,
     p_expected_hash TEXT, p_expect_empty BOOLEAN, p_expected_seq BIGINT,
     p_snapshot TEXT, p_batch UUID,
-    p_ids TEXT[], p_types TEXT[], p_ats TEXT[], p_payload_hashes TEXT[], p_prev_hashes TEXT[],
-    p_chain_hashes TEXT[], p_signatures TEXT[], p_key_ids TEXT[], p_jsons TEXT[],
-    p_correlation TEXT, p_causation TEXT
+    p_cols TEXT[],
+    p_correlation TEXT, p_causation TEXT, p_notify BOOLEAN
 ) RETURNS TABLE (outcome TEXT, base_seq BIGINT, head_hash TEXT, positions BIGINT[])
 LANGUAGE plpgsql AS $$
 DECLARE
-    n INT := array_length(p_ids, 1);
+    n INT := array_length(p_cols, 1) / 9;
+    v_last_hash TEXT := p_cols[(n - 1) * 9 + 6];
+    v_last_id TEXT := p_cols[(n - 1) * 9 + 1];
     v_base BIGINT;
     v_hash TEXT;
     v_xid XID8 := pg_current_xact_id();
@@ -91,7 +92,7 @@ BEGIN
     IF p_expect_empty THEN
         INSERT INTO streams (tenant_id, stream_id, stream_type, head_seq, head_chain_hash, head_event_id,
                              snapshot_json)
-        VALUES (p_tenant, p_stream, p_stream_type, n, p_chain_hashes[n], p_ids[n], p_snapshot)
+        VALUES (p_tenant, p_stream, p_stream_type, n, v_last_hash, v_last_id, p_snapshot)
         ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN
             SELECT s.head_seq, s.head_chain_hash INTO v_base, v_hash FROM streams s
@@ -101,8 +102,8 @@ BEGIN
         END IF;
         v_base := 0;
     ELSE
-        UPDATE streams s SET head_seq = s.head_seq + n, head_chain_hash = p_chain_hashes[n],
-                             head_event_id = p_ids[n], snapshot_json = COALESCE(p_snapshot, s.snapshot_json),
+        UPDATE streams s SET head_seq = s.head_seq + n, head_chain_hash = v_last_hash,
+                             head_event_id = v_last_id, snapshot_json = COALESCE(p_snapshot, s.snapshot_json),
                              updated_at = now()
          WHERE s.tenant_id = p_tenant AND s.stream_id = p_stream
            AND (p_expected_hash IS NULL OR s.head_chain_hash = p_expected_hash)
@@ -119,14 +120,17 @@ BEGIN
         INSERT INTO events (tenant_id, stream_type, stream_id, seq, event_id, type, at, payload_hash,
                             prev_chain_hash, chain_hash, signature, signer_key_id, event_json,
                             correlation_id, causation_id, txid, batch_id)
-        SELECT p_tenant, p_stream_type, p_stream, v_base + u.ord, u.id, u.type, u.at, u.ph, u.prev, u.ch, u.sig,
-               u.kid, u.js, p_correlation, p_causation, v_xid, p_batch
-          FROM unnest(p_ids, p_types, p_ats, p_payload_hashes, p_prev_hashes, p_chain_hashes, p_signatures,
-                      p_key_ids, p_jsons) WITH ORDINALITY AS u(id, type, at, ph, prev, ch, sig, kid, js, ord)
-         ORDER BY u.ord
+        SELECT p_tenant, p_stream_type, p_stream, v_base + i, p_cols[k + 1], p_cols[k + 2], p_cols[k + 3],
+               p_cols[k + 4], p_cols[k + 5], p_cols[k + 6], p_cols[k + 7], p_cols[k + 8], p_cols[k + 9],
+               p_correlation, p_causation, v_xid, p_batch
+          FROM generate_series(1, n) AS i, LATERAL (SELECT (i - 1) * 9 AS k) AS o
+         ORDER BY i
         RETURNING seq, position
     )
     SELECT array_agg(position ORDER BY seq) INTO v_positions FROM inserted;
-    RETURN QUERY SELECT 'ok'::TEXT, v_base, p_chain_hashes[n], v_positions;
+    IF p_notify THEN
+        PERFORM pg_notify('settlekit_events', '');
+    END IF;
+    RETURN QUERY SELECT 'ok'::TEXT, v_base, v_last_hash, v_positions;
 END;
 $$;

@@ -1,0 +1,84 @@
+"""Plugs the pure job domain into the append pipeline: a job append is one call that validates, reduces,
+posts and stores the events, the new state and the ledger rows in one transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from settlekit.jobs import (
+    deserialize_state,
+    process_job_events,
+    require_known_event_type,
+    required_signer_kind,
+    settlement_proof_ref_for,
+)
+from settlekit.store import ledger as ledger_rows
+from settlekit.store.db import Database, Tx
+from settlekit.store.event_store import DomainOutcome, Event, EventStore
+
+_STREAM_TYPE_BY_PREFIX = (
+    ("ROBOT_", "robot"), ("MAINTENANCE_", "robot"), ("OPERATOR_REGISTERED", "operator"),
+    ("OPERATOR_SHIFT_", "operator"), ("MONTH_", "month"), ("TENANT_POLICY_", "governance"),
+    ("SERVER_SIGNER_KEY_", "governance"), ("INSURER_REIMBURSEMENT_", "finance"),
+)
+
+
+class JobStreamDomain:
+    """StreamDomain for settlekit: job streams get the reducer and ledger; other streams get type and signer
+    checks only."""
+
+    def stream_type(self, first_event_type: str, stream_id: str) -> str:
+        require_known_event_type(first_event_type)
+        if first_event_type == "JOB_CREATED":
+            return "job"
+        for prefix, kind in _STREAM_TYPE_BY_PREFIX:
+            if first_event_type.startswith(prefix):
+                return kind
+        return "job"  # any other job-stream type as a first event is refused by the reducer
+
+    def prepare_drafts(self, snapshot: dict[str, Any] | None, drafts: list[Event]) -> list[Event]:
+        """Complete server drafts: SETTLED gets its settlementProofRef from the current state."""
+        if snapshot is None:
+            return drafts
+        out = []
+        for draft in drafts:
+            payload = draft.get("payload")
+            if draft["type"] == "SETTLED" and (payload is None or (isinstance(payload, dict)
+                                                                    and "settlementProofRef" not in payload)):
+                ref = settlement_proof_ref_for(deserialize_state(snapshot))
+                if ref is not None:
+                    draft = {**draft, "payload": {**(payload or {}), "settlementProofRef": ref}}
+            out.append(draft)
+        return out
+
+    def required_signer(self, event_type: str, actor_type: str) -> str | None:
+        require_known_event_type(event_type)
+        return required_signer_kind(event_type, actor_type)
+
+    def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
+                events: list[Event], first_seq: int) -> DomainOutcome:
+        for event in events:
+            require_known_event_type(event["type"])
+        is_job = (snapshot is not None and "snapshot" in snapshot) or (snapshot is None
+                                                                       and events[0]["type"] == "JOB_CREATED")
+        if not is_job:
+            if any(e["type"] == "JOB_CREATED" for e in events[1:]) or (
+                    snapshot is None and self.stream_type(events[0]["type"], stream_id) == "job"):
+                # A job-stream event with no JOB_CREATED before it: let the reducer refuse it.
+                process_job_events(snapshot, events, tenant_id=tenant_id)
+            return DomainOutcome()
+        result = process_job_events(snapshot, events, tenant_id=tenant_id)
+        if not result.ledger_entries:
+            return DomainOutcome(snapshot=result.state)
+        seq_by_event_id = {e["id"]: first_seq + i for i, e in enumerate(events)}
+
+        def write(tx: Tx) -> None:
+            ledger_rows.write_entries(tx, tenant_id, stream_id, result.ledger_entries, result.allocations,
+                                      seq_by_event_id)
+
+        return DomainOutcome(snapshot=result.state, write=write)
+
+
+def job_store(db: Database, **options: Any) -> EventStore:
+    """An EventStore wired with the job domain (what the API, workers and demo use)."""
+    return EventStore(db, domain=JobStreamDomain(), **options)

@@ -1,0 +1,83 @@
+"""Ledger tables: entries inserted once per (tenant, entry id); balances and allocations only follow an insert."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from settlekit.events.canonical import parse_json
+from settlekit.store.db import Database, Tx
+
+
+def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[Mapping[str, Any]],
+                  allocations: Sequence[Mapping[str, Any]], seq_by_event_id: Mapping[str, int]) -> int:
+    """Insert `{eventId, eventType, entry}` items; returns how many were new. Re-applying is a no-op."""
+    if not ledger_entries:
+        return 0
+    allocations_by_entry: dict[str, list[Mapping[str, Any]]] = {}
+    for alloc in allocations:
+        allocations_by_entry.setdefault(alloc["entryId"], []).append(alloc)
+    inserted = 0
+    balance_deltas: dict[str, int] = {}
+    new_allocations: list[tuple[Any, ...]] = []
+    for index, item in enumerate(ledger_entries):
+        entry = item["entry"]
+        row = tx.fetchone(
+            "INSERT INTO ledger_entries (tenant_id, entry_id, job_id, source_event_id, event_type, source_seq,"
+            " entry_index, at, memo, entry_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING RETURNING entry_id",
+            (tenant_id, entry["id"], job_id, item["eventId"], item["eventType"], seq_by_event_id[item["eventId"]],
+             index, entry["at"], entry.get("memo"), json.dumps(entry, ensure_ascii=False, separators=(",", ":"))))
+        if row is None:
+            continue
+        inserted += 1
+        for posting in entry["postings"]:
+            balance_deltas[posting["accountId"]] = balance_deltas.get(posting["accountId"], 0) + \
+                posting["amountCents"]
+        for a in allocations_by_entry.get(entry["id"], ()):
+            new_allocations.append((tenant_id, a["entryId"], a["postingId"], a["accountId"], a["partyId"],
+                                    a["partyRole"], a["currency"], a["amountCents"]))
+    if balance_deltas:
+        tx.executemany(
+            "INSERT INTO ledger_balances (tenant_id, account_id, balance_cents) VALUES (?, ?, ?)"
+            " ON CONFLICT (tenant_id, account_id) DO UPDATE"
+            " SET balance_cents = ledger_balances.balance_cents + excluded.balance_cents",
+            [(tenant_id, account, delta) for account, delta in sorted(balance_deltas.items())])
+    tx.executemany(
+        "INSERT INTO ledger_allocations (tenant_id, entry_id, posting_id, account_id, party_id, party_role,"
+        " currency, amount_cents) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", new_allocations)
+    return inserted
+
+
+def balances(db: Database, tenant_id: str | None = None) -> dict[str, dict[str, int]]:
+    """{tenant: {account: cents}}, accounts sorted."""
+    sql = "SELECT tenant_id, account_id, balance_cents FROM ledger_balances"
+    params: tuple[Any, ...] = ()
+    if tenant_id is not None:
+        sql += " WHERE tenant_id = ?"
+        params = (tenant_id,)
+    sql += " ORDER BY tenant_id, account_id"
+    out: dict[str, dict[str, int]] = {}
+    with db.read() as tx:
+        for tenant, account, cents in tx.fetchall(sql, params):
+            out.setdefault(tenant, {})[account] = int(cents)
+    return out
+
+
+def entries_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[str, Any]]:
+    with db.read() as tx:
+        rows = tx.fetchall("SELECT source_event_id, event_type, entry_json FROM ledger_entries"
+                           " WHERE tenant_id = ? AND job_id = ? ORDER BY source_seq, entry_index", (tenant_id, job_id))
+    return [{"eventId": r[0], "eventType": r[1], "entry": parse_json(r[2])} for r in rows]
+
+
+def allocations_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[str, Any]]:
+    with db.read() as tx:
+        rows = tx.fetchall(
+            "SELECT a.entry_id, a.posting_id, a.account_id, a.party_id, a.party_role, a.currency, a.amount_cents"
+            " FROM ledger_allocations a JOIN ledger_entries e ON e.tenant_id = a.tenant_id AND e.entry_id = a.entry_id"
+            " WHERE a.tenant_id = ? AND e.job_id = ?"
+            " ORDER BY e.source_seq, e.entry_index, CAST(substr(a.posting_id, 2) AS INTEGER), a.party_id", (tenant_id, job_id))
+    return [{"tenantId": tenant_id, "entryId": r[0], "postingId": r[1], "accountId": r[2], "partyId": r[3],
+             "partyRole": r[4], "currency": r[5], "amountCents": int(r[6])} for r in rows]
