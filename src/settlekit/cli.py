@@ -138,6 +138,15 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+def _register_receiver() -> None:
+    from settlekit.delivery.cli import receive_command
+
+    app.command("receive", help="Run the reference webhook receiver (verifies, dedupes, stores).")(receive_command)
+
+
+_register_receiver()
+
+
 @app.command()
 def demo(
     jobs: Annotated[int, typer.Option("--jobs", help="number of job streams to simulate")] = 20,

@@ -41,3 +41,23 @@ def postings(
         raise typer.Exit(1) from exc
     for entry in entries:
         typer.echo(canonical_json(entry))
+
+
+@ledger_app.command("balances")
+def balances(
+    db: str = typer.Option(..., "--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db"),
+    tenant: str | None = typer.Option(None, "--tenant", help="only this tenant"),
+) -> None:
+    """Print balances per tenant and account as JSON lines; the last line per tenant is its total (0)."""
+    from settlekit.store import ledger as ledger_rows
+    from settlekit.store.db import connect
+
+    database = connect(db)
+    try:
+        by_tenant = ledger_rows.balances(database, tenant)
+    finally:
+        database.close()
+    for tenant_id, accounts in by_tenant.items():
+        for account_id, cents in accounts.items():
+            typer.echo(canonical_json({"tenantId": tenant_id, "accountId": account_id, "balanceCents": cents}))
+        typer.echo(canonical_json({"tenantId": tenant_id, "totalCents": sum(accounts.values())}))
