@@ -1,0 +1,169 @@
+"""`settlekit consumers …`: list, status and recovery verbs on consumer state rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from settlekit.dispatch import ops
+from settlekit.dispatch.model import SHARED_INSTANCE, ConsumerState
+from settlekit.errors import SettlekitError
+from settlekit.store.db import Database, connect
+
+consumers_app = typer.Typer(help="Durable consumers: state, lag and recovery.", no_args_is_help=True)
+_err = Console(stderr=True)
+
+DbOption = Annotated[
+    str, typer.Option("--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db")
+]
+InstanceOption = Annotated[
+    str, typer.Option("--instance-id", help="state row shard (per-instance consumers)")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+NameArg = Annotated[str, typer.Argument(help="consumer name")]
+
+
+def _run(db_url: str, action: Callable[[Database], Any]) -> Any:
+    try:
+        db = connect(db_url)
+    except SettlekitError as exc:
+        _fail(exc)
+    try:
+        return action(db)
+    except SettlekitError as exc:
+        _fail(exc)
+    finally:
+        db.close()
+
+
+def _fail(exc: SettlekitError) -> None:
+    _err.print(f"[red]error[/red] {exc.code}: {exc.message}")
+    raise typer.Exit(code=1)
+
+
+def _print_state(state: ConsumerState, as_json: bool, **extra: Any) -> None:
+    body = {**state.to_json(), **extra}
+    if as_json:
+        print(json.dumps(body))
+        return
+    table = Table(show_header=False, box=None)
+    for key, value in body.items():
+        table.add_row(f"[bold]{key}[/bold]", "—" if value is None else str(value))
+    Console().print(table)
+
+
+@consumers_app.command("list")
+def list_cmd(db: DbOption, as_json: JsonOption = False) -> None:
+    """Every consumer state row with status, cursor, high-water mark, lag, attempts and last error."""
+    rows = _run(db, lambda d: ops.list_consumers(d))
+    if as_json:
+        print(json.dumps([r.to_json() for r in rows]))
+        return
+    table = Table(title="consumers")
+    for col in (
+        "name",
+        "instance",
+        "status",
+        "cursor",
+        "hwm",
+        "lag",
+        "lag s",
+        "gaps",
+        "attempts",
+        "rearms",
+        "skipped",
+        "last error",
+    ):
+        table.add_column(
+            col,
+            justify="right"
+            if col in ("cursor", "hwm", "lag", "lag s", "gaps", "attempts", "rearms", "skipped")
+            else "left",
+        )
+    colors = {"idle": "green", "processing": "cyan", "dead": "red", "disabled": "yellow"}
+    for r in rows:
+        s = r.state
+        status = "processing" if s.processing else s.status
+        table.add_row(
+            s.name,
+            s.instance_id,
+            f"[{colors.get(status, 'white')}]{status}[/]",
+            str(s.cursor),
+            str(r.high_water_mark),
+            str(r.lag),
+            f"{r.lag_seconds:.1f}",
+            str(s.pending_gap_positions),
+            str(s.attempts),
+            str(s.rearm_count),
+            str(s.skipped_count),
+            s.last_error or "",
+        )
+    Console(width=200).print(table)
+
+
+@consumers_app.command()
+def status(
+    name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+) -> None:
+    """One consumer row (with a live `processing` flag)."""
+    _print_state(_run(db, lambda d: ops.require_state(d, name, instance_id)), as_json)
+
+
+@consumers_app.command()
+def restart(
+    name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+) -> None:
+    """Revive a dead consumer; the cursor stays, so the failing event is retried."""
+    _print_state(_run(db, lambda d: ops.restart_consumer(d, name, instance_id)), as_json)
+
+
+@consumers_app.command()
+def disable(
+    name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+) -> None:
+    """Stop delivering to a consumer (cursor kept) until `enable`."""
+    _print_state(_run(db, lambda d: ops.disable_consumer(d, name, instance_id)), as_json)
+
+
+@consumers_app.command()
+def enable(
+    name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+) -> None:
+    """Resume a disabled consumer."""
+    _print_state(_run(db, lambda d: ops.enable_consumer(d, name, instance_id)), as_json)
+
+
+@consumers_app.command()
+def skip(
+    name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+) -> None:
+    """Skip the blocking event (lowest visible pending-gap position first) into the dead letters."""
+    result = _run(db, lambda d: ops.skip_poison(d, name, instance_id))
+    _print_state(result.state, as_json, skippedPosition=result.skipped_position)
+
+
+@consumers_app.command()
+def reset(
+    name: NameArg,
+    db: DbOption,
+    to: Annotated[str, typer.Option("--to", help="a position (0 = replay all) or 'now'")],
+    instance_id: InstanceOption = SHARED_INSTANCE,
+    as_json: JsonOption = False,
+) -> None:
+    """Move the cursor; refused while the consumer is in a turn."""
+    if to == "now":
+        target: int | str = "now"
+    else:
+        try:
+            target = int(to)
+        except ValueError:
+            _err.print(
+                f"[red]error[/red] CONSUMER_RESET_INVALID: --to must be a position or 'now', not {to!r}"
+            )
+            raise typer.Exit(code=1) from None
+    _print_state(_run(db, lambda d: ops.reset_consumer(d, name, target, instance_id)), as_json)  # type: ignore[arg-type]

@@ -1,0 +1,604 @@
+"""The durable dispatcher: passes, turns, halt-on-poison, re-arm, dead letters and exact gap handling.
+
+One turn = one transaction that locks the consumer row (SKIP LOCKED), fetches pending-gap rows and rows past
+the cursor, delivers them to the handler on that same transaction (a savepoint per call) and writes the new
+cursor, attempts and gaps before COMMIT. A crash anywhere before COMMIT re-delivers; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from settlekit.dispatch import sql as q
+from settlekit.dispatch.gaps import holes, merge, settle
+from settlekit.dispatch.metrics import DispatchMetrics, metrics_for
+from settlekit.dispatch.model import (
+    SHARED_INSTANCE,
+    Consumer,
+    ConsumerContext,
+    ConsumerDead,
+    ConsumerState,
+    DispatchedEvent,
+    DrainTimeout,
+    Failpoints,
+    Gap,
+)
+from settlekit.errors import ConfigurationError
+from settlekit.store.db import Database, Row, Tx
+
+log = logging.getLogger("settlekit.dispatch")
+
+
+@dataclass
+class ConsumerResult:
+    """What one turn did. `outcome`: ok, idle, error, or a skip reason (disabled, dead, backoff,
+    locked_by_other_instance, not_registered)."""
+
+    processed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    outcome: str = "ok"
+    more: bool = False
+
+
+@dataclass
+class PassResult:
+    processed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    by_consumer: dict[str, ConsumerResult] = field(default_factory=dict)
+
+    def add(self, name: str, result: ConsumerResult) -> None:
+        self.processed += result.processed
+        self.failed += result.failed
+        self.skipped += result.skipped
+        self.by_consumer[name] = result
+
+
+@dataclass
+class _Outcome:
+    attempts: int
+    last_error: str | None
+    resolved: list[int] = field(default_factory=list)
+    processed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    dead: bool = False
+
+
+class _ScopedTx(Tx):
+    """The turn transaction as a handler sees it: a savepoint is opened lazily before the handler's first
+    statement, so handlers that never touch the database cost no round trips."""
+
+    def __init__(self, tx: Tx, name: str):
+        self._tx = tx
+        self.dialect = tx.dialect
+        self._name = name
+        self._open = False
+
+    def _enter(self) -> None:
+        if not self._open:
+            self._tx.execute(f"SAVEPOINT {self._name}")
+            self._open = True
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        self._enter()
+        return self._tx.execute(sql, params)
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        self._enter()
+        return self._tx.fetchall(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._enter()
+        self._tx.executemany(sql, rows)
+
+    def savepoint(self) -> contextlib.AbstractContextManager[None]:
+        self._enter()
+        return self._tx.savepoint()
+
+    @property
+    def raw(self) -> Any:
+        self._enter()
+        return self._tx.raw
+
+    def notify(self) -> None:
+        self._enter()
+        self._tx.notify()
+
+    def release(self) -> None:
+        if self._open:
+            self._open = False
+            self._tx.execute(f"RELEASE SAVEPOINT {self._name}")
+
+    def rollback(self) -> None:
+        if self._open:
+            self._open = False
+            self._tx.execute(f"ROLLBACK TO SAVEPOINT {self._name}")
+            self._tx.execute(f"RELEASE SAVEPOINT {self._name}")
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    return type(exc).__name__, str(exc) or type(exc).__name__
+
+
+class Dispatcher:
+    """Runs consumers over the global event order of one database.
+
+    Options (05-dispatcher.md §1): `batch_size`, `poll_interval` (s), `max_attempts`, `rearm_cooldown` (s),
+    `max_rearm_count`, `backoff_base`/`backoff_max` (s, capped exponential delay between retries of a failing
+    event), `instance_id` (required for per-instance consumers), `max_pending_gap_ranges`, `listen` (use
+    LISTEN/NOTIFY wake-ups), `registry` (prometheus; default global), `failpoints` (tests).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        consumers: Sequence[Consumer],
+        *,
+        instance_id: str | None = None,
+        batch_size: int = 200,
+        poll_interval: float = 0.1,
+        max_attempts: int = 10,
+        rearm_cooldown: float = 300.0,
+        max_rearm_count: int = 3,
+        backoff_base: float = 0.5,
+        backoff_max: float = 60.0,
+        max_pending_gap_ranges: int = 10_000,
+        listen: bool = True,
+        registry: CollectorRegistry | None = None,
+        failpoints: Failpoints | None = None,
+        logger: logging.Logger | None = None,
+    ):
+        names = [c.name for c in consumers]
+        if len(set(names)) != len(names):
+            raise ConfigurationError("consumer names must be unique", code="DISPATCH_DUPLICATE_CONSUMER")
+        if instance_id == SHARED_INSTANCE:
+            raise ConfigurationError(
+                f"instance_id must not be {SHARED_INSTANCE!r}", code="DISPATCH_INSTANCE_ID"
+            )
+        if instance_id is None and any(c.delivery == "per_instance" for c in consumers):
+            raise ConfigurationError(
+                "per-instance consumers need the dispatcher's instance_id", code="DISPATCH_INSTANCE_ID"
+            )
+        if batch_size < 1 or max_attempts < 1 or max_pending_gap_ranges < 1:
+            raise ConfigurationError(
+                "batch_size, max_attempts and max_pending_gap_ranges must be ≥ 1",
+                code="DISPATCH_OPTIONS_INVALID",
+            )
+        self.db = db
+        self.consumers = list(consumers)
+        self.instance_id = instance_id
+        self.batch_size = batch_size
+        self.poll_interval = poll_interval
+        self.max_attempts = max_attempts
+        self.rearm_cooldown = rearm_cooldown
+        self.max_rearm_count = max_rearm_count
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.max_pending_gap_ranges = max_pending_gap_ranges
+        self.listen = listen
+        self.metrics: DispatchMetrics = metrics_for(registry)
+        self.failpoints = failpoints or Failpoints()
+        self.log = logger or log
+        self._pass_lock = threading.Lock()
+        self._registered = False
+        self._exhausted: set[tuple[str, str]] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error: BaseException | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def shard(self, consumer: Consumer) -> str:
+        """The instance_id of this consumer's state row on this dispatcher."""
+        if consumer.delivery == "shared":
+            return SHARED_INSTANCE
+        assert self.instance_id is not None
+        return self.instance_id
+
+    def ensure_registered(self) -> None:
+        """Create a state row per consumer shard if missing; never touches an existing cursor."""
+        with self.db.transaction() as tx:
+            for c in self.consumers:
+                if c.start_from == "now":
+                    tx.execute(
+                        "INSERT INTO consumer_state (name, instance_id, last_processed_position)"
+                        " SELECT ?, ?, COALESCE(MAX(position), 0) FROM events WHERE 1 = 1"
+                        " ON CONFLICT DO NOTHING",
+                        (c.name, self.shard(c)),
+                    )
+                else:
+                    tx.execute(
+                        "INSERT INTO consumer_state (name, instance_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                        (c.name, self.shard(c)),
+                    )
+        self._registered = True
+
+    def start(self) -> None:
+        """Pre-register, then run passes on a background thread (wake-ups plus polling)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self.ensure_registered()
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"settlekit-dispatch-{self.instance_id or 'shared'}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the background thread; the turn in flight finishes (commits) first."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                raise DrainTimeout("dispatcher thread did not stop in time", code="DISPATCH_STOP_TIMEOUT")
+        self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            more = False
+            try:
+                result = self.run_once()
+                more = any(r.more or r.processed for r in result.by_consumer.values())
+            except Exception as exc:
+                self.last_error = exc
+                self.log.exception("dispatcher pass failed")
+            except BaseException as exc:  # a simulated crash ends the thread like a dying process
+                self.last_error = exc
+                return
+            if not more:
+                self._wait()
+
+    def _wait(self) -> None:
+        if not self.listen:
+            self._stop.wait(self.poll_interval)
+            return
+        label = self.instance_id or SHARED_INSTANCE
+        try:
+            self.db.wait_for_notify(self.poll_interval)
+            self.metrics.listen_connected.labels(label).set(1)
+        except Exception:
+            self.metrics.listen_connected.labels(label).set(0)
+            self.log.warning("LISTEN connection failed; polling", exc_info=True)
+            self._stop.wait(self.poll_interval)
+
+    # ------------------------------------------------------------------ passes
+
+    def run_once(self) -> PassResult:
+        """One pass: an idle pre-check, then a turn for every consumer with possible work."""
+        with self._pass_lock:
+            if not self._registered:
+                self.ensure_registered()
+            started = time.perf_counter()
+            result = PassResult()
+            idle = self._precheck()
+            for c in self.consumers:
+                if (c.name, self.shard(c)) in idle:
+                    result.add(c.name, ConsumerResult(outcome="idle"))
+                    continue
+                result.add(c.name, self._turn(c))
+            self.metrics.pass_duration.labels(self.instance_id or SHARED_INSTANCE).observe(
+                time.perf_counter() - started
+            )
+            return result
+
+    def _precheck(self) -> set[tuple[str, str]]:
+        """Consumers provably without work (no writes); also refreshes every lag gauge."""
+        keys = {(c.name, self.shard(c)) for c in self.consumers}
+        names = sorted({k[0] for k in keys})
+        marks = ",".join("?" for _ in names)
+        empty = "c.pending_gaps = '[]'::jsonb" if self.db.dialect == "postgres" else "c.pending_gaps = '[]'"
+        age = q.age_sql(self.db.dialect, "e.recorded_at")
+        with self.db.read() as tx:
+            rows = tx.fetchall(
+                f"SELECT c.name, c.instance_id, c.status, c.last_processed_position, {empty},"
+                f" (SELECT {age} FROM events e WHERE e.position > c.last_processed_position"
+                f"   ORDER BY e.position LIMIT 1),"
+                f" (SELECT COALESCE(MAX(position), 0) FROM events)"
+                f" FROM consumer_state c WHERE c.name IN ({marks})",
+                names,
+            )
+        idle: set[tuple[str, str]] = set()
+        for name, inst, status, cursor, no_gaps, next_age, hwm in rows:
+            if (name, inst) not in keys:
+                continue
+            self.metrics.lag_events.labels(name, inst).set(max(0, int(hwm) - int(cursor)))
+            self.metrics.lag_seconds.labels(name, inst).set(float(next_age or 0.0))
+            if status == "disabled" or (status != "dead" and no_gaps and next_age is None):
+                idle.add((name, inst))
+        return idle
+
+    def _backoff(self, attempts: int) -> float:
+        return float(min(self.backoff_base * (2 ** max(0, attempts - 1)), self.backoff_max))
+
+    def _turn(self, consumer: Consumer) -> ConsumerResult:
+        name, inst = consumer.name, self.shard(consumer)
+        started = time.perf_counter()
+        try:
+            with self.db.transaction() as tx, self._mark(name, inst):
+                return self._turn_in_tx(tx, consumer, inst)
+        except Exception as exc:
+            cls, msg = _describe(exc)
+            self.metrics.turn_errors.labels(name).inc()
+            self.log.exception("turn of %s (%s) rolled back", name, inst)
+            try:
+                with self.db.transaction() as tx:
+                    tx.execute(
+                        "UPDATE consumer_state SET last_error = ? WHERE name = ? AND instance_id = ?",
+                        (f"turn error: {cls}: {msg}", name, inst),
+                    )
+            except Exception:
+                self.log.exception("could not record the turn error of %s (%s)", name, inst)
+            return ConsumerResult(outcome="error")
+        finally:
+            self.metrics.turn_duration.labels(name).observe(time.perf_counter() - started)
+
+    @contextlib.contextmanager
+    def _mark(self, name: str, inst: str) -> Iterator[None]:
+        if self.db.dialect == "sqlite":
+            with q.local_turn(self.db, name, inst):
+                yield
+        else:
+            yield
+
+    def _turn_in_tx(self, tx: Tx, consumer: Consumer, inst: str) -> ConsumerResult:
+        name = consumer.name
+        got = q.read_state(tx, name, inst, "skip")
+        if got is None:
+            reason = "locked_by_other_instance" if q.row_exists(tx, name, inst) else "not_registered"
+            return ConsumerResult(outcome=reason)
+        state, age = got
+        postgres = tx.dialect == "postgres"
+        if state.status == "disabled":
+            return ConsumerResult(outcome="disabled")
+        if state.status == "dead":
+            if age >= self.rearm_cooldown and state.rearm_count < self.max_rearm_count:
+                state.status, state.attempts, state.last_error = "idle", 0, None
+                state.rearm_count += 1
+                q.write_state(tx, state)
+                self.metrics.rearm.labels(name, inst).inc()
+                self._exhausted.discard((name, inst))
+                self.log.warning(
+                    "re-armed dead consumer %s (%s), re-arm %d of %d",
+                    name,
+                    inst,
+                    state.rearm_count,
+                    self.max_rearm_count,
+                )
+            else:
+                if state.rearm_count >= self.max_rearm_count and (name, inst) not in self._exhausted:
+                    self._exhausted.add((name, inst))
+                    self.metrics.rearm_exhausted.labels(name, inst).inc()
+                return ConsumerResult(outcome="dead")
+        elif state.attempts > 0 and age < self._backoff(state.attempts):
+            return ConsumerResult(outcome="backoff")
+
+        # S1 (horizon) precedes S2 (fetch): a writer that ended before S1 is visible to S2 if it committed.
+        horizon = q.horizon(tx) if postgres else sys.maxsize
+        start_cursor, gaps = state.cursor, state.pending_gaps
+        rows = q.fetch_events(tx, start_cursor, gaps, self.batch_size)
+        self.failpoints.hit("after_fetch", name)
+        fetched = [r.position for r in rows]
+        complete_upto = sys.maxsize if len(rows) < self.batch_size else fetched[-1]
+        rows = self._bound(rows, start_cursor, len(gaps), name)
+
+        outcome = self._deliver(tx, consumer, inst, state, rows)
+        self.failpoints.hit("after_deliver", name)
+
+        new_cursor = max((p for p in outcome.resolved if p > start_cursor), default=start_cursor)
+        remaining, n_resolved, n_retired = settle(
+            gaps,
+            resolved=[p for p in outcome.resolved if p <= start_cursor],
+            fetched=fetched,
+            horizon=horizon,
+            complete_upto=complete_upto,
+        )
+        new_holes = (
+            holes(start_cursor, new_cursor, [p for p in fetched if p > start_cursor]) if postgres else []
+        )
+        if new_holes:
+            xid = q.observation_xid(self.db)
+            remaining = merge([*remaining, *(Gap(lo, hi, xid) for lo, hi in new_holes)])
+
+        changed = bool(outcome.resolved or outcome.failed or remaining != gaps)
+        if changed:
+            state.cursor = new_cursor
+            state.attempts = outcome.attempts
+            state.last_error = outcome.last_error
+            state.status = "dead" if outcome.dead else "idle"
+            state.pending_gaps = remaining
+            if outcome.processed:
+                state.rearm_count = 0
+            q.write_state(tx, state, skipped=outcome.skipped)
+            if outcome.dead:
+                self.metrics.dead.labels(name, inst).inc()
+                self.log.error(
+                    "consumer %s (%s) is dead after %d attempts: %s",
+                    name,
+                    inst,
+                    outcome.attempts,
+                    outcome.last_error,
+                )
+        m = self.metrics
+        if outcome.processed:
+            m.processed.labels(name, inst).inc(outcome.processed)
+        if n_resolved:
+            m.gaps_resolved.labels(name, inst).inc(n_resolved)
+        if n_retired:
+            m.gaps_retired.labels(name, inst).inc(n_retired)
+        m.pending_gaps.labels(name, inst).set(sum(g.size for g in remaining))
+        if changed:
+            age_sql = q.age_sql(tx.dialect, "recorded_at")
+            row = tx.fetchone(
+                f"SELECT (SELECT COALESCE(MAX(position), 0) FROM events),"
+                f" (SELECT {age_sql} FROM events WHERE position > ? ORDER BY position LIMIT 1)",
+                (new_cursor,),
+            )
+            if row is not None:
+                m.lag_events.labels(name, inst).set(max(0, int(row[0]) - new_cursor))
+                m.lag_seconds.labels(name, inst).set(float(row[1] or 0.0))
+        self.failpoints.hit("before_commit", name)
+        return ConsumerResult(
+            processed=outcome.processed,
+            failed=outcome.failed,
+            skipped=outcome.skipped,
+            outcome="ok" if changed else "idle",
+            more=len(fetched) >= self.batch_size and not outcome.failed,
+        )
+
+    def _bound(
+        self, rows: list[DispatchedEvent], cursor: int, n_ranges: int, name: str
+    ) -> list[DispatchedEvent]:
+        """Stop before the row whose hole would push the gap list past max_pending_gap_ranges."""
+        prev = cursor
+        for i, row in enumerate(rows):
+            if row.position <= cursor:
+                continue
+            if row.position > prev + 1:
+                n_ranges += 1
+                if n_ranges > self.max_pending_gap_ranges:
+                    self.log.warning(
+                        "consumer %s: %d pending gap ranges; delivering up to position %d only",
+                        name,
+                        self.max_pending_gap_ranges,
+                        prev,
+                    )
+                    return rows[:i]
+            prev = row.position
+        return rows
+
+    def _deliver(
+        self, tx: Tx, consumer: Consumer, inst: str, state: ConsumerState, rows: list[DispatchedEvent]
+    ) -> _Outcome:
+        out = _Outcome(attempts=state.attempts, last_error=state.last_error)
+        name = consumer.name
+        types = consumer.event_types
+        matching = rows if types is None else [r for r in rows if r.type in types]
+        if consumer.batch_handler is not None and matching:
+            scoped = _ScopedTx(tx, "sk_batch")
+            ctx = ConsumerContext(scoped, name, inst, self.log, self.metrics, matching[-1])
+            try:
+                consumer.batch_handler(matching, ctx)
+            except Exception as exc:
+                scoped.rollback()
+                cls, msg = _describe(exc)
+                self.log.warning(
+                    "consumer %s: batch of %d failed (%s: %s); delivering one by one",
+                    name,
+                    len(matching),
+                    cls,
+                    msg,
+                )
+            else:
+                scoped.release()
+                out.resolved = [r.position for r in rows]
+                out.processed = len(matching)
+                out.attempts, out.last_error = 0, None
+                return out
+        policy = consumer.error_policy
+        max_attempts = policy.max_attempts or self.max_attempts
+        scoped = _ScopedTx(tx, "sk_event")
+        for row in rows:
+            if types is not None and row.type not in types:
+                out.resolved.append(row.position)
+                continue
+            try:
+                consumer.handler(row, ConsumerContext(scoped, name, inst, self.log, self.metrics, row))
+            except Exception as exc:
+                scoped.rollback()
+                cls, msg = _describe(exc)
+                out.failed += 1
+                self.metrics.failed.labels(name, inst, cls).inc()
+                if policy.skip_apply_errors:
+                    q.insert_dead_letter(tx, name, inst, row.position, "skip_apply_error", cls, msg)
+                    self.metrics.skipped.labels(name, inst, "skip_apply_error").inc()
+                    self.log.warning(
+                        "consumer %s: skipped event at position %d (%s: %s)", name, row.position, cls, msg
+                    )
+                    out.skipped += 1
+                    out.resolved.append(row.position)
+                    out.attempts, out.last_error = 0, None
+                    continue
+                out.attempts += 1
+                out.last_error = f"{cls}: {msg} (position {row.position})"
+                out.dead = out.attempts >= max_attempts
+                break
+            scoped.release()
+            out.resolved.append(row.position)
+            out.processed += 1
+            out.attempts, out.last_error = 0, None
+        return out
+
+    # ------------------------------------------------------------------ drain and state
+
+    def drain(self, timeout: float = 30.0) -> PassResult:
+        """Run passes until every consumer (except disabled ones) has delivered everything visible up to the
+        high-water mark taken at call time. Raises ConsumerDead or DrainTimeout."""
+        deadline = time.monotonic() + timeout
+        with self.db.read() as tx:
+            target = q.high_water_mark(tx)
+        total = PassResult()
+        while True:
+            result = self.run_once()
+            for name, r in result.by_consumer.items():
+                prev = total.by_consumer.get(name, ConsumerResult())
+                total.add(
+                    name,
+                    ConsumerResult(
+                        prev.processed + r.processed,
+                        prev.failed + r.failed,
+                        prev.skipped + r.skipped,
+                        r.outcome,
+                    ),
+                )
+            behind = self._behind(target)
+            if not behind:
+                return total
+            dead = [s for s in behind if s.status == "dead"]
+            if dead:
+                raise ConsumerDead(
+                    f"consumer {dead[0].name!r} is dead: {dead[0].last_error}",
+                    consumers=[s.name for s in dead],
+                )
+            if time.monotonic() > deadline:
+                raise DrainTimeout(
+                    f"consumers still behind position {target}: {[s.name for s in behind]}",
+                    target=target,
+                    consumers=[s.to_json() for s in behind],
+                )
+            if result.processed == 0:
+                time.sleep(min(self.poll_interval, 0.01))
+
+    def _behind(self, target: int) -> list[ConsumerState]:
+        out = []
+        with self.db.read() as tx:
+            for c in self.consumers:
+                got = q.read_state(tx, c.name, self.shard(c))
+                if got is None:
+                    continue
+                state = got[0]
+                if state.status == "disabled":
+                    continue
+                low = [g for g in state.pending_gaps if g.lo <= target]
+                if state.cursor < target or q.smallest_visible_in(tx, low) is not None:
+                    out.append(state)
+        return out
+
+    def state(self, name: str, instance_id: str | None = None) -> ConsumerState | None:
+        from settlekit.dispatch.ops import get_state
+
+        if instance_id is None:
+            consumer = next((c for c in self.consumers if c.name == name), None)
+            instance_id = self.shard(consumer) if consumer is not None else SHARED_INSTANCE
+        return get_state(self.db, name, instance_id)

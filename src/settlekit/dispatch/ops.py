@@ -1,0 +1,288 @@
+"""Operator verbs on consumer state rows (05-dispatcher.md §10). Consumers are code; these work on the rows.
+
+Every mutating call locks the one (name, instance_id) row with a blocking FOR UPDATE (so it never races a live
+turn), validates the precondition and returns the state after the change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from settlekit.dispatch import sql as q
+from settlekit.dispatch.gaps import merge, remove_position
+from settlekit.dispatch.model import (
+    SHARED_INSTANCE,
+    ConsumerNotDead,
+    ConsumerNotDisabled,
+    ConsumerNotFound,
+    ConsumerProcessing,
+    ConsumerState,
+    Gap,
+)
+from settlekit.errors import SettlekitError, ValidationError
+from settlekit.store.db import Database, Tx
+
+
+@dataclass
+class ConsumerProgress:
+    state: ConsumerState
+    high_water_mark: int
+    lag: int
+    lag_seconds: float
+    registered: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.state.to_json()
+        out.update(
+            highWaterMark=self.high_water_mark,
+            lag=self.lag,
+            lagSeconds=round(self.lag_seconds, 3),
+            pendingGapPositions=self.state.pending_gap_positions,
+            registered=self.registered,
+        )
+        return out
+
+
+@dataclass
+class SkipResult:
+    state: ConsumerState
+    skipped_position: int | None
+
+
+def _not_found(name: str, instance_id: str) -> ConsumerNotFound:
+    hint = "" if instance_id != SHARED_INSTANCE else " (per-instance consumers need --instance-id)"
+    return ConsumerNotFound(
+        f"consumer {name!r} has no state row for instance {instance_id!r}{hint}",
+        consumer=name,
+        instanceId=instance_id,
+    )
+
+
+def _locked(tx: Tx, db: Database, name: str, instance_id: str, *, nowait: bool = False) -> ConsumerState:
+    if nowait and tx.dialect == "sqlite" and q.in_local_turn(db, name, instance_id):
+        raise ConsumerProcessing(
+            f"consumer {name!r} (instance {instance_id!r}) is in a turn right now; retry",
+            consumer=name,
+            instanceId=instance_id,
+        )
+    got = q.read_state(tx, name, instance_id, "nowait" if nowait else "wait")
+    if got is None:
+        raise _not_found(name, instance_id)
+    return got[0]
+
+
+def _reread(tx: Tx, name: str, instance_id: str) -> ConsumerState:
+    got = q.read_state(tx, name, instance_id)
+    assert got is not None
+    return got[0]
+
+
+def get_state(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState | None:
+    """The row plus a `processing` flag (a turn holds its lock right now), or None."""
+    with db.read() as tx:
+        got = q.read_state(tx, name, instance_id)
+        if got is None:
+            return None
+        state = got[0]
+        state.processing = (name, instance_id) in q.processing_keys(tx, db, [(name, instance_id)])
+    return state
+
+
+def require_state(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
+    state = get_state(db, name, instance_id)
+    if state is None:
+        raise _not_found(name, instance_id)
+    return state
+
+
+def list_consumers(db: Database, registered: Sequence[str] | None = None) -> list[ConsumerProgress]:
+    """Every state row with high-water mark and lag; registered names without a row appear as `never-run`.
+
+    With `registered` given, rows of other names are flagged `registered=False` (stale); without it
+    (the CLI: consumers live in code) `registered` is None.
+    """
+    age = q.age_sql(db.dialect, "e.recorded_at")
+    with db.read() as tx:
+        hwm = q.high_water_mark(tx)
+        rows = tx.fetchall(
+            f"SELECT {q.state_select(tx.dialect)},"
+            f" (SELECT {age} FROM events e WHERE e.position > consumer_state.last_processed_position"
+            f"  ORDER BY e.position LIMIT 1)"
+            f" FROM consumer_state ORDER BY name, instance_id"
+        )
+        states = [(q.row_to_state(r)[0], float(r[11] or 0.0)) for r in rows]
+        busy = q.processing_keys(tx, db, [(s.name, s.instance_id) for s, _ in states])
+    known = set(registered) if registered is not None else None
+    out: list[ConsumerProgress] = []
+    for state, lag_seconds in states:
+        state.processing = (state.name, state.instance_id) in busy
+        out.append(
+            ConsumerProgress(
+                state,
+                hwm,
+                max(0, hwm - state.cursor),
+                lag_seconds,
+                None if known is None else state.name in known,
+            )
+        )
+    seen = {s.name for s, _ in states}
+    for name in registered or ():
+        if name not in seen:
+            placeholder = ConsumerState(
+                name=name,
+                instance_id=SHARED_INSTANCE,
+                status="never-run",
+                cursor=0,
+                attempts=0,
+                rearm_count=0,
+                pending_gaps=[],
+                last_error=None,
+                skipped_count=0,
+                updated_at="",
+            )
+            out.append(ConsumerProgress(placeholder, hwm, hwm, 0.0, True))
+    return out
+
+
+def _write(tx: Tx, state: ConsumerState, **changes: Any) -> None:
+    for key, value in changes.items():
+        setattr(state, key, value)
+    q.write_state(tx, state)
+
+
+def restart_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
+    """dead → idle, keeping the cursor and gaps (the next turn retries the poison event)."""
+    with db.transaction() as tx:
+        state = _locked(tx, db, name, instance_id)
+        if state.status != "dead":
+            raise ConsumerNotDead(
+                f"consumer {name!r} is {state.status}, not dead; restart only revives a dead"
+                " consumer (use enable for a disabled one)",
+                consumer=name,
+                consumerStatus=state.status,
+            )
+        _write(tx, state, status="idle", attempts=0, last_error=None, rearm_count=0)
+        return _reread(tx, name, instance_id)
+
+
+def disable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
+    with db.transaction() as tx:
+        state = _locked(tx, db, name, instance_id)
+        _write(tx, state, status="disabled", attempts=0, last_error=None, rearm_count=0)
+        return _reread(tx, name, instance_id)
+
+
+def enable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
+    with db.transaction() as tx:
+        state = _locked(tx, db, name, instance_id)
+        if state.status != "disabled":
+            raise ConsumerNotDisabled(
+                f"consumer {name!r} is {state.status}, not disabled; enable only applies to"
+                " a disabled consumer (use restart for a dead one)",
+                consumer=name,
+                consumerStatus=state.status,
+            )
+        _write(tx, state, status="idle", attempts=0, last_error=None, rearm_count=0)
+        return _reread(tx, name, instance_id)
+
+
+def skip_poison(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> SkipResult:
+    """Skip the event blocking the consumer: the lowest visible pending-gap position first (halt-on-poison
+    walks gaps first), else the next visible position after the cursor. Writes an `operator_skip` dead letter.
+    """
+    with db.transaction() as tx:
+        state = _locked(tx, db, name, instance_id)
+        position = q.smallest_visible_in(tx, state.pending_gaps)
+        if position is not None:
+            gaps = remove_position(state.pending_gaps, position)
+            cursor = state.cursor
+        else:
+            position = q.next_position_after(tx, state.cursor)
+            if position is None:
+                return SkipResult(state, None)
+            gaps = list(state.pending_gaps)
+            if tx.dialect == "postgres" and position > state.cursor + 1:
+                # Positions between the cursor and the skipped event may belong to writers still in flight.
+                gaps = merge([*gaps, Gap(state.cursor + 1, position - 1, q.observation_xid(db))])
+            cursor = position
+        error = state.last_error
+        q.insert_dead_letter(
+            tx, name, instance_id, position, "operator_skip", error.split(":", 1)[0] if error else None, error
+        )
+        status = "disabled" if state.status == "disabled" else "idle"
+        state.status, state.cursor, state.pending_gaps = status, cursor, gaps
+        state.attempts, state.last_error, state.rearm_count = 0, None, 0
+        q.write_state(tx, state, skipped=1)
+        return SkipResult(_reread(tx, name, instance_id), position)
+
+
+def reset_consumer(
+    db: Database, name: str, to: int | Literal["now"], instance_id: str = SHARED_INSTANCE
+) -> ConsumerState:
+    """Move the cursor to a position (0 = replay everything) or `now` (the high-water mark); clears gaps,
+    attempts and errors. Refused while a turn holds the row."""
+    with db.transaction() as tx:
+        state = _locked(tx, db, name, instance_id, nowait=True)
+        hwm = q.high_water_mark(tx)
+        if to == "now":
+            position = hwm
+        elif isinstance(to, int) and not isinstance(to, bool) and 0 <= to <= hwm:
+            position = to
+        else:
+            raise ValidationError(
+                f"reset target must be 'now' or a position in 0..{hwm}, not {to!r}",
+                code="CONSUMER_RESET_INVALID",
+                target=str(to),
+                highWaterMark=hwm,
+            )
+        status = "disabled" if state.status == "disabled" else "idle"
+        _write(
+            tx,
+            state,
+            status=status,
+            cursor=position,
+            pending_gaps=[],
+            attempts=0,
+            last_error=None,
+            rearm_count=0,
+        )
+        return _reread(tx, name, instance_id)
+
+
+def wait_for(
+    db: Database,
+    name: str,
+    position: int,
+    *,
+    timeout: float = 10.0,
+    instance_id: str = SHARED_INSTANCE,
+    interval: float = 0.01,
+) -> ConsumerState:
+    """Block until the consumer's cursor is ≥ position and no pending gap lies at or below it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = require_state(db, name, instance_id)
+        if state.cursor >= position and not any(g.lo <= position for g in state.pending_gaps):
+            return state
+        if time.monotonic() > deadline:
+            raise SettlekitError(
+                f"consumer {name!r} did not reach position {position} in {timeout}s",
+                code="CONSUMER_WAIT_TIMEOUT",
+                status=504,
+                cursor=state.cursor,
+            )
+        time.sleep(interval)
+
+
+def dead_letters(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> list[dict[str, Any]]:
+    with db.read() as tx:
+        rows = tx.fetchall(
+            "SELECT id, position, event_id, event_type, reason, error_class, error_message, created_at"
+            " FROM consumer_dead_letters WHERE consumer_name = ? AND instance_id = ? ORDER BY id",
+            (name, instance_id),
+        )
+    keys = ("id", "position", "eventId", "eventType", "reason", "errorClass", "errorMessage", "createdAt")
+    return [{k: (str(v) if k == "createdAt" else v) for k, v in zip(keys, r, strict=True)} for r in rows]
