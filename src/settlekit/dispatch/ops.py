@@ -61,13 +61,12 @@ def _not_found(name: str, instance_id: str) -> ConsumerNotFound:
     )
 
 
+def _processing(name: str, instance_id: str) -> ConsumerProcessing:
+    return ConsumerProcessing(f"consumer {name!r} (instance {instance_id!r}) is in a turn right now; retry",
+                              consumer=name, instanceId=instance_id)
+
+
 def _locked(tx: Tx, db: Database, name: str, instance_id: str, *, nowait: bool = False) -> ConsumerState:
-    if nowait and tx.dialect == "sqlite" and q.in_local_turn(db, name, instance_id):
-        raise ConsumerProcessing(
-            f"consumer {name!r} (instance {instance_id!r}) is in a turn right now; retry",
-            consumer=name,
-            instanceId=instance_id,
-        )
     got = q.read_state(tx, name, instance_id, "nowait" if nowait else "wait")
     if got is None:
         raise _not_found(name, instance_id)
@@ -224,6 +223,9 @@ def reset_consumer(
 ) -> ConsumerState:
     """Move the cursor to a position (0 = replay everything) or `now` (the high-water mark); clears gaps,
     attempts and errors. Refused while a turn holds the row."""
+    if db.dialect == "sqlite" and q.in_local_turn(db, name, instance_id):
+        # Checked before BEGIN IMMEDIATE, which would otherwise just wait for the turn to commit.
+        raise _processing(name, instance_id)
     with db.transaction() as tx:
         state = _locked(tx, db, name, instance_id, nowait=True)
         hwm = q.high_water_mark(tx)
