@@ -20,8 +20,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psycopg  # noqa: E402
-from common import report, run_threads, scratch_pg  # noqa: E402
 
+from common import report, run_threads, scratch_pg  # noqa: E402
 from settlekit.events.envelope import compute_payload_hash  # noqa: E402
 from settlekit.store.db import connect  # noqa: E402
 from settlekit.store.event_store import EventStore  # noqa: E402

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import load_vector
 from typer.testing import CliRunner
 
+from conftest import load_vector
 from settlekit.cli import app
 from settlekit.store.db import connect
 from settlekit.store.event_store import EventStore

@@ -6,10 +6,10 @@ import json
 import math
 
 import pytest
-from conftest import load_vector, scenario_names
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import load_vector, scenario_names
 from settlekit.errors import CanonicalJsonError, VerificationError
 from settlekit.events.canonical import UNDEFINED, canonical_json, js_number, normalize, parse_json, sha256_hex
 from settlekit.events.envelope import (

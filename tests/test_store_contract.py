@@ -6,9 +6,15 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import load_vector
 
-from settlekit.errors import ConflictError, SettlekitError, SignerPolicyError, ValidationError, VerificationError
+from conftest import load_vector
+from settlekit.errors import (
+    ConflictError,
+    SettlekitError,
+    SignerPolicyError,
+    ValidationError,
+    VerificationError,
+)
 from settlekit.events.envelope import Signer, finalize_chain, make_draft, parse_keys_file, verify_chain
 from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore, Idempotency

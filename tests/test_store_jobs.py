@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from conftest import load_vector, scenario_names
 
+from conftest import load_vector, scenario_names
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
 from settlekit.jobs import reduce, serialize_state

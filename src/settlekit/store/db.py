@@ -63,6 +63,7 @@ class Tx(abc.ABC):
     def raw(self) -> Any:
         """The driver connection, for backend-specific code in store/postgres and store/sqlite."""
 
+    @abc.abstractmethod
     def notify(self) -> None:
         """Wake dispatchers once this transaction commits (PostgreSQL NOTIFY; in-process on SQLite)."""
 

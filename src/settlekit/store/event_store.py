@@ -21,9 +21,10 @@ from settlekit.events.envelope import (
     Signer,
     check_envelope_shape,
     compute_payload_hash,
-    finalize_chain,
+    finalize_with_text,
     load_public_key,
     make_draft,
+    now_iso,
     verify_link,
 )
 from settlekit.store.db import Database, Tx
@@ -226,7 +227,8 @@ class EventStore:
         if expected_prev_chain_hash is _MISSING and expected_version is None:
             raise SettlekitError("server-draft append needs expected_prev_chain_hash or expected_version",
                                  code="PRECONDITION_REQUIRED", status=428)
-        drafts = [self._draft_from(stream_id, item, i) for i, item in enumerate(items)]
+        at = now_iso()
+        drafts = [self._draft_from(stream_id, item, i, at) for i, item in enumerate(items)]
         for i, draft in enumerate(drafts):
             actor_type = draft["actor"]["type"]
             if actor_type in ("robot", "operator"):
@@ -250,9 +252,18 @@ class EventStore:
         else:
             prev = expected_prev_chain_hash
         drafts = self.domain.prepare_drafts(snapshot, drafts)
-        events = finalize_chain(drafts, prev, self.server_signer)
+        events: list[Event] = []
+        jsons: list[str] = []
+        link = prev
+        for i, draft in enumerate(drafts):
+            event, text, size = finalize_with_text(draft, link, self.server_signer)
+            if size > self.max_payload_bytes:
+                raise self._too_large(i, size)
+            events.append(event)
+            jsons.append(text)
+            link = event["chainHash"]
         return self._commit(tenant_id, stream_id, events, prev, expected_version, head, snapshot,
-                            idempotency, correlation_id, causation_id)
+                            idempotency, correlation_id, causation_id, jsons)
 
     def _append_finalized(self, tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]],
                           idempotency: Idempotency | None, correlation_id: str | None,
@@ -293,7 +304,7 @@ class EventStore:
     def _domain_has_state(self) -> bool:
         return not isinstance(self.domain, PassThroughDomain)
 
-    def _draft_from(self, stream_id: str, item: Mapping[str, Any], index: int) -> Event:
+    def _draft_from(self, stream_id: str, item: Mapping[str, Any], index: int, at: str) -> Event:
         allowed = {"type", "actor", "payload", "id", "at"}
         extra = set(item) - allowed
         if extra:
@@ -308,10 +319,8 @@ class EventStore:
                 or not all(isinstance(actor[k], str) and actor[k] for k in ("type", "id"))):
             raise ValidationError(f"event {index}: actor must be {{type, id}} with non-empty strings",
                                   code="SCHEMA_INVALID", index=index)
-        draft = make_draft(stream_id=stream_id, type=etype, actor=actor, payload=item.get("payload"),
-                           at=item.get("at"), id=item.get("id"))
-        self._check_size(draft, index)
-        return draft
+        return make_draft(stream_id=stream_id, type=etype, actor=actor, payload=item.get("payload"),
+                          at=item.get("at") or at, id=item.get("id"))
 
     def _check_size(self, event: Mapping[str, Any], index: int) -> None:
         try:
@@ -319,14 +328,17 @@ class EventStore:
         except (ValueError, TypeError):
             size = len(canonical_json(event["payload"]).encode("utf-8"))  # raises the error naming the path
         if size > self.max_payload_bytes:
-            raise ValidationError(
-                f"event {index}: payload is {size} bytes, over the limit of {self.max_payload_bytes}",
-                code="PAYLOAD_TOO_LARGE", status=413, index=index, sizeBytes=size, limitBytes=self.max_payload_bytes)
+            raise self._too_large(index, size)
+
+    def _too_large(self, index: int, size: int) -> ValidationError:
+        return ValidationError(
+            f"event {index}: payload is {size} bytes, over the limit of {self.max_payload_bytes}",
+            code="PAYLOAD_TOO_LARGE", status=413, index=index, sizeBytes=size, limitBytes=self.max_payload_bytes)
 
     def _commit(self, tenant_id: str, stream_id: str, events: list[Event], prev: str | None,
                 expected_version: int | None, head: StreamHead | None, snapshot: dict[str, Any] | None,
                 idempotency: Idempotency | None, correlation_id: str | None,
-                causation_id: str | None) -> AppendResult:
+                causation_id: str | None, jsons: list[str] | None = None) -> AppendResult:
         stream_type = head.stream_type if head else self.domain.stream_type(events[0]["type"], stream_id)
         first_seq = (head.seq if head else 0) + 1
         outcome = self.domain.process(tenant_id, stream_id, snapshot, events, first_seq)
@@ -345,15 +357,17 @@ class EventStore:
             built.append(result)
 
         needs_after = outcome.write is not None or idempotency is not None
-        jsons = [_dumps(e) for e in events]
+        if jsons is None:
+            jsons = [_dumps(e) for e in events]
         try:
             if self.db.dialect == "postgres":
                 from settlekit.store.postgres import events as pg_events
 
-                params = (tenant_id, stream_id, stream_type, prev, prev is None and expected_version in (None, 0),
-                          expected_version, snapshot_json, batch_id, _flat_columns(events, jsons), correlation_id,
-                          causation_id)
-                outcome_row = pg_events.append(self.db, params, after if needs_after else None)  # type: ignore[arg-type]
+                sql, params = pg_events.append_params(
+                    (tenant_id, stream_id, stream_type, prev, prev is None and expected_version in (None, 0),
+                     expected_version, snapshot_json, batch_id), events, jsons, (correlation_id, causation_id))
+                outcome_row = pg_events.append(self.db, sql, params,  # type: ignore[arg-type]
+                                               after if needs_after else None)
             else:
                 from settlekit.store.sqlite import events as sqlite_events
 
@@ -486,7 +500,7 @@ class EventStore:
                                     code="SIGNER_UNKNOWN", index=index)
         if key.status != "active":
             raise SignerPolicyError(f"event {index}: signer key {key_id} is {key.status}",
-                                    code="SIGNER_KEY_NOT_ACTIVE", index=index, status=key.status)
+                                    code="SIGNER_KEY_NOT_ACTIVE", index=index, keyStatus=key.status)
         purpose = required or _purpose_for_actor(actor_type)
         if key.purpose != purpose:
             raise SignerPolicyError(f"event {index}: key {key_id} has purpose {key.purpose}, needs {purpose}",
@@ -606,14 +620,6 @@ def row_to_stored(r: Sequence[Any]) -> StoredEvent:
 
 class _IdempotencyRace(Exception):
     pass
-
-
-def _flat_columns(events: Sequence[Event], jsons: Sequence[str]) -> list[str | None]:
-    cols: list[str | None] = []
-    for e, text in zip(events, jsons, strict=True):
-        cols += (e["id"], e["type"], e["at"], e["payloadHash"], e["prevChainHash"], e["chainHash"], e["signature"],
-                 e["signerKeyId"], text)
-    return cols
 
 
 def _unique_violation_kind(exc: Exception) -> str | None:

@@ -78,6 +78,7 @@ def allocations_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[
             "SELECT a.entry_id, a.posting_id, a.account_id, a.party_id, a.party_role, a.currency, a.amount_cents"
             " FROM ledger_allocations a JOIN ledger_entries e ON e.tenant_id = a.tenant_id AND e.entry_id = a.entry_id"
             " WHERE a.tenant_id = ? AND e.job_id = ?"
-            " ORDER BY e.source_seq, e.entry_index, CAST(substr(a.posting_id, 2) AS INTEGER), a.party_id", (tenant_id, job_id))
+            " ORDER BY e.source_seq, e.entry_index, CAST(substr(a.posting_id, 2) AS INTEGER), a.party_id",
+            (tenant_id, job_id))
     return [{"tenantId": tenant_id, "entryId": r[0], "postingId": r[1], "accountId": r[2], "partyId": r[3],
              "partyRole": r[4], "currency": r[5], "amountCents": int(r[6])} for r in rows]

@@ -102,7 +102,7 @@ class PostgresDatabase(Database):
             for name, sql in migration_files(self.dialect):
                 if name in done:
                     continue
-                tx.raw.execute(sql)  # type: ignore[call-overload]
+                tx.raw.execute(sql)
                 tx.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
                 applied.append(name)
         return applied

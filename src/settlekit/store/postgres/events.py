@@ -17,8 +17,25 @@ from settlekit.store.postgres.backend import PostgresDatabase, PostgresTx, pg_sq
 
 _APPEND_SQL = pg_sql(
     "SELECT outcome, base_seq, head_hash, positions FROM settlekit_append(?::text, ?::text, ?::text,"
-    " ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text[], ?::text, ?::text, ?::boolean)"
+    " ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],"
+    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text, ?::text, ?::boolean)"
 ).replace("%s", "%b")
+_APPEND1_SQL = pg_sql(
+    "SELECT outcome, base_seq, head_hash, positions FROM settlekit_append1(?::text, ?::text, ?::text,"
+    " ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text, ?::text, ?::text, ?::text, ?::text,"
+    " ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::boolean)"
+).replace("%s", "%b")
+_COLUMNS = ("id", "type", "at", "payloadHash", "prevChainHash", "chainHash", "signature", "signerKeyId")
+
+
+def append_params(head: Sequence[Any], events: Sequence[dict[str, Any]], jsons: Sequence[str],
+                  tail: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
+    """The statement and its parameters: scalars for one event, one array per column otherwise."""
+    if len(events) == 1:
+        e = events[0]
+        return _APPEND1_SQL, (*head, *(e[c] for c in _COLUMNS), jsons[0], *tail, True)
+    columns = [[e[c] for e in events] for c in _COLUMNS]
+    return _APPEND_SQL, (*head, *columns, list(jsons), *tail, True)
 
 
 class UniqueViolation(Exception):
@@ -30,19 +47,17 @@ class UniqueViolation(Exception):
 AfterAppend = Callable[[PostgresTx, int, list[int]], None]
 
 
-def append(db: PostgresDatabase, params: Sequence[Any], after: AfterAppend | None) -> tuple[Any, ...]:
-    """Run the append function (its event columns flattened into one text array, 9 per event); returns ('ok', base_seq, positions) or ('conflict', seq, chain_hash).
-
-    `params` are the function's arguments without the trailing notify flag. `after` runs in the same
-    transaction only when the append succeeded."""
+def append(db: PostgresDatabase, sql: str, params: Sequence[Any], after: AfterAppend | None) -> tuple[Any, ...]:
+    """Run the append function (see append_params); returns ('ok', base_seq, positions) or
+    ('conflict', seq, chain_hash). `after` runs in the same transaction only when the append succeeded."""
     try:
         with db.pool.connection() as conn:
             if after is None:
                 # One statement in autocommit mode is its own transaction: a single round trip.
-                row = conn.execute(_APPEND_SQL, (*params, True), binary=True).fetchone()
+                row = conn.execute(sql, params, binary=True).fetchone()
             else:
                 with conn.pipeline(), conn.transaction():
-                    row = conn.execute(_APPEND_SQL, (*params, True), binary=True).fetchone()
+                    row = conn.execute(sql, params, binary=True).fetchone()
                     assert row is not None
                     if row[0] != "ok":
                         raise _Conflict(row)

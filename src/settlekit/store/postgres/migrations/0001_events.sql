@@ -76,14 +76,15 @@ CREATE FUNCTION settlekit_append(
     p_tenant TEXT, p_stream TEXT, p_stream_type TEXT,
     p_expected_hash TEXT, p_expect_empty BOOLEAN, p_expected_seq BIGINT,
     p_snapshot TEXT, p_batch UUID,
-    p_cols TEXT[],
+    p_ids TEXT[], p_types TEXT[], p_ats TEXT[], p_payload_hashes TEXT[], p_prev_hashes TEXT[],
+    p_chain_hashes TEXT[], p_signatures TEXT[], p_key_ids TEXT[], p_jsons TEXT[],
     p_correlation TEXT, p_causation TEXT, p_notify BOOLEAN
 ) RETURNS TABLE (outcome TEXT, base_seq BIGINT, head_hash TEXT, positions BIGINT[])
 LANGUAGE plpgsql AS $$
 DECLARE
-    n INT := array_length(p_cols, 1) / 9;
-    v_last_hash TEXT := p_cols[(n - 1) * 9 + 6];
-    v_last_id TEXT := p_cols[(n - 1) * 9 + 1];
+    n INT := array_length(p_ids, 1);
+    v_last_hash TEXT := p_chain_hashes[n];
+    v_last_id TEXT := p_ids[n];
     v_base BIGINT;
     v_hash TEXT;
     v_xid XID8 := pg_current_xact_id();
@@ -120,11 +121,11 @@ BEGIN
         INSERT INTO events (tenant_id, stream_type, stream_id, seq, event_id, type, at, payload_hash,
                             prev_chain_hash, chain_hash, signature, signer_key_id, event_json,
                             correlation_id, causation_id, txid, batch_id)
-        SELECT p_tenant, p_stream_type, p_stream, v_base + i, p_cols[k + 1], p_cols[k + 2], p_cols[k + 3],
-               p_cols[k + 4], p_cols[k + 5], p_cols[k + 6], p_cols[k + 7], p_cols[k + 8], p_cols[k + 9],
-               p_correlation, p_causation, v_xid, p_batch
-          FROM generate_series(1, n) AS i, LATERAL (SELECT (i - 1) * 9 AS k) AS o
-         ORDER BY i
+        SELECT p_tenant, p_stream_type, p_stream, v_base + u.ord, u.id, u.type, u.at, u.ph, u.prev, u.ch, u.sig,
+               u.kid, u.js, p_correlation, p_causation, v_xid, p_batch
+          FROM unnest(p_ids, p_types, p_ats, p_payload_hashes, p_prev_hashes, p_chain_hashes, p_signatures,
+                      p_key_ids, p_jsons) WITH ORDINALITY AS u(id, type, at, ph, prev, ch, sig, kid, js, ord)
+         ORDER BY u.ord
         RETURNING seq, position
     )
     SELECT array_agg(position ORDER BY seq) INTO v_positions FROM inserted;
@@ -133,4 +134,20 @@ BEGIN
     END IF;
     RETURN QUERY SELECT 'ok'::TEXT, v_base, v_last_hash, v_positions;
 END;
+$$;
+
+-- The one-event form: scalars instead of arrays, so the client sends no array at all.
+CREATE FUNCTION settlekit_append1(
+    p_tenant TEXT, p_stream TEXT, p_stream_type TEXT,
+    p_expected_hash TEXT, p_expect_empty BOOLEAN, p_expected_seq BIGINT,
+    p_snapshot TEXT, p_batch UUID,
+    p_id TEXT, p_type TEXT, p_at TEXT, p_payload_hash TEXT, p_prev_hash TEXT,
+    p_chain_hash TEXT, p_signature TEXT, p_key_id TEXT, p_json TEXT,
+    p_correlation TEXT, p_causation TEXT, p_notify BOOLEAN
+) RETURNS TABLE (outcome TEXT, base_seq BIGINT, head_hash TEXT, positions BIGINT[])
+LANGUAGE sql AS $$
+    SELECT * FROM settlekit_append(p_tenant, p_stream, p_stream_type, p_expected_hash, p_expect_empty,
+        p_expected_seq, p_snapshot, p_batch, ARRAY[p_id], ARRAY[p_type], ARRAY[p_at], ARRAY[p_payload_hash],
+        ARRAY[p_prev_hash], ARRAY[p_chain_hash], ARRAY[p_signature], ARRAY[p_key_id], ARRAY[p_json],
+        p_correlation, p_causation, p_notify)
 $$;
