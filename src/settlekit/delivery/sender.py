@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -164,8 +164,13 @@ class WebhookSender:
             details=details,
         )
 
-    async def send_batch(self, requests: Sequence[PreparedRequest]) -> list[Outcome]:
-        """Send all requests; outcomes come back in input order."""
+    async def send_batch(
+        self, requests: Sequence[PreparedRequest], *, should_stop: Callable[[], bool] | None = None
+    ) -> list[Outcome]:
+        """Send all requests; outcomes come back in input order.
+
+        With `should_stop`, no request starts once it returns True (requests in flight finish); the
+        requests never started have no outcome in the result."""
         results: list[Outcome | None] = [None] * len(requests)
         groups: dict[Hashable, list[int]] = {}
         for i, req in enumerate(requests):
@@ -182,6 +187,8 @@ class WebhookSender:
                 except asyncio.QueueEmpty:
                     return
                 for i in idxs:
+                    if should_stop is not None and should_stop():
+                        return
                     results[i] = await self.send(requests[i])
 
         n = max(1, min(self.config.concurrency, len(groups)))

@@ -104,12 +104,26 @@ class Delivery:
     last_status: int | None
     last_error: str | None
     delivered_at: datetime | None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """API/CLI view (timestamps as ISO-8601 UTC)."""
+        out: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            out[name] = _iso(value) if isinstance(value, datetime) else value
+        return out
+
+
+def _iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
 _DLV_COLS: Final = (
     "id, tenant_id, destination_id, artifact_type, artifact_id, artifact_hash, dedupe_key, message_id,"
     " scope_key, order_seq, priority, order_key, state, attempts, next_attempt_at, lease_owner,"
-    " lease_expires_at, last_status, last_error, delivered_at"
+    " lease_expires_at, last_status, last_error, delivered_at, created_at, updated_at"
 )
 
 
@@ -135,6 +149,8 @@ def _dlv(row: Sequence[Any]) -> Delivery:
         last_status=row[17],
         last_error=row[18],
         delivered_at=from_db_time(row[19]),
+        created_at=from_db_time(row[20]),
+        updated_at=from_db_time(row[21]),
     )
 
 
@@ -455,3 +471,32 @@ def pending_counts(tx: Tx) -> dict[str, int]:
     """Rows per state over all tenants (for the `settlekit_deliveries_pending{state}` gauge)."""
     rows = tx.fetchall("SELECT state, count(*) FROM deliveries GROUP BY state")
     return {str(r[0]): int(r[1]) for r in rows}
+
+
+def oldest_pending_created_at(tx: Tx) -> datetime | None:
+    """Creation time of the oldest pending delivery (all tenants), for the oldest-pending gauge."""
+    return from_db_time(tx.scalar("SELECT min(created_at) FROM deliveries WHERE state = 'pending'"))
+
+
+_DUE_FILTER: Final = _CLAIM_FILTER.replace(
+    " AND (d.lease_expires_at IS NULL OR d.lease_expires_at < ?)", ""
+).split(" ORDER BY")[0]
+
+
+def count_due(tx: Tx, *, now: datetime) -> int:
+    """Pending deliveries a worker could claim now if no lease were held (all tenants; strict ordering and
+    disabled destinations respected). Zero means the queue is drained for the moment."""
+    return int(tx.scalar(f"SELECT count(*){_DUE_FILTER}", (db_time(tx, now),)))
+
+
+def release(tx: Tx, delivery_ids: Sequence[int], worker: str, *, now: datetime) -> int:
+    """Hand claimed but unsent deliveries back (graceful shutdown): lease cleared, the claim's attempt undone."""
+    if not delivery_ids:
+        return 0
+    marks = ", ".join("?" * len(delivery_ids))
+    return tx.execute(
+        "UPDATE deliveries SET lease_owner = NULL, lease_expires_at = NULL,"
+        " attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, updated_at = ?"
+        f" WHERE id IN ({marks}) AND lease_owner = ? AND state = 'pending'",
+        (db_time(tx, now), *delivery_ids, worker),
+    )

@@ -10,20 +10,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import os
 import random
 import socket
+import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from settlekit.delivery import metrics as m
 from settlekit.delivery import store
+from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.message import PreparedRequest
 from settlekit.delivery.retry import (
     EXCEPTION,
     MISSING_ARTIFACT,
+    SECRET_REF_INVALID,
     UNKNOWN_DESTINATION,
     RetryPolicy,
     decide,
@@ -32,12 +40,24 @@ from settlekit.delivery.secrets import SecretRefError, SecretResolver
 from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
 from settlekit.delivery.signing import SigningMode, delivery_headers
 from settlekit.delivery.ssrf import AsyncResolver, SsrfPolicy
-from settlekit.errors import ConfigurationError
+from settlekit.errors import ConfigurationError, SettlekitError
 from settlekit.events.canonical import canonical_bytes
 from settlekit.store.db import Database, Tx
 
 ArtifactLoader = Callable[[Tx, str, str], Mapping[str, Any] | None]
 """(tx, tenant_id, artifact_id) → the stored artifact (with artifactHash), or None."""
+
+
+log = logging.getLogger("settlekit.delivery")
+
+Failpoint = Callable[[str], None]
+"""Test hook called at named points of a pass: `claimed` (claim committed, nothing sent), `sent` (requests
+answered, nothing recorded), `completing` (inside the completion transaction, before commit), `completed`."""
+
+
+class SimulatedCrash(BaseException):
+    """Raised by test failpoints to stop a worker as abruptly as a killed process: nothing is cleaned up
+    (a BaseException, so the run loop does not treat it as a recoverable error)."""
 
 
 def _utcnow() -> datetime:
@@ -48,11 +68,13 @@ def _utcnow() -> datetime:
 class WorkerConfig:
     batch_size: int = 50
     lease: timedelta = timedelta(seconds=60)
+    lease_margin: float = 5.0  # the lease must exceed the HTTP timeout by at least this (seconds)
     retention: timedelta = timedelta(days=30)
     allow_insecure_http: bool = False
     allow_loopback: bool = False  # dev/test only
     allowed_networks: tuple[str, ...] = ()
-    idle_sleep: float = 1.0
+    idle_sleep: float = 0.2  # poll interval while the queue is empty
+    error_sleep: float = 1.0  # back-off after a pass failed unexpectedly (database down, …)
     sender: SenderConfig = field(default_factory=SenderConfig)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
@@ -65,10 +87,16 @@ class PassResult:
     failed: int = 0
     disabled: int = 0
     lease_lost: int = 0
+    released: int = 0  # claimed but handed back unsent (graceful stop)
 
 
 class DeliveryWorker:
-    """`await worker.run_once()` processes one claimed batch; `await worker.run(stop_event)` loops."""
+    """`await worker.run_once()` processes one claimed batch; `await worker.run()` loops until `stop()`.
+
+    `stop()` (thread-safe) lets the attempts in flight finish and be recorded, hands claimed but unsent
+    deliveries back (lease released, attempt not counted) and makes `run()` return. `drain(timeout)` runs
+    passes until no due delivery remains. `wake()` cuts the idle sleep short.
+    """
 
     def __init__(
         self,
@@ -81,22 +109,30 @@ class DeliveryWorker:
         clock: Callable[[], datetime] = _utcnow,
         rng: random.Random | None = None,
         resolver: AsyncResolver | None = None,
+        registry: CollectorRegistry | None = None,
+        failpoint: Failpoint | None = None,
     ):
         self.db = db
         self.config = config or WorkerConfig()
-        if self.config.lease.total_seconds() <= self.config.sender.timeout + 5:
+        if self.config.lease.total_seconds() <= self.config.sender.timeout + self.config.lease_margin:
             raise ConfigurationError(
-                "delivery lease must exceed the HTTP timeout plus a 5 s margin",
+                "delivery lease must exceed the HTTP timeout plus the lease margin",
                 code="DELIVERY_LEASE_TOO_SHORT",
                 lease_seconds=self.config.lease.total_seconds(),
                 timeout_seconds=self.config.sender.timeout,
+                margin_seconds=self.config.lease_margin,
             )
         self.load_artifact = artifact_loader
         self.secrets = secret_resolver or SecretResolver()
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.clock = clock
         self.rng = rng or random.Random()
+        self.metrics = m.metrics_for(registry)
+        self._failpoint = failpoint
         self._sender = WebhookSender(self.config.sender, resolver=resolver)
+        self._stop_requested = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
 
     async def aclose(self) -> None:
         await self._sender.aclose()
@@ -106,6 +142,85 @@ class DeliveryWorker:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested.is_set()
+
+    def stop(self) -> None:
+        """Ask `run()` to finish the attempts in flight, release unsent claims and return (thread-safe)."""
+        self._stop_requested.set()
+        self.wake()
+
+    def wake(self) -> None:
+        """Start the next pass now instead of after the idle sleep (thread-safe)."""
+        loop, ev = self._loop, self._wake
+        if loop is not None and ev is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # loop closed between the check and the call
+                loop.call_soon_threadsafe(ev.set)
+
+    async def _idle(self, seconds: float) -> None:
+        ev = self._wake
+        if ev is None or seconds <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ev.wait(), seconds)
+        ev.clear()
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Loop until `stop()` is called (or `stop` is set). A pass that fails unexpectedly is logged,
+        counted and retried after `error_sleep`; leases it held expire and are claimed again."""
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
+        try:
+            while not self.stopping:
+                try:
+                    result = await self.run_once()
+                except Exception as exc:
+                    self.metrics.worker_errors.labels(type(exc).__name__).inc()
+                    log.exception("delivery pass failed; retrying in %.1fs", self.config.error_sleep)
+                    await self._idle(self.config.error_sleep)
+                    continue
+                if result.claimed == 0:
+                    await self._idle(self.config.idle_sleep)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            self._wake = None
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.stop()
+
+    async def drain(self, timeout: float) -> bool:
+        """Run passes until no pending delivery is due (True) or `timeout` seconds pass (False).
+
+        Rows leased by other workers count as due until they complete or their lease expires.
+        """
+        if self._wake is None:
+            self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        deadline = time.monotonic() + timeout
+        while True:
+            result = await self.run_once()
+            if result.claimed == 0 and await asyncio.to_thread(self._count_due) == 0:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if result.claimed == 0:
+                await self._idle(min(self.config.idle_sleep, remaining))
+
+    def _count_due(self) -> int:
+        with self.db.read() as tx:
+            return store.count_due(tx, now=self.clock())
+
+    def _fail(self, name: str) -> None:
+        if self._failpoint is not None:
+            self._failpoint(name)
+
+    # --- one pass -------------------------------------------------------------------------------------------
 
     def _policy(self, dest: store.Destination) -> SsrfPolicy:
         cfg = self.config
@@ -142,6 +257,10 @@ class DeliveryWorker:
                     requests.append(self._prepare(d, dest, artifact, now))
                 except SecretRefError as exc:
                     early.append(_local_failure(d, exc.reason, exc.message, now))
+                except WebhookSecretError as exc:  # a resolved secret that is not a valid whsec_ secret
+                    early.append(_local_failure(d, SECRET_REF_INVALID, exc.message, now))
+                except SettlekitError as exc:
+                    early.append(_local_failure(d, EXCEPTION, f"{exc.code}: {exc.message}", now))
         return requests, early
 
     def _prepare(
@@ -172,13 +291,16 @@ class DeliveryWorker:
             policy=self._policy(dest),
         )
 
-    def _complete(self, outcomes: list[Outcome]) -> PassResult:
-        """Apply every outcome in one transaction, each guarded by this worker's lease."""
+    def _complete(self, outcomes: list[Outcome], *, sent: int) -> PassResult:
+        """Apply every outcome in one transaction, each guarded by this worker's lease; metrics after commit.
+
+        The first `sent` outcomes are real HTTP attempts, the rest failed before sending."""
         result = PassResult(claimed=len(outcomes))
         now = self.clock()
         cfg = self.config
+        counted: list[tuple[str, str, str | None]] = []  # (destination_id, outcome, failure reason)
         with self.db.transaction() as tx:
-            for out in outcomes:
+            for i, out in enumerate(outcomes):
                 d: store.Delivery = out.tag
                 store.record_attempt(
                     tx,
@@ -204,6 +326,7 @@ class DeliveryWorker:
                         tx, d.id, self.worker_id, status=out.status, now=now, retention=cfg.retention
                     )
                     result.delivered += ok
+                    outcome = m.DELIVERED
                 elif dec.kind == "retry":
                     assert dec.delay is not None and dec.reason is not None
                     ok = store.mark_retry(
@@ -216,6 +339,7 @@ class DeliveryWorker:
                         now=now,
                     )
                     result.retried += ok
+                    outcome = m.RETRIED
                 else:
                     assert dec.reason is not None
                     ok = store.mark_failed(
@@ -232,26 +356,57 @@ class DeliveryWorker:
                             tx, d.tenant_id, d.destination_id, status="disabled", reason="gone", now=now
                         )
                         result.disabled += 1
+                        outcome = m.GONE
                     else:
                         result.failed += ok
+                        outcome = m.FAILED
                 result.lease_lost += not ok
+                counted.append((d.destination_id, outcome if ok else m.LEASE_LOST, dec.reason))
+                if i == 0:
+                    self._fail("completing")
+        for i, out in enumerate(outcomes):
+            dest_id, outcome, reason = counted[i]
+            self.metrics.attempts.labels(dest_id, outcome).inc()
+            if reason is not None:
+                self.metrics.failures.labels(reason).inc()
+            if outcome == m.FAILED:
+                self.metrics.dlq.inc()
+            elif outcome == m.GONE:
+                self.metrics.disabled.labels("gone").inc()
+            if i < sent:
+                self.metrics.duration.observe(out.duration_ms / 1000.0)
         return result
 
-    async def run_once(self) -> PassResult:
-        requests, early = await asyncio.to_thread(self._claim_and_prepare)
-        sent = await self._sender.send_batch(requests) if requests else []
-        outcomes = early + sent
-        if not outcomes:
-            return PassResult()
-        return await asyncio.to_thread(self._complete, outcomes)
+    def _release(self, ids: list[int]) -> int:
+        with self.db.transaction() as tx:
+            return store.release(tx, ids, self.worker_id, now=self.clock())
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Loop until `stop` is set; sleeps `idle_sleep` after a pass that claimed nothing."""
-        while not stop.is_set():
-            result = await self.run_once()
-            if result.claimed == 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.config.idle_sleep)
+    async def run_once(self) -> PassResult:
+        """Claim one batch, send it, record the outcomes. After `stop()` no new request starts; claimed
+        deliveries left unsent are released."""
+        if self.stopping:
+            return PassResult()
+        requests, early = await asyncio.to_thread(self._claim_and_prepare)
+        if requests or early:
+            self._fail("claimed")
+        sent = (
+            await self._sender.send_batch(requests, should_stop=self._stop_requested.is_set)
+            if requests
+            else []
+        )
+        if requests:
+            self._fail("sent")
+        sent_ids = {o.tag.id for o in sent}
+        unsent = [req.tag.id for req in requests if req.tag.id not in sent_ids]
+        outcomes = sent + early
+        result = await asyncio.to_thread(self._complete, outcomes, sent=len(sent)) if outcomes else PassResult()
+        self._fail("completed")
+        if unsent:
+            released = await asyncio.to_thread(self._release, unsent)
+            self.metrics.released.inc(released)
+            result.released = released
+            result.claimed += len(unsent)
+        return result
 
 
 def _local_failure(d: store.Delivery, reason: str, message: str, now: datetime) -> Outcome:
