@@ -136,7 +136,7 @@ BEGIN
 END;
 $$;
 
--- The one-event form: scalars instead of arrays, so the client sends no array at all.
+-- The one-event form: scalars instead of arrays and plain statements (the common case: one event per call).
 CREATE FUNCTION settlekit_append1(
     p_tenant TEXT, p_stream TEXT, p_stream_type TEXT,
     p_expected_hash TEXT, p_expect_empty BOOLEAN, p_expected_seq BIGINT,
@@ -145,9 +145,47 @@ CREATE FUNCTION settlekit_append1(
     p_chain_hash TEXT, p_signature TEXT, p_key_id TEXT, p_json TEXT,
     p_correlation TEXT, p_causation TEXT, p_notify BOOLEAN
 ) RETURNS TABLE (outcome TEXT, base_seq BIGINT, head_hash TEXT, positions BIGINT[])
-LANGUAGE sql AS $$
-    SELECT * FROM settlekit_append(p_tenant, p_stream, p_stream_type, p_expected_hash, p_expect_empty,
-        p_expected_seq, p_snapshot, p_batch, ARRAY[p_id], ARRAY[p_type], ARRAY[p_at], ARRAY[p_payload_hash],
-        ARRAY[p_prev_hash], ARRAY[p_chain_hash], ARRAY[p_signature], ARRAY[p_key_id], ARRAY[p_json],
-        p_correlation, p_causation, p_notify)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_base BIGINT;
+    v_hash TEXT;
+    v_xid XID8 := pg_current_xact_id();
+    v_pos BIGINT;
+BEGIN
+    IF p_expect_empty THEN
+        INSERT INTO streams (tenant_id, stream_id, stream_type, head_seq, head_chain_hash, head_event_id,
+                             snapshot_json)
+        VALUES (p_tenant, p_stream, p_stream_type, 1, p_chain_hash, p_id, p_snapshot)
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            SELECT s.head_seq, s.head_chain_hash INTO v_base, v_hash FROM streams s
+             WHERE s.tenant_id = p_tenant AND s.stream_id = p_stream;
+            RETURN QUERY SELECT 'conflict'::TEXT, v_base, v_hash, NULL::BIGINT[];
+            RETURN;
+        END IF;
+        v_base := 0;
+    ELSE
+        UPDATE streams s SET head_seq = s.head_seq + 1, head_chain_hash = p_chain_hash, head_event_id = p_id,
+                             snapshot_json = COALESCE(p_snapshot, s.snapshot_json), updated_at = now()
+         WHERE s.tenant_id = p_tenant AND s.stream_id = p_stream
+           AND (p_expected_hash IS NULL OR s.head_chain_hash = p_expected_hash)
+           AND (p_expected_seq IS NULL OR s.head_seq = p_expected_seq)
+        RETURNING s.head_seq - 1 INTO v_base;
+        IF NOT FOUND THEN
+            SELECT s.head_seq, s.head_chain_hash INTO v_base, v_hash FROM streams s
+             WHERE s.tenant_id = p_tenant AND s.stream_id = p_stream;
+            RETURN QUERY SELECT 'conflict'::TEXT, v_base, v_hash, NULL::BIGINT[];
+            RETURN;
+        END IF;
+    END IF;
+    INSERT INTO events (tenant_id, stream_type, stream_id, seq, event_id, type, at, payload_hash, prev_chain_hash,
+                        chain_hash, signature, signer_key_id, event_json, correlation_id, causation_id, txid, batch_id)
+    VALUES (p_tenant, p_stream_type, p_stream, v_base + 1, p_id, p_type, p_at, p_payload_hash, p_prev_hash,
+            p_chain_hash, p_signature, p_key_id, p_json, p_correlation, p_causation, v_xid, p_batch)
+    RETURNING position INTO v_pos;
+    IF p_notify THEN
+        PERFORM pg_notify('settlekit_events', '');
+    END IF;
+    RETURN QUERY SELECT 'ok'::TEXT, v_base, p_chain_hash, ARRAY[v_pos];
+END;
 $$;
