@@ -54,22 +54,28 @@ def append(db: Database, stream: str, n: int = 1, etype: str = "THING_HAPPENED",
 
 def make_applied(db: Database) -> None:
     with db.transaction() as tx:
-        tx.execute("CREATE TABLE applied (consumer TEXT NOT NULL, position BIGINT NOT NULL, stream_id TEXT,"
-                   " seq BIGINT, PRIMARY KEY (consumer, position))")
+        tx.execute(
+            "CREATE TABLE applied (consumer TEXT NOT NULL, position BIGINT NOT NULL, stream_id TEXT,"
+            " seq BIGINT, PRIMARY KEY (consumer, position))"
+        )
 
 
 def applied(db: Database, consumer: str) -> list[int]:
     with db.read() as tx:
-        return [int(r[0]) for r in tx.fetchall("SELECT position FROM applied WHERE consumer = ? ORDER BY position",
-                                               (consumer,))]
+        return [
+            int(r[0])
+            for r in tx.fetchall("SELECT position FROM applied WHERE consumer = ? ORDER BY position", (consumer,))
+        ]
 
 
 def recording(name: str, seen: list[int], *, fail_at: set[int] | None = None) -> Callable[..., None]:
     """A transactional handler: writes (consumer, position) through ctx.tx, fails on positions in fail_at."""
 
     def handler(event: DispatchedEvent, ctx: ConsumerContext) -> None:
-        ctx.tx.execute("INSERT INTO applied (consumer, position, stream_id, seq) VALUES (?, ?, ?, ?)",
-                       (name, event.position, event.stream_id, event.seq))
+        ctx.tx.execute(
+            "INSERT INTO applied (consumer, position, stream_id, seq) VALUES (?, ?, ?, ?)",
+            (name, event.position, event.stream_id, event.seq),
+        )
         seen.append(event.position)
         if fail_at and event.position in fail_at:
             raise RuntimeError(f"poison at {event.position}")
@@ -257,9 +263,11 @@ def test_skip_takes_the_lowest_visible_gap_position_first(db: Database) -> None:
     positions = append(db, "s1", 4)
     # a consumer whose cursor passed positions[1] and [2] while they were (then) invisible
     with db.transaction() as tx:
-        tx.execute("INSERT INTO consumer_state (name, instance_id, last_processed_position, pending_gaps)"
-                   " VALUES (?, ?, ?, " + ("?::jsonb" if db.dialect == "postgres" else "?") + ")",
-                   ("c", SHARED_INSTANCE, positions[3], dump_gaps([Gap(positions[1], positions[2], 0)])))
+        tx.execute(
+            "INSERT INTO consumer_state (name, instance_id, last_processed_position, pending_gaps)"
+            " VALUES (?, ?, ?, " + ("?::jsonb" if db.dialect == "postgres" else "?") + ")",
+            ("c", SHARED_INSTANCE, positions[3], dump_gaps([Gap(positions[1], positions[2], 0)])),
+        )
     seen: list[int] = []
     c = Consumer("c", recording("c", seen, fail_at={positions[1]}), error_policy=ErrorPolicy(max_attempts=5))
     d = dispatcher(db, [c])
@@ -349,8 +357,9 @@ def test_batch_handler_and_fallback(db: Database) -> None:
     singles: list[int] = []
 
     def batch(events: Any, ctx: ConsumerContext) -> None:
-        ctx.tx.executemany("INSERT INTO applied (consumer, position) VALUES (?, ?)",
-                           [("c", e.position) for e in events])
+        ctx.tx.executemany(
+            "INSERT INTO applied (consumer, position) VALUES (?, ?)", [("c", e.position) for e in events]
+        )
         batches.append([e.position for e in events])
         if positions[2] in batches[-1]:
             raise RuntimeError("batch refuses")
@@ -373,10 +382,14 @@ def test_per_instance_rows(db: Database) -> None:
     seen: dict[str, list[int]] = {"i1": [], "i2": [], "shared": []}
 
     def make(inst: str) -> Dispatcher:
-        return dispatcher(db, [
-            Consumer("cache", lambda e, ctx: seen[ctx.instance_id].append(e.position), delivery="per_instance"),
-            Consumer("shared", lambda e, ctx: seen["shared"].append(e.position)),
-        ], instance_id=inst)
+        return dispatcher(
+            db,
+            [
+                Consumer("cache", lambda e, ctx: seen[ctx.instance_id].append(e.position), delivery="per_instance"),
+                Consumer("shared", lambda e, ctx: seen["shared"].append(e.position)),
+            ],
+            instance_id=inst,
+        )
 
     d1, d2 = make("i1"), make("i2")
     d1.drain(timeout=10)

@@ -18,12 +18,8 @@ from settlekit.store.db import Database, connect
 consumers_app = typer.Typer(help="Durable consumers: state, lag and recovery.", no_args_is_help=True)
 _err = Console(stderr=True)
 
-DbOption = Annotated[
-    str, typer.Option("--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db")
-]
-InstanceOption = Annotated[
-    str, typer.Option("--instance-id", help="state row shard (per-instance consumers)")
-]
+DbOption = Annotated[str, typer.Option("--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db")]
+InstanceOption = Annotated[str, typer.Option("--instance-id", help="state row shard (per-instance consumers)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 NameArg = Annotated[str, typer.Argument(help="consumer name")]
 
@@ -162,8 +158,6 @@ def reset(
         try:
             target = int(to)
         except ValueError:
-            _err.print(
-                f"[red]error[/red] CONSUMER_RESET_INVALID: --to must be a position or 'now', not {to!r}"
-            )
+            _err.print(f"[red]error[/red] CONSUMER_RESET_INVALID: --to must be a position or 'now', not {to!r}")
             raise typer.Exit(code=1) from None
     _print_state(_run(db, lambda d: ops.reset_consumer(d, name, target, instance_id)), as_json)  # type: ignore[arg-type]

@@ -163,9 +163,7 @@ class Dispatcher:
         if len(set(names)) != len(names):
             raise ConfigurationError("consumer names must be unique", code="DISPATCH_DUPLICATE_CONSUMER")
         if instance_id == SHARED_INSTANCE:
-            raise ConfigurationError(
-                f"instance_id must not be {SHARED_INSTANCE!r}", code="DISPATCH_INSTANCE_ID"
-            )
+            raise ConfigurationError(f"instance_id must not be {SHARED_INSTANCE!r}", code="DISPATCH_INSTANCE_ID")
         if instance_id is None and any(c.delivery == "per_instance" for c in consumers):
             raise ConfigurationError(
                 "per-instance consumers need the dispatcher's instance_id", code="DISPATCH_INSTANCE_ID"
@@ -404,9 +402,7 @@ class Dispatcher:
             horizon=horizon,
             complete_upto=complete_upto,
         )
-        new_holes = (
-            holes(start_cursor, new_cursor, [p for p in fetched if p > start_cursor]) if postgres else []
-        )
+        new_holes = holes(start_cursor, new_cursor, [p for p in fetched if p > start_cursor]) if postgres else []
         if new_holes:
             xid = q.observation_xid(self.db)
             remaining = merge([*remaining, *(Gap(lo, hi, xid) for lo, hi in new_holes)])
@@ -457,9 +453,7 @@ class Dispatcher:
             more=len(fetched) >= self.batch_size and not outcome.failed,
         )
 
-    def _bound(
-        self, rows: list[DispatchedEvent], cursor: int, n_ranges: int, name: str
-    ) -> list[DispatchedEvent]:
+    def _bound(self, rows: list[DispatchedEvent], cursor: int, n_ranges: int, name: str) -> list[DispatchedEvent]:
         """Stop before the row whose hole would push the gap list past max_pending_gap_ranges."""
         prev = cursor
         for i, row in enumerate(rows):
@@ -523,9 +517,7 @@ class Dispatcher:
                 if policy.skip_apply_errors:
                     q.insert_dead_letter(tx, name, inst, row.position, "skip_apply_error", cls, msg)
                     self.metrics.skipped.labels(name, inst, "skip_apply_error").inc()
-                    self.log.warning(
-                        "consumer %s: skipped event at position %d (%s: %s)", name, row.position, cls, msg
-                    )
+                    self.log.warning("consumer %s: skipped event at position %d (%s: %s)", name, row.position, cls, msg)
                     out.skipped += 1
                     out.resolved.append(row.position)
                     out.attempts, out.last_error = 0, None

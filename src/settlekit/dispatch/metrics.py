@@ -24,9 +24,7 @@ class DispatchMetrics:
         self.lag_seconds = Gauge(
             "settlekit_consumer_lag_seconds", "Age of the oldest undelivered visible event", _KEY, registry=r
         )
-        self.processed = Counter(
-            "settlekit_consumer_events_processed_total", "Events delivered", _KEY, registry=r
-        )
+        self.processed = Counter("settlekit_consumer_events_processed_total", "Events delivered", _KEY, registry=r)
         self.failed = Counter(
             "settlekit_consumer_events_failed_total", "Handler failures", [*_KEY, "error_class"], registry=r
         )
@@ -37,18 +35,14 @@ class DispatchMetrics:
             registry=r,
         )
         self.dead = Counter("settlekit_consumer_dead_total", "Consumers marked dead", _KEY, registry=r)
-        self.rearm = Counter(
-            "settlekit_consumer_rearm_total", "Automatic dead→idle revivals", _KEY, registry=r
-        )
+        self.rearm = Counter("settlekit_consumer_rearm_total", "Automatic dead→idle revivals", _KEY, registry=r)
         self.rearm_exhausted = Counter(
             "settlekit_consumer_rearm_exhausted_total",
             "Dead consumers whose re-arm budget is spent",
             _KEY,
             registry=r,
         )
-        self.pending_gaps = Gauge(
-            "settlekit_consumer_pending_gaps", "Positions held in pending gaps", _KEY, registry=r
-        )
+        self.pending_gaps = Gauge("settlekit_consumer_pending_gaps", "Positions held in pending gaps", _KEY, registry=r)
         self.gaps_resolved = Counter(
             "settlekit_consumer_gaps_resolved_total", "Gap positions delivered late", _KEY, registry=r
         )

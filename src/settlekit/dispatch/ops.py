@@ -62,8 +62,11 @@ def _not_found(name: str, instance_id: str) -> ConsumerNotFound:
 
 
 def _processing(name: str, instance_id: str) -> ConsumerProcessing:
-    return ConsumerProcessing(f"consumer {name!r} (instance {instance_id!r}) is in a turn right now; retry",
-                              consumer=name, instanceId=instance_id)
+    return ConsumerProcessing(
+        f"consumer {name!r} (instance {instance_id!r}) is in a turn right now; retry",
+        consumer=name,
+        instanceId=instance_id,
+    )
 
 
 def _locked(tx: Tx, db: Database, name: str, instance_id: str, *, nowait: bool = False) -> ConsumerState:

@@ -18,9 +18,7 @@ _STATE_COLS = (
     "name, instance_id, status, last_processed_position, attempts, rearm_count, {gaps}, last_error,"
     " skipped_count, updated_at, {age}"
 )
-_EVENT_COLS = (
-    "position, tenant_id, stream_id, stream_type, seq, event_json, {txid}, event_id, type, correlation_id"
-)
+_EVENT_COLS = "position, tenant_id, stream_id, stream_type, seq, event_json, {txid}, event_id, type, correlation_id"
 
 
 def now_sql(dialect: Dialect) -> str:
@@ -62,9 +60,7 @@ def row_to_state(row: Sequence[Any]) -> tuple[ConsumerState, float]:
     return state, float(row[10] or 0.0)
 
 
-def read_state(
-    tx: Tx, name: str, instance_id: str, lock: LockMode = "none"
-) -> tuple[ConsumerState, float] | None:
+def read_state(tx: Tx, name: str, instance_id: str, lock: LockMode = "none") -> tuple[ConsumerState, float] | None:
     sql = f"SELECT {state_select(tx.dialect)} FROM consumer_state WHERE name = ? AND instance_id = ?"
     if tx.dialect == "postgres":
         sql += {
@@ -91,8 +87,7 @@ def read_state(
 
 def row_exists(tx: Tx, name: str, instance_id: str) -> bool:
     return (
-        tx.fetchone("SELECT 1 FROM consumer_state WHERE name = ? AND instance_id = ?", (name, instance_id))
-        is not None
+        tx.fetchone("SELECT 1 FROM consumer_state WHERE name = ? AND instance_id = ?", (name, instance_id)) is not None
     )
 
 
@@ -129,9 +124,7 @@ def fetch_events(tx: Tx, cursor: int, gaps: Sequence[Gap], limit: int) -> list[D
     """Rows in a pending gap or past the cursor, in position order, at most `limit`."""
     cols = _event_cols(tx.dialect)
     if not gaps:
-        rows = tx.fetchall(
-            f"SELECT {cols} FROM events WHERE position > ? ORDER BY position LIMIT ?", (cursor, limit)
-        )
+        rows = tx.fetchall(f"SELECT {cols} FROM events WHERE position > ? ORDER BY position LIMIT ?", (cursor, limit))
     elif tx.dialect == "postgres":
         rows = tx.fetchall(
             f"SELECT {cols} FROM ("
@@ -169,9 +162,7 @@ def smallest_visible_in(tx: Tx, gaps: Sequence[Gap]) -> int | None:
     if not gaps:
         return None
     ranges = " OR ".join("position BETWEEN ? AND ?" for _ in gaps)
-    value = tx.scalar(
-        f"SELECT MIN(position) FROM events WHERE {ranges}", [v for g in gaps for v in (g.lo, g.hi)]
-    )
+    value = tx.scalar(f"SELECT MIN(position) FROM events WHERE {ranges}", [v for g in gaps for v in (g.lo, g.hi)])
     return None if value is None else int(value)
 
 
