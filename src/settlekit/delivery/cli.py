@@ -1,14 +1,310 @@
-"""`settlekit receive`: run the reference webhook receiver."""
+"""`settlekit deliveries …` (destinations, deliveries, requeue, worker) and `settlekit receive`.
+
+Secrets are write-only: commands take a secret *reference* (`file:`/`env:`) or generate a secret into a file
+(mode 0600) and print only its path.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import signal
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
+from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
+from settlekit.delivery import service
 from settlekit.delivery.receiver import ReceiverServer
+from settlekit.delivery.signing import generate_secret
+from settlekit.errors import SettlekitError
+from settlekit.store.db import Database, connect
 
 delivery_app = typer.Typer(help="Webhook delivery tools.", no_args_is_help=True)
+destinations_app = typer.Typer(help="Webhook destinations of a tenant.", no_args_is_help=True)
+delivery_app.add_typer(destinations_app, name="destinations")
+_err = Console(stderr=True)
+
+DbOption = Annotated[
+    str, typer.Option("--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db")
+]
+TenantOption = Annotated[str, typer.Option("--tenant", "-t", help="tenant id")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+LoopbackOption = Annotated[
+    bool, typer.Option("--allow-loopback", help="allow 127.0.0.0/8 and ::1 (local development only)")
+]
+InsecureOption = Annotated[
+    bool, typer.Option("--allow-insecure-http", help="allow plain http:// URLs (development only)")
+]
+NetworksOption = Annotated[
+    list[str] | None, typer.Option("--allow-network", help="CIDR exempt from the private-range check")
+]
+
+
+def _fail(exc: SettlekitError) -> NoReturn:
+    _err.print(f"[red]error[/red] {exc.code}: {exc.message}")
+    raise typer.Exit(code=1)
+
+
+def _run(db_url: str, action: Callable[[Database], Any]) -> Any:
+    try:
+        db = connect(db_url)
+    except SettlekitError as exc:
+        _fail(exc)
+    try:
+        return action(db)
+    except SettlekitError as exc:
+        _fail(exc)
+    finally:
+        db.close()
+
+
+def _policy(loopback: bool, insecure: bool, networks: list[str] | None, env_secrets: bool = False
+            ) -> service.DestinationPolicy:
+    return service.DestinationPolicy(
+        allow_insecure_http=insecure,
+        allow_loopback=loopback,
+        allowed_networks=tuple(networks or ()),
+        allow_env_secrets=env_secrets,
+    )
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    table = Table()
+    for c in columns:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*("—" if r.get(c) is None else str(r.get(c)) for c in columns))
+    Console().print(table)
+
+
+def _write_secret(secret_dir: Path, tenant: str, destination_id: str) -> Path:
+    secret_dir.mkdir(parents=True, exist_ok=True)
+    path = (secret_dir / f"{tenant}.{destination_id}.whsec").resolve()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(generate_secret() + "\n")
+    return path
+
+
+@destinations_app.command("add")
+def destinations_add(
+    db: DbOption,
+    tenant: TenantOption,
+    destination_id: Annotated[str, typer.Option("--id", help="destination id ([A-Za-z0-9._-])")],
+    url: Annotated[str, typer.Option("--url", help="https:// endpoint")],
+    secret_ref: Annotated[
+        str | None, typer.Option("--secret-ref", help="file:/abs/path or env:NAME (with --allow-env-secrets)")
+    ] = None,
+    secret_file: Annotated[
+        Path | None, typer.Option("--secret-file", dir_okay=False, help="file holding the secret(s)")
+    ] = None,
+    generate: Annotated[
+        bool, typer.Option("--generate-secret", help="create a new whsec_ secret file in --secret-dir")
+    ] = False,
+    secret_dir: Annotated[Path, typer.Option("--secret-dir", help="where --generate-secret writes")] = Path(
+        "secrets"
+    ),
+    signing: Annotated[str, typer.Option("--signing", help="standard | settld_legacy | both")] = "standard",
+    types: Annotated[
+        list[str] | None, typer.Option("--type", help="artifact type to deliver (repeatable; default all)")
+    ] = None,
+    ordering: Annotated[str, typer.Option("--ordering", help="best_effort | strict_scope")] = "best_effort",
+    allow_private: Annotated[
+        bool, typer.Option("--allow-private-network", help="this destination may be on a private network")
+    ] = False,
+    replace: Annotated[bool, typer.Option("--replace", help="overwrite an existing destination")] = False,
+    allow_loopback: LoopbackOption = False,
+    allow_insecure_http: InsecureOption = False,
+    allow_network: NetworksOption = None,
+    allow_env_secrets: Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Add a destination (SSRF-checked, secret reference checked). Secrets are never printed."""
+    given = sum(x is not None and x is not False for x in (secret_ref, secret_file, generate or None))
+    if given != 1:
+        raise typer.BadParameter("give exactly one of --secret-ref, --secret-file, --generate-secret")
+    generated: Path | None = None
+
+    def action(database: Database) -> dict[str, Any]:
+        nonlocal generated
+        ref = secret_ref
+        if secret_file is not None:
+            ref = f"file:{secret_file.resolve()}"
+        if generate:
+            generated = _write_secret(secret_dir, tenant, destination_id)
+            ref = f"file:{generated}"
+        assert ref is not None
+        try:
+            dest = service.add_destination(
+                database,
+                tenant,
+                destination_id,
+                url=url,
+                secret_ref=ref,
+                signing=signing,
+                artifact_types=types,
+                ordering=ordering,
+                allow_private_network=allow_private,
+                policy=_policy(allow_loopback, allow_insecure_http, allow_network, allow_env_secrets),
+                replace=replace,
+                actor="cli",
+            )
+        except BaseException:
+            if generated is not None:
+                generated.unlink(missing_ok=True)
+                generated = None
+            raise
+        return dest.to_json()
+
+    body = _run(db, action)
+    if as_json:
+        print(json.dumps(body))
+    else:
+        typer.echo(f"destination {tenant}/{destination_id} saved ({body['status']})")
+    if generated is not None:
+        _err.print(f"secret written to {generated} (mode 0600); give it to the receiver")
+
+
+@destinations_app.command("list")
+def destinations_list(db: DbOption, tenant: TenantOption, as_json: JsonOption = False) -> None:
+    """List a tenant's destinations (secret references only, inline secrets redacted)."""
+    rows = [d.to_json() for d in _run(db, lambda database: service.list_destinations(database, tenant))]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    _table(rows, ["destination_id", "url", "status", "disabled_reason", "signing", "ordering",
+                  "artifact_types", "secret_ref"])
+
+
+@destinations_app.command("disable")
+def destinations_disable(
+    db: DbOption,
+    tenant: TenantOption,
+    destination_id: Annotated[str, typer.Option("--id", help="destination id")],
+    reason: Annotated[str, typer.Option("--reason", help="recorded as disabled_reason")] = "operator",
+) -> None:
+    """Stop delivering to a destination; its pending deliveries wait."""
+    _run(db, lambda database: service.disable_destination(database, tenant, destination_id, reason=reason,
+                                                           actor="cli"))
+    typer.echo(f"destination {tenant}/{destination_id} disabled ({reason})")
+
+
+@destinations_app.command("enable")
+def destinations_enable(
+    db: DbOption,
+    tenant: TenantOption,
+    destination_id: Annotated[str, typer.Option("--id", help="destination id")],
+    allow_loopback: LoopbackOption = False,
+    allow_insecure_http: InsecureOption = False,
+    allow_network: NetworksOption = None,
+) -> None:
+    """Re-activate a destination (the SSRF guard runs again)."""
+    pol = _policy(allow_loopback, allow_insecure_http, allow_network)
+    _run(db, lambda database: service.enable_destination(database, tenant, destination_id, policy=pol,
+                                                          actor="cli"))
+    typer.echo(f"destination {tenant}/{destination_id} enabled")
+
+
+@delivery_app.command("list")
+def deliveries_list(
+    db: DbOption,
+    tenant: TenantOption,
+    state: Annotated[str | None, typer.Option("--state", help="pending | delivered | failed")] = None,
+    destination_id: Annotated[str | None, typer.Option("--destination-id")] = None,
+    limit: Annotated[int, typer.Option("--limit")] = 100,
+    after_id: Annotated[int | None, typer.Option("--after-id", help="page after this delivery id")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List a tenant's deliveries."""
+    rows = [
+        d.to_json()
+        for d in _run(
+            db,
+            lambda database: service.list_deliveries(
+                database, tenant, state=state, destination_id=destination_id, limit=limit, after_id=after_id
+            ),
+        )
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    _table(rows, ["id", "destination_id", "artifact_type", "artifact_id", "state", "attempts", "last_status",
+                  "last_error", "next_attempt_at"])
+
+
+@delivery_app.command("requeue")
+def deliveries_requeue(
+    db: DbOption,
+    tenant: TenantOption,
+    delivery_id: Annotated[int | None, typer.Option("--delivery-id", help="requeue one failed delivery")] = None,
+    destination_id: Annotated[str | None, typer.Option("--destination-id")] = None,
+    all_failed: Annotated[
+        bool, typer.Option("--all", help="with --destination-id: every failed delivery of it")
+    ] = False,
+) -> None:
+    """Requeue failed deliveries (failed → pending, attempts reset, same webhook-id)."""
+    if (delivery_id is None) == (destination_id is None) or (destination_id is not None and not all_failed):
+        raise typer.BadParameter("give --delivery-id ID, or --destination-id ID --all")
+    if delivery_id is not None:
+        did = delivery_id
+        n = _run(db, lambda database: service.requeue_delivery(database, tenant, did, actor="cli"))
+    else:
+        dst = destination_id
+        assert dst is not None
+        n = _run(db, lambda database: service.requeue_destination(database, tenant, dst, actor="cli"))
+    typer.echo(f"requeued {n} deliver{'y' if n == 1 else 'ies'}")
+
+
+@delivery_app.command("run")
+def deliveries_run(
+    db: DbOption,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="parallel requests")] = 16,
+    batch: Annotated[int, typer.Option("--batch", help="deliveries claimed per pass")] = 50,
+    idle_sleep: Annotated[float, typer.Option("--idle-sleep", help="poll interval when idle (s)")] = 0.2,
+    lease: Annotated[float, typer.Option("--lease", help="lease seconds")] = 60.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="HTTP timeout seconds")] = 15.0,
+    allow_loopback: LoopbackOption = False,
+    allow_insecure_http: InsecureOption = False,
+    allow_network: NetworksOption = None,
+    allow_env_secrets: Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")] = False,
+) -> None:
+    """Run a delivery worker for all tenants until SIGINT/SIGTERM (then finishes in-flight attempts)."""
+    from settlekit.delivery.secrets import SecretResolver
+    from settlekit.delivery.sender import SenderConfig
+    from settlekit.delivery.sink import artifact_loader
+    from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
+
+    config = WorkerConfig(
+        batch_size=batch,
+        lease=timedelta(seconds=lease),
+        idle_sleep=idle_sleep,
+        allow_loopback=allow_loopback,
+        allow_insecure_http=allow_insecure_http,
+        allowed_networks=tuple(allow_network or ()),
+        sender=SenderConfig(timeout=timeout, concurrency=concurrency),
+    )
+
+    async def main(database: Database) -> None:
+        async with DeliveryWorker(
+            database,
+            artifact_loader=artifact_loader,
+            config=config,
+            secret_resolver=SecretResolver(allow_env=allow_env_secrets),
+        ) as worker:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, worker.stop)
+            _err.print(f"delivery worker {worker.worker_id} running")
+            await worker.run()
+            _err.print("delivery worker stopped")
+
+    _run(db, lambda database: asyncio.run(main(database)))
 
 
 @delivery_app.callback()

@@ -58,6 +58,28 @@ class Destination:
     def accepts(self, artifact_type: str) -> bool:
         return not self.artifact_types or artifact_type in self.artifact_types
 
+    @property
+    def public_secret_ref(self) -> str:
+        """`secret_ref` safe to show: inline secrets are redacted (file paths and env names are not secret)."""
+        scheme, _, _ = self.secret_ref.partition(":")
+        return "inline:<redacted>" if scheme == "inline" else self.secret_ref
+
+    def to_json(self) -> dict[str, Any]:
+        """API/CLI view; never contains a secret value."""
+        return {
+            "tenant_id": self.tenant_id,
+            "destination_id": self.destination_id,
+            "kind": self.kind,
+            "url": self.url,
+            "secret_ref": self.public_secret_ref,
+            "signing": self.signing,
+            "artifact_types": list(self.artifact_types) if self.artifact_types else None,
+            "ordering": self.ordering,
+            "allow_private_network": self.allow_private_network,
+            "status": self.status,
+            "disabled_reason": self.disabled_reason,
+        }
+
 
 _DEST_COLS: Final = (
     "tenant_id, destination_id, url, secret_ref, signing, artifact_types, ordering, allow_private_network,"
@@ -322,10 +344,20 @@ def get_delivery(tx: Tx, delivery_id: int) -> Delivery | None:
 
 
 def list_deliveries(
-    tx: Tx, tenant_id: str, *, state: str | None = None, destination_id: str | None = None, limit: int = 1000
+    tx: Tx,
+    tenant_id: str,
+    *,
+    state: str | None = None,
+    destination_id: str | None = None,
+    limit: int = 1000,
+    after_id: int | None = None,
 ) -> list[Delivery]:
+    """Deliveries of a tenant in id order; `after_id` pages (keyset)."""
     sql = f"SELECT {_DLV_COLS} FROM deliveries WHERE tenant_id = ?"
     params: list[Any] = [tenant_id]
+    if after_id is not None:
+        sql += " AND id > ?"
+        params.append(after_id)
     if state is not None:
         sql += " AND state = ?"
         params.append(state)

@@ -1,0 +1,294 @@
+"""Operations on destinations and deliveries for the CLI and the HTTP API (spec 06 §1, §5, §9).
+
+Every function takes a `Database`, runs its own short transaction and raises `SettlekitError`s with stable
+codes (`DESTINATION_URL_FORBIDDEN`, `SECRET_*`, `NOT_FOUND`, `CONFLICT`, `SCHEMA_INVALID`). Destination saves
+run the SSRF guard (DNS included, outside any transaction) and check the secret reference; secret values are
+never returned, logged or put in an error. Requeues and status changes are audited on the
+`settlekit.delivery.audit` logger.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+from prometheus_client import CollectorRegistry
+
+from settlekit.delivery import store
+from settlekit.delivery.metrics import metrics_for
+from settlekit.delivery.secrets import SecretResolver
+from settlekit.delivery.signing import SIGNING_MODES, decode_secret
+from settlekit.delivery.ssrf import Resolver, SsrfPolicy, VettedDestination, vet_url
+from settlekit.errors import ConflictError, NotFoundError, ValidationError
+from settlekit.store.db import Database
+
+audit = logging.getLogger("settlekit.delivery.audit")
+
+DELIVERY_STATES: Final = ("pending", "delivered", "failed")
+_ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # no ':' (dedupe_key separator)
+
+
+@dataclass(frozen=True)
+class DestinationPolicy:
+    """What a deployment lets destinations be saved with. Production: the defaults."""
+
+    allow_insecure_http: bool = False
+    allow_loopback: bool = False  # local development and tests
+    allowed_networks: tuple[str, ...] = ()  # CIDRs lifting the private-range check (metadata: /32 only)
+    allow_env_secrets: bool = False
+    allow_inline_secrets: bool = False
+    check_secret: bool = True  # read the secret on save and check its form (a missing file is refused)
+    resolver: Resolver | None = None  # DNS resolver override (tests)
+
+    @classmethod
+    def local(cls) -> DestinationPolicy:
+        """http and loopback allowed: a receiver on this machine."""
+        return cls(allow_insecure_http=True, allow_loopback=True)
+
+    def ssrf(self, *, allow_private_network: bool) -> SsrfPolicy:
+        return SsrfPolicy(
+            allow_insecure_http=self.allow_insecure_http,
+            allow_private_network=allow_private_network,
+            allow_loopback=self.allow_loopback,
+            allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in self.allowed_networks),
+        )
+
+    def secrets(self) -> SecretResolver:
+        return SecretResolver(allow_env=self.allow_env_secrets, allow_inline=self.allow_inline_secrets)
+
+
+def _now(now: datetime | None) -> datetime:
+    return now if now is not None else datetime.now(UTC)
+
+
+def _check_id(value: str, field: str) -> None:
+    if not _ID_RE.match(value):
+        raise ValidationError(
+            f"{field} must be 1-64 characters of [A-Za-z0-9._-], starting with a letter or digit", field=field
+        )
+
+
+def check_destination(dest: store.Destination, policy: DestinationPolicy) -> VettedDestination:
+    """Everything a save checks, without writing: fields, secret reference, SSRF guard (resolves DNS)."""
+    if not dest.tenant_id:
+        raise ValidationError("tenant_id is required", field="tenant_id")
+    _check_id(dest.destination_id, "destination_id")
+    if dest.kind != "webhook":
+        raise ValidationError(f"unknown destination kind {dest.kind!r}", field="kind")
+    if dest.signing not in SIGNING_MODES:
+        raise ValidationError(f"unknown signing mode {dest.signing!r}", field="signing")
+    if dest.ordering not in store.ORDERINGS:
+        raise ValidationError(f"unknown ordering {dest.ordering!r}", field="ordering")
+    for t in dest.artifact_types or ():
+        if not t or not isinstance(t, str):
+            raise ValidationError("artifact_types must be non-empty strings", field="artifact_types")
+    resolver = policy.secrets()
+    resolver.validate(dest.secret_ref)
+    if policy.check_secret:
+        values = resolver.resolve(dest.secret_ref)
+        if dest.signing in ("standard", "both"):
+            for v in values:
+                decode_secret(v)  # WebhookSecretError names no secret material
+    return vet_url(
+        dest.url, policy.ssrf(allow_private_network=dest.allow_private_network), resolver=policy.resolver
+    )
+
+
+def save_destination(
+    db: Database,
+    dest: store.Destination,
+    *,
+    policy: DestinationPolicy | None = None,
+    replace: bool = False,
+    actor: str | None = None,
+    now: datetime | None = None,
+) -> store.Destination:
+    """Create (or with `replace`, overwrite) a destination after `check_destination`.
+
+    A new destination is `active`; replacing keeps the stored status unless `dest.status` says otherwise.
+    Raises ConflictError when it exists and `replace` is false.
+    """
+    vetted = check_destination(dest, policy or DestinationPolicy())
+    ts = _now(now)
+    with db.transaction() as tx:
+        existing = store.get_destination(tx, dest.tenant_id, dest.destination_id)
+        if existing is not None and not replace:
+            raise ConflictError(
+                "destination already exists", tenant_id=dest.tenant_id, destination_id=dest.destination_id
+            )
+        store.put_destination(tx, dest, now=ts)
+        saved = store.get_destination(tx, dest.tenant_id, dest.destination_id)
+    assert saved is not None
+    audit.info(
+        "destination saved",
+        extra={
+            "tenant_id": dest.tenant_id,
+            "destination_id": dest.destination_id,
+            "url": dest.url,
+            "addresses": list(vetted.addresses),
+            "replaced": existing is not None,
+            "actor": actor,
+        },
+    )
+    return saved
+
+
+def add_destination(
+    db: Database,
+    tenant_id: str,
+    destination_id: str,
+    *,
+    url: str,
+    secret_ref: str,
+    signing: str = "standard",
+    artifact_types: Sequence[str] | None = None,
+    ordering: str = "best_effort",
+    allow_private_network: bool = False,
+    policy: DestinationPolicy | None = None,
+    replace: bool = False,
+    actor: str | None = None,
+    now: datetime | None = None,
+) -> store.Destination:
+    """Keyword form of `save_destination` for the API and CLI."""
+    dest = store.Destination(
+        tenant_id=tenant_id,
+        destination_id=destination_id,
+        url=url,
+        secret_ref=secret_ref,
+        signing=signing,
+        artifact_types=tuple(artifact_types) if artifact_types else None,
+        ordering=ordering,
+        allow_private_network=allow_private_network,
+    )
+    return save_destination(db, dest, policy=policy, replace=replace, actor=actor, now=now)
+
+
+def get_destination(db: Database, tenant_id: str, destination_id: str) -> store.Destination:
+    with db.read() as tx:
+        dest = store.get_destination(tx, tenant_id, destination_id)
+    if dest is None:
+        raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
+    return dest
+
+
+def list_destinations(db: Database, tenant_id: str) -> list[store.Destination]:
+    with db.read() as tx:
+        return store.list_destinations(tx, tenant_id)
+
+
+def disable_destination(
+    db: Database,
+    tenant_id: str,
+    destination_id: str,
+    *,
+    reason: str = "operator",
+    actor: str | None = None,
+    now: datetime | None = None,
+    registry: CollectorRegistry | None = None,
+) -> store.Destination:
+    """Stop deliveries to a destination; its pending deliveries wait (not claimed) until it is enabled."""
+    with db.transaction() as tx:
+        store.set_destination_status(
+            tx, tenant_id, destination_id, status="disabled", reason=reason, now=_now(now)
+        )
+        dest = store.get_destination(tx, tenant_id, destination_id)
+    assert dest is not None
+    metrics_for(registry).disabled.labels(reason).inc()
+    audit.info(
+        "destination disabled",
+        extra={"tenant_id": tenant_id, "destination_id": destination_id, "reason": reason, "actor": actor},
+    )
+    return dest
+
+
+def enable_destination(
+    db: Database,
+    tenant_id: str,
+    destination_id: str,
+    *,
+    policy: DestinationPolicy | None = None,
+    actor: str | None = None,
+    now: datetime | None = None,
+) -> store.Destination:
+    """Re-activate a destination after the SSRF guard passes again (its DNS may have changed)."""
+    current = get_destination(db, tenant_id, destination_id)
+    pol = policy or DestinationPolicy()
+    vet_url(
+        current.url, pol.ssrf(allow_private_network=current.allow_private_network), resolver=pol.resolver
+    )
+    with db.transaction() as tx:
+        store.set_destination_status(tx, tenant_id, destination_id, status="active", reason=None, now=_now(now))
+        dest = store.get_destination(tx, tenant_id, destination_id)
+    assert dest is not None
+    audit.info(
+        "destination enabled", extra={"tenant_id": tenant_id, "destination_id": destination_id, "actor": actor}
+    )
+    return dest
+
+
+def list_deliveries(
+    db: Database,
+    tenant_id: str,
+    *,
+    state: str | None = None,
+    destination_id: str | None = None,
+    limit: int = 100,
+    after_id: int | None = None,
+) -> list[store.Delivery]:
+    """A page of a tenant's deliveries in id order (`after_id` = last id of the previous page)."""
+    if state is not None and state not in DELIVERY_STATES:
+        raise ValidationError(f"state must be one of {', '.join(DELIVERY_STATES)}", field="state")
+    if not 1 <= limit <= 10000:
+        raise ValidationError("limit must be 1..10000", field="limit")
+    with db.read() as tx:
+        return store.list_deliveries(
+            tx, tenant_id, state=state, destination_id=destination_id, limit=limit, after_id=after_id
+        )
+
+
+@dataclass(frozen=True)
+class DeliveryDetail:
+    delivery: store.Delivery
+    attempts: list[tuple[int, int | None, str | None]]  # (attempt, http_status, error)
+
+
+def get_delivery(db: Database, tenant_id: str, delivery_id: int) -> DeliveryDetail:
+    """One delivery of the tenant with its attempt log; NotFoundError for another tenant's id."""
+    with db.read() as tx:
+        d = store.get_delivery(tx, delivery_id)
+        if d is None or d.tenant_id != tenant_id:
+            raise NotFoundError("delivery not found", tenant_id=tenant_id, delivery_id=delivery_id)
+        return DeliveryDetail(d, store.list_attempts(tx, delivery_id))
+
+
+def requeue_delivery(
+    db: Database, tenant_id: str, delivery_id: int, *, actor: str | None = None, now: datetime | None = None
+) -> int:
+    """failed → pending with attempts reset, due now, same message id. NotFoundError / ConflictError
+    (`state` in details) when it is unknown or not failed. Returns 1."""
+    with db.transaction() as tx:
+        n = store.requeue(tx, tenant_id, delivery_id=delivery_id, now=_now(now))
+    audit.info(
+        "delivery requeued", extra={"tenant_id": tenant_id, "delivery_id": delivery_id, "actor": actor}
+    )
+    return n
+
+
+def requeue_destination(
+    db: Database, tenant_id: str, destination_id: str, *, actor: str | None = None, now: datetime | None = None
+) -> int:
+    """Requeue every failed delivery of a destination; returns how many (0 is not an error)."""
+    with db.transaction() as tx:
+        if store.get_destination(tx, tenant_id, destination_id) is None:
+            raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
+        n = store.requeue(tx, tenant_id, destination_id=destination_id, now=_now(now))
+    audit.info(
+        "deliveries requeued",
+        extra={"tenant_id": tenant_id, "destination_id": destination_id, "count": n, "actor": actor},
+    )
+    return n
