@@ -265,3 +265,38 @@ def test_tampering_detected(db: Database) -> None:
 def test_migrate_is_idempotent(db: Database) -> None:
     assert db.migrate() == []
     assert db.pending_migrations() == []
+
+
+def test_concurrent_migrate_from_two_connections(pg_template: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two processes' worth of Database objects migrating one fresh database at once: each migration once."""
+    import psycopg
+
+    from conftest import PG_ADMIN_URL, _pg_url
+    from settlekit.store.db import connect, migration_files
+
+    name = f"sk_test_migrate_{threading.get_ident()}_{id(tmp_path) % 100000}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        for url in (_pg_url(name), f"sqlite:///{tmp_path / 'm.db'}"):
+            dbs = [connect(url), connect(url)]
+            applied: list[list[str]] = []
+            barrier = threading.Barrier(2)
+
+            def run(d: Database) -> None:
+                barrier.wait()
+                applied.append(d.migrate())
+
+            threads = [threading.Thread(target=run, args=(d,)) for d in dbs]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            names = [n for n, _ in migration_files(dbs[0].dialect)]
+            assert sorted(applied, key=len) == [[], names]
+            assert dbs[0].applied_migrations() == names
+            for d in dbs:
+                d.close()
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
