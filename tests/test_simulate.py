@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import load_vector
 
+from conftest import load_vector
 from settlekit.events.envelope import verify_chain
 from settlekit.simulate import Fleet, job_stream, scenarios
 from settlekit.store import ledger as ledger_rows
@@ -16,7 +16,7 @@ from settlekit.store.job_streams import job_store
 def test_simulated_job_matches_template(db: Database, scenario: str) -> None:
     fleet = Fleet.create()
     store = job_store(db)
-    for key in fleet.keys():
+    for key in fleet.registrations():
         store.register_key("tenant_sim", key["publicKeyPem"], key["purpose"], entity_id=key.get("entityId"))
     events = job_stream(scenario, "job_sim_0001", fleet, 1)
     verify_chain(events, fleet.public_keys())

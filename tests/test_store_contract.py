@@ -283,11 +283,11 @@ def test_concurrent_migrate_from_two_connections(pg_template: str, tmp_path) -> 
             applied: list[list[str]] = []
             barrier = threading.Barrier(2)
 
-            def run(d: Database) -> None:
+            def run(d: Database, barrier: threading.Barrier, applied: list[list[str]]) -> None:
                 barrier.wait()
                 applied.append(d.migrate())
 
-            threads = [threading.Thread(target=run, args=(d,)) for d in dbs]
+            threads = [threading.Thread(target=run, args=(d, barrier, applied)) for d in dbs]
             for t in threads:
                 t.start()
             for t in threads:

@@ -50,7 +50,7 @@ class Fleet:
         return cls(robots={f"rob_{i + 1:03d}": Signer.generate() for i in range(robots)},
                    operators={f"op_{i + 1:03d}": Signer.generate() for i in range(operators)})
 
-    def keys(self) -> list[dict[str, str]]:
+    def registrations(self) -> list[dict[str, str]]:
         """Key registrations: publicKeyPem, purpose, entityId."""
         out = [{"publicKeyPem": self.server.public_key_pem, "purpose": "server", "keyId": self.server.key_id}]
         out += [{"publicKeyPem": s.public_key_pem, "purpose": "robot", "entityId": rid, "keyId": s.key_id}
@@ -60,7 +60,7 @@ class Fleet:
         return out
 
     def public_keys(self) -> dict[str, str]:
-        return {k["keyId"]: k["publicKeyPem"] for k in self.keys()}
+        return {k["keyId"]: k["publicKeyPem"] for k in self.registrations()}
 
 
 def scenario_for(index: int) -> str:
