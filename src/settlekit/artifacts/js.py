@@ -1,0 +1,114 @@
+"""Small helpers that reproduce the JavaScript value semantics the v1 artifacts depend on (`??`, truthiness,
+`Number.isSafeInteger`, `Array.prototype.sort`, `localeCompare`, `Date.parse`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+
+def get(obj: Any, key: str) -> Any:
+    """`obj?.[key]` with undefined mapped to None."""
+    return obj.get(key) if type(obj) is dict else None
+
+
+def coalesce(*values: Any) -> Any:
+    """`a ?? b ?? …`: the first value that is not None (JS null/undefined)."""
+    for v in values:
+        if v is not None:
+            return v
+    return None
+
+
+def truthy(v: Any) -> bool:
+    """JS truthiness for JSON values: null, false, 0, NaN and "" are falsy; objects and arrays are truthy."""
+    if v is None or v is False:
+        return False
+    if type(v) is str:
+        return v != ""
+    if type(v) in (int, float):
+        return v != 0 and not (type(v) is float and math.isnan(v))
+    return True
+
+
+def nonblank(v: Any) -> bool:
+    """A string that is not empty after trimming."""
+    return type(v) is str and v.strip() != ""
+
+
+def is_safe_int(v: Any) -> bool:
+    """`Number.isSafeInteger(v)`; integral floats count, booleans do not."""
+    if type(v) is int:
+        return -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER
+    if type(v) is float:
+        return v.is_integer() and -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER
+    return False
+
+
+def safe_int_or(v: Any, default: int) -> int:
+    return int(v) if is_safe_int(v) else default
+
+
+def js_string(v: Any) -> str:
+    """`String(v)` for JSON scalars (objects are not expected here)."""
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if type(v) is float and v.is_integer() and abs(v) < 1e21:
+        return str(int(v))
+    return str(v)
+
+
+def utf16_key(s: str) -> bytes:
+    """Sort key giving UTF-16 code-unit order (JS default `sort` on strings)."""
+    return s.encode("utf-16-be", "surrogatepass")
+
+
+def js_sorted(values: Iterable[str]) -> list[str]:
+    return sorted(values, key=utf16_key)
+
+
+# ICU root collation order of the printable ASCII characters that are not letters or digits (CLDR root,
+# non-ignorable): whitespace, then punctuation, then symbols, then currency, then digits, then letters.
+_ASCII_ORDER: Final = "\t\n\v\f\r _-,;:!?.'\"()[]{}@*/\\&#%`^+<=>|~$0123456789"
+_PRIMARY: Final[dict[str, int]] = {c: i + 1 for i, c in enumerate(_ASCII_ORDER)}
+_LETTER_BASE: Final = len(_ASCII_ORDER) + 1
+
+
+def _primary(c: str) -> int:
+    w = _PRIMARY.get(c)
+    if w is not None:
+        return w
+    lower = c.lower() if c.isascii() else c
+    if "a" <= lower <= "z":
+        return _LETTER_BASE + ord(lower) - ord("a")
+    return 1000 + ord(c)
+
+
+def locale_key(s: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Sort key approximating `a.localeCompare(b)` (ICU root collation) for identifiers: exact for ASCII
+    (punctuation < digits < letters, letters compared case-insensitively first, lowercase before uppercase);
+    other characters follow all of ASCII in code point order."""
+    primary = tuple(_primary(c) for c in s)
+    tertiary = tuple(1 if c.isascii() and c.isupper() else 0 for c in s)
+    return primary, tertiary
+
+
+def date_parse_ms(v: Any) -> float:
+    """`Date.parse(String(v ?? ""))` for ISO-8601 instants; NaN when unparseable."""
+    if type(v) is not str or not v:
+        return math.nan
+    try:
+        dt = datetime.fromisoformat(v)
+    except ValueError:
+        return math.nan
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)  # JS would use local time; settlekit stays deterministic
+    return dt.timestamp() * 1000.0
