@@ -323,7 +323,7 @@ def test_reset_refused_while_processing(db: Database) -> None:
     d = dispatcher(db, [Consumer("c", handler)])
     d.drain(timeout=15)
     assert len(errors) == 1 and isinstance(errors[0], ConsumerProcessing)
-    assert errors[0].code == "CONSUMER_PROCESSING"  # type: ignore[attr-defined]
+    assert errors[0].code == "CONSUMER_PROCESSING"
     state = get_state(db, "c")
     assert state is not None and not state.processing
 

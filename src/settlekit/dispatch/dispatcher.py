@@ -481,9 +481,9 @@ class Dispatcher:
         matching = rows if types is None else [r for r in rows if r.type in types]
         if consumer.batch_handler is not None and matching:
             scoped = _ScopedTx(tx, "sk_batch")
-            ctx = ConsumerContext(scoped, name, inst, self.log, self.metrics, matching[-1])
+            batch_ctx = ConsumerContext(scoped, name, inst, self.log, self.metrics, matching[-1])
             try:
-                consumer.batch_handler(matching, ctx)
+                consumer.batch_handler(matching, batch_ctx)
             except Exception as exc:
                 scoped.rollback()
                 cls, msg = _describe(exc)
@@ -503,12 +503,20 @@ class Dispatcher:
         policy = consumer.error_policy
         max_attempts = policy.max_attempts or self.max_attempts
         scoped = _ScopedTx(tx, "sk_event")
+        handler = consumer.handler
+        resolved = out.resolved
+        ctx: ConsumerContext | None = None
+        halted = False
         for row in rows:
             if types is not None and row.type not in types:
-                out.resolved.append(row.position)
+                resolved.append(row.position)
                 continue
+            if ctx is None:
+                ctx = ConsumerContext(scoped, name, inst, self.log, self.metrics, row)
+            else:
+                ctx.bind(row)
             try:
-                consumer.handler(row, ConsumerContext(scoped, name, inst, self.log, self.metrics, row))
+                handler(row, ctx)
             except Exception as exc:
                 scoped.rollback()
                 cls, msg = _describe(exc)
@@ -519,16 +527,20 @@ class Dispatcher:
                     self.metrics.skipped.labels(name, inst, "skip_apply_error").inc()
                     self.log.warning("consumer %s: skipped event at position %d (%s: %s)", name, row.position, cls, msg)
                     out.skipped += 1
-                    out.resolved.append(row.position)
+                    resolved.append(row.position)
                     out.attempts, out.last_error = 0, None
                     continue
-                out.attempts += 1
+                # attempts count failed turns on the current head event; an earlier success moved the head
+                out.attempts = (0 if resolved else out.attempts) + 1
                 out.last_error = f"{cls}: {msg} (position {row.position})"
                 out.dead = out.attempts >= max_attempts
+                halted = True
                 break
-            scoped.release()
-            out.resolved.append(row.position)
+            if scoped._open:
+                scoped.release()
+            resolved.append(row.position)
             out.processed += 1
+        if resolved and not halted:
             out.attempts, out.last_error = 0, None
         return out
 

@@ -76,18 +76,23 @@ class DispatchedEvent(StoredEvent):
         event_type: str,
         correlation_id: str | None,
     ):
-        put = object.__setattr__
-        put(self, "position", position)
-        put(self, "tenant_id", tenant_id)
-        put(self, "stream_id", stream_id)
-        put(self, "stream_type", stream_type)
-        put(self, "seq", seq)
-        put(self, "txid", txid)
-        put(self, "raw_json", raw)
-        put(self, "_event_id", event_id)
-        put(self, "_type", event_type)
-        put(self, "correlation_id", correlation_id)
-        put(self, "_parsed", None)
+        object.__setattr__(
+            self,
+            "__dict__",
+            {
+                "position": position,
+                "tenant_id": tenant_id,
+                "stream_id": stream_id,
+                "stream_type": stream_type,
+                "seq": seq,
+                "txid": txid,
+                "raw_json": raw,
+                "_event_id": event_id,
+                "_type": event_type,
+                "correlation_id": correlation_id,
+                "_parsed": None,
+            },
+        )
 
     raw_json: str
     correlation_id: str | None
@@ -110,18 +115,12 @@ class DispatchedEvent(StoredEvent):
 
 
 class ConsumerContext:
-    """What a handler gets besides the event: the turn's transaction and the request scope."""
+    """What a handler gets besides the event: the turn's transaction and the request scope.
 
-    __slots__ = (
-        "tx",
-        "consumer_name",
-        "instance_id",
-        "log",
-        "metrics",
-        "causation_id",
-        "position",
-        "_correlation_id",
-    )
+    Valid for the duration of the handler call (the dispatcher reuses it within a turn).
+    """
+
+    __slots__ = ("tx", "consumer_name", "instance_id", "log", "metrics", "source", "_correlation_id")
 
     def __init__(
         self,
@@ -137,9 +136,20 @@ class ConsumerContext:
         self.instance_id = instance_id
         self.log = log
         self.metrics = metrics
-        self.causation_id = source.event_id
-        self.position = source.position
+        self.bind(source)
+
+    def bind(self, source: DispatchedEvent) -> None:
+        """Point the request scope at another event (the last one of a batch)."""
+        self.source = source
         self._correlation_id = source.correlation_id
+
+    @property
+    def causation_id(self) -> str:
+        return self.source.event_id
+
+    @property
+    def position(self) -> int:
+        return self.source.position
 
     @property
     def correlation_id(self) -> str:

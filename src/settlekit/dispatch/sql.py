@@ -141,21 +141,8 @@ def fetch_events(tx: Tx, cursor: int, gaps: Sequence[Gap], limit: int) -> list[D
             f"SELECT {cols} FROM events WHERE position > ? OR {ranges} ORDER BY position LIMIT ?",
             (cursor, *params, limit),
         )
-    return [
-        DispatchedEvent(
-            int(r[0]),
-            r[1],
-            r[2],
-            r[3],
-            int(r[4]),
-            r[5],
-            None if r[6] is None else int(r[6]),
-            r[7],
-            r[8],
-            r[9],
-        )
-        for r in rows
-    ]
+    # Both drivers already return ints for the integer columns (txid is cast to bigint on PostgreSQL).
+    return [DispatchedEvent(*r) for r in rows]
 
 
 def smallest_visible_in(tx: Tx, gaps: Sequence[Gap]) -> int | None:
