@@ -150,7 +150,7 @@ def iter_artifacts(
         eid = event.get("id")
         if type(eid) is str and eid in wanted_sources and eid not in first_index:
             first_index[eid] = (i, event)
-        batch = pending.pop(event.get("chainHash"), None)  # type: ignore[arg-type]
+        batch = pending.pop(event.get("chainHash"), None)
         if i == last and at_end is not None:
             batch = (batch or []) + at_end
             at_end = None

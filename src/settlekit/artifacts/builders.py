@@ -200,8 +200,12 @@ def _contract_pins(snapshot: Mapping[str, Any], policy_hash: str | None) -> dict
 
 
 def _count(snapshot: Mapping[str, Any], key: str) -> int:
+    return len(_list(snapshot, key))
+
+
+def _list(snapshot: Mapping[str, Any], key: str) -> list[Any]:
     v = snapshot.get(key)
-    return len(v) if type(v) is list else 0
+    return v if type(v) is list else []
 
 
 def _coverage_policy(booking: Any) -> Any:
@@ -313,8 +317,8 @@ def _short_job(s: Mapping[str, Any]) -> dict[str, Any]:
 
 def _incident_packet(fs: FoldState, policy_hash: str | None) -> dict[str, Any]:
     s = fs.snapshot
-    incidents = s.get("incidents") if type(s.get("incidents")) is list else []
-    claims = s.get("claims") if type(s.get("claims")) is list else []
+    incidents = _list(s, "incidents")
+    claims = _list(s, "claims")
     return {
         "job": _short_job(s),
         "incidents": [
@@ -415,7 +419,8 @@ def settlement_rollup(
             continue  # settld skips an entry whose allocation fails (§9.3)
     rollups: dict[tuple[str, str], dict[str, Any]] = {}
     for a in allocations:
-        role, party = a.get("partyRole"), a.get("partyId")
+        role: Any = a.get("partyRole")
+        party: Any = a.get("partyId")
         if not truthy(role) or not truthy(party):
             continue
         row = rollups.get((role, party))
@@ -443,22 +448,27 @@ def settlement_rollup(
         rollups.values(), key=lambda r: (locale_key(str(r["partyRole"])), locale_key(str(r["partyId"])))
     )
     quote_amount = get(s.get("quote"), "amountCents")
-    claims = s.get("claims") if type(s.get("claims")) is list else []
+    claims = _list(s, "claims")
     return {
         "currency": "USD",
         "quoteAmountCents": int(quote_amount) if is_safe_int(quote_amount) else 0,
         "operatorCostCents": _sum_payload(s.get("operatorCosts"), "costCents"),
         "slaCreditsCents": _sum_payload(s.get("slaCredits"), "amountCents"),
-        "claimsPaidCents": sum(
-            int(get(c.get("paid"), "amountCents"))
-            for c in claims
-            if type(c) is dict and c.get("status") == "PAID" and is_safe_int(get(c.get("paid"), "amountCents"))
-        ),
+        "claimsPaidCents": _claims_paid(claims),
         "splitPlanHash": _split_plan_hash(contract_doc),
         "partyRollups": party_rollups,
         "ledgerEntryIds": js_sorted(entry_ids),
         "totalsByAccountId": totals,
     }
+
+
+def _claims_paid(claims: list[Any]) -> int:
+    total = 0
+    for c in claims:
+        amount = get(get(c, "paid"), "amountCents")
+        if get(c, "status") == "PAID" and is_safe_int(amount):
+            total += int(amount)
+    return total
 
 
 def _sum_payload(items: Any, key: str) -> int:

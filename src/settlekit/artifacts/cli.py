@@ -1,0 +1,87 @@
+"""`settlekit artifacts …`: build artifacts offline from a stream file (canonical JSON on stdout)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from settlekit.artifacts.build import build_all, build_one, derive_outbox
+from settlekit.errors import SettlekitError
+from settlekit.events.canonical import canonical_json, parse_json
+
+artifacts_app = typer.Typer(help="Build job artifacts (WorkCertificate.v1, SettlementStatement.v1, …) offline.",
+                            no_args_is_help=True)
+_err = Console(stderr=True)
+
+EventsOption = Annotated[Path, typer.Option("--events", help="stream file: a JSON array of events, or an object "
+                                                                "with an `events` array (e.g. a vector file)")]
+GeneratedAtOption = Annotated[str | None, typer.Option("--generated-at",
+                                                       help="ISO time; default: the `at` of the anchor event")]
+
+
+def load_events(path: Path) -> list[Any]:
+    try:
+        data = parse_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        _err.print(f"[red]error[/red] cannot read {path}: {exc}")
+        raise typer.Exit(code=2) from exc
+    if isinstance(data, dict) and isinstance(data.get("events"), list):
+        data = data["events"]
+    if not isinstance(data, list):
+        _err.print(f"[red]error[/red] SCHEMA_INVALID: {path} must hold a JSON array of events")
+        raise typer.Exit(code=2)
+    return data
+
+
+def _fail(exc: SettlekitError) -> None:
+    _err.print(f"[red]error[/red] {exc.code}: {exc.message}")
+    raise typer.Exit(code=1)
+
+
+def _print(value: Any) -> None:
+    sys.stdout.write(canonical_json(value) + "\n")
+
+
+@artifacts_app.command("build")
+def build_command(
+    events: EventsOption,
+    artifact_type: Annotated[str, typer.Option("--type", help="artifact type, e.g. WorkCertificate.v1")],
+    source_event_id: Annotated[str | None, typer.Option("--source-event-id",
+                                                        help="trigger event id; default: the latest trigger")] = None,
+    generated_at: GeneratedAtOption = None,
+    at_chain_hash: Annotated[str | None, typer.Option("--at-chain-hash", help="override the anchor")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="default: the JOB_CREATED tenantId")] = None,
+) -> None:
+    """Print the canonical JSON of one artifact built from the stream."""
+    stream = load_events(events)
+    try:
+        artifact = build_one(stream, artifact_type, source_event_id, generated_at, at_chain_hash=at_chain_hash,
+                             tenant_id=tenant)
+    except SettlekitError as exc:
+        _fail(exc)
+        return
+    _print(artifact)
+
+
+@artifacts_app.command("outbox")
+def outbox_command(events: EventsOption) -> None:
+    """Print the build requests (ARTIFACT_ENQUEUE messages) the stream triggers, as a canonical JSON array."""
+    stream = load_events(events)
+    try:
+        _print(derive_outbox(stream))
+    except SettlekitError as exc:
+        _fail(exc)
+
+
+@artifacts_app.command("build-all")
+def build_all_command(events: EventsOption, generated_at: GeneratedAtOption = None) -> None:
+    """Print every artifact the stream triggers (one fold), as a canonical JSON array in outbox order."""
+    stream = load_events(events)
+    try:
+        _print(build_all(stream, generated_at=generated_at))
+    except SettlekitError as exc:
+        _fail(exc)
