@@ -1,106 +1,210 @@
-"""`settlekit demo`: simulate job streams end to end on embedded SQLite and verify them offline.
+"""`settlekit demo`: simulate jobs end to end and prove the result offline.
 
-This is the demo of what exists so far: the event store (server-draft appends signed by the server key, robot
-events signed client-side with the robot's own key), export, and offline verification of every stream.
+1. A fresh database (embedded SQLite in a temp dir unless --db), a local reference receiver on 127.0.0.1, the
+   API server and the workers (dispatcher + artifact consumer, webhook delivery worker) in this process.
+2. N jobs through realistic lifecycles (completed, aborted, assisted with coverage, incident and claim, SLA
+   credit), appended over HTTP; robots and operators sign their own events with their own keys.
+3. Wait until every artifact is delivered, export every stream, verify each stream and each delivered artifact
+   with the offline verifier, check that the ledger balances, and print a summary. Exit 0 only if all verified.
 """
 
 from __future__ import annotations
 
-import random
+import contextlib
 import tempfile
+import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from settlekit.artifacts.verify import verify_artifact_against_stream
 from settlekit.errors import VerificationError
-from settlekit.events.envelope import Signer, finalize_chain, make_draft, verify_chain
-from settlekit.store.db import connect
-from settlekit.store.event_store import EventStore
+from settlekit.events.envelope import verify_chain
+from settlekit.runtime import Settings, Workers, load_server_signer
+from settlekit.simulate import OUTCOME_BY_SCENARIO, Fleet, job_stream, scenario_for
+from settlekit.store import ledger as ledger_rows
+from settlekit.store.db import Database, connect
 
-TENANT = "tenant_default"
-SERVER = {"type": "system", "id": "proxy"}
-
-
-def _job_script(job_id: str, rng: random.Random) -> list[tuple[str, str, dict[str, Any]]]:
-    """(actor kind, type, payload) for one job's lifecycle."""
-    steps: list[tuple[str, str, dict[str, Any]]] = [
-        ("server", "JOB_CREATED", {"templateId": "reset_lite", "constraints": {"zoneId": "zone_a"},
-                                   "tenantId": TENANT}),
-        ("server", "QUOTE_PROPOSED", {"amountCents": rng.choice([4500, 6500, 9900]), "currency": "USD"}),
-        ("server", "BOOKED", {"paymentHoldId": f"hold_{job_id}"}),
-        ("robot", "EXECUTION_STARTED", {"robotId": "rob_demo"}),
-    ]
-    steps += [("robot", "JOB_HEARTBEAT", {"t": i, "progress": i / 5}) for i in range(rng.randint(1, 5))]
-    steps.append(("robot", rng.choice(["EXECUTION_COMPLETED", "EXECUTION_COMPLETED", "EXECUTION_ABORTED"]), {}))
-    return steps
+TENANT = "tenant_demo"
 
 
-def run_demo(*, jobs: int = 20, db_url: str | None = None, seed: int = 7) -> int:
-    console = Console()
-    rng = random.Random(seed)
-    tmp = None
-    if db_url is None:
-        tmp = tempfile.TemporaryDirectory(prefix="settlekit-demo-")
-        db_url = f"sqlite:///{Path(tmp.name) / 'demo.db'}"
-    console.print(f"[bold]settlekit demo[/bold] on {db_url}")
-    console.print("Runs what exists today: hash-chained, signed job streams appended to the store, "
-                  "exported and verified offline.")
-    started = time.perf_counter()
-    database = connect(db_url)
+@contextlib.contextmanager
+def api_server(db: Database, settings: Settings) -> Iterator[str]:
+    """The HTTP API on a free loopback port, in a background thread."""
+    import uvicorn
+
+    from settlekit.api.app import create_app
+
+    app = create_app(db, server_signer=load_server_signer(settings.server_key_file), settings=settings)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="settlekit-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the API server did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        database.migrate()
-        server = Signer.generate()
-        robot = Signer.generate()
-        store = EventStore(database, server_signer=server)
-        store.register_key(TENANT, server.public_key_pem, "server")
-        store.register_key(TENANT, robot.public_key_pem, "robot", entity_id="rob_demo")
-        keys = {server.key_id: server.public_key_pem, robot.key_id: robot.public_key_pem}
-        outcomes: dict[str, int] = {}
-        total_events = 0
-        with Progress(console=console) as progress:
-            task = progress.add_task("simulating jobs", total=jobs)
-            for n in range(jobs):
-                job_id = f"job_demo_{n:04d}"
-                head: str | None = None
-                for kind, etype, payload in _job_script(job_id, rng):
-                    if kind == "server":
-                        result = store.append(TENANT, job_id, [{"type": etype, "actor": SERVER, "payload": payload}],
-                                              expected_prev_chain_hash=head)
-                    else:
-                        draft = make_draft(stream_id=job_id, type=etype, actor={"type": "robot", "id": "rob_demo"},
-                                           payload=payload)
-                        result = store.append(TENANT, job_id, finalize_chain([draft], head, robot))
-                    head = result.head_chain_hash
-                    total_events += 1
-                last = store.read_stream(TENANT, job_id)[-1]["type"]
-                outcome = "completed" if last == "EXECUTION_COMPLETED" else "aborted"
-                outcomes[outcome] = outcomes.get(outcome, 0) + 1
-                progress.advance(task)
-        failures = 0
-        for n in range(jobs):
-            try:
-                verify_chain(store.read_stream(TENANT, f"job_demo_{n:04d}"), keys)
-            except VerificationError as exc:
-                failures += 1
-                console.print(f"[red]verification failed[/red] job_demo_{n:04d}: {exc}")
-        elapsed = time.perf_counter() - started
-        table = Table(title="settlekit demo summary")
-        table.add_column("what")
-        table.add_column("value", justify="right")
-        table.add_row("jobs", str(jobs))
-        for name in ("completed", "aborted"):
-            table.add_row(f"jobs {name}", str(outcomes.get(name, 0)))
-        table.add_row("events appended", str(total_events))
-        table.add_row("streams verified offline", f"{jobs - failures}/{jobs}")
-        table.add_row("wall time", f"{elapsed:.2f} s")
-        table.add_row("events/s", f"{total_events / elapsed:.0f}")
-        console.print(table)
-        return 0 if failures == 0 else 1
+        yield f"http://127.0.0.1:{port}"
     finally:
-        database.close()
-        if tmp is not None:
-            tmp.cleanup()
+        server.should_exit = True
+        thread.join(10)
+
+
+def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
+    from settlekit.api.auth import create_api_key
+    from settlekit.delivery.receiver import ReceiverServer
+    from settlekit.delivery.signing import generate_secret
+
+    console = Console()
+    tmp = tempfile.TemporaryDirectory(prefix="settlekit-demo-")
+    db_url = db_url or f"sqlite:///{Path(tmp.name) / 'demo.db'}"
+    console.print(f"[bold]settlekit demo[/bold]: {jobs} jobs on {db_url}")
+    started = time.perf_counter()
+    db = connect(db_url, **({"max_size": 24} if db_url.startswith("postgres") else {}))
+    receiver: ReceiverServer | None = None
+    workers: Workers | None = None
+    try:
+        db.migrate()
+        settings = Settings(db_url=db_url, allow_loopback_webhooks=True, rate_limit_per_second=1e6,
+                            rate_limit_burst=1_000_000)
+        webhook_secret = generate_secret()
+        receiver = ReceiverServer(secrets=[webhook_secret], port=0, out_dir=Path(tmp.name) / "received")
+        receiver.start()
+        workers = Workers(db, settings)
+        workers.start()
+        _, api_key = create_api_key(db, TENANT, ["jobs:read", "jobs:write", "finance:write", "ops", "admin"])
+        fleet = Fleet.create()
+        with api_server(db, settings) as base_url, httpx.Client(
+                base_url=base_url, headers={"authorization": f"Bearer {api_key}"}, timeout=30) as client:
+            for key in fleet.registrations():
+                body = {"publicKeyPem": key["publicKeyPem"], "purpose": key["purpose"]}
+                if "entityId" in key:
+                    body["entityId"] = key["entityId"]
+                _ok(client.post("/v1/keys", json=body))
+            _ok(client.post("/v1/destinations", json={
+                "destinationId": "dst_demo_receiver", "url": f"{receiver.url}/webhooks", "secret": webhook_secret,
+                "allowPrivateNetwork": True}))
+            outcomes: Counter[str] = Counter()
+            job_ids: list[str] = []
+            events_total = 0
+            with Progress(console=console, transient=False) as progress:
+                task = progress.add_task("appending job events over HTTP", total=jobs)
+                for n in range(jobs):
+                    scenario = scenario_for(n)
+                    job_id = f"job_demo_{n:05d}"
+                    for event in job_stream(scenario, job_id, fleet, n):
+                        _ok(client.post(f"/v1/jobs/{job_id}/events", json=event))
+                        events_total += 1
+                    outcomes[OUTCOME_BY_SCENARIO[scenario]] += 1
+                    job_ids.append(job_id)
+                    progress.advance(task)
+            append_seconds = time.perf_counter() - started
+            console.print("waiting for artifacts to be built and delivered …")
+            if not workers.drain(timeout=max(120.0, jobs * 1.0)):
+                console.print("[red]deliveries did not finish in time[/red]")
+                return 1
+            streams = {job_id: _ok(client.get(f"/v1/jobs/{job_id}/export")).json() for job_id in job_ids}
+        failures = _verify(console, streams, fleet, receiver)
+        balances = ledger_rows.balances(db, TENANT).get(TENANT, {})
+        if sum(balances.values()) != 0:
+            failures.append(f"ledger does not balance: total {sum(balances.values())}")
+        delivered = receiver.artifacts
+        elapsed = time.perf_counter() - started
+        _summary(console, outcomes, events_total, balances, delivered, receiver, failures, elapsed, append_seconds)
+        for failure in failures[:20]:
+            console.print(f"[red]FAILED[/red] {failure}")
+        return 0 if not failures else 1
+    finally:
+        if workers is not None:
+            workers.stop()
+        if receiver is not None:
+            receiver.stop()
+        db.close()
+        tmp.cleanup()
+
+
+def _ok(response: httpx.Response) -> httpx.Response:
+    if response.status_code >= 400:
+        raise RuntimeError(f"{response.request.method} {response.request.url.path} → {response.status_code}: "
+                           f"{response.text[:500]}")
+    return response
+
+
+def _verify(console: Console, streams: dict[str, list[dict[str, Any]]], fleet: Fleet,
+            receiver: Any) -> list[str]:
+    failures: list[str] = []
+    keys = fleet.public_keys()
+    for job_id, events in streams.items():
+        try:
+            verify_chain(events, keys)
+        except VerificationError as exc:
+            failures.append(f"{job_id}: stream verification failed at event {exc.index}: {exc.code}")
+    artifacts = receiver.artifacts
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("verifying delivered artifacts offline", total=len(artifacts))
+        for artifact in artifacts:
+            stream_events = streams.get(artifact.get("jobId", ""))
+            if stream_events is None:
+                failures.append(f"{artifact.get('artifactId')}: delivered for an unknown job")
+            else:
+                report = verify_artifact_against_stream(stream_events, artifact)
+                if not report.get("ok"):
+                    failures.append(f"{artifact.get('artifactId')}: {report.get('differences') or report}")
+            progress.advance(task)
+    expected = {job_id for job_id in streams}
+    received_jobs = {a.get("jobId") for a in artifacts}
+    missing = expected - received_jobs
+    if missing:
+        failures.append(f"{len(missing)} job(s) have no delivered artifact, e.g. {sorted(missing)[0]}")
+    return failures
+
+
+def _summary(console: Console, outcomes: Counter[str], events_total: int, balances: dict[str, int],
+             delivered: list[dict[str, Any]], receiver: Any, failures: list[str], elapsed: float,
+             append_seconds: float) -> None:
+    jobs_table = Table(title="jobs by outcome")
+    jobs_table.add_column("outcome")
+    jobs_table.add_column("jobs", justify="right")
+    for outcome, count in sorted(outcomes.items()):
+        jobs_table.add_row(outcome, str(count))
+    console.print(jobs_table)
+
+    ledger_table = Table(title="ledger totals by account (cents)")
+    ledger_table.add_column("account")
+    ledger_table.add_column("balance", justify="right")
+    for account, cents in sorted(balances.items()):
+        ledger_table.add_row(account, f"{cents:,}")
+    ledger_table.add_row("[bold]total[/bold]", f"[bold]{sum(balances.values()):,}[/bold]")
+    console.print(ledger_table)
+
+    by_type = Counter(a.get("artifactType", "?") for a in delivered)
+    art_table = Table(title="artifacts delivered by type")
+    art_table.add_column("type")
+    art_table.add_column("delivered", justify="right")
+    for kind, count in sorted(by_type.items()):
+        art_table.add_row(kind, str(count))
+    console.print(art_table)
+
+    summary = Table(title="settlekit demo summary")
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    summary.add_row("jobs", str(sum(outcomes.values())))
+    summary.add_row("events appended (HTTP)", str(events_total))
+    summary.add_row("artifacts delivered (unique)", str(len(delivered)))
+    summary.add_row("redelivered duplicates deduped by the receiver", str(receiver.duplicates))
+    summary.add_row("verification", "[green]all verified[/green]" if not failures
+                    else f"[red]{len(failures)} failure(s)[/red]")
+    summary.add_row("wall time", f"{elapsed:.1f} s")
+    summary.add_row("append throughput", f"{events_total / append_seconds:,.0f} events/s")
+    console.print(summary)
+

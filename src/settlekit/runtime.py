@@ -1,0 +1,155 @@
+"""Process wiring: settings, the server signing key, and the background workers (dispatcher consumers and the
+webhook delivery worker) shared by `settlekit serve`, `settlekit worker` and the demo."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from settlekit.errors import ConfigurationError
+from settlekit.events.envelope import Signer
+from settlekit.store.db import Database
+
+log = logging.getLogger("settlekit.runtime")
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass
+class Settings:
+    """Process configuration. Every field has a `SETTLEKIT_*` environment variable (see README)."""
+
+    db_url: str = "sqlite:///settlekit.db"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    server_key_file: str | None = None
+    instance_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+    allow_loopback_webhooks: bool = False
+    allow_private_webhooks: bool = False
+    allow_insecure_http: bool = False
+    delivery_concurrency: int = 16
+    dispatch_batch_size: int = 200
+    max_body_bytes: int = 1_048_576
+    rate_limit_per_second: float = 50.0
+    rate_limit_burst: int = 100
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        env = os.environ
+        settings = cls(
+            db_url=env.get("SETTLEKIT_DB", cls.db_url),
+            host=env.get("SETTLEKIT_HOST", cls.host),
+            port=int(env.get("SETTLEKIT_PORT", cls.port)),
+            server_key_file=env.get("SETTLEKIT_SERVER_KEY_FILE") or None,
+            allow_loopback_webhooks=_env_bool("SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS", False),
+            allow_private_webhooks=_env_bool("SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS", False),
+            allow_insecure_http=_env_bool("SETTLEKIT_ALLOW_INSECURE_HTTP", False),
+            delivery_concurrency=int(env.get("SETTLEKIT_DELIVERY_CONCURRENCY", cls.delivery_concurrency)),
+            dispatch_batch_size=int(env.get("SETTLEKIT_DISPATCH_BATCH_SIZE", cls.dispatch_batch_size)),
+            max_body_bytes=int(env.get("SETTLEKIT_MAX_BODY_BYTES", cls.max_body_bytes)),
+            rate_limit_per_second=float(env.get("SETTLEKIT_RATE_LIMIT_PER_SECOND", cls.rate_limit_per_second)),
+            rate_limit_burst=int(env.get("SETTLEKIT_RATE_LIMIT_BURST", cls.rate_limit_burst)),
+        )
+        if env.get("SETTLEKIT_INSTANCE_ID"):
+            settings.instance_id = env["SETTLEKIT_INSTANCE_ID"]
+        for key, value in overrides.items():
+            if value is not None:
+                setattr(settings, key, value)
+        return settings
+
+
+def load_server_signer(path: str | None) -> Signer:
+    """The server's Ed25519 key from a PKCS#8 PEM file, created (mode 0600) when missing. Every process of one
+    deployment must use the same file. Without a path, an ephemeral key (tests, demo)."""
+    if path is None:
+        return Signer.generate()
+    file = Path(path)
+    if file.exists():
+        return Signer.from_pem(file.read_text(encoding="ascii"))
+    signer = Signer.generate()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as handle:
+        handle.write(signer.private_key_pem())
+    return signer
+
+
+class Workers:
+    """The dispatcher (artifact consumer) and the delivery worker, each on its own thread."""
+
+    def __init__(self, db: Database, settings: Settings, *, registry: Any = None):
+        from settlekit.artifacts.consumer import artifacts_consumer
+        from settlekit.delivery.sender import SenderConfig
+        from settlekit.delivery.sink import WebhookDeliverySink, artifact_loader
+        from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
+        from settlekit.dispatch import Dispatcher
+
+        self.db = db
+        self.settings = settings
+        self.delivery = DeliveryWorker(
+            db, artifact_loader=artifact_loader,
+            config=WorkerConfig(allow_loopback=settings.allow_loopback_webhooks,
+                                allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
+                                idle_sleep=0.05,
+                                sender=SenderConfig(concurrency=settings.delivery_concurrency)),
+            **({"registry": registry} if registry is not None else {}),
+        )
+        sink = WebhookDeliverySink(on_enqueued=self.delivery.wake)
+        self.dispatcher = Dispatcher(db, [artifacts_consumer(sink=sink)], instance_id=settings.instance_id,
+                                     batch_size=settings.dispatch_batch_size,
+                                     **({"registry": registry} if registry is not None else {}))
+        self._delivery_thread: threading.Thread | None = None
+        self._delivery_error: BaseException | None = None
+
+    def start(self) -> None:
+        self.dispatcher.start()
+
+        def run_delivery() -> None:
+            try:
+                asyncio.run(self.delivery.run())
+            except BaseException as exc:  # recorded and re-raised by stop(); the thread must not die silently
+                self._delivery_error = exc
+                log.exception("delivery worker stopped with an error")
+
+        self._delivery_thread = threading.Thread(target=run_delivery, name="settlekit-delivery", daemon=True)
+        self._delivery_thread.start()
+
+    def drain(self, timeout: float = 60.0) -> bool:
+        """True once every committed event is processed and no pending delivery is due (False on timeout).
+        The delivery thread does the sending; this only watches the queue."""
+        from settlekit.delivery import store as delivery_store
+
+        deadline = time.monotonic() + timeout
+        self.dispatcher.drain(timeout)
+        while time.monotonic() < deadline:
+            if self._delivery_error is not None:
+                raise ConfigurationError(f"delivery worker failed: {self._delivery_error}", code="WORKER_FAILED")
+            with self.db.read() as tx:
+                due = delivery_store.count_due(tx, now=self.delivery.clock())
+            if due == 0:
+                return True
+            self.delivery.wake()
+            time.sleep(0.05)
+        return False
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the turn and the attempts in flight, release leases, join the threads."""
+        self.dispatcher.stop(timeout)
+        self.delivery.stop()
+        if self._delivery_thread is not None:
+            self._delivery_thread.join(timeout)
+        if self._delivery_error is not None:
+            raise ConfigurationError(f"delivery worker failed: {self._delivery_error}", code="WORKER_FAILED")
