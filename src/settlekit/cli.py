@@ -125,6 +125,7 @@ def _register_subcommands() -> None:
         ("settlekit.dispatch.cli", "consumers_app", "consumers"),
         ("settlekit.artifacts.cli", "artifacts_app", "artifacts"),
         ("settlekit.delivery.cli", "delivery_app", "deliveries"),
+        ("settlekit.api.cli", "api_keys_app", "keys"),
     ):
         try:
             mod = importlib.import_module(module)
@@ -148,8 +149,74 @@ _register_receiver()
 
 
 @app.command()
+def serve(
+    db: Annotated[str | None, typer.Option("--db", envvar="SETTLEKIT_DB", help="database URL")] = None,
+    host: Annotated[str | None, typer.Option("--host", envvar="SETTLEKIT_HOST")] = None,
+    port: Annotated[int | None, typer.Option("--port", envvar="SETTLEKIT_PORT")] = None,
+    server_key_file: Annotated[str | None, typer.Option("--server-key-file", envvar="SETTLEKIT_SERVER_KEY_FILE",
+                                                        help="server Ed25519 PEM (created if missing)")] = None,
+    workers: Annotated[bool, typer.Option("--workers/--no-workers", help="run the dispatcher and delivery "
+                                          "worker in this process too")] = True,
+    allow_loopback_webhooks: Annotated[bool, typer.Option("--allow-loopback-webhooks",
+                                                          envvar="SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS")] = False,
+) -> None:
+    """Run the HTTP API (uvicorn), with the workers embedded unless --no-workers. SIGTERM shuts down gracefully."""
+    import uvicorn
+
+    from settlekit.api.app import create_app
+    from settlekit.runtime import Settings, Workers, load_server_signer
+    from settlekit.store.db import connect
+
+    settings = Settings.from_env(db_url=db, host=host, port=port, server_key_file=server_key_file,
+                                 allow_loopback_webhooks=allow_loopback_webhooks or None)
+    database = connect(settings.db_url)
+    database.migrate()
+    background = Workers(database, settings) if workers else None
+    try:
+        if background is not None:
+            background.start()
+        app_ = create_app(database, server_signer=load_server_signer(settings.server_key_file), settings=settings)
+        uvicorn.run(app_, host=settings.host, port=settings.port, log_level="info", timeout_graceful_shutdown=20)
+    finally:
+        if background is not None:
+            background.stop()
+        database.close()
+
+
+@app.command()
+def worker(
+    db: Annotated[str | None, typer.Option("--db", envvar="SETTLEKIT_DB", help="database URL")] = None,
+    allow_loopback_webhooks: Annotated[bool, typer.Option("--allow-loopback-webhooks",
+                                                          envvar="SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS")] = False,
+) -> None:
+    """Run the dispatcher consumers and the delivery worker until SIGTERM/SIGINT (finishes work in flight)."""
+    import signal
+    import threading
+
+    from settlekit.runtime import Settings, Workers
+    from settlekit.store.db import connect
+
+    settings = Settings.from_env(db_url=db, allow_loopback_webhooks=allow_loopback_webhooks or None)
+    database = connect(settings.db_url)
+    database.migrate()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    background = Workers(database, settings)
+    background.start()
+    console.print(f"settlekit worker {settings.instance_id} running on {settings.db_url}")
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        background.stop()
+        database.close()
+    console.print("settlekit worker stopped")
+
+
+@app.command()
 def demo(
-    jobs: Annotated[int, typer.Option("--jobs", help="number of job streams to simulate")] = 20,
+    jobs: Annotated[int, typer.Option("--jobs", help="number of jobs to simulate")] = 200,
     db: Annotated[str | None, typer.Option("--db", help="database URL; default: SQLite in a temp dir")] = None,
 ) -> None:
     """Run the end-to-end demo on embedded SQLite (or --db)."""
