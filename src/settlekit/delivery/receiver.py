@@ -264,6 +264,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # listen backlog; socketserver's 5 drops SYNs when many senders connect at once
 
     def __init__(self, addr: tuple[str, int], owner: ReceiverServer):
         self.owner = owner

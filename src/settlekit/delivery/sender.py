@@ -11,7 +11,9 @@ in list order, groups run concurrently on at most `concurrency` worker tasks.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import ssl
+import sys
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,11 @@ from settlekit.delivery.errors import DestinationForbiddenError
 from settlekit.delivery.message import PreparedRequest
 from settlekit.delivery.retry import EXCEPTION, NETWORK_ERROR, SSRF_BLOCKED, TIMEOUT, parse_retry_after
 from settlekit.delivery.ssrf import AsyncResolver, GuardedBackend, SsrfPolicy, check_url
+
+if importlib.util.find_spec("sniffio") is None:
+    # httpcore retries `import sniffio` on every request; without the package each miss searches sys.path
+    # (about a third of the sender's CPU). Recording the miss makes the retry fail fast, as before.
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
