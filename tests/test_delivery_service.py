@@ -279,15 +279,6 @@ def test_cli_destinations_deliveries_and_requeue(
 # --- sink and loader ----------------------------------------------------------------------------------------
 
 
-def _create_artifacts_table(db: Database) -> None:
-    with db.transaction() as tx:
-        tx.execute(
-            "CREATE TABLE IF NOT EXISTS artifacts (tenant_id TEXT NOT NULL, artifact_id TEXT NOT NULL,"
-            " job_id TEXT, artifact_type TEXT NOT NULL, artifact_hash TEXT NOT NULL, artifact_json TEXT NOT NULL,"
-            " PRIMARY KEY (tenant_id, artifact_id))"
-        )
-
-
 def test_sink_enqueues_per_matching_destination_and_loader_reads_back(
     db: Database, secret_path: Path
 ) -> None:
@@ -297,7 +288,6 @@ def test_sink_enqueues_per_matching_destination_and_loader_reads_back(
                             artifact_types=["SettlementStatement.v1"])
     service.add_destination(db, "ten", "off", url="https://h.example/", secret_ref=ref, policy=policy())
     service.disable_destination(db, "ten", "off")
-    _create_artifacts_table(db)
     woken: list[int] = []
     sink = WebhookDeliverySink(clock=lambda: T0, on_enqueued=lambda: woken.append(1))
     cert, settle = artifact("j", 1), artifact("j", 1, "SettlementStatement.v1")
@@ -311,10 +301,12 @@ def test_sink_enqueues_per_matching_destination_and_loader_reads_back(
                 "artifact_hash": doc["artifactHash"],
                 "artifact_json": json.dumps(doc),
             }
-            tx.execute(
-                "INSERT INTO artifacts (tenant_id, artifact_id, job_id, artifact_type, artifact_hash,"
-                " artifact_json) VALUES (?, ?, ?, ?, ?, ?)",
-                tuple(row.values()),
+            tx.execute(  # the artifacts table of migration 0004
+                "INSERT INTO artifacts (tenant_id, artifact_id, job_id, artifact_type, source_event_id,"
+                " source_chain_hash, artifact_hash, job_version, artifact_json, generated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ("ten", doc["artifactId"], "j", doc["artifactType"], "evt_1", "chain", doc["artifactHash"], 1,
+                 row["artifact_json"], store.db_time(tx, T0)),
             )
             sink.enqueue(tx, "ten", row)
         assert sink.enqueue(tx, "ten", row) == 0  # idempotent
@@ -327,8 +319,14 @@ def test_sink_enqueues_per_matching_destination_and_loader_reads_back(
         assert artifact_loader(tx, "other", settle["artifactId"]) is None
     with db.transaction() as tx, pytest.raises(ArtifactRowError):
         sink.enqueue(tx, "ten", {**row, "artifact_hash": "sha256:forged"})
-    with db.transaction() as tx:  # the artifact document itself is accepted too
+    with db.transaction() as tx:  # the outbox protocol passes the artifact document itself
         assert sink.enqueue(tx, "ten", artifact("k", 1)) == 1
+
+
+def test_sink_satisfies_the_artifacts_outbox_protocol() -> None:
+    from settlekit.artifacts.outbox import DeliverySink
+
+    assert isinstance(WebhookDeliverySink(), DeliverySink)
 
 
 def test_sink_quota(db: Database, secret_path: Path) -> None:

@@ -5,9 +5,9 @@
 delivery per active destination of the tenant whose artifact-type filter matches. `artifact_loader` reads a
 stored artifact back for the delivery worker.
 
-Written against the documented shape of the artifacts table (migration 0004: tenant_id, artifact_id, job_id,
-artifact_type, artifact_hash, artifact_json); `artifact_row` may be a mapping or an object with those
-fields, or the artifact document itself.
+The outbox passes the stored artifact document itself; a row of the artifacts table (migration 0004:
+tenant_id, artifact_id, job_id, artifact_type, artifact_hash, artifact_json TEXT, …), as a mapping or an object,
+is accepted too and checked against its columns.
 """
 
 from __future__ import annotations
