@@ -82,6 +82,11 @@ class Database(abc.ABC):
         """A transaction used only for reading."""
         return self.transaction()
 
+    def query(self) -> contextlib.AbstractContextManager[Tx]:
+        """A connection for independent single-statement reads: no transaction around them where the backend
+        allows (saves the BEGIN/COMMIT round trips). Each statement sees the latest committed data."""
+        return self.read()
+
     @abc.abstractmethod
     def migrate(self) -> list[str]:
         """Apply pending migrations; returns the names applied."""

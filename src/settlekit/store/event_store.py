@@ -401,7 +401,7 @@ class EventStore:
     # ------------------------------------------------------------------ idempotency
 
     def _idempotent_replay(self, tenant_id: str, idem: Idempotency) -> AppendResult | None:
-        with self.db.read() as tx:
+        with self.db.query() as tx:
             row = tx.fetchone(
                 "SELECT request_hash, response_json FROM idempotency_keys"
                 " WHERE tenant_id = ? AND principal_id = ? AND endpoint = ? AND idem_key = ?",
@@ -518,7 +518,7 @@ class EventStore:
         return self._read_head(tenant_id, stream_id)[1]
 
     def _read_head(self, tenant_id: str, stream_id: str) -> tuple[StreamHead | None, dict[str, Any] | None]:
-        with self.db.read() as tx:
+        with self.db.query() as tx:
             row = tx.fetchone(
                 "SELECT stream_id, stream_type, head_seq, head_chain_hash, head_event_id, snapshot_json"
                 " FROM streams WHERE tenant_id = ? AND stream_id = ?", (tenant_id, stream_id))
@@ -566,12 +566,12 @@ class EventStore:
             params.append(tenant_id)
         sql += " ORDER BY position LIMIT ?"
         params.append(limit)
-        with self.db.read() as tx:
+        with self.db.query() as tx:
             rows = tx.fetchall(sql, params)
         return [row_to_stored(r) for r in rows]
 
     def high_water_mark(self) -> int:
-        with self.db.read() as tx:
+        with self.db.query() as tx:
             return int(tx.scalar("SELECT COALESCE(MAX(position), 0) FROM events"))
 
     def list_streams(self, tenant_id: str, *, stream_type: str | None = None, after: str | None = None,

@@ -85,6 +85,11 @@ class PostgresDatabase(Database):
             yield PostgresTx(conn)
 
     @contextlib.contextmanager
+    def query(self) -> Iterator[PostgresTx]:
+        with self.pool.connection() as conn:
+            yield PostgresTx(conn)
+
+    @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled autocommit connection for backend-specific fast paths."""
         with self.pool.connection() as conn:
