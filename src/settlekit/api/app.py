@@ -1,0 +1,199 @@
+"""The HTTP API: `create_app(db_url or Database, server_signer=..., settings=...)`.
+
+Every route except /healthz, /readyz, /metrics, /openapi.json and /docs needs an API key (`Authorization:
+Bearer sk_…`), is scoped to the key's tenant and rate-limited per key. Errors are RFC 9457 problem+json bodies
+with a stable `code`; stack traces are never returned.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from settlekit.api import routes_jobs, routes_ops
+from settlekit.api.deps import ApiContext, AuthMiddleware
+from settlekit.api.http import (
+    BodyLimitMiddleware,
+    JsonResponse,
+    RateLimiter,
+    http_error_handler,
+    problem_response,
+    settlekit_error_handler,
+    unhandled_error_handler,
+    validation_error_handler,
+)
+from settlekit.artifacts.store import ArtifactStore
+from settlekit.delivery.service import DestinationPolicy
+from settlekit.errors import SettlekitError
+from settlekit.events.envelope import Signer
+from settlekit.store.db import Database, connect
+from settlekit.store.job_streams import job_store
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+DEFAULT_OPERATOR_TENANT = "system"
+
+
+class _ApiMetrics:
+    def __init__(self, registry: CollectorRegistry):
+        self.requests = Counter("settlekit_api_requests", "API requests by method, route and status",
+                                ["method", "route", "status"], registry=registry)
+        self.duration = Histogram("settlekit_api_request_duration_seconds", "API request duration by route",
+                                  ["method", "route"], registry=registry,
+                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+
+
+_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, _ApiMetrics] = weakref.WeakKeyDictionary()
+_METRICS_LOCK = threading.Lock()
+
+
+def _metrics_for(registry: CollectorRegistry) -> _ApiMetrics:
+    with _METRICS_LOCK:
+        found = _METRICS.get(registry)
+        if found is None:
+            found = _METRICS[registry] = _ApiMetrics(registry)
+        return found
+
+
+class _MetricsMiddleware:
+    def __init__(self, app: ASGIApp, metrics: _ApiMetrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
+            self.metrics.duration.labels(scope["method"], path).observe(time.perf_counter() - started)
+
+
+def _setting(settings: Any, name: str, default: Any) -> Any:
+    value = getattr(settings, name, None) if settings is not None else None
+    return default if value is None else value
+
+
+def create_app(
+    db: str | Database,
+    *,
+    server_signer: Signer | None,
+    settings: Any = None,
+    max_body_bytes: int | None = None,
+    rate_limit_per_second: float | None = None,
+    rate_limit_burst: int | None = None,
+    destination_policy: DestinationPolicy | None = None,
+    inline_secrets: bool | None = None,
+    secrets_dir: str | None = None,
+    operator_tenant: str | None = None,
+    registered_consumers: Sequence[str] | None = None,
+    registry: CollectorRegistry | None = None,
+    max_payload_bytes: int | None = None,
+) -> FastAPI:
+    """Build the API on a Database (or a URL, opened, migrated and closed with the app).
+
+    `settings` is a `settlekit.runtime.Settings` (or anything with the same attribute names); explicit keyword
+    arguments win over it. Destination secrets given by value are written to 0600 files under `secrets_dir`;
+    without one they are kept inline only when the deployment allows loopback/insecure webhooks (development).
+    Consumer verbs need an `admin` key of `operator_tenant` (default "system").
+    """
+    owned = isinstance(db, str)
+    database = connect(db) if isinstance(db, str) else db
+    if owned:
+        database.migrate()
+    body_limit = int(max_body_bytes if max_body_bytes is not None
+                     else _setting(settings, "max_body_bytes", DEFAULT_MAX_BODY_BYTES))
+    rate = float(rate_limit_per_second if rate_limit_per_second is not None
+                 else _setting(settings, "rate_limit_per_second", 50.0))
+    burst = int(rate_limit_burst if rate_limit_burst is not None else _setting(settings, "rate_limit_burst", 100))
+    loopback = bool(_setting(settings, "allow_loopback_webhooks", False))
+    insecure = bool(_setting(settings, "allow_insecure_http", False)) or loopback
+    policy = destination_policy or DestinationPolicy(
+        allow_insecure_http=insecure, allow_loopback=loopback,
+        allowed_networks=tuple(_setting(settings, "allowed_webhook_networks", ())))
+    store_options: dict[str, Any] = {"server_signer": server_signer}
+    if max_payload_bytes is not None:
+        store_options["max_payload_bytes"] = max_payload_bytes
+    ctx = ApiContext(
+        db=database,
+        store=job_store(database, **store_options),
+        limiter=RateLimiter(rate, burst),
+        artifacts=ArtifactStore(),
+        destination_policy=policy,
+        operator_tenant=operator_tenant or _setting(settings, "operator_tenant", DEFAULT_OPERATOR_TENANT),
+        inline_secrets=bool(inline_secrets if inline_secrets is not None
+                            else _setting(settings, "allow_inline_secrets", insecure)),
+        secrets_dir=secrets_dir or _setting(settings, "secrets_dir", None),
+        registered_consumers=registered_consumers,
+        registry=registry if registry is not None else REGISTRY,
+    )
+
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        yield
+        if owned:
+            database.close()
+
+    app = FastAPI(title="settlekit", version="0.1.0", redoc_url=None, lifespan=lifespan,
+                  description="Event-sourced settlement engine: jobs, ledger, artifacts, deliveries, ops.")
+    app.state.settlekit = ctx
+    app.add_exception_handler(SettlekitError, settlekit_error_handler)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    app.add_exception_handler(Exception, unhandled_error_handler)
+    app.include_router(routes_jobs.router, tags=["jobs"])
+    app.include_router(routes_ops.router, tags=["ops"])
+    _health_routes(app, ctx)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=body_limit)
+    app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)
+    app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
+    return app
+
+
+def _health_routes(app: FastAPI, ctx: ApiContext) -> None:
+    @app.get("/healthz", tags=["health"], summary="Liveness")
+    def healthz() -> JsonResponse:
+        return JsonResponse({"status": "ok"})
+
+    @app.get("/readyz", tags=["health"], summary="Readiness: database reachable and migrations current")
+    def readyz() -> Response:
+        try:
+            pending = ctx.db.pending_migrations()
+        except Exception:  # any driver error means not ready; the detail stays in the log
+            import logging
+
+            logging.getLogger("settlekit.api").warning("readiness check failed", exc_info=True)
+            return problem_response(503, "DATABASE_UNAVAILABLE", "the database is not reachable")
+        if pending:
+            return problem_response(503, "MIGRATIONS_PENDING", "database migrations are pending",
+                                    pendingMigrations=pending)
+        return JsonResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
+    def metrics(request: Request) -> Response:
+        return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,122 @@
+"""Per-app context and the request dependencies: authentication, scopes, rate limit, idempotency keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from settlekit.api.auth import ApiKey, ForbiddenError, authenticate
+from settlekit.api.http import RateLimiter, error_headers, problem_from_error, retry_after_seconds
+from settlekit.artifacts.store import ArtifactStore
+from settlekit.delivery.service import DestinationPolicy
+from settlekit.errors import SettlekitError, ValidationError
+from settlekit.store.db import Database
+from settlekit.store.event_store import EventStore
+
+
+@dataclass
+class ApiContext:
+    db: Database
+    store: EventStore
+    limiter: RateLimiter
+    artifacts: ArtifactStore
+    destination_policy: DestinationPolicy
+    operator_tenant: str
+    inline_secrets: bool
+    secrets_dir: str | None
+    registered_consumers: Sequence[str] | None = None
+    registry: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def context(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.settlekit
+    return ctx
+
+
+def _token(headers: Headers) -> str | None:
+    auth = headers.get("authorization")
+    if auth:
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+        return None
+    return headers.get("x-api-key")
+
+
+def require(scope: str, *, operator: bool = False) -> Any:
+    """Dependency: the authenticated key, rate-limited, holding `scope` (and for deployment-wide operations,
+    belonging to the operator tenant)."""
+
+    def dependency(request: Request) -> ApiKey:
+        ctx = context(request)
+        key: ApiKey | None = getattr(request.state, "api_key", None)
+        if key is None:  # AuthMiddleware normally did this already
+            key = authenticate_request(ctx, request.headers)
+            request.state.api_key = key
+        if not key.allows(scope):
+            raise ForbiddenError(f"this API key lacks the {scope!r} scope", code="SCOPE_REQUIRED", scope=scope)
+        if operator and key.tenant_id != ctx.operator_tenant:
+            raise ForbiddenError("deployment-wide operations need a key of the operator tenant",
+                                 code="OPERATOR_TENANT_REQUIRED")
+        return key
+
+    dependency.__name__ = f"require_{scope.replace(':', '_')}"
+    return Depends(dependency)
+
+
+def authenticate_request(ctx: ApiContext, headers: Headers) -> ApiKey:
+    """The request's key (AuthError otherwise), after taking a token from its rate-limit bucket."""
+    key = authenticate(ctx.db, _token(headers))
+    wait = ctx.limiter.take(key.key_id)
+    if wait > 0:
+        raise SettlekitError("rate limit exceeded for this API key", code="RATE_LIMITED", status=429,
+                             retryAfterSeconds=retry_after_seconds(wait))
+    return key
+
+
+class AuthMiddleware:
+    """Authenticates every request outside `open_paths` before the body is parsed or a route is matched, so
+    no unauthenticated request reaches a route (unknown paths included)."""
+
+    def __init__(self, app: ASGIApp, ctx: ApiContext, open_paths: frozenset[str]):
+        self.app = app
+        self.ctx = ctx
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.open_paths:
+            try:
+                key = await run_in_threadpool(authenticate_request, self.ctx, Headers(scope=scope))
+            except SettlekitError as exc:
+                await problem_from_error(exc, error_headers(exc))(scope, receive, send)
+                return
+            scope.setdefault("state", {})["api_key"] = key
+        await self.app(scope, receive, send)
+
+
+def require_scopes(key: ApiKey, scopes: Sequence[str]) -> None:
+    for scope in scopes:
+        if not key.allows(scope):
+            raise ForbiddenError(f"this API key lacks the {scope!r} scope", code="SCOPE_REQUIRED", scope=scope)
+
+
+def idempotency_key(request: Request) -> str | None:
+    value = request.headers.get("idempotency-key")
+    if value is None:
+        value = request.headers.get("x-idempotency-key")
+    if value is None:
+        return None
+    if not value or len(value) > 500:
+        raise ValidationError("Idempotency-Key must be 1..500 characters", code="SCHEMA_INVALID",
+                              field="Idempotency-Key")
+    return value
+
+
+Handler = Callable[[], tuple[int, Any]]

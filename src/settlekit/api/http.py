@@ -1,0 +1,200 @@
+"""HTTP plumbing: JSON rendering, RFC 9457 problem responses and handlers, the raw body size limit and the
+per-key token bucket."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from settlekit.errors import SettlekitError
+
+log = logging.getLogger("settlekit.api")
+PROBLEM_TYPE = "application/problem+json"
+
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _js_int(text: str) -> int | float:
+    value = int(text)
+    return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else float(value)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_body(raw: bytes) -> Any:
+    """A request body parsed like JavaScript JSON.parse (unsafe integers become doubles; NaN/Infinity refused)."""
+    try:
+        return json.loads(raw, parse_int=_js_int, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise SettlekitError("the request body is not valid JSON", code="JSON_INVALID", status=400) from exc
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+class JsonResponse(Response):
+    """JSON without FastAPI's encoder pass: event payloads are rendered exactly as parsed."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
+def problem_response(status: int, code: str, detail: str, **details: Any) -> Response:
+    return problem_from_error(SettlekitError(detail, code=code, status=status, **details))
+
+
+def problem_from_error(exc: SettlekitError, headers: dict[str, str] | None = None) -> Response:
+    return Response(dumps(exc.to_problem()), status_code=exc.status, media_type=PROBLEM_TYPE, headers=headers)
+
+
+_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 401: "UNAUTHENTICATED", 403: "FORBIDDEN",
+               413: "PAYLOAD_TOO_LARGE", 415: "UNSUPPORTED_MEDIA_TYPE"}
+
+
+def _loc_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def error_headers(exc: SettlekitError) -> dict[str, str] | None:
+    retry = exc.details.get("retryAfterSeconds") if exc.status == 429 else None
+    if retry is not None:
+        return {"Retry-After": str(retry)}
+    if exc.status == 401:
+        return {"WWW-Authenticate": "Bearer"}
+    return None
+
+
+async def settlekit_error_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SettlekitError)
+    return problem_from_error(exc, error_headers(exc))
+
+
+async def validation_error_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = [{"path": _loc_path(e.get("loc", ())), "message": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+              for e in exc.errors()]
+    if any(e["type"] == "json_invalid" for e in errors):
+        return problem_response(400, "JSON_INVALID", "the request body is not valid JSON", errors=errors)
+    first = errors[0] if errors else {"path": "", "message": "invalid request"}
+    return problem_response(400, "SCHEMA_INVALID", f"{first['path']}: {first['message']}", field=first["path"],
+                            errors=errors)
+
+
+async def http_error_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, f"HTTP_{exc.status_code}")
+    detail = exc.detail if isinstance(exc.detail, str) else code
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"no route for {request.method} {request.url.path}"
+    response = problem_response(exc.status_code, code, detail)
+    for name, value in (exc.headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+async def unhandled_error_handler(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(500, "INTERNAL", "internal server error")
+
+
+class BodyLimitMiddleware:
+    """Reads the raw request body (up to the limit) before any parsing; larger bodies get 413
+    PAYLOAD_TOO_LARGE without reaching a route. Content-Length is checked first when present."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int):
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > limit:
+                    await self._too_large(scope, receive, send, declared)
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await self._too_large(scope, receive, send, size)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, size: int) -> None:
+        response = problem_response(413, "PAYLOAD_TOO_LARGE",
+                                    f"request body is over the limit of {self.max_body_bytes} bytes",
+                                    limitBytes=self.max_body_bytes, sizeBytes=size)
+        await response(scope, receive, send)
+
+
+class RateLimiter:
+    """In-process token bucket per API key: `rate` tokens per second, at most `burst` saved."""
+
+    def __init__(self, rate: float, burst: int, clock: Any = time.monotonic):
+        self.rate = float(rate)
+        self.burst = max(1, int(burst))
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> float:
+        """0.0 when a request may go ahead, else the seconds until a token is available."""
+        if self.rate <= 0:
+            return 0.0
+        now = self.clock()
+        with self._lock:
+            tokens, last = self._buckets.get(key, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            if tokens >= 1.0:
+                self._buckets[key] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[key] = (tokens, now)
+            return (1.0 - tokens) / self.rate
+
+
+def retry_after_seconds(wait: float) -> int:
+    return max(1, math.ceil(wait))

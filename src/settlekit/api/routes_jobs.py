@@ -1,0 +1,301 @@
+"""Job routes: create, append (server-draft or client-finalized), snapshot, list, events, export; the job's
+ledger rows and artifacts."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from settlekit.api import queries
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import ApiContext, context, idempotency_key, require, require_scopes
+from settlekit.api.http import JsonResponse, parse_body
+from settlekit.api.idempotency import request_hash
+from settlekit.errors import ConflictError, NotFoundError, ValidationError
+from settlekit.events.canonical import parse_json
+from settlekit.store import ledger as ledger_rows
+from settlekit.store.event_store import AppendResult, Idempotency, StreamHead
+
+router = APIRouter(prefix="/v1")
+
+# Server-only types that move money or claims: appending them needs finance:write as well as jobs:write.
+FINANCE_TYPES = frozenset({"SETTLED", "JOB_ADJUSTED", "SLA_CREDIT_ISSUED", "OPERATOR_COST_RECORDED",
+                           "INSURER_REIMBURSEMENT_RECORDED"})
+FINANCE_PREFIXES = ("CLAIM_",)
+PREV_HEADERS = ("x-expected-prev-chain-hash", "x-proxy-expected-prev-chain-hash")
+DEFAULT_ACTOR = {"type": "system", "id": "api"}
+MAX_PAGE = 500
+
+
+def is_finance_type(event_type: Any) -> bool:
+    return isinstance(event_type, str) and (event_type in FINANCE_TYPES or event_type.startswith(FINANCE_PREFIXES))
+
+
+class Actor(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: str = Field(min_length=1, max_length=200)
+    id: str = Field(min_length=1, max_length=200)
+
+
+class CreateJob(BaseModel):
+    """JOB_CREATED as a server draft. `payload` is the JOB_CREATED payload (templateId, constraints, …);
+    its tenantId defaults to the key's tenant."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    jobId: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^\S+$")
+    actor: Actor | None = None
+    payload: dict[str, Any]
+
+
+def _job_head(ctx: ApiContext, tenant: str, job_id: str) -> tuple[StreamHead, dict[str, Any] | None]:
+    head, state = ctx.store._read_head(tenant, job_id)
+    if head is None or head.stream_type != "job":
+        raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
+    return head, state
+
+
+def _append_body(result: AppendResult) -> dict[str, Any]:
+    state = result.snapshot
+    return {"jobId": result.stream_id, "events": result.events, "firstSeq": result.first_seq,
+            "positions": result.positions, "headChainHash": result.head_chain_hash,
+            "job": state.get("snapshot") if isinstance(state, dict) else None,
+            "alreadyExists": result.already_exists}
+
+
+def _append_response(result: AppendResult) -> JsonResponse:
+    status = 200 if result.already_exists else 201
+    headers = {"Idempotent-Replayed": "true"} if result.replayed else None
+    return JsonResponse(_append_body(result), status_code=status, headers=headers)
+
+
+def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
+            expected: Any, idem_key: str | None, body: Any, *, expected_given: bool) -> AppendResult:
+    idem = None
+    if idem_key is not None:
+        path = request.url.path
+        idem = Idempotency(key=idem_key, principal_id=key.key_id, endpoint=f"POST {path}",
+                           request_hash=request_hash("POST", path, body, expected if expected_given else None))
+    kwargs: dict[str, Any] = {"idempotency": idem}
+    if expected_given:
+        kwargs["expected_prev_chain_hash"] = expected
+    try:
+        return ctx.store.append(key.tenant_id, job_id, items, **kwargs)
+    except ConflictError as exc:
+        if exc.code == "IDEMPOTENCY_KEY_REUSED":
+            raise ConflictError(exc.message, code="IDEMPOTENCY_CONFLICT", **exc.details) from None
+        raise
+
+
+@router.post("/jobs", status_code=201, summary="Create a job (server-draft JOB_CREATED)")
+def create_job(body: CreateJob, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
+    ctx = context(request)
+    job_id = body.jobId or f"job_{uuid.uuid4()}"
+    payload = dict(body.payload)
+    payload.setdefault("tenantId", key.tenant_id)
+    if payload["tenantId"] != key.tenant_id:
+        raise ValidationError("payload.tenantId must be the API key's tenant", code="SCHEMA_INVALID",
+                              field="payload.tenantId")
+    actor = body.actor.model_dump() if body.actor is not None else dict(DEFAULT_ACTOR)
+    draft = {"type": "JOB_CREATED", "actor": actor, "payload": payload}
+    try:
+        result = _append(ctx, key, request, job_id, [draft], None, idempotency_key(request),
+                         body.model_dump(exclude_none=True), expected_given=True)
+    except ConflictError as exc:
+        if exc.code == "PREV_CHAIN_HASH_MISMATCH":
+            raise ConflictError(f"job {job_id} already exists", code="JOB_ALREADY_EXISTS", jobId=job_id) from None
+        raise
+    return _append_response(result)
+
+
+_FINALIZED_KEYS = ("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash")
+
+_EVENTS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {
+            "oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}, "minItems": 1}],
+            "description": "A server draft {type, actor, payload} or a client-finalized envelope, or a list of "
+                           "either (one stream, chained in order). Drafts need the x-expected-prev-chain-hash "
+                           "header (\"null\" or empty = the stream must be empty).",
+        }}},
+    },
+}
+
+
+@router.post("/jobs/{job_id}/events", status_code=201, openapi_extra=_EVENTS_BODY,
+             summary="Append events to a job stream")
+async def append_events(job_id: str, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
+    raw = await request.body()
+    return await run_in_threadpool(_append_events_sync, job_id, request, key, raw)
+
+
+def _append_events_sync(job_id: str, request: Request, key: ApiKey, raw: bytes) -> JsonResponse:
+    ctx = context(request)
+    body = parse_body(raw)
+    items = body if isinstance(body, list) else [body]
+    if not items or not all(isinstance(i, dict) for i in items):
+        raise ValidationError("body must be an event object or a non-empty list of event objects",
+                              code="SCHEMA_INVALID", field="body")
+    finance = sorted({i.get("type") for i in items if is_finance_type(i.get("type"))})
+    if finance:
+        require_scopes(key, ["finance:write"])
+    head = ctx.store.head(key.tenant_id, job_id)
+    if head is None and items[0].get("type") != "JOB_CREATED":
+        raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
+    if head is not None and head.stream_type != "job":
+        raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
+    finalized = any(k in i for i in items for k in _FINALIZED_KEYS)
+    expected: Any = None
+    given = False
+    if not finalized:
+        for name in PREV_HEADERS:
+            value = request.headers.get(name)
+            if value is not None:
+                given = True
+                expected = None if value.strip() in ("", "null") else value.strip()
+                break
+    result = _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
+                     expected_given=given)
+    return _append_response(result)
+
+
+@router.get("/jobs", summary="List the tenant's jobs (keyset pagination)")
+def list_jobs(request: Request, key: ApiKey = require("jobs:read"),
+              status: Annotated[str | None, Query(max_length=64)] = None,
+              limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+              cursor: Annotated[str | None, Query(max_length=400)] = None) -> JsonResponse:
+    ctx = context(request)
+    after = _decode_cursor(cursor) if cursor else None
+    items: list[dict[str, Any]] = []
+    budget = max(limit * 10, 200)  # rows read per request when filtering; the cursor continues the scan
+    while len(items) < limit and budget > 0:
+        batch = min(200, budget)
+        rows = queries.job_rows(ctx.db, key.tenant_id, after=after, limit=batch)
+        for job_id, seq, chain_hash, updated_at, snapshot_json in rows:
+            after = job_id
+            budget -= 1
+            snap = (parse_json(snapshot_json) or {}).get("snapshot") if snapshot_json else None
+            job_status = snap.get("status") if isinstance(snap, dict) else None
+            if status is not None and job_status != status:
+                continue
+            items.append({"jobId": job_id, "status": job_status, "version": seq, "headChainHash": chain_hash,
+                          "updatedAt": str(updated_at), "job": snap})
+            if len(items) == limit:
+                break
+        if len(rows) < batch:
+            break
+    more = after is not None and bool(queries.job_rows(ctx.db, key.tenant_id, after=after, limit=1))
+    return JsonResponse({"jobs": items, "nextCursor": _encode_cursor(after) if more and after else None})
+
+
+def _encode_cursor(job_id: str) -> str:
+    return base64.urlsafe_b64encode(job_id.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValidationError("invalid cursor", code="CURSOR_INVALID", field="cursor") from exc
+
+
+@router.get("/jobs/{job_id}", summary="A job's snapshot")
+def get_job(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+    head, state = _job_head(context(request), key.tenant_id, job_id)
+    snap = state.get("snapshot") if isinstance(state, dict) else None
+    return JsonResponse({"jobId": job_id, "version": head.seq, "headChainHash": head.chain_hash, "job": snap})
+
+
+@router.get("/jobs/{job_id}/events", summary="A job's events, optionally through a chain hash")
+def get_events(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
+               throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+               afterSeq: Annotated[int, Query(ge=0)] = 0) -> JsonResponse:
+    ctx = context(request)
+    _job_head(ctx, key.tenant_id, job_id)
+    events = ctx.store.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash, after_seq=afterSeq)
+    return JsonResponse({"jobId": job_id, "events": events})
+
+
+@router.get("/jobs/{job_id}/export", summary="A job's stream in the offline verifier's format (JSON array)")
+def export_job(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
+               throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None) -> JsonResponse:
+    ctx = context(request)
+    _job_head(ctx, key.tenant_id, job_id)
+    events = ctx.store.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash)
+    return JsonResponse(events, headers={"Content-Disposition": f'attachment; filename="{job_id}.json"'})
+
+
+# ---------------------------------------------------------------- ledger
+
+
+@router.get("/ledger/balances", summary="Ledger balances per account for the tenant")
+def balances(request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+    values = ledger_rows.balances(context(request).db, key.tenant_id).get(key.tenant_id, {})
+    return JsonResponse({"tenantId": key.tenant_id, "balances": values, "totalCents": sum(values.values())})
+
+
+@router.get("/jobs/{job_id}/ledger/entries", summary="Journal entries of a job")
+def ledger_entries(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+    ctx = context(request)
+    _job_head(ctx, key.tenant_id, job_id)
+    return JsonResponse({"jobId": job_id, "entries": ledger_rows.entries_for_job(ctx.db, key.tenant_id, job_id)})
+
+
+@router.get("/jobs/{job_id}/ledger/allocations", summary="Party allocations of a job")
+def ledger_allocations(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+    ctx = context(request)
+    _job_head(ctx, key.tenant_id, job_id)
+    return JsonResponse({"jobId": job_id,
+                         "allocations": ledger_rows.allocations_for_job(ctx.db, key.tenant_id, job_id)})
+
+
+# ---------------------------------------------------------------- artifacts
+
+
+def _artifact_summary(a: Any) -> dict[str, Any]:
+    return {"artifactId": a.artifact_id, "artifactType": a.artifact_type, "artifactHash": a.artifact_hash,
+            "jobId": a.job_id, "jobVersion": a.job_version, "sourceEventId": a.source_event_id,
+            "sourceChainHash": a.source_chain_hash, "generatedAt": a.generated_at}
+
+
+@router.get("/jobs/{job_id}/artifacts", summary="A job's artifacts in stream order")
+def list_artifacts(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
+                   type: Annotated[str | None, Query(max_length=64)] = None,
+                   sourceEventId: Annotated[str | None, Query(max_length=200)] = None,
+                   limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+                   cursor: Annotated[str | None, Query(max_length=400)] = None) -> JsonResponse:
+    ctx = context(request)
+    _job_head(ctx, key.tenant_id, job_id)
+    with ctx.db.read() as tx:
+        page = ctx.artifacts.list_for_job(tx, key.tenant_id, job_id, artifact_type=type,
+                                          source_event_id=sourceEventId, after=cursor, limit=limit)
+    return JsonResponse({"jobId": job_id, "artifacts": [_artifact_summary(a) for a in page.items],
+                         "nextCursor": page.next_cursor})
+
+
+@router.get("/jobs/{job_id}/artifacts/effective", summary="The effective artifact of a type for a job")
+def effective_artifact(job_id: str, request: Request, type: Annotated[str, Query(max_length=64)],
+                       key: ApiKey = require("jobs:read")) -> JsonResponse:
+    ctx = context(request)
+    _job_head(ctx, key.tenant_id, job_id)
+    with ctx.db.read() as tx:
+        found = ctx.artifacts.effective(tx, key.tenant_id, job_id, type)
+    if found is None:
+        raise NotFoundError(f"job {job_id} has no effective {type}", code="ARTIFACT_NOT_FOUND", jobId=job_id,
+                            artifactType=type)
+    return JsonResponse(found.artifact)
+
+
+@router.get("/artifacts/{artifact_id}", summary="One artifact document")
+def get_artifact(artifact_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+    ctx = context(request)
+    with ctx.db.read() as tx:
+        found = ctx.artifacts.get(tx, key.tenant_id, artifact_id)
+    if found is None:
+        raise NotFoundError(f"artifact {artifact_id} not found", code="ARTIFACT_NOT_FOUND", artifactId=artifact_id)
+    return JsonResponse(found.artifact)

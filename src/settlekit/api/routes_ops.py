@@ -1,0 +1,376 @@
+"""Operator routes: webhook destinations and deliveries (scope `ops`), signer keys (`admin` to change, `ops` to
+read), and deployment-wide consumer verbs (`admin` key of the operator tenant)."""
+
+from __future__ import annotations
+
+import os
+import secrets as pysecrets
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from settlekit import dispatch
+from settlekit.api import idempotency
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import ApiContext, context, idempotency_key, require
+from settlekit.api.http import JsonResponse
+from settlekit.delivery import service as delivery
+from settlekit.delivery import store as delivery_store
+from settlekit.errors import NotFoundError, ValidationError
+
+router = APIRouter(prefix="/v1")
+
+
+def _write(request: Request, key: ApiKey, body: Any, action: Any) -> JsonResponse:
+    ctx = context(request)
+    return idempotency.run(ctx.db, tenant_id=key.tenant_id, principal_id=key.key_id, method=request.method,
+                           path=request.url.path, key=idempotency_key(request), body=body, action=action)
+
+
+# ---------------------------------------------------------------- destinations
+
+
+class DestinationIn(BaseModel):
+    """A webhook destination. `secret` is write-only: it is never returned. Give either `secret` (stored by
+    the server) or `secretRef` (`file:/abs/path`, or `env:NAME` when enabled)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    destinationId: str = Field(min_length=1, max_length=64)
+    url: str = Field(min_length=1, max_length=2048)
+    secret: str | None = Field(default=None, min_length=1, max_length=4096)
+    secretRef: str | None = Field(default=None, min_length=1, max_length=4096)
+    signing: Literal["standard", "settld_legacy", "both"] = "standard"
+    artifactTypes: list[str] | None = None
+    ordering: Literal["best_effort", "strict_scope"] = "best_effort"
+    allowPrivateNetwork: bool = False
+
+
+class DestinationUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    url: str | None = Field(default=None, min_length=1, max_length=2048)
+    secret: str | None = Field(default=None, min_length=1, max_length=4096)
+    secretRef: str | None = Field(default=None, min_length=1, max_length=4096)
+    signing: Literal["standard", "settld_legacy", "both"] | None = None
+    artifactTypes: list[str] | None = None
+    ordering: Literal["best_effort", "strict_scope"] | None = None
+    allowPrivateNetwork: bool | None = None
+
+
+class DisableIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reason: str = Field(default="operator", min_length=1, max_length=200)
+
+
+def _destination_json(dest: delivery_store.Destination) -> dict[str, Any]:
+    return {"destinationId": dest.destination_id, "kind": dest.kind, "url": dest.url, "signing": dest.signing,
+            "artifactTypes": list(dest.artifact_types) if dest.artifact_types else None,
+            "ordering": dest.ordering, "allowPrivateNetwork": dest.allow_private_network, "status": dest.status,
+            "disabledReason": dest.disabled_reason,
+            "secretRef": None if dest.secret_ref.startswith(("inline:", "file:")) else dest.secret_ref}
+
+
+def _secret_ref(ctx: ApiContext, tenant: str, destination_id: str, secret: str | None,
+                secret_ref: str | None) -> str | None:
+    """Where a write-only secret is kept: a 0600 file under `secrets_dir` when configured, inline only in
+    development deployments (loopback/insecure webhooks allowed)."""
+    if secret is not None and secret_ref is not None:
+        raise ValidationError("give secret or secretRef, not both", code="SCHEMA_INVALID", field="secret")
+    if secret is None:
+        return secret_ref
+    if "\n" in secret or "\r" in secret:
+        raise ValidationError("secret must be one line", code="SCHEMA_INVALID", field="secret")
+    if ctx.secrets_dir is not None:
+        folder = Path(ctx.secrets_dir) / tenant
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = folder / f"{destination_id}.{pysecrets.token_hex(6)}.secret"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(secret + "\n")
+        return f"file:{path}"
+    if ctx.inline_secrets:
+        return f"inline:{secret}"
+    raise ValidationError("this deployment stores no secret values: give secretRef (file:/abs/path)",
+                          code="SECRET_PROVIDER_FORBIDDEN", field="secret")
+
+
+@router.post("/destinations", status_code=201, summary="Create a webhook destination")
+def create_destination(body: DestinationIn, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        ref = _secret_ref(ctx, key.tenant_id, body.destinationId, body.secret, body.secretRef)
+        if ref is None:
+            raise ValidationError("secret or secretRef is required", code="SCHEMA_INVALID", field="secret")
+        dest = delivery.add_destination(
+            ctx.db, key.tenant_id, body.destinationId, url=body.url, secret_ref=ref, signing=body.signing,
+            artifact_types=body.artifactTypes, ordering=body.ordering,
+            allow_private_network=body.allowPrivateNetwork, policy=_policy(ctx), actor=key.key_id)
+        return 201, _destination_json(dest)
+
+    return _write(request, key, body.model_dump(exclude={"secret"}) | {"secretSet": body.secret is not None},
+                  action)
+
+
+def _policy(ctx: ApiContext) -> delivery.DestinationPolicy:
+    from dataclasses import replace
+
+    return replace(ctx.destination_policy, allow_inline_secrets=ctx.inline_secrets)
+
+
+@router.get("/destinations", summary="The tenant's destinations")
+def list_destinations(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    found = delivery.list_destinations(context(request).db, key.tenant_id)
+    return JsonResponse({"destinations": [_destination_json(d) for d in found]})
+
+
+@router.get("/destinations/{destination_id}", summary="One destination")
+def get_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    return JsonResponse(_destination_json(delivery.get_destination(context(request).db, key.tenant_id,
+                                                                   destination_id)))
+
+
+@router.patch("/destinations/{destination_id}", summary="Update a destination (omitted fields are kept)")
+def update_destination(destination_id: str, body: DestinationUpdate, request: Request,
+                       key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        current = delivery.get_destination(ctx.db, key.tenant_id, destination_id)
+        ref = _secret_ref(ctx, key.tenant_id, destination_id, body.secret, body.secretRef) or current.secret_ref
+        types = current.artifact_types if body.artifactTypes is None else (tuple(body.artifactTypes) or None)
+        updated = delivery_store.Destination(
+            tenant_id=key.tenant_id, destination_id=destination_id, url=body.url or current.url, secret_ref=ref,
+            signing=body.signing or current.signing, artifact_types=types,
+            ordering=body.ordering or current.ordering,
+            allow_private_network=current.allow_private_network if body.allowPrivateNetwork is None
+            else body.allowPrivateNetwork,
+            status=current.status, disabled_reason=current.disabled_reason, kind=current.kind)
+        saved = delivery.save_destination(ctx.db, updated, policy=_policy(ctx), replace=True, actor=key.key_id)
+        return 200, _destination_json(saved)
+
+    return _write(request, key, body.model_dump(exclude={"secret"}) | {"secretSet": body.secret is not None},
+                  action)
+
+
+@router.post("/destinations/{destination_id}/disable", summary="Disable a destination")
+def disable_destination(destination_id: str, request: Request, body: DisableIn | None = None,
+                        key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+    reason = body.reason if body is not None else "operator"
+
+    def action() -> tuple[int, Any]:
+        return 200, _destination_json(delivery.disable_destination(ctx.db, key.tenant_id, destination_id,
+                                                                   reason=reason, actor=key.key_id))
+
+    return _write(request, key, {"reason": reason}, action)
+
+
+@router.post("/destinations/{destination_id}/enable", summary="Re-enable a destination")
+def enable_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        return 200, _destination_json(delivery.enable_destination(ctx.db, key.tenant_id, destination_id,
+                                                                  policy=_policy(ctx), actor=key.key_id))
+
+    return _write(request, key, None, action)
+
+
+@router.post("/destinations/{destination_id}/requeue", summary="Requeue a destination's failed deliveries")
+def requeue_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        n = delivery.requeue_destination(ctx.db, key.tenant_id, destination_id, actor=key.key_id)
+        return 200, {"destinationId": destination_id, "requeued": n}
+
+    return _write(request, key, None, action)
+
+
+# ---------------------------------------------------------------- deliveries
+
+
+@router.get("/deliveries", summary="The tenant's deliveries (filter by state / destination; keyset pages)")
+def list_deliveries(request: Request, key: ApiKey = require("ops"),
+                    state: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
+                    destinationId: Annotated[str | None, Query(max_length=64)] = None,
+                    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                    afterId: Annotated[int | None, Query(ge=0)] = None) -> JsonResponse:
+    found = delivery.list_deliveries(context(request).db, key.tenant_id, state=state, destination_id=destinationId,
+                                     limit=limit, after_id=afterId)
+    next_after = found[-1].id if len(found) == limit else None
+    return JsonResponse({"deliveries": [d.to_json() for d in found], "nextAfterId": next_after})
+
+
+@router.get("/deliveries/{delivery_id}", summary="One delivery with its attempt log")
+def get_delivery(delivery_id: int, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    detail = delivery.get_delivery(context(request).db, key.tenant_id, delivery_id)
+    attempts = [{"attempt": a, "httpStatus": s, "error": e} for a, s, e in detail.attempts]
+    return JsonResponse({**detail.delivery.to_json(), "attemptLog": attempts})
+
+
+@router.post("/deliveries/{delivery_id}/requeue", summary="Requeue a failed delivery")
+def requeue_delivery(delivery_id: int, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        delivery.requeue_delivery(ctx.db, key.tenant_id, delivery_id, actor=key.key_id)
+        return 200, {"deliveryId": delivery_id, "requeued": 1}
+
+    return _write(request, key, None, action)
+
+
+# ---------------------------------------------------------------- signer keys
+
+
+class KeyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    publicKeyPem: str = Field(min_length=1, max_length=10_000)
+    purpose: Literal["robot", "operator", "server"]
+    entityId: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class RotateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    publicKeyPem: str | None = Field(default=None, min_length=1, max_length=10_000)
+
+
+def _key_json(k: Any) -> dict[str, Any]:
+    return {"keyId": k.key_id, "purpose": k.purpose, "status": k.status, "entityId": k.entity_id,
+            "publicKeyPem": k.public_key_pem}
+
+
+def _find_key(ctx: ApiContext, tenant: str, key_id: str) -> Any:
+    for k in ctx.store.list_keys(tenant):
+        if k.key_id == key_id:
+            return k
+    raise NotFoundError(f"signer key {key_id} is not registered", code="SIGNER_KEY_NOT_FOUND", keyId=key_id)
+
+
+@router.post("/keys", status_code=201, summary="Register a signer public key")
+def register_key(body: KeyIn, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        key_id = ctx.store.register_key(key.tenant_id, body.publicKeyPem, body.purpose, entity_id=body.entityId)
+        return 201, _key_json(_find_key(ctx, key.tenant_id, key_id))
+
+    return _write(request, key, body.model_dump(), action)
+
+
+@router.get("/keys", summary="The tenant's signer keys")
+def list_keys(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    return JsonResponse({"keys": [_key_json(k) for k in context(request).store.list_keys(key.tenant_id)]})
+
+
+@router.post("/keys/{key_id}/rotate", summary="Mark a key rotated (optionally registering its successor)")
+def rotate_key(key_id: str, request: Request, body: RotateIn | None = None,
+               key: ApiKey = require("admin")) -> JsonResponse:
+    ctx = context(request)
+    new_pem = body.publicKeyPem if body is not None else None
+
+    def action() -> tuple[int, Any]:
+        old = _find_key(ctx, key.tenant_id, key_id)
+        successor = None
+        if new_pem is not None:
+            successor = ctx.store.register_key(key.tenant_id, new_pem, old.purpose, entity_id=old.entity_id)
+        ctx.store.set_key_status(key.tenant_id, key_id, "rotated")
+        out = {"rotated": _key_json(_find_key(ctx, key.tenant_id, key_id)),
+               "successor": _key_json(_find_key(ctx, key.tenant_id, successor)) if successor else None}
+        return 200, out
+
+    return _write(request, key, {"publicKeyPem": new_pem}, action)
+
+
+@router.post("/keys/{key_id}/revoke", summary="Revoke a signer key")
+def revoke_key(key_id: str, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        ctx.store.set_key_status(key.tenant_id, key_id, "revoked")
+        return 200, _key_json(_find_key(ctx, key.tenant_id, key_id))
+
+    return _write(request, key, None, action)
+
+
+# ---------------------------------------------------------------- consumers (deployment-wide)
+
+
+class ResetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    to: int | Literal["now"]
+
+
+Instance = Annotated[str, Query(min_length=1, max_length=200)]
+
+
+@router.get("/ops/consumers", summary="Consumers with progress and lag")
+def list_consumers(request: Request, key: ApiKey = require("admin", operator=True)) -> JsonResponse:
+    ctx = context(request)
+    found = dispatch.list_consumers(ctx.db, ctx.registered_consumers)
+    return JsonResponse({"consumers": [p.to_json() for p in found]})
+
+
+@router.get("/ops/consumers/{name}", summary="One consumer's state")
+def consumer_status(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                    instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    return JsonResponse(dispatch.require_state(context(request).db, name, instanceId).to_json())
+
+
+def _verb(request: Request, key: ApiKey, body: Any, action: Any) -> JsonResponse:
+    return _write(request, key, body, action)
+
+
+@router.post("/ops/consumers/{name}/restart", summary="Revive a dead consumer")
+def restart_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                     instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+    return _verb(request, key, {"instanceId": instanceId},
+                 lambda: (200, dispatch.restart_consumer(db, name, instanceId).to_json()))
+
+
+@router.post("/ops/consumers/{name}/disable", summary="Disable a consumer")
+def disable_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                     instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+    return _verb(request, key, {"instanceId": instanceId},
+                 lambda: (200, dispatch.disable_consumer(db, name, instanceId).to_json()))
+
+
+@router.post("/ops/consumers/{name}/enable", summary="Enable a disabled consumer")
+def enable_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                    instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+    return _verb(request, key, {"instanceId": instanceId},
+                 lambda: (200, dispatch.enable_consumer(db, name, instanceId).to_json()))
+
+
+@router.post("/ops/consumers/{name}/skip", summary="Skip the event blocking a consumer (dead-lettered)")
+def skip_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                  instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+
+    def action() -> tuple[int, Any]:
+        result = dispatch.skip_poison(db, name, instanceId)
+        return 200, {"consumer": result.state.to_json(), "skippedPosition": result.skipped_position}
+
+    return _verb(request, key, {"instanceId": instanceId}, action)
+
+
+@router.post("/ops/consumers/{name}/reset", summary="Move a consumer's cursor (0 = replay all, 'now')")
+def reset_consumer(name: str, body: ResetIn, request: Request, key: ApiKey = require("admin", operator=True),
+                   instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+    return _verb(request, key, {"instanceId": instanceId, "to": body.to},
+                 lambda: (200, dispatch.reset_consumer(db, name, body.to, instanceId).to_json()))
+
+
+@router.get("/ops/consumers/{name}/dead-letters", summary="A consumer's dead letters")
+def dead_letters(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                 instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+    dispatch.require_state(db, name, instanceId)
+    return JsonResponse({"consumer": name, "instanceId": instanceId,
+                         "deadLetters": dispatch.dead_letters(db, name, instanceId)})
