@@ -166,8 +166,8 @@ def create_app(
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     app.add_exception_handler(Exception, unhandled_error_handler)
-    app.include_router(routes_jobs.router, tags=["jobs"])
-    app.include_router(routes_ops.router, tags=["ops"])
+    # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
+    app.router.routes.extend([*routes_jobs.router.routes, *routes_ops.router.routes])
     _health_routes(app, ctx)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=body_limit)
     app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)

@@ -21,7 +21,7 @@ from settlekit.events.canonical import parse_json
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.event_store import AppendResult, Idempotency, StreamHead
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", tags=["jobs"])
 
 # Server-only types that move money or claims: appending them needs finance:write as well as jobs:write.
 FINANCE_TYPES = frozenset({"SETTLED", "JOB_ADJUSTED", "SLA_CREDIT_ISSUED", "OPERATOR_COST_RECORDED",

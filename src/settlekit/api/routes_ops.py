@@ -20,7 +20,7 @@ from settlekit.delivery import service as delivery
 from settlekit.delivery import store as delivery_store
 from settlekit.errors import NotFoundError, ValidationError
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", tags=["ops"])
 
 
 def _write(request: Request, key: ApiKey, body: Any, action: Any) -> JsonResponse:

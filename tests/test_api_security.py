@@ -1,0 +1,283 @@
+"""API security: every route is tenant-scoped (a key of tenant B can neither read nor change tenant A's data),
+authentication is required everywhere except the open paths, scopes are enforced, rate limit, body limit,
+problem+json errors without stack traces."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+
+from settlekit.api.app import OPEN_PATHS
+from settlekit.api.auth import create_api_key, revoke_api_key
+from settlekit.delivery.signing import generate_secret
+from settlekit.events.envelope import Signer
+from settlekit.store.db import Database, connect
+from test_api_support import TENANT_A, TENANT_B, Seeded, client, key_for, make_app, seed_tenant, tenant_rows
+
+# A valid body for every write route (so a refusal is about the tenant, not the input).
+BODIES: dict[tuple[str, str], Any] = {
+    ("POST", "/v1/jobs"): {"payload": {"templateId": "reset_lite"}},
+    ("POST", "/v1/jobs/{job_id}/events"): {"type": "QUOTE_PROPOSED", "actor": {"type": "pricing", "id": "p"},
+                                            "payload": {"amountCents": 100, "currency": "USD"}},
+    ("POST", "/v1/destinations"): {"destinationId": "dst_b_own", "url": "http://127.0.0.1:9/b",
+                                   "secret": generate_secret()},
+    ("PATCH", "/v1/destinations/{destination_id}"): {"url": "http://127.0.0.1:9/b2"},
+    ("POST", "/v1/destinations/{destination_id}/disable"): {"reason": "operator"},
+    ("POST", "/v1/keys"): {"publicKeyPem": Signer.generate().public_key_pem, "purpose": "robot"},
+    ("POST", "/v1/keys/{key_id}/rotate"): {},
+    ("POST", "/v1/ops/consumers/{name}/reset"): {"to": 0},
+}
+QUERIES: dict[tuple[str, str], dict[str, str]] = {
+    ("GET", "/v1/jobs/{job_id}/artifacts/effective"): {"type": "WorkCertificate"},
+}
+HEADERS: dict[tuple[str, str], dict[str, str]] = {
+    ("POST", "/v1/jobs/{job_id}/events"): {"x-expected-prev-chain-hash": "null"},
+}
+# Deployment-wide routes: only admin keys of the operator tenant ("system").
+OPERATOR_ROUTES = {p for p in (
+    "/v1/ops/consumers", "/v1/ops/consumers/{name}", "/v1/ops/consumers/{name}/restart",
+    "/v1/ops/consumers/{name}/disable", "/v1/ops/consumers/{name}/enable", "/v1/ops/consumers/{name}/skip",
+    "/v1/ops/consumers/{name}/reset", "/v1/ops/consumers/{name}/dead-letters")}
+# Collections: tenant B gets its own (empty or own) list, never A's rows.
+COLLECTIONS = {"/v1/jobs", "/v1/destinations", "/v1/deliveries", "/v1/keys", "/v1/ledger/balances"}
+CREATES = {("POST", "/v1/jobs"), ("POST", "/v1/destinations"), ("POST", "/v1/keys")}
+
+
+def api_routes() -> list[tuple[str, str]]:
+    app = _route_app()
+    out = []
+    for route in app.routes:
+        if isinstance(route, APIRoute) and route.path not in OPEN_PATHS:
+            for method in sorted(route.methods):
+                out.append((method, route.path))
+    return sorted(out)
+
+
+_ROUTE_APP: Any = None
+
+
+def _route_app() -> Any:
+    global _ROUTE_APP
+    if _ROUTE_APP is None:
+        import tempfile
+
+        tmp = tempfile.mkdtemp(prefix="sk-api-routes-")
+        db = connect(f"sqlite:///{Path(tmp) / 'routes.db'}")
+        db.migrate()
+        _ROUTE_APP = make_app(db)
+    return _ROUTE_APP
+
+
+ROUTES = api_routes()
+
+
+def _path(template: str, seeded: Seeded) -> str:
+    return (template.replace("{job_id}", seeded.job_id).replace("{artifact_id}", seeded.artifact_id)
+            .replace("{destination_id}", seeded.destination_id).replace("{delivery_id}", str(seeded.delivery_id))
+            .replace("{key_id}", seeded.key_ids[0]).replace("{name}", "settlekit:artifacts"))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('xtenant') / 'x.db'}"
+    db = connect(url)
+    db.migrate()
+    app = make_app(db)
+    seeded = seed_tenant(db, client(app, key_for(db, TENANT_A)))
+    yield {"db": db, "app": app, "seeded": seeded, "b_key": key_for(db, TENANT_B)}
+    db.close()
+
+
+def _request(api: Any, method: str, template: str, seeded: Seeded) -> Any:
+    body = BODIES.get((method, template))
+    kwargs: dict[str, Any] = {"headers": HEADERS.get((method, template), {}),
+                              "params": QUERIES.get((method, template), {})}
+    if body is not None:
+        kwargs["json"] = body
+    return api.request(method, _path(template, seeded), **kwargs)
+
+
+def _check_isolated(db: Database, api: Any, method: str, template: str, seeded: Seeded) -> None:
+    before = tenant_rows(db, TENANT_A)
+    r = _request(api, method, template, seeded)
+    assert r.status_code < 500, r.text
+    for marker in seeded.markers:
+        assert marker not in r.text, f"{method} {template} leaked {marker!r}: {r.text[:300]}"
+    if template in OPERATOR_ROUTES:
+        assert r.status_code == 403 and r.json()["code"] == "OPERATOR_TENANT_REQUIRED"
+    elif template in COLLECTIONS and method == "GET":
+        assert r.status_code == 200
+    elif (method, template) in CREATES:
+        assert r.status_code in (201, 409), r.text  # created in B's own namespace (or B's own duplicate)
+    else:
+        assert r.status_code == 404, f"{method} {template}: {r.status_code} {r.text[:300]}"
+        assert r.headers["content-type"] == "application/problem+json"
+    assert tenant_rows(db, TENANT_A) == before, f"{method} {template} changed tenant A's data"
+
+
+def test_route_list_is_covered() -> None:
+    """A new route must be added to this file's plan (bodies, operator or collection lists)."""
+    paths = {p for _, p in ROUTES}
+    assert OPERATOR_ROUTES <= paths and COLLECTIONS <= paths
+    assert {k for k in BODIES} <= set(ROUTES)
+    params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name"}
+    for _, template in ROUTES:
+        names = {part[1:-1] for part in template.split("/") if part.startswith("{")}
+        assert names <= params, f"unknown path parameter in {template}"
+    assert len(ROUTES) >= 30
+
+
+@pytest.mark.parametrize(("method", "template"), ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
+def test_cross_tenant_isolation(world: dict[str, Any], method: str, template: str) -> None:
+    api = client(world["app"], world["b_key"])
+    _check_isolated(world["db"], api, method, template, world["seeded"])
+
+
+def test_cross_tenant_isolation_all_routes_on_both_backends(db_url: str) -> None:
+    db = connect(db_url)
+    db.migrate()
+    try:
+        app = make_app(db)
+        seeded = seed_tenant(db, client(app, key_for(db, TENANT_A)))
+        api = client(app, key_for(db, TENANT_B))
+        for method, template in ROUTES:
+            _check_isolated(db, api, method, template, seeded)
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(("method", "template"), ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
+def test_every_route_needs_a_key(world: dict[str, Any], method: str, template: str) -> None:
+    before = tenant_rows(world["db"], TENANT_A)
+    for headers in ({}, {"authorization": "Bearer sk_0000000000000000_nope"}, {"authorization": "Basic abc"},
+                    {"x-api-key": "garbage"}):
+        r = client(world["app"]).request(method, _path(template, world["seeded"]), headers=headers, json={})
+        assert r.status_code == 401, (headers, r.text)
+        assert r.headers["content-type"] == "application/problem+json"
+        assert r.headers["www-authenticate"] == "Bearer"
+    assert tenant_rows(world["db"], TENANT_A) == before
+
+
+def test_open_paths_and_unknown_routes(world: dict[str, Any]) -> None:
+    anon = client(world["app"])
+    assert anon.get("/healthz").json() == {"status": "ok"}
+    assert anon.get("/readyz").json() == {"status": "ready"}
+    assert "settlekit_api_requests_total" in anon.get("/metrics").text
+    spec = anon.get("/openapi.json").json()
+    assert "/v1/jobs/{job_id}/events" in spec["paths"]
+    assert anon.get("/docs").status_code == 200
+    assert anon.get("/nope").status_code == 401  # no route probing without a key
+    r = client(world["app"], world["b_key"]).get("/nope")
+    assert r.status_code == 404 and r.headers["content-type"] == "application/problem+json"
+    assert r.json()["code"] == "NOT_FOUND"
+    r = client(world["app"], world["b_key"]).delete("/v1/jobs")
+    assert r.status_code == 405 and r.json()["code"] == "METHOD_NOT_ALLOWED"
+
+
+def test_revoked_key_and_key_format(world: dict[str, Any]) -> None:
+    db = world["db"]
+    key_id, secret = create_api_key(db, TENANT_B, ["jobs:read"])
+    assert secret.startswith(f"sk_{key_id}_")
+    api = client(world["app"], secret)
+    assert api.get("/v1/jobs").status_code == 200
+    # wrong secret for a real key id
+    assert client(world["app"], secret[:-2] + "xx").get("/v1/jobs").status_code == 401
+    revoke_api_key(db, key_id)
+    r = api.get("/v1/jobs")
+    assert r.status_code == 401 and r.json()["code"] == "API_KEY_INVALID"
+    with db.read() as tx:
+        stored = tx.scalar("SELECT secret_hash FROM api_keys WHERE key_id = ?", (key_id,))
+    assert secret.split("_", 2)[2] not in stored  # only the hash is stored
+
+
+@pytest.mark.parametrize(("scopes", "method", "path", "expected"), [
+    (["jobs:read"], "POST", "/v1/jobs", 403),
+    (["jobs:write"], "GET", "/v1/jobs", 403),
+    (["jobs:read"], "GET", "/v1/destinations", 403),
+    (["ops"], "POST", "/v1/keys", 403),
+    (["ops"], "GET", "/v1/keys", 200),
+    (["jobs:read", "jobs:write", "ops"], "GET", "/v1/ops/consumers", 403),
+    (["admin"], "GET", "/v1/jobs", 200),
+])
+def test_scopes(world: dict[str, Any], scopes: list[str], method: str, path: str, expected: int) -> None:
+    api = client(world["app"], key_for(world["db"], TENANT_B, scopes))
+    body = {"payload": {"templateId": "x"}} if method == "POST" and path == "/v1/jobs" else None
+    if path == "/v1/keys" and method == "POST":
+        body = {"publicKeyPem": world["seeded"].vector["signers"][0]["publicKeyPem"], "purpose": "server"}
+    r = api.request(method, path, json=body)
+    assert r.status_code == expected, r.text
+    if expected == 403:
+        assert r.json()["code"] in ("SCOPE_REQUIRED", "OPERATOR_TENANT_REQUIRED")
+
+
+def test_finance_types_need_finance_scope(world: dict[str, Any]) -> None:
+    db = world["db"]
+    api = client(world["app"], key_for(db, TENANT_B, ["jobs:read", "jobs:write"]))
+    created = api.post("/v1/jobs", json={"jobId": "job_fin", "payload": {"templateId": "reset_lite"}})
+    assert created.status_code == 201, created.text
+    head = created.json()["headChainHash"]
+    for etype in ("SETTLED", "JOB_ADJUSTED", "CLAIM_OPENED", "SLA_CREDIT_ISSUED", "OPERATOR_COST_RECORDED"):
+        r = api.post("/v1/jobs/job_fin/events", json={"type": etype, "actor": {"type": "system", "id": "x"},
+                                                      "payload": {}},
+                     headers={"x-expected-prev-chain-hash": head})
+        assert r.status_code == 403 and r.json()["details"]["scope"] == "finance:write", r.text
+    # a batch that hides a finance type behind an allowed one is refused as a whole
+    r = api.post("/v1/jobs/job_fin/events", json=[
+        {"type": "QUOTE_PROPOSED", "actor": {"type": "pricing", "id": "p"},
+         "payload": {"amountCents": 100, "currency": "USD"}},
+        {"type": "SETTLED", "actor": {"type": "system", "id": "x"}, "payload": {}}],
+        headers={"x-expected-prev-chain-hash": head})
+    assert r.status_code == 403
+    assert len(api.get("/v1/jobs/job_fin/events").json()["events"]) == 1
+
+
+def test_operator_tenant_runs_consumer_verbs(world: dict[str, Any]) -> None:
+    api = client(world["app"], key_for(world["db"], "system", ["admin"]))
+    listed = api.get("/v1/ops/consumers").json()["consumers"]
+    assert any(c["name"] == "settlekit:artifacts" for c in listed)
+    assert api.get("/v1/ops/consumers/nope").status_code == 404
+    r = api.post("/v1/ops/consumers/settlekit:artifacts/restart")
+    assert r.status_code == 409, r.text  # not dead
+    assert api.post("/v1/ops/consumers/settlekit:artifacts/disable").json()["status"] == "disabled"
+    assert api.post("/v1/ops/consumers/settlekit:artifacts/enable").json()["status"] == "idle"
+    r = api.post("/v1/ops/consumers/settlekit:artifacts/reset", json={"to": -1})
+    assert r.status_code == 400, r.text
+    r = api.post("/v1/ops/consumers/settlekit:artifacts/reset", json={"to": "now"})
+    assert r.status_code == 200, r.text
+    assert api.get("/v1/ops/consumers/settlekit:artifacts/dead-letters").json()["deadLetters"] == []
+
+
+def test_rate_limit(sqlite_url: str) -> None:
+    db = connect(sqlite_url)
+    db.migrate()
+    try:
+        app = make_app(db, rate_limit_per_second=0.5, rate_limit_burst=3)
+        api = client(app, key_for(db, TENANT_B))
+        codes = [api.get("/v1/jobs").status_code for _ in range(4)]
+        assert codes == [200, 200, 200, 429]
+        r = api.get("/v1/jobs")
+        assert r.status_code == 429 and r.json()["code"] == "RATE_LIMITED"
+        assert int(r.headers["retry-after"]) >= 1
+        assert r.headers["content-type"] == "application/problem+json"
+        # another key has its own bucket
+        assert client(app, key_for(db, TENANT_B)).get("/v1/jobs").status_code == 200
+    finally:
+        db.close()
+
+
+def test_unhandled_errors_never_leak_a_trace(world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from settlekit.api import queries
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("secret internals /path/to/file.py line 42")
+
+    monkeypatch.setattr(queries, "job_rows", boom)
+    api = client(world["app"], world["b_key"], raise_server_exceptions=False)
+    r = api.get("/v1/jobs")
+    assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"
+    assert r.json()["code"] == "INTERNAL"
+    assert "secret internals" not in r.text and "Traceback" not in r.text

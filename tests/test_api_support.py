@@ -1,0 +1,98 @@
+"""Shared helpers for the API tests (no tests here): app/client construction and seeding a tenant through the
+API with a golden vector's job, its signer keys, a destination, artifacts and deliveries."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from conftest import load_vector
+from settlekit.api.app import create_app
+from settlekit.api.auth import create_api_key
+from settlekit.artifacts.consumer import artifacts_consumer
+from settlekit.delivery.service import DestinationPolicy
+from settlekit.delivery.signing import generate_secret
+from settlekit.delivery.sink import WebhookDeliverySink
+from settlekit.dispatch import Dispatcher
+from settlekit.events.envelope import Signer
+from settlekit.store.db import Database
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+TENANT_A = "tenant_default"  # the vectors' tenant
+TENANT_B = "tenant_b"
+ALL_SCOPES = ["jobs:read", "jobs:write", "finance:write", "ops", "admin"]
+
+
+def make_app(db: Database, **options: Any) -> Any:
+    options.setdefault("destination_policy", DestinationPolicy.local())
+    options.setdefault("inline_secrets", True)
+    options.setdefault("registry", CollectorRegistry())
+    options.setdefault("rate_limit_per_second", 1e6)
+    options.setdefault("rate_limit_burst", 1_000_000)
+    return create_app(db, server_signer=Signer.generate(), **options)
+
+
+def client(app: Any, api_key: str | None = None, **kwargs: Any) -> TestClient:
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    return TestClient(app, headers=headers, **kwargs)
+
+
+def key_for(db: Database, tenant: str, scopes: list[str] | None = None) -> str:
+    return create_api_key(db, tenant, scopes or ALL_SCOPES)[1]
+
+
+@dataclass
+class Seeded:
+    vector: dict[str, Any]
+    job_id: str
+    destination_id: str
+    destination_url: str
+    artifact_id: str
+    delivery_id: int
+    key_ids: list[str]
+    markers: list[str] = field(default_factory=list)
+
+
+def seed_tenant(db: Database, api: TestClient, vector_name: str = "settle_completed.json") -> Seeded:
+    """Load a vector through the API: signer keys, a destination, the client-finalized events; then run the
+    artifact consumer so artifacts and deliveries exist."""
+    vector = load_vector(vector_name)
+    key_ids = []
+    for signer in vector["signers"]:
+        r = api.post("/v1/keys", json={"publicKeyPem": signer["publicKeyPem"], "purpose": signer["role"]})
+        assert r.status_code == 201, r.text
+        key_ids.append(r.json()["keyId"])
+    url = "http://127.0.0.1:9/hooks/tenant-a-secret-path"
+    r = api.post("/v1/destinations", json={"destinationId": "dst_a", "url": url, "secret": generate_secret()})
+    assert r.status_code == 201, r.text
+    job_id = vector["events"][0]["streamId"]
+    for event in vector["events"]:
+        r = api.post(f"/v1/jobs/{job_id}/events", json=event)
+        assert r.status_code == 201, r.text
+    Dispatcher(db, [artifacts_consumer(sink=WebhookDeliverySink())], listen=False).drain(30)
+    arts = api.get(f"/v1/jobs/{job_id}/artifacts").json()["artifacts"]
+    assert arts, "the artifact consumer built nothing"
+    deliveries = api.get("/v1/deliveries").json()["deliveries"]
+    assert deliveries
+    markers = [vector["events"][-1]["chainHash"], url, arts[0]["artifactHash"], TENANT_A]
+    return Seeded(vector, job_id, "dst_a", url, arts[0]["artifactId"], int(deliveries[0]["id"]), key_ids, markers)
+
+
+def tenant_rows(db: Database, tenant: str) -> dict[str, Any]:
+    """Everything stored for a tenant, to check that a request changed nothing."""
+    out: dict[str, Any] = {}
+    with db.read() as tx:
+        for table, order in (("streams", "stream_id"), ("events", "position"), ("signer_keys", "key_id"),
+                             ("destinations", "destination_id"), ("deliveries", "id"),
+                             ("ledger_entries", "entry_id"), ("ledger_balances", "account_id"),
+                             ("artifacts", "artifact_id"), ("idempotency_keys", "idem_key")):
+            out[table] = [tuple(str(v) for v in row)
+                          for row in tx.fetchall(f"SELECT * FROM {table} WHERE tenant_id = ? ORDER BY {order}",
+                                                 (tenant,))]
+    return out
