@@ -199,9 +199,12 @@ def _encode_cursor(job_id: str) -> str:
 
 def _decode_cursor(cursor: str) -> str:
     try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("utf-8")
+        value = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode("utf-8")
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValidationError("invalid cursor", code="CURSOR_INVALID", field="cursor") from exc
+    if not value:
+        raise ValidationError("invalid cursor", code="CURSOR_INVALID", field="cursor")
+    return value
 
 
 @router.get("/jobs/{job_id}", summary="A job's snapshot")

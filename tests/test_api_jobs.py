@@ -1,0 +1,212 @@
+"""Job routes on both backends: a vector's lifecycle through the API, server drafts with the precondition
+header, bad input leaves nothing stored, idempotent replays, listing and paging."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conftest import load_vector
+from settlekit.store.db import Database, connect
+from test_api_support import TENANT_A, client, key_for, make_app, tenant_rows
+
+ACTOR = {"type": "system", "id": "ops"}
+QUOTE = {"type": "QUOTE_PROPOSED", "actor": {"type": "pricing", "id": "p1"},
+         "payload": {"amountCents": 6500, "currency": "USD"}}
+
+
+@pytest.fixture
+def env(db_url: str) -> Iterator[tuple[Database, Any]]:
+    db = connect(db_url)
+    db.migrate()
+    try:
+        app = make_app(db, max_body_bytes=64 * 1024)
+        yield db, client(app, key_for(db, TENANT_A))
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("name", ["settle_completed.json", "claim_adjust_paid.json"])
+def test_vector_lifecycle_through_api(env: tuple[Database, Any], name: str) -> None:
+    db, api = env
+    vector = load_vector(name)
+    for signer in vector["signers"]:
+        r = api.post("/v1/keys", json={"publicKeyPem": signer["publicKeyPem"], "purpose": signer["role"]})
+        assert r.status_code == 201 and r.json()["keyId"] == signer["keyId"], r.text
+    job_id = vector["events"][0]["streamId"]
+    for event in vector["events"]:
+        r = api.post(f"/v1/jobs/{job_id}/events", json=event)
+        assert r.status_code == 201, r.text
+    job = api.get(f"/v1/jobs/{job_id}").json()
+    assert job["job"] == vector["job"]
+    assert job["headChainHash"] == vector["events"][-1]["chainHash"] and job["version"] == len(vector["events"])
+    assert api.get(f"/v1/jobs/{job_id}/export").json() == vector["events"]
+    assert api.get(f"/v1/jobs/{job_id}/events").json()["events"] == vector["events"]
+    through = vector["events"][3]["chainHash"]
+    assert api.get(f"/v1/jobs/{job_id}/events", params={"throughChainHash": through}).json()["events"] == \
+        vector["events"][:4]
+    r = api.get(f"/v1/jobs/{job_id}/export", params={"throughChainHash": "0" * 64})
+    assert r.status_code == 404 and r.json()["code"] == "ATCHAINHASH_NOT_FOUND"
+    assert api.get(f"/v1/jobs/{job_id}/ledger/entries").json()["entries"] == vector["ledgerEntries"]
+    assert api.get(f"/v1/jobs/{job_id}/ledger/allocations").json()["allocations"] == vector["allocations"]
+    balances = api.get("/v1/ledger/balances").json()
+    assert balances["balances"] == vector["ledgerTotalsByAccountId"] and balances["totalCents"] == 0
+    # replaying a stored client event is acknowledged without appending
+    r = api.post(f"/v1/jobs/{job_id}/events", json=vector["events"][-1])
+    assert r.status_code == 200 and r.json()["alreadyExists"] is True
+    assert api.get(f"/v1/jobs/{job_id}").json()["version"] == len(vector["events"])
+
+
+def test_server_draft_precondition(env: tuple[Database, Any]) -> None:
+    db, api = env
+    r = api.post("/v1/jobs", json={"payload": {"templateId": "reset_lite", "constraints": {}}})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    job_id, head = body["jobId"], body["headChainHash"]
+    assert job_id.startswith("job_") and body["job"]["status"] == "CREATED"
+    assert body["events"][0]["payload"]["tenantId"] == TENANT_A
+    path = f"/v1/jobs/{job_id}/events"
+    r = api.post(path, json=QUOTE)
+    assert r.status_code == 428 and r.json()["code"] == "PRECONDITION_REQUIRED"
+    r = api.post(path, json=QUOTE, headers={"x-expected-prev-chain-hash": "null"})
+    assert r.status_code == 409 and r.json()["code"] == "PREV_CHAIN_HASH_MISMATCH"
+    assert r.json()["details"]["currentPrevChainHash"] == head
+    r = api.post(path, json=QUOTE, headers={"x-proxy-expected-prev-chain-hash": head})
+    assert r.status_code == 201 and r.json()["job"]["status"] == "QUOTED", r.text
+    stale = api.post(path, json=QUOTE, headers={"x-expected-prev-chain-hash": head})
+    assert stale.status_code == 409 and stale.json()["code"] == "PREV_CHAIN_HASH_MISMATCH"
+    # a new job by id, with an empty header meaning "stream must be empty"
+    r = api.post("/v1/jobs/job_given/events", json={"type": "JOB_CREATED", "actor": ACTOR,
+                                                     "payload": {"templateId": "t"}},
+                 headers={"x-expected-prev-chain-hash": ""})
+    assert r.status_code == 201, r.text
+    r = api.post("/v1/jobs", json={"jobId": "job_given", "payload": {"templateId": "t"}})
+    assert r.status_code == 409 and r.json()["code"] == "JOB_ALREADY_EXISTS"
+
+
+def _bad_requests(head: str) -> list[tuple[dict[str, Any], int, str]]:
+    h = {"x-expected-prev-chain-hash": head}
+    return [
+        ({"content": b"{not json", "headers": h}, 400, "JSON_INVALID"),
+        ({"content": b'{"type": NaN}', "headers": h}, 400, "JSON_INVALID"),
+        ({"json": {**QUOTE, "extra": 1}, "headers": h}, 400, "SCHEMA_INVALID"),
+        ({"json": {**QUOTE, "actor": {"type": "x", "id": "y", "z": 1}}, "headers": h}, 400, "SCHEMA_INVALID"),
+        ({"json": {**QUOTE, "type": 5}, "headers": h}, 400, "SCHEMA_INVALID"),
+        ({"json": [], "headers": h}, 400, "SCHEMA_INVALID"),
+        ({"json": "a string", "headers": h}, 400, "SCHEMA_INVALID"),
+        ({"json": {**QUOTE, "type": "NOT_A_TYPE"}, "headers": h}, 400, "EVENT_TYPE_UNKNOWN"),
+        ({"json": {**QUOTE, "payload": {"amountCents": "lots", "currency": "USD"}}, "headers": h}, 400, ""),
+        ({"json": {"type": "BOOKED", "actor": ACTOR, "payload": {}}, "headers": h}, 409, "TRANSITION_ILLEGAL"),
+        ({"json": {"type": "EN_ROUTE", "actor": {"type": "robot", "id": "r"}, "payload": {}}, "headers": h},
+         400, "SIGNER_POLICY_VIOLATION"),
+        ({"json": {**QUOTE, "payload": {"blob": "x" * 70_000}}, "headers": h}, 413, "PAYLOAD_TOO_LARGE"),
+        ({"json": QUOTE, "headers": {"x-expected-prev-chain-hash": "f" * 64}}, 409, "PREV_CHAIN_HASH_MISMATCH"),
+    ]
+
+
+def test_bad_input_stores_nothing(env: tuple[Database, Any]) -> None:
+    db, api = env
+    created = api.post("/v1/jobs", json={"jobId": "job_bad", "payload": {"templateId": "t"}}).json()
+    before = tenant_rows(db, TENANT_A)
+    for kwargs, status, code in _bad_requests(created["headChainHash"]):
+        r = api.post("/v1/jobs/job_bad/events", **kwargs)
+        assert r.status_code == status, (kwargs.get("json"), r.text)
+        assert r.headers["content-type"] == "application/problem+json"
+        if code:
+            assert r.json()["code"] == code, r.text
+        assert tenant_rows(db, TENANT_A) == before
+    # create-job body checks: unknown field, wrong type, missing payload, foreign tenant, bad id
+    for body, path in (({"payload": {}, "x": 1}, "body.x"), ({"payload": []}, "body.payload"),
+                       ({}, "body.payload"), ({"jobId": "has space", "payload": {}}, "body.jobId")):
+        r = api.post("/v1/jobs", json=body)
+        assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID", r.text
+        assert r.json()["details"]["field"] == path
+    r = api.post("/v1/jobs", json={"payload": {"templateId": "t", "tenantId": "tenant_other"}})
+    assert r.status_code == 400
+    r = api.post("/v1/jobs/job_missing/events", json=QUOTE, headers={"x-expected-prev-chain-hash": "null"})
+    assert r.status_code == 404 and r.json()["code"] == "JOB_NOT_FOUND"
+    for path in ("/v1/jobs/job_missing", "/v1/jobs/job_missing/events", "/v1/jobs/job_missing/export",
+                 "/v1/jobs/job_missing/ledger/entries", "/v1/jobs/job_missing/artifacts"):
+        r = api.get(path)
+        assert r.status_code == 404 and r.json()["code"] == "JOB_NOT_FOUND", path
+    assert tenant_rows(db, TENANT_A) == before
+
+
+def test_raw_body_limit(env: tuple[Database, Any]) -> None:
+    db, api = env
+    before = tenant_rows(db, TENANT_A)
+    big = b'{"payload": {"templateId": "' + b"x" * 70_000 + b'"}}'
+    r = api.post("/v1/jobs", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["code"] == "PAYLOAD_TOO_LARGE"
+    assert r.json()["details"]["limitBytes"] == 64 * 1024
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit applies while reading
+        yield b'{"payload": {"templateId": "'
+        for _ in range(20):
+            yield b"y" * 5000
+        yield b'"}}'
+
+    r = api.post("/v1/jobs", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert tenant_rows(db, TENANT_A) == before
+
+
+def test_idempotency_replay(env: tuple[Database, Any]) -> None:
+    db, api = env
+    body = {"payload": {"templateId": "reset_lite"}}
+    first = api.post("/v1/jobs", json=body, headers={"Idempotency-Key": "create-1"})
+    again = api.post("/v1/jobs", json=body, headers={"Idempotency-Key": "create-1"})
+    assert first.status_code == again.status_code == 201
+    assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+    assert len(api.get("/v1/jobs").json()["jobs"]) == 1
+    r = api.post("/v1/jobs", json={"payload": {"templateId": "other"}}, headers={"Idempotency-Key": "create-1"})
+    assert r.status_code == 409 and r.json()["code"] == "IDEMPOTENCY_CONFLICT"
+    job_id, head = first.json()["jobId"], first.json()["headChainHash"]
+    h = {"x-idempotency-key": "q-1", "x-expected-prev-chain-hash": head}
+    one = api.post(f"/v1/jobs/{job_id}/events", json=QUOTE, headers=h)
+    two = api.post(f"/v1/jobs/{job_id}/events", json=QUOTE, headers=h)  # head moved on: still a replay
+    assert one.status_code == two.status_code == 201 and one.json() == two.json()
+    assert api.get(f"/v1/jobs/{job_id}").json()["version"] == 2
+    # another key (principal) with the same idempotency key is a different scope
+    other = client(api.app, key_for(db, TENANT_A, ["jobs:write", "jobs:read"]))
+    r = other.post(f"/v1/jobs/{job_id}/events", json=QUOTE, headers=h)
+    assert r.status_code == 409 and r.json()["code"] == "PREV_CHAIN_HASH_MISMATCH"
+    # non-append writes replay too
+    d = {"destinationId": "dst_1", "url": "http://127.0.0.1:9/h", "secretRef": "file:/nonexistent/secret"}
+    r1 = api.post("/v1/destinations", json=d, headers={"Idempotency-Key": "d1"})
+    assert r1.status_code == 400 and r1.json()["code"] == "SECRET_NOT_FOUND"  # failures are not recorded
+    from settlekit.delivery.signing import generate_secret
+
+    d = {"destinationId": "dst_1", "url": "http://127.0.0.1:9/h", "secret": generate_secret()}
+    r1 = api.post("/v1/destinations", json=d, headers={"Idempotency-Key": "d1"})
+    r2 = api.post("/v1/destinations", json=d, headers={"Idempotency-Key": "d1"})
+    assert r1.status_code == r2.status_code == 201 and r1.json() == r2.json()
+    assert r2.headers["idempotent-replayed"] == "true"
+    assert api.post("/v1/destinations", json=d).status_code == 409
+
+
+def test_list_jobs_paging_and_status(env: tuple[Database, Any]) -> None:
+    db, api = env
+    heads = {}
+    for n in range(7):
+        r = api.post("/v1/jobs", json={"jobId": f"job_{n:02d}", "payload": {"templateId": "t"}})
+        heads[f"job_{n:02d}"] = r.json()["headChainHash"]
+    for job_id in ("job_01", "job_04", "job_05"):
+        r = api.post(f"/v1/jobs/{job_id}/events", json=QUOTE, headers={"x-expected-prev-chain-hash": heads[job_id]})
+        assert r.status_code == 201
+    seen, cursor = [], None
+    while True:
+        page = api.get("/v1/jobs", params={"limit": 3, **({"cursor": cursor} if cursor else {})}).json()
+        seen += [j["jobId"] for j in page["jobs"]]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert seen == [f"job_{n:02d}" for n in range(7)]
+    quoted = api.get("/v1/jobs", params={"status": "QUOTED", "limit": 2}).json()
+    assert [j["jobId"] for j in quoted["jobs"]] == ["job_01", "job_04"] and quoted["nextCursor"]
+    rest = api.get("/v1/jobs", params={"status": "QUOTED", "limit": 2, "cursor": quoted["nextCursor"]}).json()
+    assert [j["jobId"] for j in rest["jobs"]] == ["job_05"] and rest["nextCursor"] is None
+    assert api.get("/v1/jobs", params={"cursor": "%%%"}).json()["code"] == "CURSOR_INVALID"
+    assert api.get("/v1/jobs", params={"limit": 0}).status_code == 400
