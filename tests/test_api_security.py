@@ -52,7 +52,7 @@ def api_routes() -> list[tuple[str, str]]:
     out = []
     for route in app.routes:
         if isinstance(route, APIRoute) and route.path not in OPEN_PATHS:
-            for method in sorted(route.methods):
+            for method in sorted(route.methods or ()):
                 out.append((method, route.path))
     return sorted(out)
 
@@ -122,7 +122,7 @@ def _check_isolated(db: Database, api: Any, method: str, template: str, seeded: 
 def test_route_list_is_covered() -> None:
     """A new route must be added to this file's plan (bodies, operator or collection lists)."""
     paths = {p for _, p in ROUTES}
-    assert OPERATOR_ROUTES <= paths and COLLECTIONS <= paths
+    assert paths >= OPERATOR_ROUTES | COLLECTIONS
     assert {k for k in BODIES} <= set(ROUTES)
     params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name"}
     for _, template in ROUTES:
@@ -205,7 +205,7 @@ def test_revoked_key_and_key_format(world: dict[str, Any]) -> None:
 ])
 def test_scopes(world: dict[str, Any], scopes: list[str], method: str, path: str, expected: int) -> None:
     api = client(world["app"], key_for(world["db"], TENANT_B, scopes))
-    body = {"payload": {"templateId": "x"}} if method == "POST" and path == "/v1/jobs" else None
+    body: Any = {"payload": {"templateId": "x"}} if method == "POST" and path == "/v1/jobs" else None
     if path == "/v1/keys" and method == "POST":
         body = {"publicKeyPem": world["seeded"].vector["signers"][0]["publicKeyPem"], "purpose": "server"}
     r = api.request(method, path, json=body)
