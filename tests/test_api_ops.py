@@ -78,8 +78,12 @@ def test_secret_storage_modes(tmp_path: Path, sqlite_url: str) -> None:
         assert ref.startswith("file:") and secret not in ref
         path = Path(ref[5:])
         assert path.read_text().strip() == secret and stat.S_IMODE(os.stat(path).st_mode) == 0o600
-        # a production deployment without a secrets dir stores no secret values
-        strict = client(make_app(db, inline_secrets=False), key_for(db, TENANT_A))
+        # SQLite default: a directory beside the database file
+        default_app = make_app(db, inline_secrets=False)
+        assert default_app.state.settlekit.secrets_dir == sqlite_url[len("sqlite:///"):] + ".secrets"
+        # a deployment without a secrets dir (PostgreSQL default) stores no secret values
+        default_app.state.settlekit.secrets_dir = None
+        strict = client(default_app, key_for(db, TENANT_A))
         r = strict.post("/v1/destinations", json={**body, "destinationId": "dst_g"})
         assert r.status_code == 400 and r.json()["code"] == "SECRET_PROVIDER_FORBIDDEN"
     finally:
