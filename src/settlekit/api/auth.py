@@ -114,7 +114,7 @@ def authenticate(db: Database, token: str | None) -> ApiKey:
     key_id, sep, secret = token[len(KEY_PREFIX):].partition("_")
     if not sep or not secret or not _KEY_ID_RE.match(key_id):
         raise bad
-    with db.read() as tx:
+    with db.query() as tx:
         row = tx.fetchone("SELECT tenant_id, secret_hash, scopes, status, label FROM api_keys WHERE key_id = ?",
                           (key_id,))
     if row is None or not hmac.compare_digest(row[1], _hash_secret(secret)) or row[3] != "active":

@@ -7,6 +7,7 @@ record in ONE transaction. A failure anywhere leaves nothing stored.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -647,7 +648,13 @@ def _purpose_for_actor(actor_type: str) -> str:
 
 def _public_key(keys: Mapping[str, SignerKey], key_id: str) -> Any:
     key = keys.get(key_id)
-    return None if key is None else load_public_key(key.public_key_pem)
+    return None if key is None else _load_public_key_cached(key.public_key_pem)
+
+
+@functools.lru_cache(maxsize=4096)
+def _load_public_key_cached(pem: str) -> Any:
+    """Parsed keys by PEM text (immutable), so each append does not re-parse its signer's key."""
+    return load_public_key(pem)
 
 
 def _require_id(name: str, value: Any) -> None:

@@ -121,6 +121,13 @@ class SqliteDatabase(Database):
         finally:
             conn.execute("ROLLBACK")
 
+    @contextlib.contextmanager
+    def query(self) -> Iterator[SqliteTx]:
+        conn = self._conn()
+        if conn.in_transaction:
+            raise ConfigurationError("nested transaction on one thread", code="NESTED_TRANSACTION")
+        yield SqliteTx(conn)
+
     def migrate(self) -> list[str]:
         applied: list[str] = []
         conn = self._conn()
