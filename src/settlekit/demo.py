@@ -76,7 +76,7 @@ def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
     try:
         db.migrate()
         settings = Settings(db_url=db_url, allow_loopback_webhooks=True, rate_limit_per_second=1e6,
-                            rate_limit_burst=1_000_000)
+                            rate_limit_burst=1_000_000, secrets_dir=str(Path(tmp.name) / "secrets"))
         webhook_secret = generate_secret()
         receiver = ReceiverServer(secrets=[webhook_secret], port=0, out_dir=Path(tmp.name) / "received")
         receiver.start()
@@ -92,7 +92,7 @@ def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
                     body["entityId"] = key["entityId"]
                 _ok(client.post("/v1/keys", json=body))
             _ok(client.post("/v1/destinations", json={
-                "destinationId": "dst_demo_receiver", "url": f"{receiver.url}/webhooks", "secret": webhook_secret,
+                "destinationId": "dst_demo_receiver", "url": f"{receiver.url}webhooks", "secret": webhook_secret,
                 "allowPrivateNetwork": True}))
             outcomes: Counter[str] = Counter()
             job_ids: list[str] = []

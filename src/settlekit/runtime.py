@@ -45,6 +45,9 @@ class Settings:
     max_body_bytes: int = 1_048_576
     rate_limit_per_second: float = 50.0
     rate_limit_burst: int = 100
+    secrets_dir: str | None = None
+    operator_tenant: str = "system"
+    allowed_webhook_networks: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -62,6 +65,10 @@ class Settings:
             max_body_bytes=int(env.get("SETTLEKIT_MAX_BODY_BYTES", cls.max_body_bytes)),
             rate_limit_per_second=float(env.get("SETTLEKIT_RATE_LIMIT_PER_SECOND", cls.rate_limit_per_second)),
             rate_limit_burst=int(env.get("SETTLEKIT_RATE_LIMIT_BURST", cls.rate_limit_burst)),
+            secrets_dir=env.get("SETTLEKIT_SECRETS_DIR") or None,
+            operator_tenant=env.get("SETTLEKIT_OPERATOR_TENANT", cls.operator_tenant),
+            allowed_webhook_networks=tuple(n.strip() for n in env.get("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS", "")
+                                           .split(",") if n.strip()),
         )
         if env.get("SETTLEKIT_INSTANCE_ID"):
             settings.instance_id = env["SETTLEKIT_INSTANCE_ID"]
@@ -102,6 +109,7 @@ class Workers:
         self.delivery = DeliveryWorker(
             db, artifact_loader=artifact_loader,
             config=WorkerConfig(allow_loopback=settings.allow_loopback_webhooks,
+                                allowed_networks=settings.allowed_webhook_networks,
                                 allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
                                 idle_sleep=0.05,
                                 sender=SenderConfig(concurrency=settings.delivery_concurrency)),
