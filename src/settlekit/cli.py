@@ -148,6 +148,24 @@ def _register_receiver() -> None:
 _register_receiver()
 
 
+def _graceful_server(config: Any) -> Any:
+    """uvicorn's server, except that a SIGTERM/SIGINT that led to a clean shutdown ends the process with exit 0
+    (uvicorn re-raises the signal after shutting down, which makes the exit status -15)."""
+    import signal as signal_module
+    from types import FrameType
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.should_exit and sig == signal_module.SIGINT:
+                self.force_exit = True
+            else:
+                self.should_exit = True
+
+    return Server(config)
+
+
 @app.command()
 def serve(
     db: Annotated[str | None, typer.Option("--db", envvar="SETTLEKIT_DB", help="database URL")] = None,
@@ -176,7 +194,9 @@ def serve(
         if background is not None:
             background.start()
         app_ = create_app(database, server_signer=load_server_signer(settings.server_key_file), settings=settings)
-        uvicorn.run(app_, host=settings.host, port=settings.port, log_level="info", timeout_graceful_shutdown=20)
+        config = uvicorn.Config(app_, host=settings.host, port=settings.port, log_level="info",
+                                timeout_graceful_shutdown=20)
+        _graceful_server(config).run()
     finally:
         if background is not None:
             background.stop()
