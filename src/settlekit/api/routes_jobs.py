@@ -53,7 +53,7 @@ class CreateJob(BaseModel):
 
 
 def _job_head(ctx: ApiContext, tenant: str, job_id: str) -> tuple[StreamHead, dict[str, Any] | None]:
-    head, state = ctx.store._read_head(tenant, job_id)
+    head, state = ctx.store.head_and_snapshot(tenant, job_id)
     if head is None or head.stream_type != "job":
         raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
     return head, state

@@ -31,6 +31,7 @@ from settlekit.events.envelope import (
 from settlekit.store.db import Database, Tx
 
 _MISSING: Any = object()
+_FINALIZED_FIELDS = frozenset(("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash"))
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 FUTURE_TOLERANCE = timedelta(minutes=5)
 SHARED_PRINCIPAL = "anon"
@@ -191,7 +192,7 @@ class EventStore:
         _require_id("stream_id", stream_id)
         if not items:
             raise ValidationError("nothing to append", code="SCHEMA_INVALID")
-        client_finalized = any(k in item for item in items for k in ("payloadHash", "chainHash", "signature"))
+        client_finalized = any(not _FINALIZED_FIELDS.isdisjoint(item) for item in items)
         if idempotency is not None:
             if not idempotency.key or len(idempotency.key) > 500:
                 raise ValidationError("idempotency key must be 1..500 characters", code="SCHEMA_INVALID")
@@ -517,6 +518,10 @@ class EventStore:
 
     def snapshot(self, tenant_id: str, stream_id: str) -> dict[str, Any] | None:
         return self._read_head(tenant_id, stream_id)[1]
+
+    def head_and_snapshot(self, tenant_id: str, stream_id: str) -> tuple[StreamHead | None, dict[str, Any] | None]:
+        """The stream head and its stored state, read together."""
+        return self._read_head(tenant_id, stream_id)
 
     def _read_head(self, tenant_id: str, stream_id: str) -> tuple[StreamHead | None, dict[str, Any] | None]:
         with self.db.query() as tx:
