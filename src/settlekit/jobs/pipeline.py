@@ -8,7 +8,7 @@ and the caller rolls back; the stored state passed in is never modified.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,12 +45,15 @@ def process_job_events(
     tenant_id: str | None = None,
     contract_doc: Mapping[str, Any] | None = None,
     with_allocations: bool = True,
+    contract_resolver: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> JobAppendResult:
     """Validate, post and reduce `events` on top of `prev_state` (a `JobAppendResult.state` /
     `serialize_state`
     dict, or None for a new stream whose first event must be JOB_CREATED).
 
     `contract_doc`: the operator contract document resolved by the store from `operatorContractHash`, if any.
+    `contract_resolver`: instead of a fixed document, look up the job's `operatorContractHash` (as of each
+    entry) — the document's party ids apply, and its split plan is executed when `connect.enabled` is true.
     Raises SettlekitError subclasses: EVENT_TYPE_UNKNOWN (400), SCHEMA_INVALID (400), TRANSITION_ILLEGAL
     (409),
     domain codes (409), LEDGER_POSTING_INVALID (409, `details.code`).
@@ -74,9 +77,15 @@ def process_job_events(
             for entry in entries:
                 ledger_entries.append({"eventId": event["id"], "eventType": t, "entry": entry})
                 if with_allocations:
+                    doc, execute_plan = contract_doc, False
+                    if contract_resolver is not None:
+                        pinned = state.snapshot.get("operatorContractHash")
+                        doc = contract_resolver(pinned) if isinstance(pinned, str) and pinned else None
+                        execute_plan = doc is not None
                     allocations.extend(
                         allocations_for_entry(
-                            entry, state.snapshot, tenant_id=tenant_id, contract_doc=contract_doc
+                            entry, state.snapshot, tenant_id=tenant_id, contract_doc=doc,
+                            execute_split_plan=execute_plan,
                         )
                     )
     assert state is not None
