@@ -116,6 +116,32 @@ def export(
         console.print(f"wrote {len(events)} events to {out}")
 
 
+contracts_app = typer.Typer(help="Contract documents (ContractDocument.v1) that jobs pin by hash.",
+                            no_args_is_help=True)
+
+
+@contracts_app.command("add")
+def contracts_add(
+    document: Annotated[Path, typer.Argument(help="ContractDocument.v1 JSON file")],
+    db: DbOption,
+    tenant: Annotated[str, typer.Option("--tenant", envvar="SETTLEKIT_TENANT")] = "tenant_default",
+) -> None:
+    """Validate and store a contract document; prints its hash (the operatorContractHash jobs pin)."""
+    from settlekit.store.contracts import put_contract
+    from settlekit.store.db import connect
+
+    database = connect(db)
+    try:
+        print(put_contract(database, tenant, _read_json(document)))
+    except SettlekitError as exc:
+        _fail(exc)
+    finally:
+        database.close()
+
+
+app.add_typer(contracts_app, name="contracts")
+
+
 def _register_subcommands() -> None:
     """Attach the sub-apps of each area that is present."""
     import importlib

@@ -3,6 +3,7 @@ posts and stores the events, the new state and the ledger rows in one transactio
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from settlekit.jobs import (
@@ -13,6 +14,7 @@ from settlekit.jobs import (
     settlement_proof_ref_for,
 )
 from settlekit.store import ledger as ledger_rows
+from settlekit.store.contracts import contract_resolver
 from settlekit.store.db import Database, Tx
 from settlekit.store.event_store import DomainOutcome, Event, EventStore
 
@@ -25,7 +27,10 @@ _STREAM_TYPE_BY_PREFIX = (
 
 class JobStreamDomain:
     """StreamDomain for settlekit: job streams get the reducer and ledger; other streams get type and signer
-    checks only."""
+    checks only. `contracts(tenant, hash)` resolves the operator contract a job pins (party ids, split plans)."""
+
+    def __init__(self, contracts: Callable[[str, str], Mapping[str, Any] | None] | None = None):
+        self.contracts = contracts
 
     def stream_type(self, first_event_type: str, stream_id: str) -> str:
         require_known_event_type(first_event_type)
@@ -67,7 +72,14 @@ class JobStreamDomain:
                 # A job-stream event with no JOB_CREATED before it: let the reducer refuse it.
                 process_job_events(snapshot, events, tenant_id=tenant_id)
             return DomainOutcome()
-        result = process_job_events(snapshot, events, tenant_id=tenant_id)
+        resolver = None
+        if self.contracts is not None:
+            contracts = self.contracts
+
+            def resolver(digest: str) -> Mapping[str, Any] | None:
+                return contracts(tenant_id, digest)
+
+        result = process_job_events(snapshot, events, tenant_id=tenant_id, contract_resolver=resolver)
         if not result.ledger_entries:
             return DomainOutcome(snapshot=result.state)
         seq_by_event_id = {e["id"]: first_seq + i for i, e in enumerate(events)}
@@ -80,5 +92,6 @@ class JobStreamDomain:
 
 
 def job_store(db: Database, **options: Any) -> EventStore:
-    """An EventStore wired with the job domain (what the API, workers and demo use)."""
-    return EventStore(db, domain=JobStreamDomain(), **options)
+    """An EventStore wired with the job domain and the tenant's contract documents (what the API, workers and
+    demo use)."""
+    return EventStore(db, domain=JobStreamDomain(contract_resolver(db)), **options)

@@ -1,0 +1,109 @@
+"""Contract documents stored per tenant: a job that pins an operator contract with connect.enabled gets its
+allocations from the split plan (never losing a cent); without one the defaults apply."""
+
+from __future__ import annotations
+
+import pytest
+
+from settlekit.events.envelope import Signer, finalize, make_draft
+from settlekit.jobs.testing import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload
+from settlekit.ledger import ContractInvalid, compile_contract_policy, contract_hash
+from settlekit.store import ledger as ledger_rows
+from settlekit.store.contracts import get_contract, put_contract
+from settlekit.store.db import Database
+from settlekit.store.job_streams import job_store
+
+T = "tenant_c"
+PLAN = {"type": "SplitPlan.v1", "v": 1, "currency": "USD", "rules": [
+    {"partyRole": "operator", "partyId": "pty_fleet_a", "share": {"type": "percentage", "valueBasisPoints": 7000}},
+    {"partyRole": "subcontractor", "partyId": "pty_dev", "share": {"type": "fixed", "valueCents": 100}},
+    {"partyRole": "operator", "share": {"type": "remainder"}},
+]}
+DOC = {"type": "ContractDocument.v1", "v": 1, "contractId": "ctr_1", "contractVersion": 2, "name": "Fleet A",
+       "parties": {"operator": {"partyId": "pty_fleet_a_main", "requiresSignature": True}},
+       "connect": {"enabled": True, "splitPlan": PLAN}}
+
+
+def _settled_job(job_id: str, operator_contract_hash: str | None) -> list[dict]:
+    b = StreamBuilder(job_id, prefix=f"evt_{job_id}")
+    b.add("JOB_CREATED", {"tenantId": T, "templateId": "reset_lite", "customerId": "cust_1", "siteId": "site_1",
+                          "constraints": {"zoneId": "zone_a"}})
+    b.add("QUOTE_PROPOSED", {"amountCents": 6500, "currency": "USD", "breakdown": {"totalCents": 6500}})
+    b.add("BOOKED", booking_payload())
+    match = {"robotId": "rob_1"}
+    if operator_contract_hash is not None:
+        match["operatorContractHash"] = operator_contract_hash
+        match["operatorPolicyHash"] = compile_contract_policy(DOC)[1]
+    b.add("MATCHED", match)
+    b.add("RESERVED", {"robotId": "rob_1", "reservationId": "rsv_1"})
+    b.add("EN_ROUTE", {"etaSeconds": 600}, ROBOT_ACTOR)
+    b.add("ACCESS_GRANTED", {"accessPlanId": "ap_1"}, ROBOT_ACTOR)
+    b.add("EXECUTION_STARTED", {"stage": "TASK"}, ROBOT_ACTOR)
+    b.add("ASSIST_STARTED", {}, OPERATOR_ACTOR)
+    b.add("EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
+    b.add("SETTLED", {})
+    return b.events
+
+
+def _signed(events: list[dict], signers: dict[str, Signer]) -> list[dict]:
+    """Re-chain the builder's unsigned events, each signed by the key of its actor's kind."""
+    out, prev = [], None
+    for e in events:
+        draft = make_draft(stream_id=e["streamId"], type=e["type"], actor=e["actor"], payload=e["payload"],
+                           at=e["at"], id=e["id"])
+        signer = signers.get(e["actor"]["type"], signers["server"])
+        out.append(finalize(draft, prev, signer))
+        prev = out[-1]["chainHash"]
+    return out
+
+
+def test_split_plan_allocations_from_a_registered_contract(db: Database) -> None:
+    digest = put_contract(db, T, DOC)
+    assert digest == contract_hash(DOC) and put_contract(db, T, DOC) == digest
+    assert get_contract(db, T, digest) == DOC and get_contract(db, "other", digest) is None
+    store = job_store(db)
+    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
+    for kind, signer in signers.items():
+        store.register_key(T, signer.public_key_pem, kind)
+    for job_id, pinned in (("job_plan", digest), ("job_plain", None)):
+        for event in _signed(_settled_job(job_id, pinned), signers):
+            store.append(T, job_id, [event])
+    plan_allocs = ledger_rows.allocations_for_job(db, T, "job_plan")
+    owner = [a for a in plan_allocs if a["accountId"] == "acct_owner_payable"]
+    assert {a["partyId"] for a in owner} == {"pty_fleet_a", "pty_fleet_a_main", "pty_dev"}
+    by_party = {a["partyId"]: a["amountCents"] for a in owner}
+    assert by_party["pty_dev"] == -100
+    entries = ledger_rows.entries_for_job(db, T, "job_plan")
+    for item in entries:
+        for i, posting in enumerate(item["entry"]["postings"]):
+            got = sum(a["amountCents"] for a in plan_allocs
+                      if a["entryId"] == item["entry"]["id"] and a["postingId"] == f"p{i}")
+            assert got == posting["amountCents"]
+    plain = [a for a in ledger_rows.allocations_for_job(db, T, "job_plain") if a["accountId"] == "acct_owner_payable"]
+    assert len(plain) == 1 and plain[0]["partyId"].startswith("pty_operator")
+
+
+def test_invalid_contract_is_refused(db: Database) -> None:
+    with pytest.raises(ContractInvalid):
+        put_contract(db, T, {**DOC, "connect": {"enabled": "yes"}})
+    with db.read() as tx:
+        assert tx.scalar("SELECT count(*) FROM contract_documents") == 0
+
+
+def test_contracts_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from typer.testing import CliRunner
+
+    from settlekit.cli import app
+    from settlekit.store.db import connect
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    connect(url).migrate()
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps(DOC))
+    result = CliRunner().invoke(app, ["contracts", "add", str(doc), "--db", url, "--tenant", T])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == contract_hash(DOC)
+    doc.write_text(json.dumps({**DOC, "v": 2}))
+    assert CliRunner().invoke(app, ["contracts", "add", str(doc), "--db", url, "--tenant", T]).exit_code == 1
