@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Final
 
-MAX_SAFE_INTEGER: Final = 2**53 - 1
+from settlekit.events.canonical import MAX_SAFE_INTEGER
 
 
 def get(obj: Any, key: str) -> Any:

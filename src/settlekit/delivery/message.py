@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from settlekit.delivery.signing import SigningMode, delivery_headers
 from settlekit.delivery.ssrf import SsrfPolicy
-from settlekit.events.canonical import canonical_bytes, sha256_hex
+from settlekit.events.canonical import canonical_bytes, is_safe_int, sha256_hex
 
 ARTIFACT_PRIORITIES: Final = {
     "WorkCertificate.v1": 10,
@@ -63,7 +63,7 @@ class DeliveryKeys:
         dk = dedupe_key(tenant_id, destination_id, a_type, a_id, str(artifact["artifactHash"]))
         scope = str(artifact.get("jobId"))
         version = artifact.get("jobVersion")
-        seq = version if type(version) is int and 0 <= version <= 2**53 - 1 else 0
+        seq = version if is_safe_int(version) and version >= 0 else 0
         prio = artifact_priority(a_type)
         return cls(dk, message_id(dk), scope, seq, prio, order_key(scope, seq, prio, a_id))
 

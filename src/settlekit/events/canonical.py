@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from settlekit.errors import CanonicalJsonError
 
@@ -33,6 +33,12 @@ class _Undefined:
 
 
 UNDEFINED: Final = _Undefined()
+
+
+def is_safe_int(v: Any) -> TypeGuard[int]:
+    """A Python int (never a bool or float) within the JS safe-integer range."""
+    return type(v) is int and -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER
+
 
 def _is_array_index(key: str) -> bool:
     if not key.isdigit() or not key.isascii():

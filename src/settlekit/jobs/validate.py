@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
+from settlekit.events.canonical import is_safe_int
 from settlekit.jobs.errors import DomainRuleViolation, PayloadInvalid
 from settlekit.jobs.types import COMPLETED, SETTLED
 
-MAX_SAFE_INTEGER: Final = 2**53 - 1
 MAX_AMOUNT_CENTS: Final = 10**12
 ENVIRONMENT_TIERS: Final = frozenset(
     {"ENV_MANAGED_BUILDING", "ENV_HOSPITALITY", "ENV_OFFICE_AFTER_HOURS", "ENV_IN_HOME"}
@@ -24,10 +24,6 @@ _HEX = frozenset("0123456789abcdef")
 
 Payload = Mapping[str, Any]
 Validator = Callable[[str, Payload, Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], None]
-
-
-def is_safe_int(v: Any) -> bool:
-    return type(v) is int and -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER
 
 
 def is_cents(v: Any) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from settlekit.events.canonical import canonical_hash
+from settlekit.events.canonical import canonical_hash, is_safe_int
 from settlekit.ledger.accounts import MAX_AMOUNT_CENTS
 from settlekit.ledger.errors import ContractInvalid
 
@@ -77,7 +77,7 @@ def _opt_bool(v: Any, path: str) -> bool | None:
 
 
 def _pos_int(v: Any, path: str) -> int:
-    if type(v) is not int or v <= 0 or v > 2**53 - 1:
+    if not is_safe_int(v) or v <= 0:
         raise _bad(path, "must be a positive integer")
     return v
 

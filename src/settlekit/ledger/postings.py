@@ -5,18 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from settlekit.events.canonical import is_safe_int
 from settlekit.ledger import accounts as A
 from settlekit.ledger.errors import PostingPreconditionFailed, UnbalancedEntry
 from settlekit.ledger.splits import SettlementSplits, compute_splits
 
-MAX_SAFE_INTEGER: Final = 2**53 - 1
-
 Entry = dict[str, Any]
 Posting = tuple[str, int]
-
-
-def _safe_int(v: Any) -> bool:
-    return type(v) is int and -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER
 
 
 def make_entry(entry_id: str, at: str, memo: str, postings: list[Posting]) -> Entry:
@@ -62,7 +57,7 @@ def _coverage_policy(snapshot: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _percent(v: Any, default: int) -> int:
-    return min(max(v, 0), 100) if _safe_int(v) else default
+    return min(max(v, 0), 100) if is_safe_int(v) else default
 
 
 def quote_amount(snapshot: Mapping[str, Any]) -> int:
@@ -71,7 +66,7 @@ def quote_amount(snapshot: Mapping[str, Any]) -> int:
     if type(quote) is not dict:
         raise PostingPreconditionFailed("QUOTE_MISSING", "the job has no quote")
     amount: Any = quote.get("amountCents")
-    if not _safe_int(amount) or amount < 0 or amount > A.MAX_AMOUNT_CENTS:
+    if not is_safe_int(amount) or amount < 0 or amount > A.MAX_AMOUNT_CENTS:
         raise PostingPreconditionFailed(
             "AMOUNT_INVALID", "quote.amountCents is not a valid amount", amountCents=amount
         )
@@ -82,7 +77,7 @@ def coverage_fee(snapshot: Mapping[str, Any]) -> int:
     quote = snapshot.get("quote")
     breakdown = quote.get("breakdown") if type(quote) is dict else None
     fee: Any = breakdown.get("coverageFeeCents") if type(breakdown) is dict else None
-    return fee if _safe_int(fee) and fee >= 0 else 0
+    return fee if is_safe_int(fee) and fee >= 0 else 0
 
 
 def reserve_fund_percent(snapshot: Mapping[str, Any]) -> int:
@@ -258,7 +253,7 @@ def _job_adjusted(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, An
     amounts: Any = (claim.get("approved") or {}).get("amounts") or {}
     payout: Any = amounts.get("payoutCents") if amounts.get("payoutCents") is not None else 0
     refund: Any = amounts.get("refundCents") if amounts.get("refundCents") is not None else 0
-    if not (_safe_int(payout) and _safe_int(refund) and payout >= 0 and refund >= 0 and payout + refund > 0):
+    if not (is_safe_int(payout) and is_safe_int(refund) and payout >= 0 and refund >= 0 and payout + refund > 0):
         raise PostingPreconditionFailed(
             "CLAIM_AMOUNTS_INVALID", "approved amounts are invalid", claimId=claim_id
         )
@@ -315,7 +310,7 @@ def _claim_paid(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]
     p = e.get("payload") if type(e.get("payload")) is dict else {}
     assert isinstance(p, dict)
     amount: Any = p.get("amountCents")
-    if not _safe_int(amount) or amount <= 0:
+    if not is_safe_int(amount) or amount <= 0:
         raise PostingPreconditionFailed(
             "AMOUNT_INVALID", "CLAIM_PAID.amountCents must be > 0", amountCents=amount
         )
@@ -334,7 +329,7 @@ def _operator_cost(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, A
     p = e.get("payload") if type(e.get("payload")) is dict else {}
     assert isinstance(p, dict)
     cost: Any = p.get("costCents")
-    if not _safe_int(cost) or cost < 0:
+    if not is_safe_int(cost) or cost < 0:
         raise PostingPreconditionFailed("AMOUNT_INVALID", "costCents must be >= 0", costCents=cost)
     if cost == 0:
         return []
@@ -361,7 +356,7 @@ def _sla_credit(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]
     p = e.get("payload") if type(e.get("payload")) is dict else {}
     assert isinstance(p, dict)
     amount: Any = p.get("amountCents")
-    if not _safe_int(amount) or amount <= 0:
+    if not is_safe_int(amount) or amount <= 0:
         raise PostingPreconditionFailed(
             "AMOUNT_INVALID", "SLA credit amountCents must be > 0", amountCents=amount
         )
@@ -417,7 +412,7 @@ def entries_for_finance_event(event: Mapping[str, Any]) -> list[Entry]:
     p = event.get("payload") if type(event.get("payload")) is dict else {}
     assert isinstance(p, dict)
     amount: Any = p.get("amountCents")
-    if not _safe_int(amount) or amount <= 0:
+    if not is_safe_int(amount) or amount <= 0:
         raise PostingPreconditionFailed(
             "AMOUNT_INVALID", "reimbursement amountCents must be > 0", amountCents=amount
         )
