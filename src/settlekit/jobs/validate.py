@@ -14,6 +14,7 @@ from typing import Any, Final
 from settlekit.events.canonical import is_safe_int
 from settlekit.jobs.errors import DomainRuleViolation, PayloadInvalid
 from settlekit.jobs.types import COMPLETED, SETTLED
+from settlekit.ledger.postings import gate_mode
 
 MAX_AMOUNT_CENTS: Final = 10**12
 ENVIRONMENT_TIERS: Final = frozenset(
@@ -501,17 +502,6 @@ VALIDATORS: Final[dict[str, Validator]] = {
     "DISPUTE_CLOSED": _dispute,
     "JOB_EXECUTION_STARTED": _job_started,
 }
-
-
-def gate_mode(snapshot: Mapping[str, Any]) -> str:
-    """`booking.policySnapshot.proofPolicy.gateMode` when strict/holdback, else "warn"."""
-    booking = snapshot.get("booking")
-    if type(booking) is not dict:
-        return "warn"
-    ps = booking.get("policySnapshot")
-    pp = ps.get("proofPolicy") if type(ps) is dict else None
-    mode: Any = pp.get("gateMode") if type(pp) is dict else None
-    return mode if mode in ("strict", "holdback") else "warn"
 
 
 def validate_payload(event: Mapping[str, Any], snapshot: Mapping[str, Any], facts: Mapping[str, Any]) -> None:

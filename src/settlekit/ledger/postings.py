@@ -89,6 +89,7 @@ def recoverable_percent(snapshot: Mapping[str, Any]) -> int:
 
 
 def gate_mode(snapshot: Mapping[str, Any]) -> str:
+    """`booking.policySnapshot.proofPolicy.gateMode` when strict/holdback, else "warn"."""
     booking = snapshot.get("booking")
     ps = booking.get("policySnapshot") if type(booking) is dict else None
     pp = ps.get("proofPolicy") if type(ps) is dict else None
