@@ -110,6 +110,19 @@ def _memo(snapshot: Mapping[str, Any], label: str) -> str:
     return f"job:{snapshot['id']} {label}"
 
 
+def _payload(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    p = event.get("payload")
+    return p if type(p) is dict else {}
+
+
+def _positive_amount(p: Mapping[str, Any], message: str) -> int:
+    """`p.amountCents` when a safe int > 0, else AMOUNT_INVALID with `message`."""
+    amount: Any = p.get("amountCents")
+    if not is_safe_int(amount) or amount <= 0:
+        raise PostingPreconditionFailed("AMOUNT_INVALID", message, amountCents=amount)
+    return amount
+
+
 def _require_settled(snapshot: Mapping[str, Any], event_type: str) -> None:
     if snapshot.get("status") != "SETTLED":
         raise PostingPreconditionFailed(
@@ -242,8 +255,7 @@ def _claim_for(s: Mapping[str, Any], f: Mapping[str, Any], claim_id: Any) -> Map
 
 
 def _job_adjusted(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
-    p = e.get("payload") if type(e.get("payload")) is dict else {}
-    assert isinstance(p, dict)
+    p = _payload(e)
     _require_settled(s, "JOB_ADJUSTED")
     claim_id: Any = p.get("claimId")
     claim = _claim_for(s, f, claim_id)
@@ -308,13 +320,8 @@ def _job_adjusted(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, An
 
 
 def _claim_paid(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
-    p = e.get("payload") if type(e.get("payload")) is dict else {}
-    assert isinstance(p, dict)
-    amount: Any = p.get("amountCents")
-    if not is_safe_int(amount) or amount <= 0:
-        raise PostingPreconditionFailed(
-            "AMOUNT_INVALID", "CLAIM_PAID.amountCents must be > 0", amountCents=amount
-        )
+    p = _payload(e)
+    amount = _positive_amount(p, "CLAIM_PAID.amountCents must be > 0")
     return [
         make_entry(
             f"jnl_{e['id']}",
@@ -327,8 +334,7 @@ def _claim_paid(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]
 
 def _operator_cost(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
     _require_settled(s, "OPERATOR_COST_RECORDED")
-    p = e.get("payload") if type(e.get("payload")) is dict else {}
-    assert isinstance(p, dict)
+    p = _payload(e)
     cost: Any = p.get("costCents")
     if not is_safe_int(cost) or cost < 0:
         raise PostingPreconditionFailed("AMOUNT_INVALID", "costCents must be >= 0", costCents=cost)
@@ -354,13 +360,8 @@ CREDIT_FUNDING_MODELS: Final = (
 
 def _sla_credit(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
     _require_settled(s, "SLA_CREDIT_ISSUED")
-    p = e.get("payload") if type(e.get("payload")) is dict else {}
-    assert isinstance(p, dict)
-    amount: Any = p.get("amountCents")
-    if not is_safe_int(amount) or amount <= 0:
-        raise PostingPreconditionFailed(
-            "AMOUNT_INVALID", "SLA credit amountCents must be > 0", amountCents=amount
-        )
+    p = _payload(e)
+    amount = _positive_amount(p, "SLA credit amountCents must be > 0")
     model: Any = _coverage_policy(s).get("creditFundingModel")
     postings: list[Posting] = []
     if model == "COVERAGE_RESERVE":
@@ -410,13 +411,8 @@ def entries_for_finance_event(event: Mapping[str, Any]) -> list[Entry]:
     none."""
     if event.get("type") != "INSURER_REIMBURSEMENT_RECORDED":
         return []
-    p = event.get("payload") if type(event.get("payload")) is dict else {}
-    assert isinstance(p, dict)
-    amount: Any = p.get("amountCents")
-    if not is_safe_int(amount) or amount <= 0:
-        raise PostingPreconditionFailed(
-            "AMOUNT_INVALID", "reimbursement amountCents must be > 0", amountCents=amount
-        )
+    p = _payload(event)
+    amount = _positive_amount(p, "reimbursement amountCents must be > 0")
     return [
         make_entry(
             f"jnl_{event['id']}",
