@@ -10,10 +10,9 @@ import asyncio
 import json
 import os
 import signal
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,19 +21,15 @@ from rich.table import Table
 from settlekit.delivery import service
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.signing import generate_secret
-from settlekit.errors import SettlekitError
-from settlekit.store.db import Database, connect
+from settlekit.dispatch.cli import DbOption, JsonOption, run_with_db
+from settlekit.store.db import Database
 
 delivery_app = typer.Typer(help="Webhook delivery tools.", no_args_is_help=True)
 destinations_app = typer.Typer(help="Webhook destinations of a tenant.", no_args_is_help=True)
 delivery_app.add_typer(destinations_app, name="destinations")
 _err = Console(stderr=True)
 
-DbOption = Annotated[
-    str, typer.Option("--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db")
-]
 TenantOption = Annotated[str, typer.Option("--tenant", "-t", help="tenant id")]
-JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 LoopbackOption = Annotated[
     bool, typer.Option("--allow-loopback", help="allow 127.0.0.0/8 and ::1 (local development only)")
 ]
@@ -44,24 +39,6 @@ InsecureOption = Annotated[
 NetworksOption = Annotated[
     list[str] | None, typer.Option("--allow-network", help="CIDR exempt from the private-range check")
 ]
-
-
-def _fail(exc: SettlekitError) -> NoReturn:
-    _err.print(f"[red]error[/red] {exc.code}: {exc.message}")
-    raise typer.Exit(code=1)
-
-
-def _run(db_url: str, action: Callable[[Database], Any]) -> Any:
-    try:
-        db = connect(db_url)
-    except SettlekitError as exc:
-        _fail(exc)
-    try:
-        return action(db)
-    except SettlekitError as exc:
-        _fail(exc)
-    finally:
-        db.close()
 
 
 def _policy(loopback: bool, insecure: bool, networks: list[str] | None, env_secrets: bool = False
@@ -162,7 +139,7 @@ def destinations_add(
             raise
         return dest.to_json()
 
-    body = _run(db, action)
+    body = run_with_db(db, action)
     if as_json:
         print(json.dumps(body))
     else:
@@ -174,7 +151,7 @@ def destinations_add(
 @destinations_app.command("list")
 def destinations_list(db: DbOption, tenant: TenantOption, as_json: JsonOption = False) -> None:
     """List a tenant's destinations (secret references only, inline secrets redacted)."""
-    rows = [d.to_json() for d in _run(db, lambda database: service.list_destinations(database, tenant))]
+    rows = [d.to_json() for d in run_with_db(db, lambda database: service.list_destinations(database, tenant))]
     if as_json:
         print(json.dumps(rows))
         return
@@ -190,7 +167,7 @@ def destinations_disable(
     reason: Annotated[str, typer.Option("--reason", help="recorded as disabled_reason")] = "operator",
 ) -> None:
     """Stop delivering to a destination; its pending deliveries wait."""
-    _run(db, lambda database: service.disable_destination(database, tenant, destination_id, reason=reason,
+    run_with_db(db, lambda database: service.disable_destination(database, tenant, destination_id, reason=reason,
                                                            actor="cli"))
     typer.echo(f"destination {tenant}/{destination_id} disabled ({reason})")
 
@@ -206,7 +183,7 @@ def destinations_enable(
 ) -> None:
     """Re-activate a destination (the SSRF guard runs again)."""
     pol = _policy(allow_loopback, allow_insecure_http, allow_network)
-    _run(db, lambda database: service.enable_destination(database, tenant, destination_id, policy=pol,
+    run_with_db(db, lambda database: service.enable_destination(database, tenant, destination_id, policy=pol,
                                                           actor="cli"))
     typer.echo(f"destination {tenant}/{destination_id} enabled")
 
@@ -224,7 +201,7 @@ def deliveries_list(
     """List a tenant's deliveries."""
     rows = [
         d.to_json()
-        for d in _run(
+        for d in run_with_db(
             db,
             lambda database: service.list_deliveries(
                 database, tenant, state=state, destination_id=destination_id, limit=limit, after_id=after_id
@@ -253,11 +230,11 @@ def deliveries_requeue(
         raise typer.BadParameter("give --delivery-id ID, or --destination-id ID --all")
     if delivery_id is not None:
         did = delivery_id
-        n = _run(db, lambda database: service.requeue_delivery(database, tenant, did, actor="cli"))
+        n = run_with_db(db, lambda database: service.requeue_delivery(database, tenant, did, actor="cli"))
     else:
         dst = destination_id
         assert dst is not None
-        n = _run(db, lambda database: service.requeue_destination(database, tenant, dst, actor="cli"))
+        n = run_with_db(db, lambda database: service.requeue_destination(database, tenant, dst, actor="cli"))
     typer.echo(f"requeued {n} deliver{'y' if n == 1 else 'ies'}")
 
 
@@ -304,7 +281,7 @@ def deliveries_run(
             await worker.run()
             _err.print("delivery worker stopped")
 
-    _run(db, lambda database: asyncio.run(main(database)))
+    run_with_db(db, lambda database: asyncio.run(main(database)))
 
 
 @delivery_app.callback()

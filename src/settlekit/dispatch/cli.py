@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -24,22 +24,24 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of 
 NameArg = Annotated[str, typer.Argument(help="consumer name")]
 
 
-def _run(db_url: str, action: Callable[[Database], Any]) -> Any:
+def fail(exc: SettlekitError) -> NoReturn:
+    """Print `CODE: message` on stderr and exit 1."""
+    _err.print(f"[red]error[/red] {exc.code}: {exc.message}")
+    raise typer.Exit(code=1)
+
+
+def run_with_db(db_url: str, action: Callable[[Database], Any]) -> Any:
+    """Open the database, run `action` on it and close it; a SettlekitError from either step exits 1."""
     try:
         db = connect(db_url)
     except SettlekitError as exc:
-        _fail(exc)
+        fail(exc)
     try:
         return action(db)
     except SettlekitError as exc:
-        _fail(exc)
+        fail(exc)
     finally:
         db.close()
-
-
-def _fail(exc: SettlekitError) -> None:
-    _err.print(f"[red]error[/red] {exc.code}: {exc.message}")
-    raise typer.Exit(code=1)
 
 
 def _print_state(state: ConsumerState, as_json: bool, **extra: Any) -> None:
@@ -56,7 +58,7 @@ def _print_state(state: ConsumerState, as_json: bool, **extra: Any) -> None:
 @consumers_app.command("list")
 def list_cmd(db: DbOption, as_json: JsonOption = False) -> None:
     """Every consumer state row with status, cursor, high-water mark, lag, attempts and last error."""
-    rows = _run(db, lambda d: ops.list_consumers(d))
+    rows = run_with_db(db, lambda d: ops.list_consumers(d))
     if as_json:
         print(json.dumps([r.to_json() for r in rows]))
         return
@@ -107,7 +109,7 @@ def status(
     name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """One consumer row (with a live `processing` flag)."""
-    _print_state(_run(db, lambda d: ops.require_state(d, name, instance_id)), as_json)
+    _print_state(run_with_db(db, lambda d: ops.require_state(d, name, instance_id)), as_json)
 
 
 @consumers_app.command()
@@ -115,7 +117,7 @@ def restart(
     name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """Revive a dead consumer; the cursor stays, so the failing event is retried."""
-    _print_state(_run(db, lambda d: ops.restart_consumer(d, name, instance_id)), as_json)
+    _print_state(run_with_db(db, lambda d: ops.restart_consumer(d, name, instance_id)), as_json)
 
 
 @consumers_app.command()
@@ -123,7 +125,7 @@ def disable(
     name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """Stop delivering to a consumer (cursor kept) until `enable`."""
-    _print_state(_run(db, lambda d: ops.disable_consumer(d, name, instance_id)), as_json)
+    _print_state(run_with_db(db, lambda d: ops.disable_consumer(d, name, instance_id)), as_json)
 
 
 @consumers_app.command()
@@ -131,7 +133,7 @@ def enable(
     name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """Resume a disabled consumer."""
-    _print_state(_run(db, lambda d: ops.enable_consumer(d, name, instance_id)), as_json)
+    _print_state(run_with_db(db, lambda d: ops.enable_consumer(d, name, instance_id)), as_json)
 
 
 @consumers_app.command()
@@ -139,7 +141,7 @@ def skip(
     name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """Skip the blocking event (lowest visible pending-gap position first) into the dead letters."""
-    result = _run(db, lambda d: ops.skip_poison(d, name, instance_id))
+    result = run_with_db(db, lambda d: ops.skip_poison(d, name, instance_id))
     _print_state(result.state, as_json, skippedPosition=result.skipped_position)
 
 
@@ -160,4 +162,4 @@ def reset(
         except ValueError:
             _err.print(f"[red]error[/red] CONSUMER_RESET_INVALID: --to must be a position or 'now', not {to!r}")
             raise typer.Exit(code=1) from None
-    _print_state(_run(db, lambda d: ops.reset_consumer(d, name, target, instance_id)), as_json)  # type: ignore[arg-type]
+    _print_state(run_with_db(db, lambda d: ops.reset_consumer(d, name, target, instance_id)), as_json)  # type: ignore[arg-type]
