@@ -1,5 +1,4 @@
-"""Pure job domain: states, transitions, event types, signer policy, validation and the incremental
-reducer."""
+"""Pure job domain: states, transitions, event types, signer policy, validation and the incremental reducer."""
 
 from settlekit.jobs.errors import DomainRuleViolation, InvalidJobTransition, PayloadInvalid
 from settlekit.jobs.pipeline import JobAppendResult, process_job_events

@@ -2,8 +2,7 @@
 
 For each event: payload validation, transition check, ledger postings from the state *before* the event
 (the dry run), reducer step, then allocations against the state *after* it (vectors README). Any failure
-raises
-and the caller rolls back; the stored state passed in is never modified.
+raises and the caller rolls back; the stored state passed in is never modified.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ from settlekit.ledger.postings import JOB_POSTING_RULES
 class JobAppendResult:
     """`state`: the JSON-able stored form (`streams.snapshot_json`); `snapshot`: the settld-compatible job
     (= `state["snapshot"]`); `ledger_entries`: `{eventId, eventType, entry}` items in order; `allocations`:
-    flat
-    per-posting allocations in entry order."""
+    flat per-posting allocations in entry order."""
 
     state: dict[str, Any]
     snapshot: dict[str, Any]
@@ -48,15 +46,13 @@ def process_job_events(
     contract_resolver: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> JobAppendResult:
     """Validate, post and reduce `events` on top of `prev_state` (a `JobAppendResult.state` /
-    `serialize_state`
-    dict, or None for a new stream whose first event must be JOB_CREATED).
+    `serialize_state` dict, or None for a new stream whose first event must be JOB_CREATED).
 
     `contract_doc`: the operator contract document resolved by the store from `operatorContractHash`, if any.
     `contract_resolver`: instead of a fixed document, look up the job's `operatorContractHash` (as of each
     entry) — the document's party ids apply, and its split plan is executed when `connect.enabled` is true.
     Raises SettlekitError subclasses: EVENT_TYPE_UNKNOWN (400), SCHEMA_INVALID (400), TRANSITION_ILLEGAL
-    (409),
-    domain codes (409), LEDGER_POSTING_INVALID (409, `details.code`).
+    (409), domain codes (409), LEDGER_POSTING_INVALID (409, `details.code`).
     """
     if not events:
         raise ValidationError("nothing to append", code="SCHEMA_INVALID")

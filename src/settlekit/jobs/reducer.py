@@ -815,8 +815,7 @@ _SKIP = frozenset(JOB_EVENT_TYPES - set(HANDLERS) - {JOB_CREATED})
 
 
 def check_event(state: JobState, event: Event) -> str | None:
-    """Everything `apply` checks, without changing anything: known job type, stream id, transition and
-    payload.
+    """Everything `apply` checks, without changing anything: known job type, stream id, transition and payload.
 
     Returns the status after the event, or None when the type does not change the status.
     """
@@ -905,8 +904,7 @@ def serialize_state(state: JobState) -> dict[str, Any]:
 
 
 def deserialize_state(data: Mapping[str, Any]) -> JobState:
-    """Inverse of `serialize_state`. The returned state owns its collections (lists and indexes are
-    copied)."""
+    """Inverse of `serialize_state`. The returned state owns its collections (lists and indexes are copied)."""
     if (
         data.get("v") != STATE_FORMAT_VERSION
         or type(data.get("snapshot")) is not dict
@@ -940,8 +938,7 @@ _FACT_COLLECTIONS: Final = (
 
 def own_collections(state: JobState) -> JobState:
     """A state whose growing collections are fresh shallow copies, so later `apply` calls on it never reach
-    the
-    collections of `state`. Cost: one pointer copy per collection item."""
+    the collections of `state`. Cost: one pointer copy per collection item."""
     s = state.snapshot.copy()
     for key in _SNAPSHOT_LISTS:
         s[key] = list(s[key])
@@ -964,8 +961,7 @@ def signer_key_ids(state: JobState) -> list[str]:
 
 def settlement_proof_ref_for(state: JobState) -> dict[str, Any] | None:
     """A `SETTLED.settlementProofRef` built from the latest PROOF_EVALUATED anchored at the latest
-    completion, or
-    None when there is none. For server-drafted SETTLED events (02-jobs.md §6)."""
+    completion, or None when there is none. For server-drafted SETTLED events (02-jobs.md §6)."""
     completion = state.facts["latestCompletion"]
     latest = state.facts["latestProofEvent"]
     if completion is None or latest is None:

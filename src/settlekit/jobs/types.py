@@ -1,5 +1,4 @@
-"""Job states, the transition table, every known event type and the signer policy (02-jobs.md, 01-events.md
-§8)."""
+"""Job states, the transition table, every known event type and the signer policy (02-jobs.md, 01-events.md §8)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Lean payload and domain validation for job events (02-jobs.md §6).
 
 Validators are plain functions over dicts: no model objects are built, so the hot types (heartbeats) cost a
-few
-dict lookups. Each validator gets the snapshot and facts *before* the event and never mutates them.
+few dict lookups. Each validator gets the snapshot and facts *before* the event and never mutates them.
 """
 
 from __future__ import annotations

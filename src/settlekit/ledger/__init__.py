@@ -1,5 +1,4 @@
-"""Pure double-entry ledger: chart of accounts, splits, postings per event, allocations, contracts,
-balances."""
+"""Pure double-entry ledger: chart of accounts, splits, postings per event, allocations, contracts, balances."""
 
 from settlekit.ledger.accounts import (
     ACCOUNT_IDS,

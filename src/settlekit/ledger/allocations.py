@@ -1,15 +1,13 @@
 """Party allocations per posting (03-ledger.md §8) and optional split-plan execution.
 
 Default (settld-compatible, used by the vectors and by SettlementStatement.v1): each posting `p<i>` gets
-exactly
-one allocation for the party that owns its account.
+exactly one allocation for the party that owns its account.
 
 Split-plan execution (`execute_split_plan=True`, settlekit extension; 03-ledger.md §10 says v1 only hashes the
 plan): when the operator contract has `connect.enabled` and a plan, the operator's payout postings
 (acct_owner_payable, acct_operator_payable) are divided over the plan's `gross`/`net_after_credits` rules and
 acct_customer_credits_payable postings over its `credits` rules, with `allocate_split`'s rounding (never
-loses a
-cent; leftovers fall to the posting's default party). Allocations of a posting always sum to its amount.
+loses a cent; leftovers fall to the posting's default party). Allocations of a posting always sum to its amount.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ def _nonblank(v: Any) -> bool:
 
 
 def insurer_id(snapshot: Mapping[str, Any]) -> str | None:
-    """`booking.policySnapshot.coveragePolicy.insurerId`, else `booking.coveragePolicy.insurerId`; blank ->
-    None."""
+    """`booking.policySnapshot.coveragePolicy.insurerId`, else `booking.coveragePolicy.insurerId`; blank -> None."""
     booking = snapshot.get("booking")
     if type(booking) is not dict:
         return None

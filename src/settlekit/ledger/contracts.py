@@ -2,8 +2,7 @@
 (03-ledger.md §10), plus split-plan execution over one amount.
 
 Normalization fills every absent optional key with null, so documents that differ only by omitted optional
-keys
-hash the same. Unknown keys are rejected.
+keys hash the same. Unknown keys are rejected.
 """
 
 from __future__ import annotations
@@ -157,11 +156,9 @@ def allocate_split(amount: int, rules: list[Mapping[str, Any]]) -> list[tuple[Ma
     2. percentage shares of the amount left after the fixed shares, each floored
        (`left * bps // 10000`);
     3. every cent still unallocated goes to the remainder rule; without a remainder rule the leftover cents
-    go one
-       at a time to the percentage rules with the largest discarded fractions (ties: earlier rule first), and
+       go one at a time to the percentage rules with the largest discarded fractions (ties: earlier rule first), and
        whatever is still left (no percentage rules, or percentages below 100 %) is returned as a final pair
-       with
-       an empty rule `{}` meaning "the posting's default party".
+       with an empty rule `{}` meaning "the posting's default party".
     The returned amounts (zeros omitted) always sum to `amount`.
     """
     sign = -1 if amount < 0 else 1

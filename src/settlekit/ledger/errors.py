@@ -1,5 +1,4 @@
-"""Ledger errors (03-ledger.md §9). At append they surface as 409 LEDGER_POSTING_INVALID with
-`details.code`."""
+"""Ledger errors (03-ledger.md §9). At append they surface as 409 LEDGER_POSTING_INVALID with `details.code`."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ class SplitsInvalid(LedgerError):
 
 class PostingPreconditionFailed(LedgerError):
     """`reason` is one of QUOTE_MISSING, JOB_NOT_SETTLED, CLAIM_NOT_APPROVED, CLAIM_NOT_FOUND,
-    CLAIM_AMOUNTS_INVALID,
-    REFUND_NOT_ALLOWED, PROOF_REQUIRED, PROOF_INSUFFICIENT, AMOUNT_INVALID, JOB_NOT_TERMINAL."""
+    CLAIM_AMOUNTS_INVALID, REFUND_NOT_ALLOWED, PROOF_REQUIRED, PROOF_INSUFFICIENT, AMOUNT_INVALID, JOB_NOT_TERMINAL."""
 
     def __init__(self, reason: str, message: str, **details: Any):
         super().__init__(message, reason=reason, **details)

@@ -16,8 +16,7 @@ Posting = tuple[str, int]
 
 def make_entry(entry_id: str, at: str, memo: str, postings: list[Posting]) -> Entry:
     """Build `{id, at, memo, postings}`; raises UnbalancedEntry unless there are >= 2 non-zero integer
-    postings on
-    known accounts, each within the amount cap, summing to exactly 0."""
+    postings on known accounts, each within the amount cap, summing to exactly 0."""
     if len(postings) < 2:
         raise UnbalancedEntry(f"entry {entry_id} needs at least two postings", entryId=entry_id)
     total = 0
@@ -171,8 +170,7 @@ def _refund(s: Mapping[str, Any], e: Mapping[str, Any], label: str) -> list[Entr
 
 def settlement_proof_status(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> str | None:
     """`payload.settlementProofRef.status` if a non-empty string, else the latest PROOF_EVALUATED status
-    for the
-    latest completion anchor, else None."""
+    for the latest completion anchor, else None."""
     p = e.get("payload")
     ref = p.get("settlementProofRef") if type(p) is dict else None
     status: Any = ref.get("status") if type(ref) is dict else None
@@ -398,8 +396,7 @@ POSTING_EVENT_TYPES: Final = frozenset(JOB_POSTING_RULES) | {"INSURER_REIMBURSEM
 def entries_for_job_event(
     snapshot_before: Mapping[str, Any], facts_before: Mapping[str, Any], event: Mapping[str, Any]
 ) -> list[Entry]:
-    """Journal entries caused by a job event, from the job state just before it. Empty for non-posting
-    types."""
+    """Journal entries caused by a job event, from the job state just before it. Empty for non-posting types."""
     rule = JOB_POSTING_RULES.get(event["type"])
     if rule is None:
         return []
@@ -407,8 +404,7 @@ def entries_for_job_event(
 
 
 def entries_for_finance_event(event: Mapping[str, Any]) -> list[Entry]:
-    """INSURER_REIMBURSEMENT_RECORDED (finance stream): Dr cash N; Cr insurer_receivable N. Other types:
-    none."""
+    """INSURER_REIMBURSEMENT_RECORDED (finance stream): Dr cash N; Cr insurer_receivable N. Other types: none."""
     if event.get("type") != "INSURER_REIMBURSEMENT_RECORDED":
         return []
     p = _payload(event)

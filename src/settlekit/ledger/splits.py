@@ -34,8 +34,7 @@ class SettlementSplits:
 
 def compute_splits(amount: int, coverage_fee: int, had_assist: bool, royalties: int) -> SettlementSplits:
     """platform 20 %, insurance 2 %, operator 5 % (only with assist) of the service amount, floored; owner
-    gets
-    the rest after royalties. Integer division equals settld's float math for every amount <= 10**12."""
+    gets the rest after royalties. Integer division equals settld's float math for every amount <= 10**12."""
     if not 0 <= coverage_fee <= amount <= MAX_AMOUNT_CENTS:
         raise SplitsInvalid(
             "coverage fee must be within 0..amount and the amount within the cap",

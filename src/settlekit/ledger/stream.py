@@ -11,8 +11,7 @@ from settlekit.ledger.postings import entries_for_finance_event
 def postings_for_stream(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Journal entries of a stream in order. A job stream (first event JOB_CREATED) is folded once through the
     validating reducer, each event posted from the state before it; any other stream only posts finance
-    events.
-    Errors are raised, never skipped."""
+    events. Errors are raised, never skipped."""
     if not events:
         return []
     if events[0].get("type") != "JOB_CREATED":
