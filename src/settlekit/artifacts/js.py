@@ -49,10 +49,6 @@ def is_safe_int(v: Any) -> bool:
     return False
 
 
-def safe_int_or(v: Any, default: int) -> int:
-    return int(v) if is_safe_int(v) else default
-
-
 def js_string(v: Any) -> str:
     """`String(v)` for JSON scalars (objects are not expected here)."""
     if v is None:

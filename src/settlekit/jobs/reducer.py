@@ -139,11 +139,6 @@ def _initial_facts() -> Facts:
     }
 
 
-def _p(event: Event) -> Mapping[str, Any]:
-    p = event.get("payload")
-    return p if type(p) is dict else {}
-
-
 def _track_signature(facts: Facts, event: Event) -> None:
     sig: Any = event.get("signature")
     if type(sig) is str and sig.strip():
@@ -889,10 +884,6 @@ def reduce(events: Iterable[Event]) -> JobState:
     for event in it:
         state = _step(state, event, check_event(state, event))
     return state
-
-
-def start_or_apply(state: JobState | None, event: Event) -> JobState:
-    return initial_state(event) if state is None else validate_and_apply(state, event)
 
 
 # --- persistence ---
