@@ -254,6 +254,7 @@ class Dispatcher:
                 self.log.exception("dispatcher pass failed")
             except BaseException as exc:  # a simulated crash ends the thread like a dying process
                 self.last_error = exc
+                self.log.error("dispatcher thread ended by %s", type(exc).__name__, exc_info=exc)
                 return
             if not more:
                 self._wait()

@@ -211,7 +211,8 @@ class ConsumerState:
 
 
 class SimulatedCrash(BaseException):  # noqa: N818 - it is a crash, not an error
-    """Raised by a failpoint to simulate a process dying mid-turn; never caught by the dispatcher."""
+    """Raised by a failpoint to simulate a process dying mid-turn. Not a turn error: the turn does not record
+    it, it escapes `run_once`, and in the background thread it ends the thread (kept as `last_error`)."""
 
 
 class Failpoints:
