@@ -112,7 +112,7 @@ def policy_hash_from_booking(booking: Any) -> str | None:
         try:
             return canonical_hash(ps)
         except CanonicalJsonError:
-            pass
+            pass  # not canonical JSON (e.g. a lone surrogate): use the field hash below rather than fail the build
     return canonical_hash(
         {
             "sla": booking.get("sla"),
