@@ -116,7 +116,10 @@ class Workers:
             **({"registry": registry} if registry is not None else {}),
         )
         sink = WebhookDeliverySink(on_enqueued=self.delivery.wake)
-        self.dispatcher = Dispatcher(db, [artifacts_consumer(sink=sink)], instance_id=settings.instance_id,
+        from settlekit.store.contracts import contract_in_tx
+
+        consumer = artifacts_consumer(sink=sink, contract_resolver=contract_in_tx)
+        self.dispatcher = Dispatcher(db, [consumer], instance_id=settings.instance_id,
                                      batch_size=settings.dispatch_batch_size,
                                      **({"registry": registry} if registry is not None else {}))
         self._delivery_thread: threading.Thread | None = None

@@ -9,7 +9,7 @@ from typing import Any
 
 from settlekit.events.canonical import parse_json
 from settlekit.ledger import contract_hash, normalize_contract_document
-from settlekit.store.db import Database
+from settlekit.store.db import Database, Tx
 
 
 def put_contract(db: Database, tenant_id: str, document: Any) -> str:
@@ -28,6 +28,13 @@ def get_contract(db: Database, tenant_id: str, digest: str) -> dict[str, Any] | 
     with db.query() as tx:
         row = tx.fetchone("SELECT document_json FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?",
                           (tenant_id, digest))
+    return None if row is None else parse_json(row[0])
+
+
+def contract_in_tx(tx: Tx, tenant_id: str, digest: str) -> dict[str, Any] | None:
+    """The document inside an open transaction (the artifact consumer's turn), or None when not registered."""
+    row = tx.fetchone("SELECT document_json FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?",
+                      (tenant_id, digest))
     return None if row is None else parse_json(row[0])
 
 

@@ -84,9 +84,13 @@ class SqliteDatabase(Database):
         if conn is None:
             if self._closed:
                 raise ConfigurationError("database is closed", code="DATABASE_CLOSED")
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                   timeout=self._busy_timeout_ms / 1000)
-            conn.execute("PRAGMA journal_mode=WAL")
+            try:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                       timeout=self._busy_timeout_ms / 1000)
+                conn.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError as exc:
+                raise ConfigurationError(f"cannot open SQLite database {self.path}: {exc}",
+                                         code="DATABASE_UNAVAILABLE") from exc
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
