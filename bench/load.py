@@ -25,7 +25,6 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import report, scratch_pg  # noqa: E402
-
 from settlekit.api.auth import create_api_key  # noqa: E402
 from settlekit.delivery.receiver import ReceiverServer  # noqa: E402
 from settlekit.delivery.signing import generate_secret  # noqa: E402
