@@ -17,17 +17,10 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.errors import SettlekitError
+from settlekit.events.canonical import js_int
 
 log = logging.getLogger("settlekit.api")
 PROBLEM_TYPE = "application/problem+json"
-
-
-MAX_SAFE_INTEGER = 2**53 - 1
-
-
-def _js_int(text: str) -> int | float:
-    value = int(text)
-    return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else float(value)
 
 
 def _no_constant(name: str) -> Any:
@@ -37,7 +30,7 @@ def _no_constant(name: str) -> Any:
 def parse_body(raw: bytes) -> Any:
     """A request body parsed like JavaScript JSON.parse (unsafe integers become doubles; NaN/Infinity refused)."""
     try:
-        return json.loads(raw, parse_int=_js_int, parse_constant=_no_constant)
+        return json.loads(raw, parse_int=js_int, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise SettlekitError("the request body is not valid JSON", code="JSON_INVALID", status=400) from exc
 

@@ -233,14 +233,14 @@ def _slow(x: Any) -> str:
     return "".join(out)
 
 
-def _js_int(text: str) -> int | float:
+def js_int(text: str) -> int | float:
     value = int(text)
     return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else float(value)
 
 
 def parse_json(text: str | bytes) -> Any:
     """Parse JSON like JavaScript: integers beyond the safe range become doubles."""
-    return json.loads(text, parse_int=_js_int)
+    return json.loads(text, parse_int=js_int)
 
 
 def canonical_bytes(x: Any) -> bytes:
