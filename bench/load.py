@@ -1,7 +1,8 @@
 """Bounded loopback load test of the HTTP API (issue 7).
 
-`settlekit serve` (API + embedded workers) runs as a subprocess on a scratch PostgreSQL database; 50 clients append
-client-finalized, signed job events for 20 s (LOAD_CLIENTS, LOAD_SECONDS override), one event per request. Reports
+`settlekit serve --no-workers` and `settlekit worker` run as subprocesses on a scratch PostgreSQL database; 50
+clients append client-finalized, signed job events for 20 s (LOAD_CLIENTS, LOAD_SECONDS override), one event per
+request. Reports
 requests/s, p50/p99 latency and the 4xx/5xx counts; then waits for the deliveries and checks that nothing was lost:
 every accepted event is in the exported stream at its index, and every artifact built was received by the local
 webhook receiver. Finally SIGTERM must stop the server cleanly. Only 127.0.0.1 is contacted.
@@ -56,8 +57,11 @@ def main() -> int:
                "SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS": "true", "SETTLEKIT_RATE_LIMIT_PER_SECOND": "1000000",
                "SETTLEKIT_RATE_LIMIT_BURST": "1000000"}
         log = Path(tmp) / "serve.log"
-        server = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve"], env=env,
+        # The API and the workers in two processes, so they do not share one interpreter lock.
+        server = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--no-workers"], env=env,
                                   stdout=log.open("wb"), stderr=subprocess.STDOUT)
+        worker = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "worker"], env=env,
+                                  stdout=(Path(tmp) / "worker.log").open("wb"), stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 60
@@ -155,13 +159,14 @@ def main() -> int:
                   f"not delivered: {len(artifact_ids - received)}; receiver duplicates deduped: "
                   f"{receiver.duplicates}")
         finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                code = server.wait(timeout=60)
-                print(f"serve stopped on SIGTERM with exit status {code}")
-            except subprocess.TimeoutExpired:
-                server.kill()
-                print("serve did not stop within 60 s of SIGTERM")
+            for name, proc in (("serve", server), ("worker", worker)):
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    code = proc.wait(timeout=60)
+                    print(f"{name} stopped on SIGTERM with exit status {code}")
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    print(f"{name} did not stop within 60 s of SIGTERM")
             receiver.stop()
             db.close()
     return 0
