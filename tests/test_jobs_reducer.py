@@ -53,7 +53,7 @@ def test_job_created_only_once() -> None:
     b, state = _executing()
     with pytest.raises(InvalidJobTransition) as exc:
         apply(state, b.draft("JOB_CREATED", {"templateId": "x"}))
-    assert exc.value.code == "TRANSITION_ILLEGAL" and exc.value.status == 409
+    assert exc.value.code == "INVALID_TRANSITION" and exc.value.status == 409
 
 
 def test_illegal_transition_names_status_and_type_and_leaves_state_untouched() -> None:

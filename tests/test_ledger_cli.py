@@ -30,6 +30,6 @@ def test_postings_reports_errors(tmp_path: Path) -> None:
     stream.write_text(json.dumps([events[0], events[2]]), encoding="utf-8")  # BOOKED straight after genesis
     result = CliRunner().invoke(ledger_app, ["postings", "--events", str(stream)])
     assert result.exit_code == 1
-    assert "TRANSITION_ILLEGAL" in result.output
+    assert "INVALID_TRANSITION" in result.output
     stream.write_text("{}", encoding="utf-8")
     assert CliRunner().invoke(ledger_app, ["postings", "--events", str(stream)]).exit_code == 2

@@ -67,7 +67,7 @@ def test_illegal_transition_stores_nothing(db: Database) -> None:
     with pytest.raises(SettlekitError) as err:
         store.append(T, "job_x", [{"type": "SETTLED", "actor": actor, "payload": {}}],
                      expected_prev_chain_hash=r.head_chain_hash)
-    assert err.value.code == "TRANSITION_ILLEGAL" and err.value.status == 409
+    assert err.value.code == "INVALID_TRANSITION" and err.value.status == 409
     assert "CREATED" in err.value.message and "SETTLED" in err.value.message
     assert len(store.read_stream(T, "job_x")) == 1
     assert store.head(T, "job_x").chain_hash == r.head_chain_hash  # type: ignore[union-attr]

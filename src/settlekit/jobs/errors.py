@@ -10,7 +10,7 @@ from settlekit.errors import SettlekitError, ValidationError
 class InvalidJobTransition(SettlekitError):
     """`(from_status, event_type)` is not in the transition table (02-jobs.md §2, §4)."""
 
-    code = "TRANSITION_ILLEGAL"
+    code = "INVALID_TRANSITION"  # the issue's code; spec 02 §4 calls it TRANSITION_ILLEGAL
     status = 409
 
     def __init__(self, from_status: str | None, event_type: str, job_id: str | None = None):

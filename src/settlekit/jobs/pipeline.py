@@ -51,7 +51,7 @@ def process_job_events(
     `contract_doc`: the operator contract document resolved by the store from `operatorContractHash`, if any.
     `contract_resolver`: instead of a fixed document, look up the job's `operatorContractHash` (as of each
     entry) — the document's party ids apply, and its split plan is executed when `connect.enabled` is true.
-    Raises SettlekitError subclasses: EVENT_TYPE_UNKNOWN (400), SCHEMA_INVALID (400), TRANSITION_ILLEGAL
+    Raises SettlekitError subclasses: EVENT_TYPE_UNKNOWN (400), SCHEMA_INVALID (400), INVALID_TRANSITION
     (409), domain codes (409), LEDGER_POSTING_INVALID (409, `details.code`).
     """
     if not events:
