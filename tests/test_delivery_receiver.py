@@ -267,3 +267,24 @@ def test_cli_receive_command(tmp_path: Path, settlement: dict[str, Any]) -> None
     assert "accepted SettlementStatement.v1" in err
     assert "'duplicates': 1" in err
     assert (tmp_path / f"{settlement['artifactId']}.json").read_bytes() == canonical_bytes(settlement)
+
+
+def test_request_cut_off_mid_body_is_not_processed() -> None:
+    """A sender killed mid-request leaves a short body: the receiver neither accepts nor rejects it."""
+    import socket as socket_module
+    import time as time_module
+
+    rx = ReceiverServer(secrets=["whsec_" + "A" * 32], port=0).start()
+    try:
+        with socket_module.create_connection(("127.0.0.1", rx.port)) as conn:
+            conn.sendall(b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"partial\":")
+            conn.shutdown(socket_module.SHUT_WR)
+            conn.settimeout(5)
+            assert conn.recv(100) == b""
+        deadline = time_module.monotonic() + 5
+        while rx.stats()["incomplete"] == 0 and time_module.monotonic() < deadline:
+            time_module.sleep(0.01)
+        assert rx.stats()["incomplete"] == 1
+        assert rx.rejected == 0 and rx.received == {}
+    finally:
+        rx.stop()

@@ -246,6 +246,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(413, {"error": "body too large"})
             return
         body = self.rfile.read(length)
+        if len(body) < length:
+            # The sender went away mid-body (e.g. a killed worker): not a delivery, nothing to answer.
+            self.close_connection = True
+            owner._count_incomplete()
+            return
         headers = {k.lower(): v for k, v in self.headers.items()}
         fault = owner._next_fault()
         if fault is not None:
@@ -307,6 +312,7 @@ class ReceiverServer:
         self.received: dict[str, dict[str, Any]] = {}  # webhook-id → artifact, first arrival order
         self.duplicates = 0
         self.rejected = 0
+        self.incomplete = 0  # requests whose body ended before its content-length (sender died mid-request)
         self.connections_opened = 0  # TCP connections accepted (keep-alive reuse keeps this low)
         self.requests: list[ReceivedRequest] = []
         self._faults: deque[Fault] = deque()
@@ -472,12 +478,17 @@ class ReceiverServer:
         with self._lock:
             return list(self.received.values())
 
+    def _count_incomplete(self) -> None:
+        with self._lock:
+            self.incomplete += 1
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {
                 "received": len(self.received),
                 "duplicates": self.duplicates,
                 "rejected": self.rejected,
+                "incomplete": self.incomplete,
                 "requests": len(self.requests),
                 "connections": self.connections_opened,
             }
