@@ -13,7 +13,6 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
@@ -35,7 +34,7 @@ from settlekit.api.http import (
 )
 from settlekit.artifacts.store import ArtifactStore
 from settlekit.delivery.service import DestinationPolicy
-from settlekit.errors import ConfigurationError, SettlekitError
+from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
 from settlekit.store.db import Database, connect
 from settlekit.store.job_streams import job_store
@@ -43,7 +42,6 @@ from settlekit.store.job_streams import job_store
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_OPERATOR_TENANT = "system"
-DEFAULT_API_THREADS = 8
 
 
 class _ApiMetrics:
@@ -122,7 +120,6 @@ def create_app(
     registered_consumers: Sequence[str] | None = None,
     registry: CollectorRegistry | None = None,
     max_payload_bytes: int | None = None,
-    api_threads: int | None = None,
 ) -> FastAPI:
     """Build the API on a Database (or a URL, opened, migrated and closed with the app).
 
@@ -130,8 +127,7 @@ def create_app(
     arguments win over it. Destination secrets given by value are written to 0600 files under `secrets_dir`
     (default on SQLite: `<db file>.secrets/`; `file:` refs are what the delivery worker reads); `inline_secrets`
     stores them in the row instead (tests; the worker refuses inline refs by default).
-    Consumer verbs need an `admin` key of `operator_tenant` (default "system"). `api_threads` (or
-    `settings.api_threads`; default 8) bounds the threads that run sync routes.
+    Consumer verbs need an `admin` key of `operator_tenant` (default "system").
     """
     owned = isinstance(db, str)
     database = connect(db) if isinstance(db, str) else db
@@ -142,9 +138,6 @@ def create_app(
     rate = float(rate_limit_per_second if rate_limit_per_second is not None
                  else _setting(settings, "rate_limit_per_second", 50.0))
     burst = int(rate_limit_burst if rate_limit_burst is not None else _setting(settings, "rate_limit_burst", 100))
-    threads = int(api_threads if api_threads is not None else _setting(settings, "api_threads", DEFAULT_API_THREADS))
-    if threads < 1:
-        raise ConfigurationError("api_threads must be at least 1", apiThreads=threads)
     loopback = bool(_setting(settings, "allow_loopback_webhooks", False))
     insecure = bool(_setting(settings, "allow_insecure_http", False)) or loopback
     policy = destination_policy or DestinationPolicy(
@@ -171,9 +164,6 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
-        # Sync routes and dependencies run in the event loop's thread pool. More threads than this only add
-        # GIL hand-offs and wait for pooled connections anyway (40 threads served ~35% fewer appends than 8).
-        anyio.to_thread.current_default_thread_limiter().total_tokens = threads
         yield
         if owned:
             database.close()

@@ -20,24 +20,6 @@ from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore
 
 
-class KnownJobStreams:
-    """(tenant, stream id) pairs already seen to be job streams. A stream's type is fixed when it is created and
-    streams are never deleted, so a hit lets an append skip re-reading the head (the store still checks the
-    chain). Bounded: cleared when full."""
-
-    def __init__(self, limit: int = 100_000):
-        self.limit = limit
-        self._seen: set[tuple[str, str]] = set()
-
-    def __contains__(self, item: tuple[str, str]) -> bool:
-        return item in self._seen
-
-    def add(self, tenant_id: str, stream_id: str) -> None:
-        if len(self._seen) >= self.limit:
-            self._seen.clear()
-        self._seen.add((tenant_id, stream_id))
-
-
 @dataclass
 class ApiContext:
     db: Database
@@ -51,7 +33,6 @@ class ApiContext:
     registered_consumers: Sequence[str] | None = None
     registry: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
-    job_streams: KnownJobStreams = field(default_factory=KnownJobStreams)
 
 
 def context(request: Request) -> ApiContext:
@@ -73,12 +54,11 @@ def require(scope: str, *, operator: bool = False) -> Any:
     """Dependency: the authenticated key, rate-limited, holding `scope` (and for deployment-wide operations,
     belonging to the operator tenant)."""
 
-    # async, so FastAPI does not move it to the thread pool: the key is normally on the request already.
-    async def dependency(request: Request) -> ApiKey:
+    def dependency(request: Request) -> ApiKey:
         ctx = context(request)
         key: ApiKey | None = getattr(request.state, "api_key", None)
         if key is None:  # AuthMiddleware normally did this already
-            key = await run_in_threadpool(authenticate_request, ctx, request.headers)
+            key = authenticate_request(ctx, request.headers)
             request.state.api_key = key
         if not key.allows(scope):
             raise ForbiddenError(f"this API key lacks the {scope!r} scope", code="SCOPE_REQUIRED", scope=scope)

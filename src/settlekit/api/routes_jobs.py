@@ -144,13 +144,11 @@ def _append_events_sync(job_id: str, request: Request, key: ApiKey, raw: bytes) 
     finance = sorted({i.get("type") for i in items if is_finance_type(i.get("type"))})
     if finance:
         require_scopes(key, ["finance:write"])
-    known = (key.tenant_id, job_id) in ctx.job_streams
-    if not known:
-        head = ctx.store.head(key.tenant_id, job_id)
-        if head is None and items[0].get("type") != "JOB_CREATED":
-            raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
-        if head is not None and head.stream_type != "job":
-            raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
+    head = ctx.store.head(key.tenant_id, job_id)
+    if head is None and items[0].get("type") != "JOB_CREATED":
+        raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
+    if head is not None and head.stream_type != "job":
+        raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
     finalized = any(k in i for i in items for k in _FINALIZED_KEYS)
     expected: Any = None
     given = False
@@ -163,8 +161,6 @@ def _append_events_sync(job_id: str, request: Request, key: ApiKey, raw: bytes) 
                 break
     result = _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
                      expected_given=given)
-    if not known:  # it exists now, as a job stream (an existing head was one, or JOB_CREATED created it)
-        ctx.job_streams.add(key.tenant_id, job_id)
     return _append_response(result)
 
 
