@@ -3,7 +3,9 @@ and a fresh SQLite file per test. Every backend-parametrized test runs on both."
 
 from __future__ import annotations
 
+import functools
 import os
+import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,13 +16,31 @@ import pytest
 from settlekit.events.canonical import parse_json
 from settlekit.store.db import Database, connect
 
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
+VECTORS = Path(__file__).resolve().parent / "vectors"
 PG_ADMIN_URL = os.environ.get("SETTLEKIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 _RUN = uuid.uuid4().hex[:10]
 
 
 def load_vector(name: str) -> dict:
     return parse_json((VECTORS / name).read_text(encoding="utf-8"))
+
+
+@functools.cache
+def differential_corpus() -> dict[str, str]:
+    """The reference's differential corpus (`vectors/differential.tar.gz`): stream name -> file text."""
+    out: dict[str, str] = {}
+    with tarfile.open(VECTORS / "differential.tar.gz", "r:gz") as archive:
+        for member in archive.getmembers():
+            name = member.name.rsplit("/", 1)[-1]
+            if member.isfile() and name.startswith("d") and name.endswith(".json"):
+                handle = archive.extractfile(member)
+                assert handle is not None
+                out[name[: -len(".json")]] = handle.read().decode("utf-8")
+    return dict(sorted(out.items()))
+
+
+def load_differential(name: str) -> dict:
+    return parse_json(differential_corpus()[name])
 
 
 def scenario_names() -> list[str]:

@@ -23,7 +23,7 @@ from settlekit.delivery.receiver import (
 from settlekit.delivery.signing import generate_secret, sign_legacy, standard_headers
 from settlekit.events.canonical import canonical_bytes, canonical_hash, parse_json
 
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
+VECTORS = Path(__file__).resolve().parent / "vectors"
 NOW = 1_767_312_000
 
 

@@ -22,7 +22,7 @@ from settlekit.delivery.signing import SigningMode, generate_secret
 from settlekit.delivery.ssrf import SsrfPolicy
 from settlekit.events.canonical import canonical_hash, parse_json
 
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
+VECTORS = Path(__file__).resolve().parent / "vectors"
 LOCAL = SsrfPolicy.for_local_testing()
 SECRET = generate_secret()
 FAST = SenderConfig(timeout=2.0, connect_timeout=1.0, concurrency=4)

@@ -12,7 +12,7 @@ from settlekit.events.canonical import canonical_json, parse_json
 from settlekit.jobs import process_job_events, reduce, serialize_state
 from settlekit.ledger import balances_from_entries, policy_snapshot_hash, postings_for_stream
 
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
+VECTORS = Path(__file__).resolve().parent / "vectors"
 SCENARIOS = sorted(p.name for p in VECTORS.glob("*.json") if p.name != "envelope.json")
 
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from settlekit.events.canonical import parse_json
 from settlekit.ledger.cli import ledger_app
 
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
+VECTORS = Path(__file__).resolve().parent / "vectors"
 
 
 def test_postings_prints_entries_as_json_lines(tmp_path: Path) -> None:
