@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -15,6 +16,22 @@ from settlekit.store.db import Database, Dialect, Row, Tx, migration_files
 # Wake-ups between threads of this process; other processes fall back to polling.
 _wakeups: dict[str, threading.Condition] = {}
 _wakeups_lock = threading.Lock()
+
+
+def _enable_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch to WAL. Two connections switching a new file at once can get SQLITE_BUSY without the busy handler
+    being consulted, so the switch is retried until the busy timeout."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
 
 def _condition_for(path: str) -> threading.Condition:
@@ -87,7 +104,7 @@ class SqliteDatabase(Database):
             try:
                 conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                        timeout=self._busy_timeout_ms / 1000)
-                conn.execute("PRAGMA journal_mode=WAL")
+                _enable_wal(conn, self._busy_timeout_ms / 1000)
             except sqlite3.OperationalError as exc:
                 raise ConfigurationError(f"cannot open SQLite database {self.path}: {exc}",
                                          code="DATABASE_UNAVAILABLE") from exc
