@@ -135,9 +135,12 @@ def test_job_execution_family_and_stall_resume() -> None:
     b.add("JOB_EXECUTION_STALLED", {"reason": "stuck"})
     b.add("JOB_EXECUTION_RESUMED", {}, ROBOT_ACTOR)
     b.add("JOB_EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
+    stalled = reduce(b.events[:-2])
+    assert stalled.snapshot["execution"]["stallReason"] == "stuck"
     s = reduce(b.events)
     ex = s.snapshot["execution"]
-    assert ex["robotId"] == "rob_9" and ex["stallReason"] == "stuck" and ex["resumedAt"] is not None
+    assert ex["robotId"] == "rob_9" and ex["resumedAt"] is not None
+    assert ex["stalledAt"] is None and ex["stallReason"] is None  # cleared on resume
     assert s.snapshot["assist"]["status"] == "none"  # reset on resume
     assert s.facts["completedSeen"] and not s.facts["legacyCompletedSeen"]
     assert s.facts["latestCompletion"]["eventId"] == b.events[-1]["id"]

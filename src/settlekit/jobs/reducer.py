@@ -13,6 +13,7 @@ input is untouched. Callers that need to keep an older state intact after a late
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -161,7 +162,7 @@ def initial_state(first_event: Event) -> JobState:
     constraints: Any = p.get("constraints")
     snapshot: Snapshot = {
         "id": first_event["streamId"],
-        "tenantId": p.get("tenantId") or DEFAULT_TENANT_ID,
+        "tenantId": _nn(p.get("tenantId"), DEFAULT_TENANT_ID),
         "customerId": p.get("customerId"),
         "siteId": p.get("siteId"),
         "contractId": p.get("contractId"),
@@ -209,6 +210,26 @@ def initial_state(first_event: Event) -> JobState:
 
 
 # --- per-type snapshot updates: (snapshot copy, facts copy, event, payload) -> None ---
+#
+# The updates follow settld's reducer value for value: `a ?? b` is `_nn(a, b)` (first value that is not
+# null/undefined), payload times win over `event.at` where settld reads them, keyed lists keep the position of
+# the first item with a given id (a JS Map), and the handlers never assume a payload field is present (the
+# offline tools reduce every stream the reference accepts, whatever the live path's validation says).
+
+
+def _nn(*values: Any) -> Any:
+    """JS `a ?? b ?? ...`: the first value that is not None."""
+    for v in values:
+        if v is not None:
+            return v
+    return None
+
+
+def _truthy_id(v: Any) -> bool:
+    """JS truthiness of an id field (`if (claimId)`): a non-empty string or any other non-falsy JSON value."""
+    if v is None or v is False or v == "":
+        return False
+    return not (type(v) in (int, float) and v == 0)
 
 Handler = Callable[[Snapshot, Facts, Event, Mapping[str, Any]], None]
 
@@ -258,12 +279,12 @@ def _cancelled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
 
 
 def _rescheduled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    window = p.get("newWindow") or {}
+    window: Any = p.get("newWindow")
     booking = s["booking"]
-    if type(booking) is dict:
+    if type(window) is dict and type(booking) is dict:
         booking = dict(booking)
-        booking["startAt"] = window.get("startAt")
-        booking["endAt"] = window.get("endAt")
+        booking["startAt"] = _nn(window.get("startAt"), booking.get("startAt"))
+        booking["endAt"] = _nn(window.get("endAt"), booking.get("endAt"))
         s["booking"] = booking
     s["match"] = None
     s["reservation"] = None
@@ -276,19 +297,24 @@ def _rescheduled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     s["access"] = _access_init()
 
 
-def _access_update(s: Snapshot, p: Mapping[str, Any], status: str, at_key: str | None, at: str) -> None:
+def _access_update(s: Snapshot, p: Mapping[str, Any], status: str, at_key: str, at: str) -> None:
     access = dict(s["access"])
     access["status"] = status
     if p.get("accessPlanId") is not None:
         access["accessPlanId"] = p["accessPlanId"]
-    if at_key is not None:
-        access[at_key] = at
+    access[at_key] = at
     s["access"] = access
 
 
 def _access_plan(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     s["accessPlan"] = e.get("payload")
-    _access_update(s, p, "planned", None, e["at"])
+    plan_id: Any = p.get("accessPlanId")
+    if s["access"].get("accessPlanId") != plan_id:
+        # a new plan (or a plan without id after one with an id) resets the access status to planned
+        access = dict(s["access"])
+        access["status"] = "planned"
+        access["accessPlanId"] = plan_id
+        s["access"] = access
 
 
 def _access_granted(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
@@ -309,23 +335,26 @@ def _access_expired(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> No
 
 def _execution_started(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     ex = dict(s["execution"])
-    ex["startedAt"] = e["at"]
-    actor: Any = e.get("actor") or {}
     if e["type"] == "EXECUTION_STARTED":
-        robot_id: Any = actor.get("id") if actor.get("type") == "robot" else p.get("robotId")
+        # legacy start: the robot is the acting robot, the time is the event's
+        actor: Any = e.get("actor")
+        robot_id: Any = actor.get("id") if type(actor) is dict and actor.get("type") == "robot" else None
+        ex["startedAt"] = e["at"]
     else:
         robot_id = p.get("robotId")
-    ex["robotId"] = robot_id
-    ex["stage"] = p.get("stage")
+        ex["startedAt"] = _nn(p.get("startedAt"), e["at"])
+    ex["robotId"] = _nn(robot_id, ex.get("robotId"))
+    ex["stage"] = _nn(p.get("stage"), ex.get("stage"))
     s["execution"] = ex
 
 
 def _heartbeat(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     ex = s["execution"].copy()
-    ex["lastHeartbeatAt"] = p.get("t")
+    ex["lastHeartbeatAt"] = _nn(p.get("t"), e["at"])
     ex["lastHeartbeatStage"] = p.get("stage")
     ex["lastHeartbeatProgress"] = p.get("progress")
     ex["lastHeartbeatAssistRequested"] = p.get("assistRequested")
+    ex["robotId"] = _nn(p.get("robotId"), ex.get("robotId"))
     s["execution"] = ex
 
 
@@ -364,16 +393,22 @@ def _aborted(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
 
 def _stalled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     ex = dict(s["execution"])
-    ex["stalledAt"] = e["at"]
+    ex["stalledAt"] = _nn(p.get("detectedAt"), e["at"])
     ex["stallReason"] = p.get("reason")
     s["execution"] = ex
 
 
 def _resumed(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     ex = dict(s["execution"])
-    ex["resumedAt"] = e["at"]
+    ex["resumedAt"] = _nn(p.get("resumedAt"), e["at"])
+    ex["stalledAt"] = None
+    ex["stallReason"] = None
     s["execution"] = ex
-    s["assist"] = _assist_init()
+    # resuming clears the assist episode, including its timeout fields
+    assist = _assist_init()
+    assist["timedOutAt"] = None
+    assist["timeoutReason"] = None
+    s["assist"] = assist
 
 
 def _assist_started(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
@@ -397,20 +432,27 @@ def _coverage_reserved(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) ->
 
 
 def _coverage_released(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    current: Any = s["operatorCoverage"].get("reservationId")
+    if not _truthy_id(current) or p.get("reservationId") != current:
+        return  # releasing another (or no) reservation changes nothing
     cov = dict(s["operatorCoverage"])
     cov["status"] = "released"
     cov["releasedAt"] = e["at"]
     s["operatorCoverage"] = cov
 
 
-def _assist_update(status: str, at_key: str, fields: tuple[str, ...]) -> Handler:
+def _assist_update(status: str, at_key: str, kept: tuple[str, ...], replaced: tuple[str, ...] = ()) -> Handler:
+    """`kept`: fields taken from the payload when present, else kept; `replaced`: always taken from the
+    payload (null when absent). The time is the payload's own `at_key` field, else `event.at`."""
+
     def handler(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
         assist = dict(s["assist"])
         assist["status"] = status
-        for field in fields:
-            if p.get(field) is not None:
-                assist[field] = p[field]
-        assist[at_key] = e["at"]
+        for field in kept:
+            assist[field] = _nn(p.get(field), assist.get(field))
+        for field in replaced:
+            assist[field] = p.get(field)
+        assist[at_key] = _nn(p.get(at_key), e["at"])
         if status == "timeout":
             assist["timeoutReason"] = p.get("reason")
         s["assist"] = assist
@@ -418,10 +460,31 @@ def _assist_update(status: str, at_key: str, fields: tuple[str, ...]) -> Handler
     return handler
 
 
+def _index_key(v: Any) -> str:
+    """Index key of an id value: the string itself, other JSON values in a form no string id can take."""
+    return v if type(v) is str else "\x00" + json.dumps(v, sort_keys=True)
+
+
+def _keyed_put(items: list[Any], index: dict[str, int], item_id: Any, item: Any) -> None:
+    """JS `Map.set` on an insertion-ordered list: a known id keeps its position, a new one is appended."""
+    key = _index_key(item_id)
+    idx = index.get(key)
+    if idx is None:
+        index[key] = len(items)
+        items.append(item)
+    else:
+        items[idx] = item
+
+
+def _keyed_get(items: list[Any], index: Mapping[str, int], item_id: Any) -> Any:
+    idx = index.get(_index_key(item_id))
+    return None if idx is None else items[idx]
+
+
 def _skill_licensed(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    lic = p["licenseId"]
-    f["skillLicenseIndex"][lic] = len(s["skillLicenses"])
-    s["skillLicenses"].append(e.get("payload"))
+    lic: Any = p.get("licenseId")
+    if _truthy_id(lic):
+        _keyed_put(s["skillLicenses"], f["skillLicenseIndex"], lic, e.get("payload"))
     amount: Any = (p.get("pricing") or {}).get("amountCents")
     if is_cents(amount) and amount > 0:
         f["royaltiesCents"] += amount
@@ -451,9 +514,13 @@ def _post_settlement_entry(key: str) -> Handler:
 
 
 def _incident(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    inc_id = p["incidentId"]
-    f["incidentIndex"][inc_id] = len(s["incidents"])
-    s["incidents"].append(
+    inc_id: Any = p.get("incidentId")
+    if not _truthy_id(inc_id):
+        return
+    _keyed_put(
+        s["incidents"],
+        f["incidentIndex"],
+        inc_id,
         {
             "incidentId": inc_id,
             "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
@@ -466,21 +533,26 @@ def _incident(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
             "sourceEventType": e["type"],
             "at": e["at"],
             "actor": e.get("actor"),
-        }
+        },
     )
     zone: Any = p.get("zoneId")
-    if type(zone) is str and zone:
+    itype: Any = p.get("type")
+    if type(zone) is str and zone and type(itype) is str:
         by_type = f["incidentZonesByType"]
-        zones = by_type.get(p["type"])
+        zones = by_type.get(itype)
         if zones is None:
-            zones = by_type[p["type"]] = {}
+            zones = by_type[itype] = {}
         zones[zone] = True
 
 
 def _evidence_captured(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    ev_id = p["evidenceId"]
-    f["evidenceIndex"][ev_id] = len(s["evidence"])
-    s["evidence"].append(
+    ev_id: Any = p.get("evidenceId")
+    if not _truthy_id(ev_id):
+        return
+    _keyed_put(
+        s["evidence"],
+        f["evidenceIndex"],
+        ev_id,
         {
             "evidenceId": ev_id,
             "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
@@ -494,20 +566,41 @@ def _evidence_captured(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) ->
             "at": e["at"],
             "actor": e.get("actor"),
             "expiredAt": None,
-            "retentionDays": p.get("retentionDays"),
+            "retentionDays": None,  # set by EVIDENCE_EXPIRED only
             "expiredBy": None,
-        }
+        },
     )
 
 
 def _evidence_expired(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    idx = f["evidenceIndex"][p["evidenceId"]]
-    item = dict(s["evidence"][idx])
+    ev_id: Any = p.get("evidenceId")
+    if not _truthy_id(ev_id):
+        return
+    current: Any = _keyed_get(s["evidence"], f["evidenceIndex"], ev_id)
+    if current is None:
+        # expiry of evidence never captured in this stream: a record with only what the expiry says
+        current = {
+            "evidenceId": ev_id,
+            "jobId": _nn(p.get("jobId"), s["id"]),
+            "incidentId": None,
+            "evidenceRef": p.get("evidenceRef"),
+            "kind": None,
+            "durationSeconds": None,
+            "sizeBytes": None,
+            "contentType": None,
+            "redaction": None,
+            "at": None,
+            "actor": None,
+            "expiredAt": None,
+            "retentionDays": None,
+            "expiredBy": None,
+        }
+    item = dict(current)
+    item["evidenceRef"] = _nn(p.get("evidenceRef"), current.get("evidenceRef"))
     item["expiredAt"] = e["at"]
+    item["retentionDays"] = _nn(p.get("retentionDays"), current.get("retentionDays"))
     item["expiredBy"] = e.get("actor")
-    if p.get("retentionDays") is not None:
-        item["retentionDays"] = p["retentionDays"]
-    s["evidence"][idx] = item
+    _keyed_put(s["evidence"], f["evidenceIndex"], ev_id, item)
 
 
 def _zone_coverage(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
@@ -531,20 +624,35 @@ def _zone_coverage(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> Non
     f["zoneCoverage"] = coverage
 
 
-def _claim_update(s: Snapshot, f: Facts, claim_id: str, changes: Mapping[str, Any]) -> None:
-    idx = f["claimIndex"][claim_id]
-    claim = dict(s["claims"][idx])
+def _claim_update(
+    s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any], base_status: str | None, changes: Mapping[str, Any]
+) -> None:
+    """Update the claim named by `p.claimId`; an unknown claim starts from a stub (with `base_status` when
+    given), as settld does. A falsy claim id changes nothing."""
+    claim_id: Any = p.get("claimId")
+    if not _truthy_id(claim_id):
+        return
+    current: Any = _keyed_get(s["claims"], f["claimIndex"], claim_id)
+    if current is None:
+        current = {"claimId": claim_id, "jobId": s["id"], "incidentId": None}
+        if base_status is not None:
+            current["status"] = base_status
+    claim = dict(current)
     claim.update(changes)
-    s["claims"][idx] = claim
+    _keyed_put(s["claims"], f["claimIndex"], claim_id, claim)
 
 
 def _claim_opened(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    claim_id = p["claimId"]
-    f["claimIndex"][claim_id] = len(s["claims"])
-    s["claims"].append(
+    claim_id: Any = p.get("claimId")
+    if not _truthy_id(claim_id):
+        return
+    _keyed_put(
+        s["claims"],
+        f["claimIndex"],
+        claim_id,
         {
             "claimId": claim_id,
-            "jobId": p.get("jobId") if p.get("jobId") is not None else s["id"],
+            "jobId": _nn(p.get("jobId"), s["id"]),
             "incidentId": p.get("incidentId"),
             "reasonCode": p.get("reasonCode"),
             "description": p.get("description"),
@@ -557,19 +665,25 @@ def _claim_opened(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None
             "paid": None,
             "openedAt": e["at"],
             "actor": e.get("actor"),
-        }
+        },
     )
 
 
 def _claim_triaged(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    current: Any = _keyed_get(s["claims"], f["claimIndex"], p.get("claimId"))
+    if current is None:
+        current = {"status": "OPEN"}
     _claim_update(
         s,
         f,
-        p["claimId"],
+        e,
+        p,
+        "OPEN",
         {
-            "status": "TRIAGED",
-            "triageCode": p.get("triageCode"),
-            "triageNotes": p.get("notes"),
+            # triage moves an open claim only; a later triage keeps the status it finds
+            "status": "TRIAGED" if current.get("status") == "OPEN" else current.get("status"),
+            "triageCode": _nn(p.get("triageCode"), current.get("triageCode")),
+            "triageNotes": _nn(p.get("notes"), current.get("triageNotes")),
             "triagedAt": e["at"],
             "triagedBy": e.get("actor"),
         },
@@ -577,17 +691,10 @@ def _claim_triaged(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> Non
 
 
 def _claim_approved(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    amounts = p["amounts"]
-    approved = {
-        "amounts": {"payoutCents": amounts.get("payoutCents"), "refundCents": amounts.get("refundCents")},
-        "currency": p.get("currency"),
-        "notes": p.get("notes"),
-    }
+    # `amounts` is kept as sent: a payout-only approval has no refundCents key
+    approved = {"amounts": p.get("amounts"), "currency": p.get("currency"), "notes": p.get("notes")}
     _claim_update(
-        s,
-        f,
-        p["claimId"],
-        {"status": "APPROVED", "approved": approved, "approvedAt": e["at"], "approvedBy": e.get("actor")},
+        s, f, e, p, None, {"status": "APPROVED", "approved": approved, "approvedAt": e["at"], "approvedBy": e.get("actor")}
     )
 
 
@@ -595,7 +702,9 @@ def _claim_denied(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None
     _claim_update(
         s,
         f,
-        p["claimId"],
+        e,
+        p,
+        None,
         {
             "status": "DENIED",
             "denied": {"reasonCode": p.get("reasonCode"), "notes": p.get("notes")},
@@ -606,11 +715,18 @@ def _claim_denied(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None
 
 
 def _job_adjusted(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    current: Any = _keyed_get(s["claims"], f["claimIndex"], p.get("claimId"))
     _claim_update(
         s,
         f,
-        p["claimId"],
-        {"adjustedAt": e["at"], "adjustmentId": p.get("adjustmentId"), "adjustedBy": e.get("actor")},
+        e,
+        p,
+        "APPROVED",
+        {
+            "adjustedAt": e["at"],
+            "adjustmentId": _nn(p.get("adjustmentId"), current.get("adjustmentId") if current else None),
+            "adjustedBy": e.get("actor"),
+        },
     )
 
 
@@ -618,7 +734,9 @@ def _claim_paid(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     _claim_update(
         s,
         f,
-        p["claimId"],
+        e,
+        p,
+        "APPROVED",
         {
             "status": "PAID",
             "paid": {
@@ -636,6 +754,10 @@ def _list_or_empty(v: Any) -> list[Any]:
     return v if type(v) is list else []
 
 
+def _list_or_null(v: Any) -> list[Any] | None:
+    return v if type(v) is list else None
+
+
 def _proof_evaluated(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     s["proof"] = {
         "evaluatedAt": p.get("evaluatedAt") if p.get("evaluatedAt") is not None else e["at"],
@@ -647,7 +769,7 @@ def _proof_evaluated(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> N
         "customerPolicyHash": p.get("customerPolicyHash"),
         "operatorPolicyHash": p.get("operatorPolicyHash"),
         "factsHash": p.get("factsHash"),
-        "missingEvidence": _list_or_empty(p.get("missingEvidence")),
+        "missingEvidence": _list_or_null(p.get("missingEvidence")),
         "metrics": p.get("metrics"),
     }
     proof_event = {
@@ -675,35 +797,65 @@ def _settled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
 
 
 def _hold_held(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    prev = s["settlementHold"]
-    held_at: Any = p.get("heldAt") if p.get("heldAt") is not None else e["at"]
-    if type(prev) is dict and prev.get("holdId") == p.get("holdId") and prev.get("heldAt") is not None:
-        held_at = prev["heldAt"]
+    prev: Any = s["settlementHold"]
+    hold_id: Any = p.get("holdId")
+    # re-holding the open hold with the same id is an update: it keeps the original heldAt
+    is_update = (
+        type(prev) is dict and prev.get("status") == "HELD" and _truthy_id(prev.get("holdId")) and prev.get("holdId") == hold_id
+    )
+    held_at: Any = prev.get("heldAt") if is_update else _nn(p.get("heldAt"), e["at"])
+    exposure: Any = p.get("exposure")
+    expected: Any = exposure.get("expected") if type(exposure) is dict else None
+    held: Any = exposure.get("held") if type(exposure) is dict else None
     s["settlementHold"] = {
         "status": "HELD",
-        "holdId": p.get("holdId"),
+        "holdId": hold_id,
         "heldAt": held_at,
-        "lastUpdatedAt": e["at"],
+        "lastUpdatedAt": _nn(p.get("heldAt"), e["at"]),
         "factsHash": p.get("factsHash"),
         "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
         "reasonCodes": _list_or_empty(p.get("reasonCodes")),
-        "missingEvidence": _list_or_empty(p.get("missingEvidence")),
+        "missingEvidence": _list_or_null(p.get("missingEvidence")),
         "triggeringProofRef": p.get("triggeringProofRef"),
         "pricingAnchor": p.get("pricingAnchor"),
-        "currency": p.get("currency"),
-        "expectedExposure": p.get("expectedExposure"),
-        "holdPolicy": p.get("holdPolicy"),
-        "heldExposure": p.get("heldExposure"),
+        "currency": _nn(
+            p.get("currency"),
+            expected.get("currency") if type(expected) is dict else None,
+            held.get("currency") if type(held) is dict else None,
+        ),
+        "expectedExposure": expected,
+        "holdPolicy": exposure.get("holdPolicy") if type(exposure) is dict else None,
+        "heldExposure": held,
+    }
+
+
+def _hold_base(prev: Any) -> dict[str, Any]:
+    """The HELD fields a release or forfeiture carries over (null when there was no hold)."""
+    h: Mapping[str, Any] = prev if type(prev) is dict else {}
+    return {
+        "heldAt": h.get("heldAt"),
+        "lastUpdatedAt": h.get("lastUpdatedAt"),
+        "factsHash": h.get("factsHash"),
+        "evaluatedAtChainHash": h.get("evaluatedAtChainHash"),
+        "reasonCodes": _nn(h.get("reasonCodes"), []),
+        "missingEvidence": h.get("missingEvidence"),
+        "triggeringProofRef": h.get("triggeringProofRef"),
+        "pricingAnchor": h.get("pricingAnchor"),
+        "currency": h.get("currency"),
+        "expectedExposure": h.get("expectedExposure"),
+        "holdPolicy": h.get("holdPolicy"),
+        "heldExposure": h.get("heldExposure"),
     }
 
 
 def _hold_released(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    hold = dict(s["settlementHold"])
+    prev: Any = s["settlementHold"]
+    hold = _hold_base(prev)
     hold.update(
         {
             "status": "RELEASED",
-            "lastUpdatedAt": e["at"],
-            "releasedAt": p.get("releasedAt") if p.get("releasedAt") is not None else e["at"],
+            "holdId": _nn(p.get("holdId"), prev.get("holdId") if type(prev) is dict else None),
+            "releasedAt": _nn(p.get("releasedAt"), e["at"]),
             "releaseReason": p.get("releaseReason"),
             "releasingProofRef": p.get("releasingProofRef"),
         }
@@ -712,12 +864,15 @@ def _hold_released(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> Non
 
 
 def _hold_forfeited(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    hold = dict(s["settlementHold"])
+    prev: Any = s["settlementHold"]
+    hold = _hold_base(prev)
     hold.update(
         {
             "status": "FORFEITED",
-            "lastUpdatedAt": e["at"],
-            "forfeitedAt": p.get("forfeitedAt") if p.get("forfeitedAt") is not None else e["at"],
+            "holdId": _nn(p.get("holdId"), prev.get("holdId") if type(prev) is dict else None),
+            "factsHash": _nn(p.get("factsHash"), hold["factsHash"]),
+            "evaluatedAtChainHash": _nn(p.get("evaluatedAtChainHash"), hold["evaluatedAtChainHash"]),
+            "forfeitedAt": _nn(p.get("forfeitedAt"), e["at"]),
             "forfeitureReason": p.get("forfeitureReason"),
             "decisionRef": p.get("decisionRef"),
             "decisionEventRef": p.get("decisionEventRef"),
@@ -730,8 +885,8 @@ def _dispute_opened(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> No
     s["dispute"] = {
         "status": "OPEN",
         "disputeId": p.get("disputeId"),
-        "openedAt": p.get("openedAt") if p.get("openedAt") is not None else e["at"],
-        "openedBy": p.get("openedBy") if p.get("openedBy") is not None else e.get("actor"),
+        "openedAt": _nn(p.get("openedAt"), e["at"]),
+        "openedBy": e.get("actor"),
         "reason": p.get("reason"),
     }
 
@@ -740,8 +895,8 @@ def _dispute_closed(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> No
     s["dispute"] = {
         "status": "CLOSED",
         "disputeId": p.get("disputeId"),
-        "closedAt": p.get("closedAt") if p.get("closedAt") is not None else e["at"],
-        "closedBy": p.get("closedBy") if p.get("closedBy") is not None else e.get("actor"),
+        "closedAt": _nn(p.get("closedAt"), e["at"]),
+        "closedBy": e.get("actor"),
         "resolution": p.get("resolution"),
     }
 
@@ -772,10 +927,10 @@ HANDLERS: Final[dict[str, Handler]] = {
     "ASSIST_ENDED": _noop,
     "ASSIST_REQUESTED": _assist_update("requested", "requestedAt", ()),
     "ASSIST_QUEUED": _assist_update("queued", "queuedAt", ("queueId",)),
-    "ASSIST_ASSIGNED": _assist_update("assigned", "assignedAt", ("operatorId", "queueId")),
+    "ASSIST_ASSIGNED": _assist_update("assigned", "assignedAt", ("queueId",), ("operatorId",)),
     "ASSIST_ACCEPTED": _assist_update("accepted", "acceptedAt", ("operatorId", "queueId")),
     "ASSIST_DECLINED": _assist_update("declined", "declinedAt", ("operatorId", "queueId")),
-    "ASSIST_TIMEOUT": _assist_update("timeout", "timedOutAt", ()),
+    "ASSIST_TIMEOUT": _assist_update("timeout", "timedOutAt", ("queueId",)),
     "JOB_RESCHEDULED": _rescheduled,
     "JOB_CANCELLED": _cancelled,
     "OPERATOR_COVERAGE_RESERVED": _coverage_reserved,
