@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
+from settlekit.artifacts.collation import sort_key
 from settlekit.events.canonical import MAX_SAFE_INTEGER
 
 
@@ -71,30 +72,9 @@ def js_sorted(values: Iterable[str]) -> list[str]:
     return sorted(values, key=utf16_key)
 
 
-# ICU root collation order of the printable ASCII characters that are not letters or digits (CLDR root,
-# non-ignorable): whitespace, then punctuation, then symbols, then currency, then digits, then letters.
-_ASCII_ORDER: Final = "\t\n\v\f\r _-,;:!?.'\"()[]{}@*/\\&#%`^+<=>|~$0123456789"
-_PRIMARY: Final[dict[str, int]] = {c: i + 1 for i, c in enumerate(_ASCII_ORDER)}
-_LETTER_BASE: Final = len(_ASCII_ORDER) + 1
-
-
-def _primary(c: str) -> int:
-    w = _PRIMARY.get(c)
-    if w is not None:
-        return w
-    lower = c.lower() if c.isascii() else c
-    if "a" <= lower <= "z":
-        return _LETTER_BASE + ord(lower) - ord("a")
-    return 1000 + ord(c)
-
-
-def locale_key(s: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Sort key approximating `a.localeCompare(b)` (ICU root collation) for identifiers: exact for ASCII
-    (punctuation < digits < letters, letters compared case-insensitively first, lowercase before uppercase);
-    other characters follow all of ASCII in code point order."""
-    primary = tuple(_primary(c) for c in s)
-    tertiary = tuple(1 if c.isascii() and c.isupper() else 0 for c in s)
-    return primary, tertiary
+def locale_key(s: str) -> bytes:
+    """Sort key giving `a.localeCompare(b)` order (ICU collation as in V8; see `settlekit.artifacts.collation`)."""
+    return sort_key(s)
 
 
 def date_parse_ms(v: Any) -> float:
