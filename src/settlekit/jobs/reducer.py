@@ -694,7 +694,12 @@ def _claim_approved(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> No
     # `amounts` is kept as sent: a payout-only approval has no refundCents key
     approved = {"amounts": p.get("amounts"), "currency": p.get("currency"), "notes": p.get("notes")}
     _claim_update(
-        s, f, e, p, None, {"status": "APPROVED", "approved": approved, "approvedAt": e["at"], "approvedBy": e.get("actor")}
+        s,
+        f,
+        e,
+        p,
+        None,
+        {"status": "APPROVED", "approved": approved, "approvedAt": e["at"], "approvedBy": e.get("actor")},
     )
 
 
@@ -801,7 +806,10 @@ def _hold_held(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     hold_id: Any = p.get("holdId")
     # re-holding the open hold with the same id is an update: it keeps the original heldAt
     is_update = (
-        type(prev) is dict and prev.get("status") == "HELD" and _truthy_id(prev.get("holdId")) and prev.get("holdId") == hold_id
+        type(prev) is dict
+        and prev.get("status") == "HELD"
+        and _truthy_id(prev.get("holdId"))
+        and prev.get("holdId") == hold_id
     )
     held_at: Any = prev.get("heldAt") if is_update else _nn(p.get("heldAt"), e["at"])
     exposure: Any = p.get("exposure")
