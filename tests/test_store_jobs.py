@@ -9,7 +9,7 @@ import pytest
 
 from conftest import load_vector, scenario_names
 from settlekit.errors import SettlekitError
-from settlekit.events.envelope import Signer
+from settlekit.events.envelope import Signer, finalize, make_draft, verify_chain
 from settlekit.jobs import reduce, serialize_state
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.db import Database
@@ -89,3 +89,29 @@ def test_robot_types_need_robot_signature(db: Database) -> None:
         job_store(db).append(T, "job_new", [{"type": robot_event["type"], "actor": {"type": "system", "id": "s"},
                                              "payload": robot_event["payload"]}], expected_prev_chain_hash=None)
     assert err.value.code == "SIGNER_POLICY_VIOLATION"
+
+
+def test_lone_surrogates_in_new_input_are_refused(db: Database) -> None:
+    # deliberate: offline tools reproduce streams holding them, the live path never stores a new one (README)
+    server = Signer.generate()
+    store = job_store(db, server_signer=server, clock=lambda: NOW)
+    actor = {"type": "system", "id": "proxy"}
+    created = {"type": "JOB_CREATED", "actor": actor, "payload": {"templateId": "reset_lite\ud800", "tenantId": T}}
+    with pytest.raises(SettlekitError) as err:
+        store.append(T, "job_s", [created], expected_prev_chain_hash=None)
+    assert err.value.code == "SCHEMA_INVALID" and err.value.details["path"] == "$[0].payload.templateId"
+    assert store.read_stream(T, "job_s") == [] and store.head(T, "job_s") is None
+    # a client-finalized envelope: its hashes are right (computed as settld does), still refused
+    client = Signer.generate()
+    store.register_key(T, client.public_key_pem, "server")
+    event = finalize(
+        make_draft(stream_id="job_s", type="JOB_CREATED", actor=actor, payload={"templateId": "t", "note": "\udc00"},
+                   at="2026-02-01T00:00:00.000Z", id="evt_s_1"),
+        None,
+        client,
+    )
+    verify_chain([event], {client.key_id: client.public_key_pem})
+    with pytest.raises(SettlekitError) as err:
+        store.append(T, "job_s", [event])
+    assert err.value.code == "SCHEMA_INVALID" and err.value.details["path"] == "$[0].payload.note"
+    assert store.read_stream(T, "job_s") == []

@@ -2,6 +2,11 @@
 
 Fast path: validate and reorder in one Python walk, then let the C json encoder write the text.
 Floats whose Python repr differs from JS Number#toString send the whole value to a slow writer.
+
+Lone UTF-16 surrogates (a JS string may hold them; JSON text read with `parse_json` keeps them) are written as
+JSON.stringify writes them: the six-character escape `\\udxxx`, lower-case hex. The text stays valid UTF-8, so
+streams holding them verify and hash as in the reference. The live append path refuses them in new input on
+purpose (`require_well_formed`).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from datetime import UTC, datetime
 from typing import Any, Final, TypeGuard
 
@@ -159,11 +165,57 @@ def _path_join(path: str, key: str | int) -> str:
     return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
-def _check_string(s: str, path: str) -> None:
+_encode_basestring = json.encoder.encode_basestring  # JSON.stringify's escapes for every other character
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group()):04x}"
+
+
+def quote_string(s: str) -> str:
+    """JSON.stringify of one string, lone surrogates included (well-formed JSON.stringify, ES2019)."""
+    text = _encode_basestring(s)
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    # a high+low pair held as two code points is one character in JS: join pairs, escape what is left alone
+    joined = s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return _SURROGATE.sub(_escape_surrogate, _encode_basestring(joined))
+
+
+def find_lone_surrogate(x: Any, path: str = "$") -> str | None:
+    """JSON path of the first string (value or key) holding a lone surrogate, or None."""
+    t = type(x)
+    if t is str:
+        return path if _SURROGATE.search(x) is not None else None
+    if t is dict:
+        for k, v in x.items():
+            if type(k) is str and _SURROGATE.search(k) is not None:
+                return _path_join(path, "<key>")
+            found = find_lone_surrogate(v, _path_join(path, k if type(k) is str else str(k)))
+            if found is not None:
+                return found
+    elif t is list or t is tuple:
+        for i, v in enumerate(x):
+            found = find_lone_surrogate(v, _path_join(path, i))
+            if found is not None:
+                return found
+    return None
+
+
+def require_well_formed(x: Any, path: str = "$") -> None:
+    """Refuse a value holding a lone surrogate (SCHEMA_INVALID naming the path): settlekit's live append path
+    takes only well-formed Unicode in new input, although the offline tools reproduce such streams."""
     try:
-        s.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise CanonicalJsonError(f"lone surrogate in string at {path}", path=path) from exc
+        json.dumps(x, ensure_ascii=False, check_circular=False).encode("utf-8")
+        return
+    except UnicodeEncodeError:
+        pass
+    except (TypeError, ValueError):
+        pass  # not JSON for another reason: left to the checks that own it; still look for surrogates
+    found = find_lone_surrogate(x, path)
+    if found is not None:
+        raise CanonicalJsonError(f"lone surrogate in string at {found}", path=found)
 
 
 def _write_slow(x: Any, path: str, out: list[str]) -> None:
@@ -173,8 +225,7 @@ def _write_slow(x: Any, path: str, out: list[str]) -> None:
     elif t is bool:
         out.append("true" if x else "false")
     elif t is str:
-        _check_string(x, path)
-        out.append(json.dumps(x, ensure_ascii=False))
+        out.append(quote_string(x))
     elif t is int:
         if not -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER:
             raise CanonicalJsonError(f"integer outside the JS safe range at {path}", path=path)
@@ -198,12 +249,11 @@ def _write_slow(x: Any, path: str, out: list[str]) -> None:
         for k in x:
             if type(k) is not str:
                 raise CanonicalJsonError(f"non-string key {k!r} at {path}", path=path)
-            _check_string(k, _path_join(path, "<key>"))
         out.append("{")
         for i, k in enumerate(ordered_keys(list(x))):
             if i:
                 out.append(",")
-            out.append(json.dumps(k, ensure_ascii=False))
+            out.append(quote_string(k))
             out.append(":")
             _write_slow(x[k], _path_join(path, k), out)
         out.append("}")

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from settlekit.errors import NotFoundError, ValidationError, VerificationError
-from settlekit.events.canonical import canonical_json, iso_millis
+from settlekit.events.canonical import canonical_json, iso_millis, quote_string
 
 ENVELOPE_VERSION: Final = 1
 ENVELOPE_FIELDS: Final = (
@@ -105,7 +105,7 @@ def verify_signature(public_key: Ed25519PublicKey, payload_hash: str, signature_
     return True
 
 
-_quote = json.encoder.encode_basestring
+_quote = quote_string
 
 
 def payload_material(event: Mapping[str, Any]) -> str:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from settlekit.errors import ConflictError, NotFoundError, SettlekitError, SignerPolicyError, ValidationError
-from settlekit.events.canonical import canonical_hash, canonical_json, parse_json
+from settlekit.events.canonical import canonical_hash, canonical_json, parse_json, require_well_formed
 from settlekit.events.envelope import (
     Event,
     Signer,
@@ -192,6 +192,10 @@ class EventStore:
         _require_id("stream_id", stream_id)
         if not items:
             raise ValidationError("nothing to append", code="SCHEMA_INVALID")
+        for i, item in enumerate(items):
+            # stricter than settld on purpose: new input must be well-formed Unicode (README, "Deliberate
+            # differences"); streams that already hold lone surrogates are still verified and built offline
+            require_well_formed(item, f"$[{i}]")
         client_finalized = any(not _FINALIZED_FIELDS.isdisjoint(item) for item in items)
         if idempotency is not None:
             if not idempotency.key or len(idempotency.key) > 500:
