@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from conftest import differential_corpus, load_differential
-from settlekit.artifacts.build import build_all, derive_outbox
+from settlekit.artifacts.build import build_all_report, derive_outbox
 from settlekit.events.canonical import canonical_json
 from settlekit.events.envelope import parse_keys_file, verify_chain
 from settlekit.jobs import process_job_events
@@ -102,5 +102,7 @@ def test_outbox(name: str) -> None:
 def test_artifacts_byte_for_byte(name: str) -> None:
     _pending("test_artifacts_byte_for_byte", name)
     v = load_differential(name)
-    built: list[dict[str, Any]] = build_all(v["events"], generated_at=v["generator"]["artifactGeneratedAt"])
+    built: list[dict[str, Any]]
+    built, failures = build_all_report(v["events"], generated_at=v["generator"]["artifactGeneratedAt"])
     assert [canonical_json(a) for a in built] == [canonical_json(a) for a in v["artifacts"]]
+    assert failures == v["artifactFailures"]

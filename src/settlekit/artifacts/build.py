@@ -174,6 +174,50 @@ def iter_artifacts(
                             atChainHash=missing)
 
 
+def build_all_report(
+    events: Sequence[Event],
+    *,
+    generated_at: str | None = None,
+    contract_resolver: ContractResolver | None = None,
+    batch_ids: Sequence[Any] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every artifact of a stream in outbox order, plus the build requests that give no artifact (the vectors'
+    `artifactFailures`), from one fold.
+
+    As in settld's worker, an artifact id is built once: a later request for the same id (e.g. two CreditMemos
+    for one `creditId`) reuses the stored artifact when its anchor is the same (`reused: true`) and fails
+    otherwise (`reused: false`); neither adds an artifact.
+    """
+    tasks = derive_tasks(events, batch_ids=batch_ids)
+    by_task: dict[int, dict[str, Any]] = {}
+    index = {id(t): i for i, t in enumerate(tasks)}
+    for _, built in iter_artifacts(events, tasks, generated_at=generated_at, contract_resolver=contract_resolver):
+        for task, artifact in built:
+            by_task[index[id(task)]] = artifact
+    artifacts: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
+    first: dict[Any, dict[str, Any]] = {}
+    for i, task in enumerate(tasks):
+        artifact = by_task[i]
+        prior = first.get(artifact.get("artifactId"))
+        if prior is None:
+            first[artifact.get("artifactId")] = artifact
+            artifacts.append(artifact)
+            continue
+        same = prior.get("artifactType") == task.artifact_type and (
+            task.source_chain_hash is None or prior.get("atChainHash") == task.source_chain_hash
+        )
+        failures.append(
+            {
+                "sourceEventId": task.source_event_id,
+                "sourceEventType": task.source_event_type,
+                "artifactType": task.artifact_type,
+                "reused": same,
+            }
+        )
+    return artifacts, failures
+
+
 def build_all(
     events: Sequence[Event],
     *,
@@ -181,14 +225,10 @@ def build_all(
     contract_resolver: ContractResolver | None = None,
     batch_ids: Sequence[Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every artifact of a stream, in outbox order (the vectors' `artifacts`), from one fold."""
-    tasks = derive_tasks(events, batch_ids=batch_ids)
-    by_task: dict[int, dict[str, Any]] = {}
-    index = {id(t): i for i, t in enumerate(tasks)}
-    for _, built in iter_artifacts(events, tasks, generated_at=generated_at, contract_resolver=contract_resolver):
-        for task, artifact in built:
-            by_task[index[id(task)]] = artifact
-    return [by_task[i] for i in range(len(tasks))]
+    """Every artifact of a stream, in outbox order (the vectors' `artifacts`); see `build_all_report`."""
+    return build_all_report(
+        events, generated_at=generated_at, contract_resolver=contract_resolver, batch_ids=batch_ids
+    )[0]
 
 
 def task_for(

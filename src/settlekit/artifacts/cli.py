@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from settlekit.artifacts.build import build_all, build_one, derive_outbox
+from settlekit.artifacts.build import build_all_report, build_one, derive_outbox
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json, parse_json
 
@@ -79,9 +79,14 @@ def outbox_command(events: EventsOption) -> None:
 
 @artifacts_app.command("build-all")
 def build_all_command(events: EventsOption, generated_at: GeneratedAtOption = None) -> None:
-    """Print every artifact the stream triggers (one fold), as a canonical JSON array in outbox order."""
+    """Print every artifact the stream triggers (one fold), as a canonical JSON array in outbox order. Requests
+    that give no artifact (an artifact id already built) are reported on stderr, one JSON line each."""
     stream = load_events(events)
     try:
-        _print(build_all(stream, generated_at=generated_at))
+        artifacts, failures = build_all_report(stream, generated_at=generated_at)
     except SettlekitError as exc:
         _fail(exc)
+        return
+    for failure in failures:
+        sys.stderr.write("not built: " + canonical_json(failure) + "\n")
+    _print(artifacts)
