@@ -355,3 +355,31 @@ def test_artifact_documents_are_json_round_trip_stable() -> None:
     b = _settled_with_coverage()
     for artifact in build_all(b.events):
         assert json.loads(json.dumps(artifact)) == artifact
+
+
+def test_non_ascii_zone_ids_keep_the_proof_fresh() -> None:
+    # requiredZoneIds: JS default sort (code units: "zone_f" < "zone_é"); coverageByZone: localeCompare
+    # ("zone_é" < "zone_f"); the facts hash written out in the reference's order must match settlekit's
+    zones = {"schemaVersion": "ZoneSet.v1", "zoneSetId": "zs_u", "zones": [{"zoneId": "zone_f"}, {"zoneId": "zone_é"}]}
+    booking = booking_payload()
+    booking["requiredZones"] = zones
+    booking["requiredZonesHash"] = "rz_1"
+    b = StreamBuilder(job_id="job_u", prefix="evt_u")
+    lifecycle_to_executing(b, booking=booking)
+    zf = _coverage(b, "zone_f", 100, "2026-01-05T11:00:00.000Z")
+    ze = _coverage(b, "zone_é", 100, "2026-01-05T11:00:00.000Z")
+    done = b.add("EXECUTION_COMPLETED", {"report": {}}, ROBOT_ACTOR)
+    doc = {
+        "schemaVersion": "ZoneCoverageFacts.v1",
+        "evaluatedAtChainHash": done["chainHash"],
+        "requiredZonesHash": "rz_1",
+        "thresholdPct": 95,
+        "requiredZoneIds": ["zone_f", "zone_é"],
+        "coverageByZone": [_row(ze), _row(zf)],
+        "excusedZones": [],
+        "excuseIncidentTypes": ["BLOCKED_ZONE"],
+    }
+    facts_hash = hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+    proof = _proof(b, done["chainHash"], facts_hash)
+    cert = build_one(b.events, "WorkCertificate.v1", proof["id"])
+    assert cert["proof"]["source"] == {"kind": "FRESH"} and cert["proof"]["factsHash"] == facts_hash
