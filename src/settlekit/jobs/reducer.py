@@ -204,6 +204,8 @@ def initial_state(first_event: Event) -> JobState:
         "evidence": [],
         "claims": [],
     }
+    if "templateId" not in p:
+        del snapshot["templateId"]  # settld's job holds it as undefined, which JSON leaves out
     facts = _initial_facts()
     _track_signature(facts, first_event)
     return JobState(snapshot, facts)
@@ -283,8 +285,10 @@ def _rescheduled(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     booking = s["booking"]
     if type(window) is dict and type(booking) is dict:
         booking = dict(booking)
-        booking["startAt"] = _nn(window.get("startAt"), booking.get("startAt"))
-        booking["endAt"] = _nn(window.get("endAt"), booking.get("endAt"))
+        for key in ("startAt", "endAt"):
+            value = _nn(window.get(key), booking.get(key))
+            if value is not None or key in booking:
+                booking[key] = value
         s["booking"] = booking
     s["match"] = None
     s["reservation"] = None
@@ -309,7 +313,8 @@ def _access_update(s: Snapshot, p: Mapping[str, Any], status: str, at_key: str, 
 def _access_plan(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     s["accessPlan"] = e.get("payload")
     plan_id: Any = p.get("accessPlanId")
-    if s["access"].get("accessPlanId") != plan_id:
+    # settld compares with `!==`: a payload without the field (undefined) always differs from the stored value
+    if "accessPlanId" not in p or s["access"].get("accessPlanId") != plan_id:
         # a new plan (or a plan without id after one with an id) resets the access status to planned
         access = dict(s["access"])
         access["status"] = "planned"
@@ -604,11 +609,13 @@ def _evidence_expired(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> 
 
 
 def _zone_coverage(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    zone = p["zoneId"]
-    window = p["window"]
+    zone: Any = p.get("zoneId")
+    window: Any = p.get("window")
+    if type(zone) is not str or type(window) is not dict:
+        return  # not a coverage report the proof can use (the artifact fold applies settld's own rules)
     report = {
         "zoneId": zone,
-        "coveragePct": p["coveragePct"],
+        "coveragePct": p.get("coveragePct"),
         "window": window,
         "eventId": e["id"],
         "chainHash": e.get("chainHash"),
@@ -616,9 +623,11 @@ def _zone_coverage(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> Non
     }
     current = f["zoneCoverage"].get(zone)
     if current is not None:
-        cur_end, new_end = current["window"].get("endAt"), window.get("endAt")
-        if new_end < cur_end or (new_end == cur_end and e["id"] < current["eventId"]):
-            return
+        cur_end: Any = current["window"].get("endAt")
+        new_end: Any = window.get("endAt")
+        if type(cur_end) is str and type(new_end) is str:
+            if new_end < cur_end or (new_end == cur_end and e["id"] < current["eventId"]):
+                return
     coverage = dict(f["zoneCoverage"])
     coverage[zone] = report
     f["zoneCoverage"] = coverage
@@ -764,6 +773,8 @@ def _list_or_null(v: Any) -> list[Any] | None:
 
 
 def _proof_evaluated(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
+    if type(e.get("payload")) is not dict:
+        return  # settld keeps the previous proof when the payload is not an object
     s["proof"] = {
         "evaluatedAt": p.get("evaluatedAt") if p.get("evaluatedAt") is not None else e["at"],
         "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
