@@ -625,9 +625,9 @@ def _zone_coverage(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> Non
     if current is not None:
         cur_end: Any = current["window"].get("endAt")
         new_end: Any = window.get("endAt")
-        if type(cur_end) is str and type(new_end) is str:
-            if new_end < cur_end or (new_end == cur_end and e["id"] < current["eventId"]):
-                return
+        comparable = type(cur_end) is str and type(new_end) is str
+        if comparable and (new_end < cur_end or (new_end == cur_end and e["id"] < current["eventId"])):
+            return
     coverage = dict(f["zoneCoverage"])
     coverage[zone] = report
     f["zoneCoverage"] = coverage
