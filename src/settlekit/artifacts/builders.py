@@ -16,6 +16,7 @@ from settlekit.artifacts.js import (
     get,
     is_safe_int,
     js_sorted,
+    js_string,
     locale_key,
     nonblank,
     truthy,
@@ -445,7 +446,11 @@ def settlement_rollup(
             row["creditsCents"] -= amount
         row["netCents"] = row["feesCents"] + row["payoutCents"] + row["creditsCents"]
     party_rollups = sorted(
-        rollups.values(), key=lambda r: (locale_key(str(r["partyRole"])), locale_key(str(r["partyId"])))
+        rollups.values(),
+        key=lambda r: (
+            locale_key(js_string(coalesce(r["partyRole"], ""))),
+            locale_key(js_string(coalesce(r["partyId"], ""))),
+        ),
     )
     quote_amount = get(s.get("quote"), "amountCents")
     claims = _list(s, "claims")
