@@ -113,7 +113,7 @@ def policy_hash_from_booking(booking: Any) -> str | None:
         try:
             return canonical_hash(ps)
         except CanonicalJsonError:
-            pass  # not canonical JSON (e.g. a lone surrogate): use the field hash below rather than fail the build
+            pass  # not canonical JSON (e.g. a negative zero): settld too falls back to the field hash below
     return canonical_hash(
         {
             "sla": booking.get("sla"),
