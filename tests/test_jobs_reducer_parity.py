@@ -221,3 +221,12 @@ def test_snapshot_matches_reference_for_the_parity_stream() -> None:
         "abortedAt": None,
     }
     assert s["status"] == "EXECUTING" and s["revision"] == len(b.events) - 1
+
+
+def test_claim_approval_keeps_the_amounts_object_as_sent() -> None:
+    b = _settled_stream()
+    _incident(b)
+    b.add("CLAIM_OPENED", {"claimId": "clm_1", "incidentId": "inc_1"})
+    amounts = {"payoutCents": 100, "refundCents": 0, "basis": "manual"}
+    b.add("CLAIM_APPROVED", {"claimId": "clm_1", "amounts": amounts, "currency": "USD"})
+    assert reduce(b.events).snapshot["claims"][0]["approved"] == {"amounts": amounts, "currency": "USD", "notes": None}
