@@ -6,6 +6,9 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
+from settlekit.artifacts import collation
 from settlekit.artifacts.collation import icu_version, locale_compare, sort_key
 from settlekit.artifacts.js import locale_key
 
@@ -50,3 +53,12 @@ def test_known_pairs() -> None:
     assert locale_compare("-a", "_a") > 0 and locale_compare("1", "a") < 0
     assert sort_key("\ud800x") == sort_key("\ud800x")  # lone surrogates are accepted
     assert icu_version().startswith("78.")
+
+
+def test_missing_icu_libraries_fail_with_a_clear_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(collation.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(collation.CollationUnavailable) as err:
+        collation._icu4py_libdir()
+    assert err.value.code == "COLLATION_UNAVAILABLE"
+    with pytest.raises(collation.CollationUnavailable):
+        collation._Collator(str(tmp_path))  # a folder without the libraries
