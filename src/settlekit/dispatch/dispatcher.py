@@ -19,7 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from settlekit.dispatch import sql as q
-from settlekit.dispatch.gaps import holes, merge, settle
+from settlekit.dispatch.gaps import holes, merge, oldest_seen_at, settle
 from settlekit.dispatch.metrics import DispatchMetrics, metrics_for
 from settlekit.dispatch.model import (
     SHARED_INSTANCE,
@@ -48,6 +48,7 @@ class ConsumerResult:
     skipped: int = 0
     outcome: str = "ok"
     more: bool = False
+    blocked: bool = False  # stopped short: the pending-gap list is full
 
 
 @dataclass
@@ -137,7 +138,12 @@ class Dispatcher:
     Options (05-dispatcher.md §1): `batch_size`, `poll_interval` (s), `max_attempts`, `rearm_cooldown` (s),
     `max_rearm_count`, `backoff_base`/`backoff_max` (s, capped exponential delay between retries of a failing
     event), `instance_id` (required for per-instance consumers), `max_pending_gap_ranges`, `listen` (use
-    LISTEN/NOTIFY wake-ups), `registry` (prometheus; default global), `failpoints` (tests).
+    LISTEN/NOTIFY wake-ups), `gap_log_interval` (s, at most one "gap list full" warning per consumer per
+    interval), `registry` (prometheus; default global), `failpoints` (tests).
+
+    A turn that made no progress never asks for an immediate follow-up: the loop then waits for a wake-up or
+    `poll_interval`, so a consumer blocked behind a long-running transaction costs a turn per poll, not a busy
+    loop.
     """
 
     def __init__(
@@ -155,6 +161,7 @@ class Dispatcher:
         backoff_max: float = 60.0,
         max_pending_gap_ranges: int = 10_000,
         listen: bool = True,
+        gap_log_interval: float = 30.0,
         registry: CollectorRegistry | None = None,
         failpoints: Failpoints | None = None,
         logger: logging.Logger | None = None,
@@ -185,6 +192,8 @@ class Dispatcher:
         self.backoff_max = backoff_max
         self.max_pending_gap_ranges = max_pending_gap_ranges
         self.listen = listen
+        self.gap_log_interval = gap_log_interval
+        self._gap_logged: dict[tuple[str, str], float] = {}
         self.metrics: DispatchMetrics = metrics_for(registry)
         self.failpoints = failpoints or Failpoints()
         self.log = logger or log
@@ -314,6 +323,8 @@ class Dispatcher:
                 continue
             self.metrics.lag_events.labels(name, inst).set(max(0, int(hwm) - int(cursor)))
             self.metrics.lag_seconds.labels(name, inst).set(float(next_age or 0.0))
+            if no_gaps:
+                self.metrics.oldest_gap_age.labels(name, inst).set(0.0)
             if status == "disabled" or (status != "dead" and no_gaps and next_age is None):
                 idle.add((name, inst))
         return idle
@@ -326,7 +337,11 @@ class Dispatcher:
         started = time.perf_counter()
         try:
             with self.db.transaction() as tx, self._mark(name, inst):
-                return self._turn_in_tx(tx, consumer, inst)
+                result = self._turn_in_tx(tx, consumer, inst)
+            if result.blocked:
+                self.metrics.blocked_turns.labels(name, inst).inc()
+                self._warn_blocked(name, inst)
+            return result
         except Exception as exc:
             cls, msg = _describe(exc)
             self.metrics.turn_errors.labels(name).inc()
@@ -390,7 +405,9 @@ class Dispatcher:
         self.failpoints.hit("after_fetch", name)
         fetched = [r.position for r in rows]
         complete_upto = sys.maxsize if len(rows) < self.batch_size else fetched[-1]
-        rows = self._bound(rows, start_cursor, len(gaps), name)
+        bounded = self._bound(rows, start_cursor, len(gaps))
+        blocked = len(bounded) < len(rows)
+        rows = bounded
 
         outcome = self._deliver(tx, consumer, inst, state, rows)
         self.failpoints.hit("after_deliver", name)
@@ -406,7 +423,8 @@ class Dispatcher:
         new_holes = holes(start_cursor, new_cursor, [p for p in fetched if p > start_cursor]) if postgres else []
         if new_holes:
             xid = q.observation_xid(self.db)
-            remaining = merge([*remaining, *(Gap(lo, hi, xid) for lo, hi in new_holes)])
+            seen = time.time()
+            remaining = merge([*remaining, *(Gap(lo, hi, xid, seen) for lo, hi in new_holes)])
 
         changed = bool(outcome.resolved or outcome.failed or remaining != gaps)
         if changed:
@@ -435,6 +453,8 @@ class Dispatcher:
         if n_retired:
             m.gaps_retired.labels(name, inst).inc(n_retired)
         m.pending_gaps.labels(name, inst).set(sum(g.size for g in remaining))
+        oldest = oldest_seen_at(remaining)
+        m.oldest_gap_age.labels(name, inst).set(0.0 if oldest is None else max(0.0, time.time() - oldest))
         if changed:
             age_sql = q.age_sql(tx.dialect, "recorded_at")
             row = tx.fetchone(
@@ -451,10 +471,12 @@ class Dispatcher:
             failed=outcome.failed,
             skipped=outcome.skipped,
             outcome="ok" if changed else "idle",
-            more=len(fetched) >= self.batch_size and not outcome.failed,
+            # a full fetch may hide more work, but only a turn that moved something may skip the wait
+            more=len(fetched) >= self.batch_size and changed and not outcome.failed,
+            blocked=blocked,
         )
 
-    def _bound(self, rows: list[DispatchedEvent], cursor: int, n_ranges: int, name: str) -> list[DispatchedEvent]:
+    def _bound(self, rows: list[DispatchedEvent], cursor: int, n_ranges: int) -> list[DispatchedEvent]:
         """Stop before the row whose hole would push the gap list past max_pending_gap_ranges."""
         prev = cursor
         for i, row in enumerate(rows):
@@ -463,15 +485,39 @@ class Dispatcher:
             if row.position > prev + 1:
                 n_ranges += 1
                 if n_ranges > self.max_pending_gap_ranges:
-                    self.log.warning(
-                        "consumer %s: %d pending gap ranges; delivering up to position %d only",
-                        name,
-                        self.max_pending_gap_ranges,
-                        prev,
-                    )
                     return rows[:i]
             prev = row.position
         return rows
+
+    def _warn_blocked(self, name: str, inst: str) -> None:
+        """At most one warning per consumer per `gap_log_interval`, naming the transaction that holds the
+        gaps open (the oldest one with a transaction id: it keeps the horizon from passing them)."""
+        key = (name, inst)
+        now = time.monotonic()
+        last = self._gap_logged.get(key)
+        if last is not None and now - last < self.gap_log_interval:
+            return
+        self._gap_logged[key] = now
+        blocker = q.oldest_writer(self.db) if self.db.dialect == "postgres" else None
+        if blocker is None:
+            self.log.warning(
+                "consumer %s (%s): %d pending gap ranges, the limit; waiting for the writers holding them to end",
+                name,
+                inst,
+                self.max_pending_gap_ranges,
+            )
+            return
+        self.log.warning(
+            "consumer %s (%s): %d pending gap ranges, the limit; blocked by the transaction of backend pid %s"
+            " (database %s, state %s), open for %.1f s",
+            name,
+            inst,
+            self.max_pending_gap_ranges,
+            blocker.pid,
+            blocker.database,
+            blocker.state,
+            blocker.age_seconds,
+        )
 
     def _deliver(
         self, tx: Tx, consumer: Consumer, inst: str, state: ConsumerState, rows: list[DispatchedEvent]

@@ -12,26 +12,38 @@ from settlekit.dispatch.model import Gap
 def parse_gaps(value: Any) -> list[Gap]:
     """Gaps from the stored JSON (text or already decoded)."""
     items = json.loads(value) if isinstance(value, str | bytes) else (value or [])
-    return [Gap(int(g["from"]), int(g["to"]), int(g.get("xmax") or 0)) for g in items]
+    return [Gap(int(g["from"]), int(g["to"]), int(g.get("xmax") or 0), float(g.get("at") or 0.0)) for g in items]
 
 
 def dump_gaps(gaps: Sequence[Gap]) -> str:
     return json.dumps([g.to_json() for g in gaps], separators=(",", ":"))
 
 
+def _earliest(a: float, b: float) -> float:
+    """The earlier of two `seen_at` values, 0 (unknown) only when both are."""
+    return min(a, b) if a and b else (a or b)
+
+
 def merge(gaps: Iterable[Gap]) -> list[Gap]:
-    """Sort and merge overlapping or adjacent ranges; a merged range keeps the larger xmax."""
+    """Sort and merge overlapping or adjacent ranges; a merged range keeps the larger xmax and the earlier
+    `seen_at`."""
     out: list[Gap] = []
     for g in sorted(gaps, key=lambda g: g.lo):
         if out and g.lo <= out[-1].hi + 1:
             last = out[-1]
-            out[-1] = Gap(last.lo, max(last.hi, g.hi), max(last.xmax, g.xmax))
+            out[-1] = Gap(last.lo, max(last.hi, g.hi), max(last.xmax, g.xmax), _earliest(last.seen_at, g.seen_at))
         else:
             out.append(g)
     return out
 
 
-def _minus(lo: int, hi: int, xmax: int, remove: Sequence[int]) -> list[Gap]:
+def oldest_seen_at(gaps: Sequence[Gap]) -> float | None:
+    """When the oldest pending range was first recorded (unix seconds), None without gaps or timestamps."""
+    known = [g.seen_at for g in gaps if g.seen_at]
+    return min(known) if known else None
+
+
+def _minus(lo: int, hi: int, xmax: int, remove: Sequence[int], seen_at: float = 0.0) -> list[Gap]:
     """[lo, hi] without the sorted positions in `remove`."""
     out: list[Gap] = []
     start = lo
@@ -39,10 +51,10 @@ def _minus(lo: int, hi: int, xmax: int, remove: Sequence[int]) -> list[Gap]:
         if p < start or p > hi:
             continue
         if p > start:
-            out.append(Gap(start, p - 1, xmax))
+            out.append(Gap(start, p - 1, xmax, seen_at))
         start = p + 1
     if start <= hi:
-        out.append(Gap(start, hi, xmax))
+        out.append(Gap(start, hi, xmax, seen_at))
     return out
 
 
@@ -88,16 +100,16 @@ def settle(
             retired = max(0, min(g.hi, complete_upto) - g.lo + 1)
             retired -= sum(1 for p in fetched_set if g.lo <= p <= min(g.hi, complete_upto))
             n_retired += retired
-            out.extend(Gap(p, p, g.xmax) for p in keep)
+            out.extend(Gap(p, p, g.xmax, g.seen_at) for p in keep)
             if kept_tail <= g.hi:
-                out.append(Gap(kept_tail, g.hi, g.xmax))
+                out.append(Gap(kept_tail, g.hi, g.xmax, g.seen_at))
         else:
-            out.extend(_minus(g.lo, g.hi, g.xmax, in_range_resolved))
+            out.extend(_minus(g.lo, g.hi, g.xmax, in_range_resolved, g.seen_at))
     return merge(out), n_resolved, n_retired
 
 
 def remove_position(gaps: Sequence[Gap], position: int) -> list[Gap]:
     out: list[Gap] = []
     for g in gaps:
-        out.extend(_minus(g.lo, g.hi, g.xmax, [position]) if g.lo <= position <= g.hi else [g])
+        out.extend(_minus(g.lo, g.hi, g.xmax, [position], g.seen_at) if g.lo <= position <= g.hi else [g])
     return out

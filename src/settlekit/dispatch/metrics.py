@@ -43,6 +43,18 @@ class DispatchMetrics:
             registry=r,
         )
         self.pending_gaps = Gauge("settlekit_consumer_pending_gaps", "Positions held in pending gaps", _KEY, registry=r)
+        self.oldest_gap_age = Gauge(
+            "settlekit_consumer_oldest_gap_age_seconds",
+            "Age of the oldest pending gap range (since it was first recorded), 0 when none",
+            _KEY,
+            registry=r,
+        )
+        self.blocked_turns = Counter(
+            "settlekit_consumer_blocked_turns_total",
+            "Turns that stopped short because the pending-gap list is full",
+            _KEY,
+            registry=r,
+        )
         self.gaps_resolved = Counter(
             "settlekit_consumer_gaps_resolved_total", "Gap positions delivered late", _KEY, registry=r
         )

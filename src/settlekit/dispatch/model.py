@@ -161,14 +161,21 @@ class ConsumerContext:
 
 @dataclass(frozen=True)
 class Gap:
-    """An inclusive range of positions below the cursor that were invisible when observed."""
+    """An inclusive range of positions below the cursor that were invisible when observed.
+
+    `seen_at` (unix seconds, 0 = unknown) is when the range was first recorded; it only feeds the oldest-gap
+    gauge and takes no part in equality."""
 
     lo: int
     hi: int
     xmax: int
+    seen_at: float = field(default=0.0, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"from": self.lo, "to": self.hi, "xmax": str(self.xmax)}
+        out: dict[str, Any] = {"from": self.lo, "to": self.hi, "xmax": str(self.xmax)}
+        if self.seen_at:
+            out["at"] = round(self.seen_at, 3)
+        return out
 
     @property
     def size(self) -> int:

@@ -208,7 +208,8 @@ def skip_poison(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> 
             gaps = list(state.pending_gaps)
             if tx.dialect == "postgres" and position > state.cursor + 1:
                 # Positions between the cursor and the skipped event may belong to writers still in flight.
-                gaps = merge([*gaps, Gap(state.cursor + 1, position - 1, q.observation_xid(db))])
+                gaps = merge([*gaps, Gap(state.cursor + 1, position - 1, q.observation_xid(db),
+                                           time.time())])
             cursor = position
         error = state.last_error
         q.insert_dead_letter(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -114,6 +115,32 @@ def observation_xid(db: Database) -> int:
             return int(row[0])
     with db.transaction() as tx:
         return int(tx.scalar("SELECT pg_current_xact_id()::text::bigint"))
+
+
+@dataclass(frozen=True)
+class Writer:
+    """An open transaction that holds a transaction id (PostgreSQL, from pg_stat_activity)."""
+
+    pid: int
+    database: str | None
+    state: str | None
+    age_seconds: float
+
+
+def oldest_writer(db: Database) -> Writer | None:
+    """The open transaction with the oldest transaction id in the cluster (other than ours): the one that
+    keeps `pg_snapshot_xmin` — and with it gap retirement — from moving on. None when there is none.
+    Sessions of other roles show no start time without pg_read_all_stats; their age reads 0."""
+    with db.read() as tx:
+        row = tx.fetchone(
+            "SELECT pid, datname, state,"
+            " COALESCE(EXTRACT(EPOCH FROM (clock_timestamp() - xact_start))::float8, 0)"
+            " FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+            " ORDER BY age(backend_xid) DESC LIMIT 1"
+        )
+    if row is None:
+        return None
+    return Writer(int(row[0]), row[1], row[2], float(row[3]))
 
 
 def _event_cols(dialect: Dialect) -> str:

@@ -1,0 +1,140 @@
+"""Dispatcher cost while it is blocked by a full pending-gap list (PostgreSQL; creates and drops its own database).
+
+A transaction holds a position open, burnt positions fill the gap list (`max_pending_gap_ranges`), and more than a
+batch of committed events waits past the blocking gap: no turn can deliver anything until the holder ends. The
+dispatcher runs on its background thread (LISTEN/NOTIFY on, default poll interval) for BENCH_SECONDS; reported:
+dispatcher turns/s, committed transactions/s of the database (pg_stat_database.xact_commit), the process's CPU share
+of one core, and the dispatcher's log lines/s.
+
+Run: python bench/dispatch_blocked.py   (env: BENCH_SECONDS, default 5)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from prometheus_client import CollectorRegistry
+
+from common import scratch_pg
+from settlekit.dispatch import Consumer, Dispatcher
+from settlekit.store.db import Tx, connect
+from settlekit.store.event_store import DomainOutcome, Event, EventStore, PassThroughDomain
+
+SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
+ACTOR = {"type": "system", "id": "bench"}
+
+
+class _Hold(PassThroughDomain):
+    def __init__(self, inside: threading.Event, release: threading.Event):
+        self.inside, self.release = inside, release
+
+    def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None, events: list[Event],
+                first_seq: int) -> DomainOutcome:
+        def write(tx: Tx) -> None:
+            self.inside.set()
+            self.release.wait(120)
+
+        return DomainOutcome(write=write)
+
+
+class _Count(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.n += 1
+
+
+def _append(db: Any, stream: str, n: int = 1, domain: Any = None) -> None:
+    store = EventStore(db, domain=domain)
+    head = store.head("t1", stream)
+    items = [{"type": "T", "actor": ACTOR, "payload": {"i": i}} for i in range(n)]
+    store.append("t1", stream, items, expected_version=head.seq if head else 0)
+
+
+def _burn(url: str) -> None:
+    """Draw a position and roll back: a hole that only retires once the holder has ended."""
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT pg_current_xact_id()")
+        conn.execute("SELECT nextval(pg_get_serial_sequence('events', 'position'))")
+        conn.rollback()
+
+
+def _backend_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) of the given local processes so far; processes that ended count 0."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def main() -> None:
+    with scratch_pg("blocked") as url:
+        db = connect(url)
+        db.migrate()
+        reg = CollectorRegistry()
+        d = Dispatcher(db, [Consumer("c", lambda e, ctx: None)], registry=reg, batch_size=20,
+                       max_pending_gap_ranges=2)
+        counter = _Count()
+        logging.getLogger("settlekit.dispatch").addHandler(counter)
+        inside, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_append, args=(db, "held", 1, _Hold(inside, release)))
+        holder.start()
+        assert inside.wait(10)
+        _append(db, "s0")
+        d.run_once()  # gap 1: the held position
+        _burn(url)
+        _append(db, "s1")
+        d.run_once()  # gap 2: a burnt position
+        _burn(url)
+        _append(db, "s2", 50)  # behind a third hole: blocked
+        d.start()
+        time.sleep(0.5)
+        with psycopg.connect(url, autocommit=True) as conn:
+            def commits() -> int:
+                row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                                   ).fetchone()
+                assert row is not None
+                return int(row[0])
+
+            def turns() -> float:
+                return reg.get_sample_value("settlekit_dispatcher_turn_duration_seconds_count",
+                                            {"consumer": "c"}) or 0.0
+
+            pids = [int(r[0]) for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchall()]
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            c0, t0, lines0, b0 = commits(), turns(), counter.n, _backend_cpu(pids)
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            time.sleep(SECONDS)
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            c1, t1, lines1, b1 = commits(), turns(), counter.n, _backend_cpu(pids)
+            cpu1, wall1 = time.process_time(), time.perf_counter()
+        d.stop()
+        release.set()
+        holder.join(10)
+        wall = wall1 - wall0
+        print(f"dispatcher blocked by a full gap list ({SECONDS:g} s window)")
+        print(f"  turns/s                     {(t1 - t0) / wall:10.1f}")
+        print(f"  committed transactions/s    {(c1 - c0) / wall:10.1f}  (whole database, incl. stats reads)")
+        print(f"  CPU share of one core       {100 * (cpu1 - cpu0) / wall:10.1f} %  (this process)")
+        print(f"  CPU share of the backends   {100 * (b1 - b0) / wall:10.1f} %  (PostgreSQL sessions of this database)")
+        print(f"  dispatcher log lines/s      {(lines1 - lines0) / wall:10.1f}")
+        db.close()
+
+
+if __name__ == "__main__":
+    main()
