@@ -334,13 +334,13 @@ def test_lease_expiry_after_killed_worker_and_redelivery_dedupe(
         run(one_pass(fast_worker(db, arts, clock, "A", failpoint=crash_after_send)))
     assert len(rx.received) == 1  # sent, but the outcome was never recorded
     (d,) = deliveries(db)
-    assert (d.state, d.lease_owner, d.attempts) == ("pending", "A", 1)
+    assert (d.state, d.lease_owner, d.attempts) == ("pending", "A", 0)  # no outcome recorded: no attempt
     clock.advance(1.5)  # lease (2 s) still held
     assert run(one_pass(fast_worker(db, arts, clock, "B"))).claimed == 0
     clock.advance(1)
     assert run(one_pass(fast_worker(db, arts, clock, "B"))).delivered == 1
     (d,) = deliveries(db)
-    assert (d.state, d.attempts, d.lease_owner) == ("delivered", 2, None)
+    assert (d.state, d.attempts, d.lease_owner) == ("delivered", 1, None)
     assert (len(rx.received), rx.duplicates) == (1, 1)
     ids = {r.headers["webhook-id"] for r in rx.requests}
     assert ids == {d.message_id}  # same webhook-id on the resend

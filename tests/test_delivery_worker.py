@@ -171,13 +171,13 @@ def test_claim_lease_expiry_and_guarded_completion(db: Database) -> None:
         b = store.claim(tx, worker="B", limit=10, lease=lease, now=T0)
     assert [d.artifact_id for d in a] == ["cert_j1_evt_1", "cert_j2_evt_2"]
     assert [d.artifact_id for d in b] == ["cert_j3_evt_3"]
-    assert all(d.attempts == 1 and d.lease_owner == "A" for d in a)
+    assert all(d.attempts == 0 and d.lease_owner == "A" for d in a)  # a claim is not an attempt
     with db.transaction() as tx:
         assert store.claim(tx, worker="C", limit=10, lease=lease, now=T0 + timedelta(seconds=59)) == []
     # A crashed: its leases expire and C takes over
     with db.transaction() as tx:
         c = store.claim(tx, worker="C", limit=2, lease=lease, now=T0 + timedelta(seconds=61))
-    assert [d.id for d in c] == [d.id for d in a] and all(d.attempts == 2 for d in c)
+    assert [d.id for d in c] == [d.id for d in a] and all(d.attempts == 0 for d in c)  # the crash cost none
     with db.transaction() as tx:
         # A's late completion is refused, C's is applied
         assert not store.mark_delivered(tx, a[0].id, "A", status=200, now=T0, retention=timedelta(days=1))
@@ -185,6 +185,7 @@ def test_claim_lease_expiry_and_guarded_completion(db: Database) -> None:
         assert not store.mark_delivered(tx, c[0].id, "C", status=200, now=T0, retention=timedelta(days=1))
     row = deliveries(db)[0]
     assert (row.state, row.last_status, row.lease_owner, row.delivered_at) == ("delivered", 200, None, T0)
+    assert row.attempts == 1  # the recorded outcome counted
 
 
 def test_strict_scope_ordering(db: Database) -> None:
@@ -399,13 +400,16 @@ def test_concurrent_workers_never_share_a_row(db: Database) -> None:
     assert len(ids) == 60 and len(set(ids)) == 60
 
 
-def test_lease_must_exceed_timeout(db: Database) -> None:
+def test_lease_must_outlast_its_renewal_interval(db: Database) -> None:
+    with pytest.raises(ConfigurationError) as exc:
+        DeliveryWorker(db, artifact_loader=Artifacts(), config=WorkerConfig(lease=timedelta(seconds=6), lease_renew=3))
+    assert exc.value.code == "DELIVERY_LEASE_TOO_SHORT"
     with pytest.raises(ConfigurationError):
-        DeliveryWorker(
-            db,
-            artifact_loader=Artifacts(),
-            config=WorkerConfig(lease=timedelta(seconds=15), sender=SenderConfig(timeout=15)),
-        )
+        DeliveryWorker(db, artifact_loader=Artifacts(), config=WorkerConfig(lease_renew=0))
+    # the lease no longer has to cover the HTTP timeout: it is renewed while the request is in flight
+    cfg = WorkerConfig(sender=SenderConfig(timeout=15))
+    assert (cfg.lease.total_seconds(), cfg.renew_interval) == (10.0, 3.0)
+    DeliveryWorker(db, artifact_loader=Artifacts(), config=cfg)
 
 
 def test_secret_resolver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

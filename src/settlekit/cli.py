@@ -234,6 +234,37 @@ def worker(
     db: Annotated[str | None, typer.Option("--db", envvar="SETTLEKIT_DB", help="database URL")] = None,
     allow_loopback_webhooks: Annotated[bool, typer.Option("--allow-loopback-webhooks",
                                                           envvar="SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS")] = False,
+    lease: Annotated[float | None, typer.Option(
+        "--lease", help="delivery lease seconds; renewed while a send is in flight (env SETTLEKIT_DELIVERY_LEASE, "
+        "default 10)")] = None,
+    lease_renew: Annotated[float | None, typer.Option(
+        "--lease-renew", help="lease renewal interval seconds (env SETTLEKIT_DELIVERY_LEASE_RENEW, default 30 percent "
+        "of the lease)")] = None,
+    delivery_timeout: Annotated[float | None, typer.Option(
+        "--delivery-timeout", help="HTTP timeout of one attempt, seconds (env SETTLEKIT_DELIVERY_TIMEOUT, "
+        "default 15)")] = None,
+    max_attempts: Annotated[int | None, typer.Option(
+        "--max-attempts", help="delivery attempts before the DLQ (env SETTLEKIT_DELIVERY_MAX_ATTEMPTS, "
+        "default 15)")] = None,
+    backoff_base: Annotated[float | None, typer.Option(
+        "--backoff-base", help="first retry delay, seconds (env SETTLEKIT_DELIVERY_BACKOFF_BASE, default 2)")] = None,
+    backoff_cap: Annotated[float | None, typer.Option(
+        "--backoff-cap", help="longest retry delay, seconds (env SETTLEKIT_DELIVERY_BACKOFF_CAP, default "
+        "3600)")] = None,
+    dispatch_max_attempts: Annotated[int | None, typer.Option(
+        "--dispatch-max-attempts", help="handler attempts on one event before its consumer is dead "
+        "(env SETTLEKIT_DISPATCH_MAX_ATTEMPTS, default 10)")] = None,
+    rearm_cooldown: Annotated[float | None, typer.Option(
+        "--rearm-cooldown", help="seconds before a dead consumer is re-armed (env SETTLEKIT_REARM_COOLDOWN, "
+        "default 300)")] = None,
+    max_rearm_count: Annotated[int | None, typer.Option(
+        "--max-rearm-count", help="automatic re-arms before a dead consumer stays dead "
+        "(env SETTLEKIT_MAX_REARM_COUNT, default 3)")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", help="serve Prometheus /metrics on this port (0: any free port) "
+        "(env SETTLEKIT_METRICS_PORT; default: not served)")] = None,
+    metrics_host: Annotated[str | None, typer.Option(
+        "--metrics-host", help="address of /metrics (env SETTLEKIT_METRICS_HOST, default 127.0.0.1)")] = None,
 ) -> None:
     """Run the dispatcher consumers and the delivery worker until SIGTERM/SIGINT (finishes work in flight)."""
     import signal
@@ -242,13 +273,27 @@ def worker(
     from settlekit.runtime import Settings, Workers
     from settlekit.store.db import connect
 
-    settings = Settings.from_env(db_url=db, allow_loopback_webhooks=allow_loopback_webhooks or None)
+    settings = Settings.from_env(
+        db_url=db, allow_loopback_webhooks=allow_loopback_webhooks or None, delivery_lease=lease,
+        delivery_lease_renew=lease_renew, delivery_timeout=delivery_timeout, delivery_max_attempts=max_attempts,
+        delivery_backoff_base=backoff_base, delivery_backoff_cap=backoff_cap,
+        dispatch_max_attempts=dispatch_max_attempts, rearm_cooldown=rearm_cooldown, max_rearm_count=max_rearm_count,
+        metrics_port=metrics_port, metrics_host=metrics_host)
     database = connect(settings.db_url)
     database.migrate()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     background = Workers(database, settings)
+    server = None
+    if settings.metrics_port is not None:
+        from prometheus_client import REGISTRY, start_http_server
+
+        from settlekit.delivery.metrics import register_queue_collector
+
+        register_queue_collector(database, REGISTRY)
+        server, _ = start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=REGISTRY)
+        console.print(f"metrics on http://{settings.metrics_host}:{server.server_port}/metrics")
     background.start()
     console.print(f"settlekit worker {settings.instance_id} running on {settings.db_url}")
     try:
@@ -256,6 +301,9 @@ def worker(
             pass
     finally:
         background.stop()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
         database.close()
     console.print("settlekit worker stopped")
 

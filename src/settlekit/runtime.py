@@ -28,6 +28,18 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _env_num(name: str, default: Any, kind: type) -> Any:
+    """`kind(os.environ[name])`, the default when unset or empty; ConfigurationError when malformed."""
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return kind(value.strip())
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a number, not {value!r}", code="SETTINGS_INVALID",
+                                 variable=name) from None
+
+
 @dataclass
 class Settings:
     """Process configuration. Every field has a `SETTLEKIT_*` environment variable (see README)."""
@@ -48,6 +60,20 @@ class Settings:
     secrets_dir: str | None = None
     operator_tenant: str = "system"
     allowed_webhook_networks: tuple[str, ...] = ()
+    # delivery worker: lease (renewed every lease_renew s while sending; None = 30 % of the lease), retries
+    delivery_lease: float = 10.0
+    delivery_lease_renew: float | None = None
+    delivery_timeout: float = 15.0
+    delivery_max_attempts: int = 15
+    delivery_backoff_base: float = 2.0
+    delivery_backoff_cap: float = 3600.0
+    # dispatcher: attempts on a failing event before the consumer is dead, automatic re-arm of dead consumers
+    dispatch_max_attempts: int = 10
+    rearm_cooldown: float = 300.0
+    max_rearm_count: int = 3
+    # `settlekit worker` serves /metrics here when a port is set
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -69,6 +95,17 @@ class Settings:
             operator_tenant=env.get("SETTLEKIT_OPERATOR_TENANT", cls.operator_tenant),
             allowed_webhook_networks=tuple(n.strip() for n in env.get("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS", "")
                                            .split(",") if n.strip()),
+            delivery_lease=_env_num("SETTLEKIT_DELIVERY_LEASE", cls.delivery_lease, float),
+            delivery_lease_renew=_env_num("SETTLEKIT_DELIVERY_LEASE_RENEW", None, float),
+            delivery_timeout=_env_num("SETTLEKIT_DELIVERY_TIMEOUT", cls.delivery_timeout, float),
+            delivery_max_attempts=_env_num("SETTLEKIT_DELIVERY_MAX_ATTEMPTS", cls.delivery_max_attempts, int),
+            delivery_backoff_base=_env_num("SETTLEKIT_DELIVERY_BACKOFF_BASE", cls.delivery_backoff_base, float),
+            delivery_backoff_cap=_env_num("SETTLEKIT_DELIVERY_BACKOFF_CAP", cls.delivery_backoff_cap, float),
+            dispatch_max_attempts=_env_num("SETTLEKIT_DISPATCH_MAX_ATTEMPTS", cls.dispatch_max_attempts, int),
+            rearm_cooldown=_env_num("SETTLEKIT_REARM_COOLDOWN", cls.rearm_cooldown, float),
+            max_rearm_count=_env_num("SETTLEKIT_MAX_REARM_COUNT", cls.max_rearm_count, int),
+            metrics_host=env.get("SETTLEKIT_METRICS_HOST") or cls.metrics_host,
+            metrics_port=_env_num("SETTLEKIT_METRICS_PORT", None, int),
         )
         if env.get("SETTLEKIT_INSTANCE_ID"):
             settings.instance_id = env["SETTLEKIT_INSTANCE_ID"]
@@ -94,25 +131,48 @@ def load_server_signer(path: str | None) -> Signer:
     return signer
 
 
+def worker_config(settings: Settings) -> Any:
+    """The delivery worker's configuration from the settings; ConfigurationError (SETTINGS_INVALID) for values
+    that cannot work together."""
+    from datetime import timedelta
+
+    from settlekit.delivery.retry import RetryPolicy
+    from settlekit.delivery.sender import SenderConfig
+    from settlekit.delivery.worker import WorkerConfig
+
+    try:
+        retry = RetryPolicy(base=settings.delivery_backoff_base, cap=settings.delivery_backoff_cap,
+                            max_attempts=settings.delivery_max_attempts)
+    except ValueError as exc:
+        raise ConfigurationError(f"delivery retry settings: {exc}", code="SETTINGS_INVALID") from None
+    if settings.delivery_timeout <= 0 or settings.delivery_lease <= 0:
+        raise ConfigurationError("delivery timeout and lease must be positive", code="SETTINGS_INVALID")
+    return WorkerConfig(
+        allow_loopback=settings.allow_loopback_webhooks,
+        allowed_networks=settings.allowed_webhook_networks,
+        allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
+        idle_sleep=0.05,
+        lease=timedelta(seconds=settings.delivery_lease),
+        lease_renew=settings.delivery_lease_renew,
+        retry=retry,
+        sender=SenderConfig(concurrency=settings.delivery_concurrency, timeout=settings.delivery_timeout,
+                            connect_timeout=min(5.0, settings.delivery_timeout)),
+    )
+
+
 class Workers:
     """The dispatcher (artifact consumer) and the delivery worker, each on its own thread."""
 
     def __init__(self, db: Database, settings: Settings, *, registry: Any = None):
         from settlekit.artifacts.consumer import artifacts_consumer
-        from settlekit.delivery.sender import SenderConfig
         from settlekit.delivery.sink import WebhookDeliverySink, artifact_loader
-        from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
+        from settlekit.delivery.worker import DeliveryWorker
         from settlekit.dispatch import Dispatcher
 
         self.db = db
         self.settings = settings
         self.delivery = DeliveryWorker(
-            db, artifact_loader=artifact_loader,
-            config=WorkerConfig(allow_loopback=settings.allow_loopback_webhooks,
-                                allowed_networks=settings.allowed_webhook_networks,
-                                allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
-                                idle_sleep=0.05,
-                                sender=SenderConfig(concurrency=settings.delivery_concurrency)),
+            db, artifact_loader=artifact_loader, config=worker_config(settings),
             **({"registry": registry} if registry is not None else {}),
         )
         sink = WebhookDeliverySink(on_enqueued=self.delivery.wake)
@@ -121,6 +181,9 @@ class Workers:
         consumer = artifacts_consumer(sink=sink, contract_resolver=contract_in_tx)
         self.dispatcher = Dispatcher(db, [consumer], instance_id=settings.instance_id,
                                      batch_size=settings.dispatch_batch_size,
+                                     max_attempts=settings.dispatch_max_attempts,
+                                     rearm_cooldown=settings.rearm_cooldown,
+                                     max_rearm_count=settings.max_rearm_count,
                                      **({"registry": registry} if registry is not None else {}))
         self._delivery_thread: threading.Thread | None = None
         self._delivery_error: BaseException | None = None

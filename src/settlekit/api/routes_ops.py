@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from settlekit import dispatch
 from settlekit.api import idempotency
@@ -167,15 +167,28 @@ def disable_destination(destination_id: str, request: Request, body: DisableIn |
     return _write(request, key, {"reason": reason}, action)
 
 
-@router.post("/destinations/{destination_id}/enable", summary="Re-enable a destination")
-def enable_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+class EnableIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    backfill: bool = False
+
+
+@router.post("/destinations/{destination_id}/enable", summary="Re-enable a destination",
+             description="The answer's `backfill` reports the artifacts built while the destination was disabled "
+                         "that have no delivery to it (`missing`, `since`). With `{\"backfill\": true}` those "
+                         "deliveries are created and the delivery its 410 failed is requeued (`created`, "
+                         "`requeued`); otherwise `POST /v1/deliveries/requeue` with `since` does it later.")
+def enable_destination(destination_id: str, request: Request, body: EnableIn | None = None,
+                       key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
+    backfill = body.backfill if body is not None else False
 
     def action() -> tuple[int, Any]:
-        return 200, _destination_json(delivery.enable_destination(ctx.db, key.tenant_id, destination_id,
-                                                                  policy=_policy(ctx), actor=key.key_id))
+        dest, report = delivery.enable_destination_with_backfill(ctx.db, key.tenant_id, destination_id,
+                                                                 policy=_policy(ctx), actor=key.key_id,
+                                                                 backfill=backfill)
+        return 200, {**_destination_json(dest), "backfill": report.to_json()}
 
-    return _write(request, key, None, action)
+    return _write(request, key, {"backfill": backfill}, action)
 
 
 @router.post("/destinations/{destination_id}/requeue", summary="Requeue a destination's failed deliveries")
@@ -209,6 +222,27 @@ def get_delivery(delivery_id: int, request: Request, key: ApiKey = require("ops"
     detail = delivery.get_delivery(context(request).db, key.tenant_id, delivery_id)
     attempts = [{"attempt": a, "httpStatus": s, "error": e} for a, s, e in detail.attempts]
     return JsonResponse({**detail.delivery.to_json(), "attemptLog": attempts})
+
+
+class BackfillIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    since: AwareDatetime
+    destinationId: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+@router.post("/deliveries/requeue", summary="Backfill the deliveries missing since a time",
+             description="For the artifacts built at or after `since`, create the delivery rows missing for "
+                         "`destinationId` (or every active destination) and requeue the deliveries that failed "
+                         "with `gone` since then. Idempotent: a repeat creates nothing.")
+def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        report = delivery.backfill_deliveries(ctx.db, key.tenant_id, since=body.since,
+                                              destination_id=body.destinationId, actor=key.key_id)
+        return 200, {"destinationId": body.destinationId, **report.to_json()}
+
+    return _write(request, key, body.model_dump(mode="json"), action)
 
 
 @router.post("/deliveries/{delivery_id}/requeue", summary="Requeue a failed delivery")

@@ -10,7 +10,7 @@ import asyncio
 import json
 import os
 import signal
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -49,6 +49,17 @@ def _policy(loopback: bool, insecure: bool, networks: list[str] | None, env_secr
         allowed_networks=tuple(networks or ()),
         allow_env_secrets=env_secrets,
     )
+
+
+def _parse_since(text: str) -> datetime:
+    """An ISO-8601 time with a zone (`Z` accepted); naive times are refused."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError as exc:
+        raise typer.BadParameter(f"--since must be an ISO-8601 time, e.g. 2026-01-02T00:00:00Z: {exc}") from exc
+    if when.tzinfo is None:
+        raise typer.BadParameter("--since needs a time zone, e.g. 2026-01-02T00:00:00Z")
+    return when.astimezone(UTC)
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -180,12 +191,23 @@ def destinations_enable(
     allow_loopback: LoopbackOption = False,
     allow_insecure_http: InsecureOption = False,
     allow_network: NetworksOption = None,
+    backfill: Annotated[bool, typer.Option("--backfill", help="also create the deliveries of the artifacts "
+                                           "built while it was disabled")] = False,
 ) -> None:
-    """Re-activate a destination (the SSRF guard runs again)."""
+    """Re-activate a destination (the SSRF guard runs again) and offer to backfill what it missed."""
     pol = _policy(allow_loopback, allow_insecure_http, allow_network)
-    run_with_db(db, lambda database: service.enable_destination(database, tenant, destination_id, policy=pol,
-                                                          actor="cli"))
+    _, report = run_with_db(db, lambda database: service.enable_destination_with_backfill(
+        database, tenant, destination_id, policy=pol, actor="cli", backfill=backfill))
     typer.echo(f"destination {tenant}/{destination_id} enabled")
+    if report.since is None:
+        return
+    since = report.to_json()["since"]
+    if backfill:
+        typer.echo(f"backfilled since {since}: {report.created} deliveries created, {report.requeued} requeued")
+    elif report.missing:
+        typer.echo(f"{report.missing} artifacts built since it was disabled ({since}) have no delivery to it; "
+                   f"deliver them with: settlekit deliveries requeue --tenant {tenant} "
+                   f"--destination-id {destination_id} --since {since}")
 
 
 @delivery_app.command("list")
@@ -224,10 +246,25 @@ def deliveries_requeue(
     all_failed: Annotated[
         bool, typer.Option("--all", help="with --destination-id: every failed delivery of it")
     ] = False,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="ISO-8601 time: create the deliveries missing for the artifacts built since "
+                      "then (for --destination-id, or every active destination) and requeue those failed by a 410"),
+    ] = None,
 ) -> None:
-    """Requeue failed deliveries (failed → pending, attempts reset, same webhook-id)."""
+    """Requeue failed deliveries (failed → pending, attempts reset, same webhook-id), or with --since backfill
+    the deliveries missing since a time (idempotent)."""
+    if since is not None:
+        if delivery_id is not None or all_failed:
+            raise typer.BadParameter("--since goes with an optional --destination-id only")
+        when = _parse_since(since)
+        report = run_with_db(db, lambda database: service.backfill_deliveries(
+            database, tenant, since=when, destination_id=destination_id, actor="cli"))
+        typer.echo(f"backfilled since {report.to_json()['since']}: {report.created} deliveries created, "
+                   f"{report.requeued} requeued")
+        return
     if (delivery_id is None) == (destination_id is None) or (destination_id is not None and not all_failed):
-        raise typer.BadParameter("give --delivery-id ID, or --destination-id ID --all")
+        raise typer.BadParameter("give --delivery-id ID, or --destination-id ID --all, or --since TIME")
     if delivery_id is not None:
         did = delivery_id
         n = run_with_db(db, lambda database: service.requeue_delivery(database, tenant, did, actor="cli"))
@@ -244,7 +281,9 @@ def deliveries_run(
     concurrency: Annotated[int, typer.Option("--concurrency", help="parallel requests")] = 16,
     batch: Annotated[int, typer.Option("--batch", help="deliveries claimed per pass")] = 50,
     idle_sleep: Annotated[float, typer.Option("--idle-sleep", help="poll interval when idle (s)")] = 0.2,
-    lease: Annotated[float, typer.Option("--lease", help="lease seconds")] = 60.0,
+    lease: Annotated[float, typer.Option("--lease", help="lease seconds (renewed while a send is in flight)")] = 10.0,
+    lease_renew: Annotated[float | None, typer.Option("--lease-renew", help="renewal interval seconds "
+                                                      "(default 30 % of the lease)")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="HTTP timeout seconds")] = 15.0,
     allow_loopback: LoopbackOption = False,
     allow_insecure_http: InsecureOption = False,
@@ -260,6 +299,7 @@ def deliveries_run(
     config = WorkerConfig(
         batch_size=batch,
         lease=timedelta(seconds=lease),
+        lease_renew=lease_renew,
         idle_sleep=idle_sleep,
         allow_loopback=allow_loopback,
         allow_insecure_http=allow_insecure_http,

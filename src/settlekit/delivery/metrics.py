@@ -27,7 +27,8 @@ RETRIED = "retried"
 FAILED = "failed"  # max attempts reached: moved to the DLQ
 GONE = "gone"  # 410: delivery failed and destination disabled
 LEASE_LOST = "lease_lost"  # another worker owns the row now; this result was discarded
-OUTCOMES = (DELIVERED, RETRIED, FAILED, GONE, LEASE_LOST)
+HELD = "held"  # answered while its destination was already disabled: stays pending until it is enabled
+OUTCOMES = (DELIVERED, RETRIED, FAILED, GONE, LEASE_LOST, HELD)
 
 
 class DeliveryMetrics:
@@ -35,7 +36,7 @@ class DeliveryMetrics:
         r = registry
         self.attempts = Counter(
             "settlekit_delivery_attempts",
-            "Delivery attempts by destination and outcome (delivered, retried, failed, gone, lease_lost)",
+            "Delivery attempts by destination and outcome (delivered, retried, failed, gone, held, lease_lost)",
             ["destination_id", "outcome"],
             registry=r,
         )
@@ -63,6 +64,11 @@ class DeliveryMetrics:
         self.released = Counter(
             "settlekit_delivery_leases_released",
             "Claimed deliveries handed back unsent on graceful shutdown",
+            registry=r,
+        )
+        self.lease_renewals = Counter(
+            "settlekit_delivery_lease_renewals",
+            "Lease renewals of deliveries whose sends were in flight (one per batch and interval)",
             registry=r,
         )
         self.worker_errors = Counter(

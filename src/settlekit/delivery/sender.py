@@ -172,12 +172,18 @@ class WebhookSender:
         )
 
     async def send_batch(
-        self, requests: Sequence[PreparedRequest], *, should_stop: Callable[[], bool] | None = None
+        self,
+        requests: Sequence[PreparedRequest],
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        should_skip: Callable[[PreparedRequest], bool] | None = None,
+        on_outcome: Callable[[Outcome, PreparedRequest], None] | None = None,
     ) -> list[Outcome]:
         """Send all requests; outcomes come back in input order.
 
-        With `should_stop`, no request starts once it returns True (requests in flight finish); the
-        requests never started have no outcome in the result."""
+        With `should_stop`, no request starts once it returns True (requests in flight finish); with
+        `should_skip`, a request for which it returns True is not started. Requests never started have no
+        outcome in the result. `on_outcome` sees each outcome as soon as it arrives."""
         results: list[Outcome | None] = [None] * len(requests)
         groups: dict[Hashable, list[int]] = {}
         for i, req in enumerate(requests):
@@ -196,7 +202,11 @@ class WebhookSender:
                 for i in idxs:
                     if should_stop is not None and should_stop():
                         return
-                    results[i] = await self.send(requests[i])
+                    if should_skip is not None and should_skip(requests[i]):
+                        continue
+                    outcome = results[i] = await self.send(requests[i])
+                    if on_outcome is not None:
+                        on_outcome(outcome, requests[i])
 
         n = max(1, min(self.config.concurrency, len(groups)))
         async with asyncio.TaskGroup() as tg:

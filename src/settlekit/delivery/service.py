@@ -206,6 +206,27 @@ def disable_destination(
     return dest
 
 
+@dataclass(frozen=True)
+class Backfill:
+    """What enabling a destination found (and, with `backfill`, did) for the time it was disabled.
+
+    `since`: when it was disabled (None if it was active); `missing`: artifacts built since then without a
+    delivery to it; `created` / `requeued`: delivery rows created and `gone` deliveries requeued."""
+
+    since: datetime | None
+    missing: int = 0
+    created: int = 0
+    requeued: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "since": None if self.since is None else self.since.isoformat().replace("+00:00", "Z"),
+            "missing": self.missing,
+            "created": self.created,
+            "requeued": self.requeued,
+        }
+
+
 def enable_destination(
     db: Database,
     tenant_id: str,
@@ -216,19 +237,82 @@ def enable_destination(
     now: datetime | None = None,
 ) -> store.Destination:
     """Re-activate a destination after the SSRF guard passes again (its DNS may have changed)."""
+    return enable_destination_with_backfill(
+        db, tenant_id, destination_id, policy=policy, actor=actor, now=now, backfill=False
+    )[0]
+
+
+def enable_destination_with_backfill(
+    db: Database,
+    tenant_id: str,
+    destination_id: str,
+    *,
+    backfill: bool,
+    policy: DestinationPolicy | None = None,
+    actor: str | None = None,
+    now: datetime | None = None,
+) -> tuple[store.Destination, Backfill]:
+    """Re-activate a destination; report the artifacts built while it was disabled that have no delivery to
+    it, and with `backfill` create those deliveries and requeue the one its 410 failed (see
+    `backfill_deliveries`). Without `backfill` nothing but the status changes: the report is an offer."""
     current = get_destination(db, tenant_id, destination_id)
     pol = policy or DestinationPolicy()
     vet_url(
         current.url, pol.ssrf(allow_private_network=current.allow_private_network), resolver=pol.resolver
     )
+    ts = _now(now)
     with db.transaction() as tx:
-        store.set_destination_status(tx, tenant_id, destination_id, status="active", reason=None, now=_now(now))
+        since = store.destination_disabled_at(tx, tenant_id, destination_id) if current.status == "disabled" else None
+        store.set_destination_status(tx, tenant_id, destination_id, status="active", reason=None, now=ts)
         dest = store.get_destination(tx, tenant_id, destination_id)
-    assert dest is not None
+        assert dest is not None
+        report = Backfill(since)
+        if since is not None:
+            missing = store.count_missing(tx, dest, since=since)
+            report = Backfill(since, missing)
+            if backfill:
+                report = Backfill(since, missing, store.backfill(tx, dest, since=since, now=ts),
+                                  store.requeue_gone(tx, tenant_id, destination_id, since=since, now=ts))
     audit.info(
-        "destination enabled", extra={"tenant_id": tenant_id, "destination_id": destination_id, "actor": actor}
+        "destination enabled",
+        extra={"tenant_id": tenant_id, "destination_id": destination_id, "actor": actor, "backfill": report.to_json()},
     )
-    return dest
+    return dest, report
+
+
+def backfill_deliveries(
+    db: Database,
+    tenant_id: str,
+    *,
+    since: datetime,
+    destination_id: str | None = None,
+    actor: str | None = None,
+    now: datetime | None = None,
+) -> Backfill:
+    """`requeue --since`: for the artifacts built at or after `since`, create the delivery rows missing for
+    the destination (or for every active destination of the tenant), and requeue the deliveries that failed
+    with `gone` since then. Idempotent: a second run creates and requeues nothing new."""
+    if since.tzinfo is None:
+        raise ValidationError("since must carry a time zone (e.g. 2026-01-02T00:00:00Z)", field="since")
+    ts = _now(now)
+    created = requeued = 0
+    with db.transaction() as tx:
+        if destination_id is not None:
+            dest = store.get_destination(tx, tenant_id, destination_id)
+            if dest is None:
+                raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
+            targets = [dest]
+        else:
+            targets = store.list_destinations(tx, tenant_id, active_only=True)
+        for dest in targets:
+            created += store.backfill(tx, dest, since=since, now=ts)
+            requeued += store.requeue_gone(tx, tenant_id, dest.destination_id, since=since, now=ts)
+    report = Backfill(since, created=created, requeued=requeued)
+    audit.info(
+        "deliveries backfilled",
+        extra={"tenant_id": tenant_id, "destination_id": destination_id, "actor": actor, "backfill": report.to_json()},
+    )
+    return report
 
 
 def list_deliveries(

@@ -310,12 +310,15 @@ _CLAIM_FILTER: Final = (
 
 def claim(tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime) -> list[Delivery]:
     """Lease up to `limit` due deliveries of every tenant (SKIP LOCKED on PostgreSQL; on SQLite the
-    transaction is BEGIN IMMEDIATE, a single writer). Each claim counts as an attempt."""
+    transaction is BEGIN IMMEDIATE, a single writer).
+
+    A claim does not count an attempt: `attempts` grows when an outcome is recorded (`_finish`), so a worker
+    that dies mid-send costs the delivery no attempt. The attempt being made is `attempts + 1`."""
     ts, until = db_time(tx, now), db_time(tx, now + lease)
     if tx.dialect == "postgres":
         rows = tx.fetchall(
             f"WITH c AS (SELECT d.id{_CLAIM_FILTER} FOR UPDATE OF d SKIP LOCKED)"
-            " UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1,"
+            " UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?,"
             f" updated_at = ? FROM c WHERE deliveries.id = c.id RETURNING {_qualified('deliveries')}",
             (ts, ts, limit, worker, until, ts),
         )
@@ -325,7 +328,7 @@ def claim(tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime) -
             return []
         marks = ", ".join("?" * len(ids))
         rows = tx.fetchall(
-            "UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1,"
+            "UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?,"
             f" updated_at = ? WHERE id IN ({marks}) RETURNING {_DLV_COLS}",
             (worker, until, ts, *ids),
         )
@@ -394,11 +397,27 @@ def list_attempts(tx: Tx, delivery_id: int) -> list[tuple[int, int | None, str |
     return [(int(r[0]), r[1], r[2]) for r in rows]
 
 
+def renew_leases(
+    tx: Tx, delivery_ids: Sequence[int], worker: str, *, lease: timedelta, now: datetime
+) -> int:
+    """Extend the leases `worker` still holds on these rows to `now + lease` (sends in flight); returns how
+    many it still held."""
+    if not delivery_ids:
+        return 0
+    marks = ", ".join("?" * len(delivery_ids))
+    return tx.execute(
+        f"UPDATE deliveries SET lease_expires_at = ? WHERE id IN ({marks}) AND lease_owner = ?"
+        " AND state = 'pending'",
+        (db_time(tx, now + lease), *delivery_ids, worker),
+    )
+
+
 def _finish(tx: Tx, delivery_id: int, worker: str, sets: str, params: Sequence[Any]) -> bool:
-    """Apply a completion only while `worker` still holds the lease; False when the lease was lost."""
+    """Apply a completion only while `worker` still holds the lease; False when the lease was lost.
+    Every recorded outcome counts one attempt."""
     n = tx.execute(
-        f"UPDATE deliveries SET {sets}, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?"
-        " WHERE id = ? AND lease_owner = ? AND state = 'pending'",
+        f"UPDATE deliveries SET {sets}, attempts = attempts + 1, lease_owner = NULL, lease_expires_at = NULL,"
+        " updated_at = ? WHERE id = ? AND lease_owner = ? AND state = 'pending'",
         (*params, delivery_id, worker),
     )
     return n == 1
@@ -433,6 +452,20 @@ def mark_retry(
         worker,
         "next_attempt_at = ?, last_status = ?, last_error = ?",
         (db_time(tx, next_attempt_at), status, error, db_time(tx, now)),
+    )
+
+
+def mark_held(
+    tx: Tx, delivery_id: int, worker: str, *, status: int | None, error: str, now: datetime
+) -> bool:
+    """An outcome that leaves the delivery pending and due (its destination was disabled under it): the
+    attempt is recorded, the lease released, the schedule unchanged."""
+    return _finish(
+        tx,
+        delivery_id,
+        worker,
+        "last_status = ?, last_error = ?",
+        (status, error, db_time(tx, now)),
     )
 
 
@@ -522,13 +555,92 @@ def count_due(tx: Tx, *, now: datetime) -> int:
 
 
 def release(tx: Tx, delivery_ids: Sequence[int], worker: str, *, now: datetime) -> int:
-    """Hand claimed but unsent deliveries back (graceful shutdown): lease cleared, the claim's attempt undone."""
+    """Hand claimed but unsent deliveries back (graceful shutdown, destination gone): lease cleared, no
+    attempt counted."""
     if not delivery_ids:
         return 0
     marks = ", ".join("?" * len(delivery_ids))
     return tx.execute(
-        "UPDATE deliveries SET lease_owner = NULL, lease_expires_at = NULL,"
-        " attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, updated_at = ?"
+        "UPDATE deliveries SET lease_owner = NULL, lease_expires_at = NULL, updated_at = ?"
         f" WHERE id IN ({marks}) AND lease_owner = ? AND state = 'pending'",
         (db_time(tx, now), *delivery_ids, worker),
+    )
+
+
+# --- backfill (a destination enabled again) ------------------------------------------------------------------
+
+
+def destination_disabled_at(tx: Tx, tenant_id: str, destination_id: str) -> datetime | None:
+    """When the destination was disabled (None when active or unknown)."""
+    return from_db_time(
+        tx.scalar(
+            "SELECT disabled_at FROM destinations WHERE tenant_id = ? AND destination_id = ?",
+            (tenant_id, destination_id),
+        )
+    )
+
+
+def _missing_sql(dest: Destination) -> tuple[str, list[Any]]:
+    """Artifacts of `dest`'s tenant created at or after a bound parameter (first `?`) that the destination
+    accepts and has no delivery row for (the dedupe key matches the unique index)."""
+    sql = (
+        " FROM artifacts a WHERE a.tenant_id = ? AND a.created_at >= ?"
+        " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.tenant_id = a.tenant_id AND d.dedupe_key ="
+        " a.tenant_id || ':' || ? || ':' || a.artifact_type || ':' || a.artifact_id || ':' || a.artifact_hash)"
+    )
+    params: list[Any] = [dest.tenant_id, None, dest.destination_id]
+    if dest.artifact_types:
+        sql += f" AND a.artifact_type IN ({', '.join('?' * len(dest.artifact_types))})"
+        params.extend(dest.artifact_types)
+    return sql, params
+
+
+def count_missing(tx: Tx, dest: Destination, *, since: datetime) -> int:
+    """How many artifacts built at or after `since` have no delivery to `dest`."""
+    sql, params = _missing_sql(dest)
+    params[1] = db_time(tx, since)
+    return int(tx.scalar(f"SELECT count(*){sql}", params))
+
+
+def backfill(tx: Tx, dest: Destination, *, since: datetime, now: datetime, page: int = 500) -> int:
+    """Create the missing delivery rows of `dest` for the artifacts built at or after `since` (due now).
+    Idempotent: an artifact that already has a row for the destination is skipped. Returns rows created."""
+    sql, params = _missing_sql(dest)
+    params[1] = db_time(tx, since)
+    ts = db_time(tx, now)
+    created = 0
+    after = ""
+    while True:
+        rows = tx.fetchall(
+            f"SELECT a.artifact_id, a.artifact_type, a.artifact_hash, a.job_id, a.job_version{sql}"
+            " AND a.artifact_id > ? ORDER BY a.artifact_id LIMIT ?",
+            (*params, after, page),
+        )
+        for artifact_id, a_type, a_hash, job_id, job_version in rows:
+            doc = {"artifactId": artifact_id, "artifactType": a_type, "artifactHash": a_hash, "jobId": job_id,
+                   "jobVersion": int(job_version)}
+            k = DeliveryKeys.for_job_artifact(dest.tenant_id, dest.destination_id, doc)
+            created += tx.execute(
+                "INSERT INTO deliveries (tenant_id, destination_id, artifact_type, artifact_id, artifact_hash,"
+                " dedupe_key, message_id, scope_key, order_seq, priority, order_key, next_attempt_at, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (tenant_id, dedupe_key) DO NOTHING",
+                (dest.tenant_id, dest.destination_id, a_type, artifact_id, a_hash, k.dedupe_key, k.message_id,
+                 k.scope_key, k.order_seq, k.priority, k.order_key, ts, ts, ts),
+            )
+        if len(rows) < page:
+            return created
+        after = str(rows[-1][0])
+
+
+def requeue_gone(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime, now: datetime) -> int:
+    """Requeue the deliveries of a destination that failed with `gone` at or after `since` (the one whose
+    410 disabled it): failed → pending, attempts reset, same message id."""
+    ts = db_time(tx, now)
+    return tx.execute(
+        "UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?, acked_at = NULL,"
+        " lease_owner = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = ?"
+        " WHERE tenant_id = ? AND destination_id = ? AND state = 'failed' AND last_error = 'gone'"
+        " AND updated_at >= ?",
+        (ts, ts, tenant_id, destination_id, db_time(tx, since)),
     )

@@ -51,8 +51,9 @@ ArtifactLoader = Callable[[Tx, str, str], Mapping[str, Any] | None]
 log = logging.getLogger("settlekit.delivery")
 
 Failpoint = Callable[[str], None]
-"""Test hook called at named points of a pass: `claimed` (claim committed, nothing sent), `sent` (requests
-answered, nothing recorded), `completing` (inside the completion transaction, before commit), `completed`."""
+"""Test hook called at named points of a pass: `claimed` (claim committed, nothing sent), `sending` (the
+first request of the batch is about to start), `sent` (requests answered, nothing recorded), `completing`
+(inside the completion transaction, before commit), `completed`."""
 
 
 class SimulatedCrash(BaseException):
@@ -66,9 +67,15 @@ def _utcnow() -> datetime:
 
 @dataclass(frozen=True)
 class WorkerConfig:
+    """`lease`: how long a claim is held without renewal; while sends are in flight the worker renews it
+    every `lease_renew` seconds (default: 30 % of the lease), so a crashed worker's rows are claimable again
+    within one lease while a slow send never loses its lease. The lease must outlast a renewal interval by
+    at least `lease_margin` seconds."""
+
     batch_size: int = 50
-    lease: timedelta = timedelta(seconds=60)
-    lease_margin: float = 5.0  # the lease must exceed the HTTP timeout by at least this (seconds)
+    lease: timedelta = timedelta(seconds=10)
+    lease_renew: float | None = None  # seconds; None = 30 % of the lease
+    lease_margin: float = 5.0
     retention: timedelta = timedelta(days=30)
     allow_insecure_http: bool = False
     allow_loopback: bool = False  # dev/test only
@@ -79,6 +86,11 @@ class WorkerConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
+    @property
+    def renew_interval(self) -> float:
+        return self.lease_renew if self.lease_renew is not None else 0.3 * self.lease.total_seconds()
+
+
 @dataclass
 class PassResult:
     claimed: int = 0
@@ -86,8 +98,9 @@ class PassResult:
     retried: int = 0
     failed: int = 0
     disabled: int = 0
+    held: int = 0  # answered, but their destination was disabled (410) meanwhile: pending, not failed
     lease_lost: int = 0
-    released: int = 0  # claimed but handed back unsent (graceful stop)
+    released: int = 0  # claimed but handed back unsent (graceful stop, destination gone)
 
 
 class DeliveryWorker:
@@ -114,12 +127,13 @@ class DeliveryWorker:
     ):
         self.db = db
         self.config = config or WorkerConfig()
-        if self.config.lease.total_seconds() <= self.config.sender.timeout + self.config.lease_margin:
+        renew = self.config.renew_interval
+        if renew <= 0 or self.config.lease.total_seconds() < renew + self.config.lease_margin:
             raise ConfigurationError(
-                "delivery lease must exceed the HTTP timeout plus the lease margin",
+                "delivery lease must exceed the lease renewal interval plus the lease margin",
                 code="DELIVERY_LEASE_TOO_SHORT",
                 lease_seconds=self.config.lease.total_seconds(),
-                timeout_seconds=self.config.sender.timeout,
+                renew_seconds=renew,
                 margin_seconds=self.config.lease_margin,
             )
         self.load_artifact = artifact_loader
@@ -279,7 +293,7 @@ class DeliveryWorker:
             artifact_id=d.artifact_id,
             artifact_hash=d.artifact_hash,
             order_key=d.order_key,
-            attempt=d.attempts,
+            attempt=d.attempts + 1,
             now=now,
         )
         return PreparedRequest(
@@ -294,18 +308,31 @@ class DeliveryWorker:
     def _complete(self, outcomes: list[Outcome], *, sent: int) -> PassResult:
         """Apply every outcome in one transaction, each guarded by this worker's lease; metrics after commit.
 
-        The first `sent` outcomes are real HTTP attempts, the rest failed before sending."""
+        The first `sent` outcomes are real HTTP attempts, the rest failed before sending. Each recorded outcome
+        counts one attempt (`attempt` = attempts before it + 1). A 410 disables its destination and fails that
+        delivery only: further outcomes for a destination that is already disabled (by this pass or another
+        worker) leave their deliveries pending, to be sent once it is enabled again."""
         result = PassResult(claimed=len(outcomes))
         now = self.clock()
         cfg = self.config
         counted: list[tuple[str, str, str | None]] = []  # (destination_id, outcome, failure reason)
         with self.db.transaction() as tx:
+            disabled: dict[tuple[str, str], bool] = {}
+
+            def is_disabled(d: store.Delivery) -> bool:
+                key = (d.tenant_id, d.destination_id)
+                if key not in disabled:
+                    dest = store.get_destination(tx, *key)
+                    disabled[key] = dest is not None and dest.status == "disabled"
+                return disabled[key]
+
             for i, out in enumerate(outcomes):
                 d: store.Delivery = out.tag
+                attempt = d.attempts + 1
                 store.record_attempt(
                     tx,
                     d.id,
-                    d.attempts,
+                    attempt,
                     started_at=out.started_at,
                     duration_ms=out.duration_ms,
                     http_status=out.status,
@@ -315,7 +342,7 @@ class DeliveryWorker:
                 dec = decide(
                     status=out.status,
                     error=out.error,
-                    attempts=d.attempts,
+                    attempts=attempt,
                     policy=cfg.retry,
                     retry_after=out.retry_after,
                     rng=self.rng,
@@ -327,6 +354,11 @@ class DeliveryWorker:
                     )
                     result.delivered += ok
                     outcome = m.DELIVERED
+                elif dec.kind == "disable" and is_disabled(d):
+                    assert dec.reason is not None
+                    ok = store.mark_held(tx, d.id, self.worker_id, status=out.status, error=dec.reason, now=now)
+                    result.held += ok
+                    outcome = m.HELD
                 elif dec.kind == "retry":
                     assert dec.delay is not None and dec.reason is not None
                     ok = store.mark_retry(
@@ -355,8 +387,16 @@ class DeliveryWorker:
                         store.set_destination_status(
                             tx, d.tenant_id, d.destination_id, status="disabled", reason="gone", now=now
                         )
+                        disabled[(d.tenant_id, d.destination_id)] = True
                         result.disabled += 1
                         outcome = m.GONE
+                        log.warning(
+                            "destination %s/%s answered 410 Gone: disabled; delivery %d failed, its other"
+                            " deliveries wait until it is enabled",
+                            d.tenant_id,
+                            d.destination_id,
+                            d.id,
+                        )
                     else:
                         result.failed += ok
                         outcome = m.FAILED
@@ -377,24 +417,59 @@ class DeliveryWorker:
                 self.metrics.duration.observe(out.duration_ms / 1000.0)
         return result
 
+    def _renew(self, ids: list[int]) -> int:
+        with self.db.transaction() as tx:
+            return store.renew_leases(tx, ids, self.worker_id, lease=self.config.lease, now=self.clock())
+
+    async def _keep_leases(self, ids: list[int]) -> None:
+        """Renew this pass's leases every renewal interval until cancelled (when the sends are done). A
+        failed renewal is logged and retried at the next interval; the completion stays lease-guarded."""
+        while True:
+            await asyncio.sleep(self.config.renew_interval)
+            try:
+                held = await asyncio.to_thread(self._renew, ids)
+            except Exception:
+                self.metrics.worker_errors.labels("LeaseRenewal").inc()
+                log.warning("could not renew %d delivery leases", len(ids), exc_info=True)
+                continue
+            self.metrics.lease_renewals.inc()
+            if held < len(ids):
+                log.warning("%d of %d delivery leases were lost before renewal", len(ids) - held, len(ids))
+
     def _release(self, ids: list[int]) -> int:
         with self.db.transaction() as tx:
             return store.release(tx, ids, self.worker_id, now=self.clock())
 
     async def run_once(self) -> PassResult:
-        """Claim one batch, send it, record the outcomes. After `stop()` no new request starts; claimed
-        deliveries left unsent are released."""
+        """Claim one batch, send it (leases renewed meanwhile), record the outcomes. After `stop()` no new
+        request starts; claimed deliveries left unsent are released. Once a destination answers 410, the
+        batch sends it nothing more."""
         if self.stopping:
             return PassResult()
         requests, early = await asyncio.to_thread(self._claim_and_prepare)
         if requests or early:
             self._fail("claimed")
-        sent = (
-            await self._sender.send_batch(requests, should_stop=self._stop_requested.is_set)
-            if requests
-            else []
-        )
+        sent: list[Outcome] = []
         if requests:
+            gone: set[tuple[str, str]] = set()
+
+            def note(out: Outcome, req: PreparedRequest) -> None:
+                if out.status == 410:
+                    gone.add((req.tag.tenant_id, req.tag.destination_id))
+
+            def skip(req: PreparedRequest) -> bool:
+                return (req.tag.tenant_id, req.tag.destination_id) in gone
+
+            keeper = asyncio.create_task(self._keep_leases([r.tag.id for r in requests]))
+            try:
+                self._fail("sending")
+                sent = await self._sender.send_batch(
+                    requests, should_stop=self._stop_requested.is_set, should_skip=skip, on_outcome=note
+                )
+            finally:
+                keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeper
             self._fail("sent")
         sent_ids = {o.tag.id for o in sent}
         unsent = [req.tag.id for req in requests if req.tag.id not in sent_ids]
