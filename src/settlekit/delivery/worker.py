@@ -70,12 +70,12 @@ class WorkerConfig:
     """`lease`: how long a claim is held without renewal; while sends are in flight the worker renews it
     every `lease_renew` seconds (default: 30 % of the lease), so a crashed worker's rows are claimable again
     within one lease while a slow send never loses its lease. The lease must outlast a renewal interval by
-    at least `lease_margin` seconds."""
+    at least `lease_margin` seconds (time for the renewal's own round trip)."""
 
     batch_size: int = 50
     lease: timedelta = timedelta(seconds=10)
     lease_renew: float | None = None  # seconds; None = 30 % of the lease
-    lease_margin: float = 5.0
+    lease_margin: float = 1.0
     retention: timedelta = timedelta(days=30)
     allow_insecure_http: bool = False
     allow_loopback: bool = False  # dev/test only
