@@ -402,7 +402,8 @@ def test_concurrent_workers_never_share_a_row(db: Database) -> None:
 
 def test_lease_must_outlast_its_renewal_interval(db: Database) -> None:
     with pytest.raises(ConfigurationError) as exc:
-        DeliveryWorker(db, artifact_loader=Artifacts(), config=WorkerConfig(lease=timedelta(seconds=3), lease_renew=2.5))
+        DeliveryWorker(db, artifact_loader=Artifacts(),
+                       config=WorkerConfig(lease=timedelta(seconds=3), lease_renew=2.5))
     assert exc.value.code == "DELIVERY_LEASE_TOO_SHORT"
     with pytest.raises(ConfigurationError):
         DeliveryWorker(db, artifact_loader=Artifacts(), config=WorkerConfig(lease_renew=0))
