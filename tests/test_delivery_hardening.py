@@ -162,6 +162,8 @@ def test_enable_offers_backfill_and_requeue_since_is_idempotent(db: Database, se
     assert [d.artifact_type for d in deliveries(db, destination_id="settle_only")] == ["SettlementStatement.v1"]
     r = api.post("/v1/deliveries/requeue", json={"since": "2026-01-02T00:00:00"})
     assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID"  # a naive time is refused
+    r = api.post("/v1/deliveries/requeue", json={"since": "0001-01-01T00:00:00+01:00"})
+    assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID"  # before year 1 in UTC
     r = api.post("/v1/deliveries/requeue", json={"since": since, "destinationId": "nope"})
     assert r.status_code == 404
     bad = runner.invoke(delivery_app, ["requeue", "--db", db.url, "--tenant", "ten", "--since", "yesterday"])

@@ -227,7 +227,7 @@ def get_delivery(delivery_id: int, request: Request, key: ApiKey = require("ops"
 class BackfillIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     since: AwareDatetime
-    destinationId: str | None = Field(default=None, min_length=1, max_length=64)
+    destinationId: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @router.post("/deliveries/requeue", summary="Backfill the deliveries missing since a time",

@@ -294,6 +294,10 @@ def backfill_deliveries(
     with `gone` since then. Idempotent: a second run creates and requeues nothing new."""
     if since.tzinfo is None:
         raise ValidationError("since must carry a time zone (e.g. 2026-01-02T00:00:00Z)", field="since")
+    try:
+        since = since.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ValidationError("since is out of range", field="since") from None
     ts = _now(now)
     created = requeued = 0
     with db.transaction() as tx:
