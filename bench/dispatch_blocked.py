@@ -3,8 +3,9 @@
 A transaction holds a position open, burnt positions fill the gap list (`max_pending_gap_ranges`), and more than a
 batch of committed events waits past the blocking gap: no turn can deliver anything until the holder ends. The
 dispatcher runs on its background thread (LISTEN/NOTIFY on, default poll interval) for BENCH_SECONDS; reported:
-dispatcher turns/s, committed transactions/s of the database (pg_stat_database.xact_commit), the process's CPU share
-of one core, and the dispatcher's log lines/s.
+dispatcher turns/s, committed transactions/s of the database (pg_stat_database.xact_commit), CPU share of one core
+(this process, and the database's backends), and the dispatcher's log lines/s, each against the same dispatcher idle
+(the anchor, measured first in the same run).
 
 Run: python bench/dispatch_blocked.py   (env: BENCH_SECONDS, default 5)
 """
@@ -80,6 +81,33 @@ def _backend_cpu(pids: list[int]) -> float:
     return total
 
 
+def _window(url: str, reg: CollectorRegistry, counter: _Count) -> dict[str, float]:
+    """Rates over one BENCH_SECONDS window while the dispatcher thread runs."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        def commits() -> int:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                               ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        def turns() -> float:
+            return reg.get_sample_value("settlekit_dispatcher_turn_duration_seconds_count", {"consumer": "c"}) or 0.0
+
+        pids = [int(r[0]) for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()]
+        c0, t0, lines0, b0 = commits(), turns(), counter.n, _backend_cpu(pids)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        time.sleep(SECONDS)
+        c1, t1, lines1, b1 = commits(), turns(), counter.n, _backend_cpu(pids)
+        cpu1, wall1 = time.process_time(), time.perf_counter()
+    wall = wall1 - wall0
+    return {"turns/s": (t1 - t0) / wall, "transactions/s": (c1 - c0) / wall,
+            "CPU % (process)": 100 * (cpu1 - cpu0) / wall, "CPU % (backends)": 100 * (b1 - b0) / wall,
+            "log lines/s": (lines1 - lines0) / wall}
+
+
 def main() -> None:
     with scratch_pg("blocked") as url:
         db = connect(url)
@@ -89,6 +117,12 @@ def main() -> None:
                        max_pending_gap_ranges=2)
         counter = _Count()
         logging.getLogger("settlekit.dispatch").addHandler(counter)
+        _append(db, "s_idle")
+        d.start()  # anchor: the same dispatcher with nothing to do
+        time.sleep(0.5)
+        idle = _window(url, reg, counter)
+        d.stop()
+
         inside, release = threading.Event(), threading.Event()
         holder = threading.Thread(target=_append, args=(db, "held", 1, _Hold(inside, release)))
         holder.start()
@@ -102,37 +136,16 @@ def main() -> None:
         _append(db, "s2", 50)  # behind a third hole: blocked
         d.start()
         time.sleep(0.5)
-        with psycopg.connect(url, autocommit=True) as conn:
-            def commits() -> int:
-                row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-                                   ).fetchone()
-                assert row is not None
-                return int(row[0])
-
-            def turns() -> float:
-                return reg.get_sample_value("settlekit_dispatcher_turn_duration_seconds_count",
-                                            {"consumer": "c"}) or 0.0
-
-            pids = [int(r[0]) for r in conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            ).fetchall()]
-            conn.execute("SELECT pg_stat_clear_snapshot()")
-            c0, t0, lines0, b0 = commits(), turns(), counter.n, _backend_cpu(pids)
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            time.sleep(SECONDS)
-            conn.execute("SELECT pg_stat_clear_snapshot()")
-            c1, t1, lines1, b1 = commits(), turns(), counter.n, _backend_cpu(pids)
-            cpu1, wall1 = time.process_time(), time.perf_counter()
+        blocked = _window(url, reg, counter)
         d.stop()
         release.set()
         holder.join(10)
-        wall = wall1 - wall0
-        print(f"dispatcher blocked by a full gap list ({SECONDS:g} s window)")
-        print(f"  turns/s                     {(t1 - t0) / wall:10.1f}")
-        print(f"  committed transactions/s    {(c1 - c0) / wall:10.1f}  (whole database, incl. stats reads)")
-        print(f"  CPU share of one core       {100 * (cpu1 - cpu0) / wall:10.1f} %  (this process)")
-        print(f"  CPU share of the backends   {100 * (b1 - b0) / wall:10.1f} %  (PostgreSQL sessions of this database)")
-        print(f"  dispatcher log lines/s      {(lines1 - lines0) / wall:10.1f}")
+        print(f"dispatcher blocked by a full gap list vs idle ({SECONDS:g} s windows; transactions: whole database)")
+        print(f"  {'':24} {'idle (anchor)':>14} {'blocked':>10} {'ratio':>8}")
+        for k in idle:
+            ratio = blocked[k] / idle[k] if idle[k] else float("nan")
+            print(f"  {k:24} {idle[k]:14.1f} {blocked[k]:10.1f} {ratio:7.2f}x")
+        print("  (target: blocked transactions/s within 3x of idle, i.e. one turn per wake-up or poll, no busy loop)")
         db.close()
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ["append.py", "jobs_reduce.py", "dispatch.py", "artifacts.py", "deliver.py", "load.py"]
+BENCHES = ["append.py", "jobs_reduce.py", "dispatch.py", "dispatch_blocked.py", "artifacts.py", "deliver.py", "load.py"]
 
 
 def main() -> int:
