@@ -41,6 +41,7 @@ def secret_file(tmp_path: Path) -> str:
 
 
 def worker(db: Database, arts: Any, clock: Any, worker_id: str = "w", **cfg: Any) -> DeliveryWorker:
+    failpoint = cfg.pop("failpoint", None)
     config = WorkerConfig(
         allow_insecure_http=True,
         allow_loopback=True,
@@ -52,7 +53,7 @@ def worker(db: Database, arts: Any, clock: Any, worker_id: str = "w", **cfg: Any
         **cfg,
     )
     return DeliveryWorker(db, artifact_loader=arts, config=config, clock=clock, worker_id=worker_id,
-                          registry=CollectorRegistry())
+                          registry=CollectorRegistry(), failpoint=failpoint)
 
 
 def store_artifact(db: Database, doc: dict[str, Any]) -> None:
@@ -205,6 +206,38 @@ def test_lease_is_renewed_while_the_send_is_in_flight(db: Database, secret_file:
         (d,) = deliveries(db)
         assert (d.state, d.attempts, d.lease_owner) == ("delivered", 1, None)
         assert (len(rx.received), rx.duplicates) == (1, 0)
+
+
+@pytest.mark.parametrize("point", ["sending", "sent"])
+def test_crash_mid_send_then_reclaim_costs_no_attempt(db: Database, secret_file: str, point: str) -> None:
+    """Failpoints: the worker dies as its requests start (`sending`) or once they were answered but nothing
+    was recorded (`sent`). The lease expires, another worker sends again; the crash consumed no attempt."""
+    from settlekit.delivery.worker import SimulatedCrash
+
+    arts, clock = Artifacts(), Clock()
+    with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as rx:
+        add_destination(db, rx.url, secret_file)
+        for i in range(3):
+            enqueue(db, arts, artifact(f"c{i}", 1), now=clock())
+
+        def crash(name: str) -> None:
+            if name == point:
+                raise SimulatedCrash(name)
+
+        with pytest.raises(SimulatedCrash):
+            run(_one_pass(worker(db, arts, clock, "A", failpoint=crash)))
+        rows = deliveries(db)
+        assert all(d.state == "pending" and d.lease_owner == "A" and d.attempts == 0 for d in rows)
+        assert len(rx.received) == (3 if point == "sent" else 0)
+        clock.advance(1.0)
+        assert run(_one_pass(worker(db, arts, clock, "B"))).claimed == 0  # lease (2 s) still held
+        clock.advance(1.5)
+        assert run(_one_pass(worker(db, arts, clock, "B"))).delivered == 3
+        rows = deliveries(db)
+        assert all(d.state == "delivered" and d.attempts == 1 for d in rows)
+        with db.read() as tx:
+            assert all(store.list_attempts(tx, d.id) == [(1, 200, None)] for d in rows)
+        assert len(rx.received) == 3 and rx.duplicates == (3 if point == "sent" else 0)
 
 
 def _free_port() -> int:

@@ -338,10 +338,6 @@ class Dispatcher:
         try:
             with self.db.transaction() as tx, self._mark(name, inst):
                 result = self._turn_in_tx(tx, consumer, inst)
-            if result.blocked:
-                self.metrics.blocked_turns.labels(name, inst).inc()
-                self._warn_blocked(name, inst)
-            return result
         except Exception as exc:
             cls, msg = _describe(exc)
             self.metrics.turn_errors.labels(name).inc()
@@ -357,6 +353,14 @@ class Dispatcher:
             return ConsumerResult(outcome="error")
         finally:
             self.metrics.turn_duration.labels(name).observe(time.perf_counter() - started)
+        if result.blocked:
+            self.metrics.blocked_turns.labels(name, inst).inc()
+            try:
+                self._warn_blocked(name, inst)
+            except Exception:  # the turn committed; only the diagnosis failed
+                self.log.warning("consumer %s (%s): pending gap list full; could not look up the blocking"
+                                 " transaction", name, inst, exc_info=True)
+        return result
 
     @contextlib.contextmanager
     def _mark(self, name: str, inst: str) -> Iterator[None]:
