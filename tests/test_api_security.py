@@ -27,6 +27,7 @@ BODIES: dict[tuple[str, str], Any] = {
                                    "secret": generate_secret()},
     ("PATCH", "/v1/destinations/{destination_id}"): {"url": "http://127.0.0.1:9/b2"},
     ("POST", "/v1/destinations/{destination_id}/disable"): {"reason": "operator"},
+    ("POST", "/v1/deliveries/requeue"): {"since": "2000-01-01T00:00:00Z", "destinationId": "dst_a"},
     ("POST", "/v1/keys"): {"publicKeyPem": Signer.generate().public_key_pem, "purpose": "robot"},
     ("POST", "/v1/keys/{key_id}/rotate"): {},
     ("POST", "/v1/ops/consumers/{name}/reset"): {"to": 0},
