@@ -13,6 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from settlekit.dispatch import SHARED_INSTANCE, Consumer, Dispatcher, get_state
@@ -117,6 +119,25 @@ def test_gap_timestamps_survive_merge_split_and_storage() -> None:
     assert [g.seen_at for g in parse_gaps(stored)] == [42.5, 0.0]
     assert parse_gaps('[{"from":1,"to":2,"xmax":"3"}]')[0].seen_at == 0.0  # rows written before the field
     assert oldest_seen_at(parse_gaps(stored)) == 42.5 and oldest_seen_at([]) is None
+
+
+_gaps = st.lists(
+    st.tuples(st.integers(1, 60), st.integers(0, 5), st.integers(1, 9), st.sampled_from([0.0, 10.0, 20.0, 30.0]))
+    .map(lambda t: Gap(t[0], t[0] + t[1], t[2], t[3])),
+    max_size=8,
+)
+
+
+@given(_gaps, st.lists(st.integers(1, 70), max_size=10), st.integers(0, 10))
+def test_gap_times_are_never_invented_or_delayed(gaps: list[Gap], resolved: list[int], horizon: int) -> None:
+    merged = merge(gaps)
+    for g in merged:  # a merged range carries the earliest known time of the ranges it absorbed
+        inside = [x.seen_at for x in gaps if g.lo <= x.lo and x.hi <= g.hi and x.seen_at]
+        assert g.seen_at == (min(inside) if inside else 0.0)
+    after, _, _ = settle(merged, resolved=resolved, fetched=resolved, horizon=horizon, complete_upto=10**9)
+    for g in after:  # what remains of a range keeps its time
+        (parent,) = [m for m in merged if m.lo <= g.lo and g.hi <= m.hi]
+        assert g.seen_at == parent.seen_at
 
 
 def test_turn_without_progress_does_not_ask_for_more(pg: Database, pg_url: str) -> None:
