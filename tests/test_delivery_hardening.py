@@ -179,7 +179,7 @@ def test_lease_is_renewed_while_the_send_is_in_flight(db: Database, secret_file:
     with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as rx:
         add_destination(db, rx.url, secret_file)
         enqueue(db, arts, artifact("slow", 1), now=clock())
-        rx.inject(None, delay=4.0)  # the answer takes longer than the 2 s lease
+        rx.inject(None, delay=6.0)  # the answer takes longer than the 2 s lease
         a = worker(db, arts, clock, "A")
 
         def renewals() -> float:
@@ -193,6 +193,7 @@ def test_lease_is_renewed_while_the_send_is_in_flight(db: Database, secret_file:
                 clock.advance(1.9)  # just before the claim's lease ends …
                 seen = renewals()
                 while renewals() < seen + 2:  # … a renewal (taken after the advance) moves it on
+                    assert not task.done(), "the send ended before two renewals (machine too slow?)"
                     await asyncio.sleep(0.02)
                 (row,) = deliveries(db)
                 assert row.lease_expires_at is not None and row.lease_expires_at > clock() + timedelta(seconds=1)
