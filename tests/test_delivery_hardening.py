@@ -180,7 +180,7 @@ def test_lease_is_renewed_while_the_send_is_in_flight(db: Database, secret_file:
         add_destination(db, rx.url, secret_file)
         enqueue(db, arts, artifact("slow", 1), now=clock())
         rx.inject(None, delay=6.0)  # the answer takes longer than the 2 s lease
-        a = worker(db, arts, clock, "A")
+        a = worker(db, arts, clock, "A", sender=SenderConfig(timeout=10.0, connect_timeout=1.0))
 
         def renewals() -> float:
             return a.metrics.lease_renewals._value.get()
