@@ -245,6 +245,18 @@ def set_destination_status(
         raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
 
 
+def disable_if_active(tx: Tx, tenant_id: str, destination_id: str, *, reason: str, now: datetime) -> bool:
+    """Disable an active destination; False when it was already disabled (or is unknown). The row lock taken
+    here orders concurrent disablers: exactly one of them sees it active."""
+    ts = db_time(tx, now)
+    n = tx.execute(
+        "UPDATE destinations SET status = 'disabled', disabled_reason = ?, disabled_at = ?, updated_at = ?"
+        " WHERE tenant_id = ? AND destination_id = ? AND status = 'active'",
+        (reason, ts, ts, tenant_id, destination_id),
+    )
+    return n == 1
+
+
 # --- deliveries ---------------------------------------------------------------------------------------------
 
 

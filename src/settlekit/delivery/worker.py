@@ -310,22 +310,14 @@ class DeliveryWorker:
 
         The first `sent` outcomes are real HTTP attempts, the rest failed before sending. Each recorded outcome
         counts one attempt (`attempt` = attempts before it + 1). A 410 disables its destination and fails that
-        delivery only: further outcomes for a destination that is already disabled (by this pass or another
-        worker) leave their deliveries pending, to be sent once it is enabled again."""
+        delivery only: further 410s from a destination that is already disabled (by this pass, another worker
+        or an operator) leave their deliveries pending, to be sent once it is enabled again. The conditional
+        disable takes the destination's row lock, so of concurrent workers exactly one fails its delivery."""
         result = PassResult(claimed=len(outcomes))
         now = self.clock()
         cfg = self.config
         counted: list[tuple[str, str, str | None]] = []  # (destination_id, outcome, failure reason)
         with self.db.transaction() as tx:
-            disabled: dict[tuple[str, str], bool] = {}
-
-            def is_disabled(d: store.Delivery) -> bool:
-                key = (d.tenant_id, d.destination_id)
-                if key not in disabled:
-                    dest = store.get_destination(tx, *key)
-                    disabled[key] = dest is not None and dest.status == "disabled"
-                return disabled[key]
-
             for i, out in enumerate(outcomes):
                 d: store.Delivery = out.tag
                 attempt = d.attempts + 1
@@ -354,7 +346,10 @@ class DeliveryWorker:
                     )
                     result.delivered += ok
                     outcome = m.DELIVERED
-                elif dec.kind == "disable" and is_disabled(d):
+                elif dec.kind == "disable" and not store.disable_if_active(
+                    tx, d.tenant_id, d.destination_id, reason="gone", now=now
+                ):
+                    # already disabled (an earlier 410 of this batch, another worker, an operator): wait for enable
                     assert dec.reason is not None
                     ok = store.mark_held(tx, d.id, self.worker_id, status=out.status, error=dec.reason, now=now)
                     result.held += ok
@@ -383,11 +378,7 @@ class DeliveryWorker:
                         now=now,
                         retention=cfg.retention,
                     )
-                    if ok and dec.kind == "disable":
-                        store.set_destination_status(
-                            tx, d.tenant_id, d.destination_id, status="disabled", reason="gone", now=now
-                        )
-                        disabled[(d.tenant_id, d.destination_id)] = True
+                    if dec.kind == "disable":  # this 410 disabled the destination (disable_if_active above)
                         result.disabled += 1
                         outcome = m.GONE
                         log.warning(
@@ -411,10 +402,10 @@ class DeliveryWorker:
                 self.metrics.failures.labels(reason).inc()
             if outcome == m.FAILED:
                 self.metrics.dlq.inc()
-            elif outcome == m.GONE:
-                self.metrics.disabled.labels("gone").inc()
             if i < sent:
                 self.metrics.duration.observe(out.duration_ms / 1000.0)
+        if result.disabled:
+            self.metrics.disabled.labels("gone").inc(result.disabled)
         return result
 
     def _renew(self, ids: list[int]) -> int:
