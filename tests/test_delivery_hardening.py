@@ -108,6 +108,28 @@ def test_410_fails_only_its_delivery_and_enable_backfill_sends_the_rest(db: Data
         assert len(gone.received) == 12 and gone.rejected == 0
 
 
+def test_410_from_a_destination_disabled_meanwhile_keeps_the_delivery_pending(db: Database, secret_file: str) -> None:
+    """An operator (or another worker's 410) disabled the destination while the request was in flight: this
+    410 neither fails the delivery nor overwrites the reason."""
+    arts, clock = Artifacts(), Clock()
+    with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as rx:
+        add_destination(db, rx.url, secret_file)
+        enqueue(db, arts, artifact("a", 1), now=clock())
+        rx.inject(410)
+
+        def meanwhile(name: str) -> None:
+            if name == "sent":
+                service.disable_destination(db, "ten", "d1", reason="maintenance", now=clock())
+
+        result = run(_one_pass(worker(db, arts, clock, failpoint=meanwhile)))
+        assert (result.held, result.disabled, result.failed) == (1, 0, 0)
+        (d,) = deliveries(db)
+        assert (d.state, d.attempts, d.last_status, d.lease_owner) == ("pending", 1, 410, None)
+        with db.read() as tx:
+            dest = store.get_destination(tx, "ten", "d1")
+        assert dest is not None and (dest.status, dest.disabled_reason) == ("disabled", "maintenance")
+
+
 async def _one_pass(w: DeliveryWorker) -> Any:
     async with w:
         return await w.run_once()
