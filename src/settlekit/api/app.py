@@ -24,6 +24,7 @@ from settlekit.api import routes_jobs, routes_ops
 from settlekit.api.deps import ApiContext, AuthMiddleware
 from settlekit.api.http import (
     BodyLimitMiddleware,
+    InputGuardMiddleware,
     JsonResponse,
     RateLimiter,
     http_error_handler,
@@ -180,6 +181,7 @@ def create_app(
     _health_routes(app, ctx)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=body_limit)
     app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)
+    app.add_middleware(InputGuardMiddleware)
     app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
     return app
 

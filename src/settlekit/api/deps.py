@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from settlekit.api.auth import ApiKey, ForbiddenError, authenticate
-from settlekit.api.http import RateLimiter, error_headers, problem_from_error, retry_after_seconds
+from settlekit.api.http import RateLimiter, check_text, error_headers, problem_from_error, retry_after_seconds
 from settlekit.artifacts.store import ArtifactStore
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore
+
+
+# Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
+MAX_INT64 = 2**63 - 1
+IdPath = Annotated[int, Path(ge=0, le=MAX_INT64)]
+PositionQuery = Annotated[int, Query(ge=0, le=MAX_INT64)]
 
 
 @dataclass
@@ -116,7 +122,7 @@ def idempotency_key(request: Request) -> str | None:
     if not value or len(value) > 500:
         raise ValidationError("Idempotency-Key must be 1..500 characters", code="SCHEMA_INVALID",
                               field="Idempotency-Key")
-    return value
+    return check_text(value, "Idempotency-Key")
 
 
 Handler = Callable[[], tuple[int, Any]]

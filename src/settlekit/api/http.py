@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 from typing import Any
@@ -28,11 +29,99 @@ def _no_constant(name: str) -> Any:
 
 
 def parse_body(raw: bytes) -> Any:
-    """A request body parsed like JavaScript JSON.parse (unsafe integers become doubles; NaN/Infinity refused)."""
+    """A request body parsed like JavaScript JSON.parse (unsafe integers become doubles; NaN/Infinity refused).
+    Strings holding U+0000 or a lone surrogate are refused (INPUT_INVALID), as everywhere in a request."""
     try:
-        return json.loads(raw, parse_int=js_int, parse_constant=_no_constant)
+        value = json.loads(raw, parse_int=js_int, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise SettlekitError("the request body is not valid JSON", code="JSON_INVALID", status=400) from exc
+    if _SUSPECT_ESCAPE.search(raw):
+        check_json_strings(value, "body")
+    return value
+
+
+# --- input guard ---------------------------------------------------------------------------------------------
+# Every string a request brings (path, query, headers, JSON body) must be storable text on both backends:
+# PostgreSQL refuses U+0000 in text and JSON, and a lone surrogate cannot be encoded as UTF-8.
+
+# A JSON escape that can produce U+0000 or a surrogate: the body is walked only when one is present.
+_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+class InputError(SettlekitError):
+    code = "INPUT_INVALID"
+    status = 400
+
+
+def check_text(value: str, field: str) -> str:
+    """`value` unless it holds U+0000 or a lone surrogate (InputError naming `field`)."""
+    if "\x00" in value:
+        raise InputError(f"{field} must not contain U+0000", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{field} must not contain a lone surrogate", field=field) from None
+    return value
+
+
+def check_json_strings(value: Any, path: str) -> None:
+    """Every key and string in a parsed JSON value passes `check_text` (iterative: depth is no concern)."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            check_text(item, where)
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                check_text(k, f"{where}.<key>")
+                stack.append((v, f"{where}.{k}"))
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
+
+
+def check_request_head(scope: Scope) -> None:
+    """Path, query string and header values of a request: no U+0000 (percent-encoded or not)."""
+    if "\x00" in scope.get("path", ""):
+        raise InputError("the path must not contain U+0000", field="path")
+    query: bytes = scope.get("query_string", b"")
+    if b"\x00" in query or b"%00" in query:
+        raise InputError("the query string must not contain U+0000", field="query")
+    for name, value in scope.get("headers", ()):
+        if b"\x00" in value:
+            raise InputError("a header must not contain U+0000", field=name.decode("latin-1"))
+
+
+class InputGuardMiddleware:
+    """Refuses a request whose path, query or headers hold U+0000 (400 INPUT_INVALID) before it reaches
+    authentication or a route; JSON bodies are checked where they are read (BodyLimitMiddleware, parse_body)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                check_request_head(scope)
+            except InputError as exc:
+                await problem_from_error(exc)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def check_json_body(body: bytes) -> None:
+    """A JSON request body whose strings hold U+0000 or a lone surrogate: InputError. Bodies that are not JSON
+    are left to the route's parser (which answers JSON_INVALID)."""
+    if not _SUSPECT_ESCAPE.search(body):
+        return
+    try:
+        value = json.loads(body, parse_int=_ignore, parse_float=_ignore, parse_constant=_ignore)
+    except (ValueError, RecursionError):
+        return
+    check_json_strings(value, "body")
+
+
+def _ignore(text: str) -> None:
+    return None
 
 
 def dumps(value: Any) -> bytes:
@@ -68,7 +157,7 @@ def _loc_path(loc: tuple[Any, ...] | list[Any]) -> str:
 
 
 def error_headers(exc: SettlekitError) -> dict[str, str] | None:
-    retry = exc.details.get("retryAfterSeconds") if exc.status == 429 else None
+    retry = exc.details.get("retryAfterSeconds") if exc.status in (429, 503) else None
     if retry is not None:
         return {"Retry-After": str(retry)}
     if exc.status == 401:
@@ -146,6 +235,11 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
+        try:
+            check_json_body(body)
+        except InputError as exc:
+            await problem_from_error(exc)(scope, receive, send)
+            return
         sent = False
 
         async def replay() -> Message:

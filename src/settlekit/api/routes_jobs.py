@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from settlekit.api import queries
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import ApiContext, context, idempotency_key, require, require_scopes
+from settlekit.api.deps import ApiContext, PositionQuery, context, idempotency_key, require, require_scopes
 from settlekit.api.http import JsonResponse, parse_body
 from settlekit.api.idempotency import request_hash
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
@@ -202,7 +202,7 @@ def _decode_cursor(cursor: str) -> str:
         value = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode("utf-8")
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValidationError("invalid cursor", code="CURSOR_INVALID", field="cursor") from exc
-    if not value:
+    if not value or "\x00" in value:
         raise ValidationError("invalid cursor", code="CURSOR_INVALID", field="cursor")
     return value
 
@@ -217,7 +217,7 @@ def get_job(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -
 @router.get("/jobs/{job_id}/events", summary="A job's events, optionally through a chain hash")
 def get_events(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
                throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
-               afterSeq: Annotated[int, Query(ge=0)] = 0) -> JsonResponse:
+               afterSeq: PositionQuery = 0) -> JsonResponse:
     ctx = context(request)
     _job_head(ctx, key.tenant_id, job_id)
     events = ctx.store.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash, after_seq=afterSeq)

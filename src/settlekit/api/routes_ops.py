@@ -14,7 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from settlekit import dispatch
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import ApiContext, context, idempotency_key, require
+from settlekit.api.deps import MAX_INT64, ApiContext, IdPath, PositionQuery, context, idempotency_key, require
 from settlekit.api.http import JsonResponse
 from settlekit.delivery import service as delivery
 from settlekit.delivery import store as delivery_store
@@ -210,7 +210,7 @@ def list_deliveries(request: Request, key: ApiKey = require("ops"),
                     state: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
                     destinationId: Annotated[str | None, Query(max_length=64)] = None,
                     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                    afterId: Annotated[int | None, Query(ge=0)] = None) -> JsonResponse:
+                    afterId: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None) -> JsonResponse:
     found = delivery.list_deliveries(context(request).db, key.tenant_id, state=state, destination_id=destinationId,
                                      limit=limit, after_id=afterId)
     next_after = found[-1].id if len(found) == limit else None
@@ -218,7 +218,7 @@ def list_deliveries(request: Request, key: ApiKey = require("ops"),
 
 
 @router.get("/deliveries/{delivery_id}", summary="One delivery with its attempt log")
-def get_delivery(delivery_id: int, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+def get_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     detail = delivery.get_delivery(context(request).db, key.tenant_id, delivery_id)
     attempts = [{"attempt": a, "httpStatus": s, "error": e} for a, s, e in detail.attempts]
     return JsonResponse({**detail.delivery.to_json(), "attemptLog": attempts})
@@ -246,7 +246,7 @@ def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = requir
 
 
 @router.post("/deliveries/{delivery_id}/requeue", summary="Requeue a failed delivery")
-def requeue_delivery(delivery_id: int, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+def requeue_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 
     def action() -> tuple[int, Any]:
@@ -334,7 +334,7 @@ def revoke_key(key_id: str, request: Request, key: ApiKey = require("admin")) ->
 
 class ResetIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    to: int | Literal["now"]
+    to: Annotated[int, Field(le=MAX_INT64)] | Literal["now"]
 
 
 Instance = Annotated[str, Query(min_length=1, max_length=200)]

@@ -277,6 +277,9 @@ class ArtifactStore:
 
 def _decode_cursor(cursor: str) -> tuple[int, str]:
     version, sep, artifact_id = cursor.partition(":")
-    if not sep or not version.isdigit():
+    if not sep or not version.isascii() or not version.isdigit() or int(version) > _MAX_INT64:
         raise ValidationError("invalid artifact cursor", code="CURSOR_INVALID")
     return int(version), artifact_id
+
+
+_MAX_INT64 = 2**63 - 1

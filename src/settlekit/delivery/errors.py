@@ -37,7 +37,7 @@ class WebhookSecretError(SettlekitError):
     """A signing secret is malformed (not `whsec_<base64>` or empty)."""
 
     code = "WEBHOOK_SECRET_INVALID"
-    status = 500
+    status = 400
 
 
 class DestinationForbiddenError(SettlekitError):

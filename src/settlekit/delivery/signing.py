@@ -47,7 +47,8 @@ def decode_secret(secret: str) -> bytes:
         raise WebhookSecretError("standard webhook secrets must start with 'whsec_'")
     raw = secret[len(SECRET_PREFIX) :]
     try:
-        key = base64.b64decode(raw, validate=True)
+        # unpadded base64 is accepted, as the official Standard Webhooks libraries do
+        key = base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True)
     except (binascii.Error, ValueError) as exc:
         raise WebhookSecretError("secret after 'whsec_' is not valid base64") from exc
     if not key:

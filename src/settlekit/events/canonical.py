@@ -284,8 +284,15 @@ def _slow(x: Any) -> str:
 
 
 def js_int(text: str) -> int | float:
+    """An integer literal as JavaScript reads it: a double outside the safe range, ±Infinity beyond the
+    largest double (which canonical JSON then refuses, naming the path)."""
     value = int(text)
-    return value if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else float(value)
+    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def parse_json(text: str | bytes) -> Any:
