@@ -75,3 +75,15 @@ class SignerPolicyError(SettlekitError):
 class ConfigurationError(SettlekitError):
     code = "CONFIGURATION_INVALID"
     status = 500
+
+
+class DatabaseUnavailableError(SettlekitError):
+    """The database cannot be reached right now (connection refused or lost, pool wait exhausted, SQLite file
+    locked or unopenable). Retry after `retryAfterSeconds`; a write that failed this way may or may not have
+    committed, so retry it with the same Idempotency-Key (or the same client-finalized event)."""
+
+    code = "DATABASE_UNAVAILABLE"
+    status = 503
+
+    def __init__(self, message: str = "the database is not reachable", *, retry_after: int = 1, **details: Any):
+        super().__init__(message, retryAfterSeconds=retry_after, **details)

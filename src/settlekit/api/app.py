@@ -7,12 +7,15 @@ with a stable `code`; stack traces are never returned.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
@@ -43,6 +46,7 @@ from settlekit.store.job_streams import job_store
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_OPERATOR_TENANT = "system"
+READY_TIMEOUT_SECONDS = 0.8  # /readyz answers within this, reachable or not
 
 
 class _ApiMetrics:
@@ -191,15 +195,20 @@ def _health_routes(app: FastAPI, ctx: ApiContext) -> None:
     def healthz() -> JsonResponse:
         return JsonResponse({"status": "ok"})
 
-    @app.get("/readyz", tags=["health"], summary="Readiness: database reachable and migrations current")
-    def readyz() -> Response:
-        try:
-            pending = ctx.db.pending_migrations()
-        except Exception:  # any driver error means not ready; the detail stays in the log
-            import logging
+    # Readiness runs on threads of its own, so it answers even when every API thread waits on the database.
+    ready_threads = anyio.CapacityLimiter(2)
 
-            logging.getLogger("settlekit.api").warning("readiness check failed", exc_info=True)
-            return problem_response(503, "DATABASE_UNAVAILABLE", "the database is not reachable")
+    @app.get("/readyz", tags=["health"], summary="Readiness: database reachable and migrations current")
+    async def readyz() -> Response:
+        try:
+            with anyio.fail_after(READY_TIMEOUT_SECONDS):
+                pending = await anyio.to_thread.run_sync(ctx.db.pending_migrations, limiter=ready_threads,
+                                                         abandon_on_cancel=True)
+        except Exception as exc:  # any driver error or the deadline means not ready; the detail goes to the log
+            logging.getLogger("settlekit.api").warning("readiness check failed: %s", exc,
+                                                       exc_info=not isinstance(exc, TimeoutError))
+            return problem_response(503, "DATABASE_UNAVAILABLE", "the database is not reachable",
+                                    retryAfterSeconds=1)
         if pending:
             return problem_response(503, "MIGRATIONS_PENDING", "database migrations are pending",
                                     pendingMigrations=pending)

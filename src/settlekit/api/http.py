@@ -138,7 +138,8 @@ class JsonResponse(Response):
 
 
 def problem_response(status: int, code: str, detail: str, **details: Any) -> Response:
-    return problem_from_error(SettlekitError(detail, code=code, status=status, **details))
+    exc = SettlekitError(detail, code=code, status=status, **details)
+    return problem_from_error(exc, error_headers(exc))
 
 
 def problem_from_error(exc: SettlekitError, headers: dict[str, str] | None = None) -> Response:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
+from settlekit.errors import DatabaseUnavailableError
 from settlekit.store.db import Database, Dialect, Row, Tx, migration_files
 
 NOTIFY_CHANNEL = "settlekit_events"
@@ -24,6 +26,21 @@ def pg_sql(sql: str) -> str:
         out = sql.replace("%", "%%").replace("?", "%s")
         _sql_cache[sql] = out
     return out
+
+
+# SQLSTATEs that mean the server went away or refuses connections (class 08 is matched by prefix).
+_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True for errors that mean "the database cannot be reached": a pool wait that ran out, a connection
+    that failed or was lost (no SQLSTATE, or class 08), a server shutting down or refusing connections."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _UNAVAILABLE_STATES
 
 
 class PostgresTx(Tx):
@@ -67,32 +84,69 @@ class PostgresTx(Tx):
 
 
 class PostgresDatabase(Database):
+    """A psycopg pool. While the server is unreachable every operation fails within `timeout` seconds with
+    DatabaseUnavailableError (503 in the API) instead of waiting; lost connections are replaced by attempts
+    at most about a second apart (`reconnect_timeout` bounds each backoff series, a new one starts on demand),
+    so work resumes within a couple of seconds of the server coming back."""
+
     dialect: Dialect = "postgres"
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16, timeout: float = 30.0):
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16, timeout: float = 1.5,
+                 reconnect_timeout: float = 2.0, connect_timeout: int = 5):
         self.url = url
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 2}
+        if "connect_timeout" not in url:
+            kwargs["connect_timeout"] = connect_timeout
         self.pool = ConnectionPool(
-            url, min_size=min_size, max_size=max_size, timeout=timeout, open=True,
-            kwargs={"autocommit": True, "prepare_threshold": 2},
-            name="settlekit",
+            url, min_size=min_size, max_size=max_size, timeout=timeout, open=True, kwargs=kwargs,
+            reconnect_timeout=reconnect_timeout, name="settlekit",
         )
         self._listen_conn: psycopg.Connection[Any] | None = None
         self._listen_lock = threading.Lock()
+        self._checking = threading.Lock()
+
+    @contextlib.contextmanager
+    def _available(self) -> Iterator[None]:
+        """Connection-level failures become DatabaseUnavailableError (and trigger a sweep of idle connections,
+        which are likely dead too); every other error passes unchanged."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            if not is_unavailable(exc):
+                raise
+            self._sweep_idle()
+            raise DatabaseUnavailableError(cause=type(exc).__name__) from exc
+
+    def _sweep_idle(self) -> None:
+        """Check the pool's idle connections in the background (one sweep at a time), so requests after an
+        outage do not each meet a connection the server dropped."""
+        if not self._checking.acquire(blocking=False):
+            return
+
+        def sweep() -> None:
+            try:
+                self.pool.check()
+            except Exception:  # the pool is closing or the server is still down: the next failure sweeps again
+                logging.getLogger("settlekit.store").debug("idle connection sweep failed", exc_info=True)
+            finally:
+                self._checking.release()
+
+        threading.Thread(target=sweep, name="settlekit-pool-sweep", daemon=True).start()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[PostgresTx]:
-        with self.pool.connection() as conn, conn.transaction():
+        with self._available(), self.pool.connection() as conn, conn.transaction():
             yield PostgresTx(conn)
 
     @contextlib.contextmanager
     def query(self) -> Iterator[PostgresTx]:
-        with self.pool.connection() as conn:
+        with self._available(), self.pool.connection() as conn:
             yield PostgresTx(conn)
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled autocommit connection for backend-specific fast paths."""
-        with self.pool.connection() as conn:
+        with self._available(), self.pool.connection() as conn:
             yield conn
 
     def migrate(self) -> list[str]:

@@ -51,7 +51,7 @@ def append(db: PostgresDatabase, sql: str, params: Sequence[Any], after: AfterAp
     """Run the append function (see append_params); returns ('ok', base_seq, positions) or
     ('conflict', seq, chain_hash). `after` runs in the same transaction only when the append succeeded."""
     try:
-        with db.pool.connection() as conn:
+        with db.connection() as conn:
             if after is None:
                 # One statement in autocommit mode is its own transaction: a single round trip.
                 row = conn.execute(sql, params, binary=True).fetchone()

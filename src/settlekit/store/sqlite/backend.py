@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from settlekit.errors import ConfigurationError
+from settlekit.errors import ConfigurationError, DatabaseUnavailableError
 from settlekit.store.db import Database, Dialect, Row, Tx, migration_files
 
 # Wake-ups between threads of this process; other processes fall back to polling.
@@ -40,6 +40,22 @@ def _condition_for(path: str) -> threading.Condition:
         if cond is None:
             cond = _wakeups[path] = threading.Condition()
         return cond
+
+
+# sqlite3.OperationalError messages that mean "not now" rather than a bug in a statement.
+_UNAVAILABLE_MESSAGES = ("database is locked", "database is busy", "unable to open database", "disk i/o error",
+                         "database table is locked")
+
+
+@contextlib.contextmanager
+def _available() -> Iterator[None]:
+    """A locked, busy or unopenable database file becomes DatabaseUnavailableError; other errors pass."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if not str(exc).lower().startswith(_UNAVAILABLE_MESSAGES):
+            raise
+        raise DatabaseUnavailableError(cause=str(exc)) from exc
 
 
 class SqliteTx(Tx):
@@ -106,8 +122,7 @@ class SqliteDatabase(Database):
                                        timeout=self._busy_timeout_ms / 1000)
                 _enable_wal(conn, self._busy_timeout_ms / 1000)
             except sqlite3.OperationalError as exc:
-                raise ConfigurationError(f"cannot open SQLite database {self.path}: {exc}",
-                                         code="DATABASE_UNAVAILABLE") from exc
+                raise DatabaseUnavailableError(f"cannot open SQLite database {self.path}: {exc}") from exc
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
@@ -118,36 +133,39 @@ class SqliteDatabase(Database):
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[SqliteTx]:
-        conn = self._conn()
-        if conn.in_transaction:
-            raise ConfigurationError("nested transaction on one thread", code="NESTED_TRANSACTION")
-        conn.execute("BEGIN IMMEDIATE")
-        tx = SqliteTx(conn)
-        try:
-            yield tx
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        with _available():
+            conn = self._conn()
+            if conn.in_transaction:
+                raise ConfigurationError("nested transaction on one thread", code="NESTED_TRANSACTION")
+            conn.execute("BEGIN IMMEDIATE")
+            tx = SqliteTx(conn)
+            try:
+                yield tx
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
         if tx.wants_notify:
             with self._wake:
                 self._wake.notify_all()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[SqliteTx]:
-        conn = self._conn()
-        conn.execute("BEGIN")
-        try:
-            yield SqliteTx(conn)
-        finally:
-            conn.execute("ROLLBACK")
+        with _available():
+            conn = self._conn()
+            conn.execute("BEGIN")
+            try:
+                yield SqliteTx(conn)
+            finally:
+                conn.execute("ROLLBACK")
 
     @contextlib.contextmanager
     def query(self) -> Iterator[SqliteTx]:
-        conn = self._conn()
-        if conn.in_transaction:
-            raise ConfigurationError("nested transaction on one thread", code="NESTED_TRANSACTION")
-        yield SqliteTx(conn)
+        with _available():
+            conn = self._conn()
+            if conn.in_transaction:
+                raise ConfigurationError("nested transaction on one thread", code="NESTED_TRANSACTION")
+            yield SqliteTx(conn)
 
     def migrate(self) -> list[str]:
         applied: list[str] = []

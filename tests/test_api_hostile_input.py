@@ -1,0 +1,260 @@
+"""Hostile input: every bad input answers a 4xx RFC 9457 problem with a stable code on both backends, and the
+keep-alive connection stays usable afterwards. Cases: integers beyond a double, lone surrogates and U+0000
+anywhere in a request (path segments, query parameters, cursors, headers, JSON bodies), ids above int64,
+malformed and unpadded webhook secrets."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+
+from settlekit.delivery.signing import decode_secret, generate_secret, sign_standard
+from settlekit.store.db import Database, connect
+from test_api_support import TENANT_A, client, key_for, make_app
+
+PROBLEM = "application/problem+json"
+BIG = 99999999999999999999  # above int64
+DRAFT_HEADERS = {"content-type": "application/json"}
+
+
+@pytest.fixture
+def env(db_url: str) -> Iterator[tuple[Database, Any, Any, str]]:
+    db = connect(db_url)
+    db.migrate()
+    try:
+        app = make_app(db)
+        api = client(app, key_for(db, TENANT_A), raise_server_exceptions=False)
+        operator = client(app, key_for(db, "system", ["admin", "ops"]), raise_server_exceptions=False)
+        r = api.post("/v1/jobs", json={"jobId": "job_1", "payload": {"templateId": "reset_lite"}})
+        assert r.status_code == 201, r.text
+        yield db, api, operator, r.json()["headChainHash"]
+    finally:
+        db.close()
+
+
+def _problem(r: Any, status: int, code: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == PROBLEM
+    body: dict[str, Any] = r.json()
+    assert body["code"] == code and body["status"] == status, body
+    return body
+
+
+def _quote(amount: str, actor_id: str = "p") -> bytes:
+    return ('{"type":"QUOTE_PROPOSED","actor":{"type":"pricing","id":"%s"},'
+            '"payload":{"amountCents":%s,"currency":"USD"}}' % (actor_id, amount)).encode()
+
+
+def test_integer_beyond_a_double(env: tuple[Database, Any, Any, str]) -> None:
+    db, api, _, head = env
+    headers = {**DRAFT_HEADERS, "x-expected-prev-chain-hash": head}
+    for amount in ("1" + "0" * 400, "-" + "9" * 320, "1e400"):
+        body = _problem(api.post("/v1/jobs/job_1/events", content=_quote(amount), headers=headers),
+                        400, "SCHEMA_INVALID")
+        assert "amountCents" in body["detail"]
+    many_digits = "1" * 5000  # beyond Python's integer string limit: not JSON this API reads
+    _problem(api.post("/v1/jobs/job_1/events", content=_quote(many_digits), headers=headers), 400, "JSON_INVALID")
+    big_create = b'{"payload":{"templateId":"x","n":1%s}}' % (b"0" * 400)
+    assert api.post("/v1/jobs", content=big_create, headers=DRAFT_HEADERS).status_code == 400
+    assert api.get("/v1/jobs/job_1").json()["version"] == 1
+
+
+@pytest.mark.parametrize("escape", ["\\ud800", "\\udfff", "\\u0000", "x\\ud83dy"])
+def test_lone_surrogate_and_nul_in_json_bodies(env: tuple[Database, Any, Any, str], escape: str) -> None:
+    db, api, operator, head = env
+    headers = {**DRAFT_HEADERS, "x-expected-prev-chain-hash": head}
+    bodies = [
+        ("POST", "/v1/jobs/job_1/events", _quote("1", actor_id=escape), headers),
+        ("POST", "/v1/jobs/job_1/events",
+         b'[{"type":"QUOTE_PROPOSED","actor":{"type":"pricing","id":"p"},'
+         b'"payload":{"amountCents":1,"currency":"USD","note":{"k%s":1}}}]' % escape.encode(), headers),
+        ("POST", "/v1/jobs", b'{"actor":{"type":"x","id":"%s"},"payload":{"templateId":"x"}}' % escape.encode(),
+         DRAFT_HEADERS),
+        ("POST", "/v1/jobs", b'{"jobId":"a%sb","payload":{"templateId":"x"}}' % escape.encode(), DRAFT_HEADERS),
+        ("POST", "/v1/destinations", json.dumps({"destinationId": "d", "url": "http://127.0.0.1:9/x",
+                                                 "secret": generate_secret()}).encode()[:-1]
+         + b',"artifactTypes":["%s"]}' % escape.encode(), DRAFT_HEADERS),
+        ("PATCH", "/v1/destinations/d", b'{"url":"http://127.0.0.1:9/%s"}' % escape.encode(), DRAFT_HEADERS),
+        ("POST", "/v1/keys", b'{"publicKeyPem":"%s","purpose":"robot"}' % escape.encode(), DRAFT_HEADERS),
+    ]
+    for method, path, body, hdrs in bodies:
+        r = api.request(method, path, content=body, headers=hdrs)
+        _problem(r, 400, "INPUT_INVALID")
+    r = operator.post("/v1/ops/consumers/settlekit:artifacts/disable", content=b'{"x":"%s"}' % escape.encode(),
+                      headers=DRAFT_HEADERS)
+    _problem(r, 400, "INPUT_INVALID")
+    assert api.get("/v1/jobs/job_1").json()["version"] == 1
+    assert api.get("/v1/jobs").json()["jobs"][0]["jobId"] == "job_1"
+
+
+def test_a_surrogate_pair_is_fine(env: tuple[Database, Any, Any, str]) -> None:
+    db, api, _, head = env
+    headers = {**DRAFT_HEADERS, "x-expected-prev-chain-hash": head}
+    r = api.post("/v1/jobs/job_1/events", content=_quote("1", actor_id="\\ud83d\\ude00"), headers=headers)
+    assert r.status_code == 201, r.text
+    assert r.json()["events"][0]["actor"]["id"] == "\U0001f600"
+
+
+def _routes(app: Any) -> list[tuple[str, str, list[str]]]:
+    out = []
+    for route in app.routes:
+        if isinstance(route, APIRoute):
+            queries = [p.alias for p in route.dependant.query_params]
+            for method in sorted(route.methods or ()):
+                out.append((method, route.path, queries))
+    return out
+
+
+def test_nul_in_every_path_segment_and_query_parameter(env: tuple[Database, Any, Any, str]) -> None:
+    db, api, operator, _ = env
+    routes = _routes(api.app)
+    assert len(routes) >= 30
+    checked = 0
+    for method, template, queries in routes:
+        for name in [p[1:-1] for p in template.split("/") if p.startswith("{")]:
+            path = template.replace("{" + name + "}", "a%00b")
+            for other in [p for p in template.split("/") if p.startswith("{")]:
+                path = path.replace(other, "1")
+            for caller in (api, operator, client(api.app)):  # refused before authentication too
+                _problem(caller.request(method, path, json={}), 400, "INPUT_INVALID")
+            checked += 1
+        for query in queries:
+            path = "/".join("1" if p.startswith("{") else p for p in template.split("/"))
+            _problem(operator.request(method, path, params={query: "a\x00b"}), 400, "INPUT_INVALID")
+            _problem(api.request(method, path, params={query: "a\x00b"}), 400, "INPUT_INVALID")
+            checked += 1
+    assert checked >= 40
+
+
+def test_nul_in_cursors_and_headers(env: tuple[Database, Any, Any, str]) -> None:
+    db, api, _, head = env
+    nul_cursor = base64.urlsafe_b64encode(b"job\x00x").decode().rstrip("=")
+    _problem(api.get("/v1/jobs", params={"cursor": nul_cursor}), 400, "CURSOR_INVALID")
+    _problem(api.get("/v1/jobs/job_1/artifacts", params={"cursor": "1:a\x00b"}), 400, "INPUT_INVALID")
+    for name in ("idempotency-key", "x-idempotency-key", "x-expected-prev-chain-hash"):
+        r = api.post("/v1/jobs/job_1/events", content=_quote("1"),
+                     headers=[("content-type", "application/json"), (name, "a\x00b")])
+        _problem(r, 400, "INPUT_INVALID")
+    r = client(api.app).get("/v1/jobs", headers=[("authorization", "Bearer sk_a\x00b_c")])
+    _problem(r, 400, "INPUT_INVALID")
+    assert api.get("/v1/jobs/job_1").json()["version"] == 1
+
+
+def test_ids_above_int64(env: tuple[Database, Any, Any, str]) -> None:
+    db, api, operator, _ = env
+    _problem(api.get(f"/v1/deliveries/{BIG}"), 400, "SCHEMA_INVALID")
+    _problem(api.post(f"/v1/deliveries/{BIG}/requeue"), 400, "SCHEMA_INVALID")
+    _problem(api.get("/v1/deliveries", params={"afterId": str(BIG)}), 400, "SCHEMA_INVALID")
+    _problem(api.get("/v1/jobs/job_1/events", params={"afterSeq": str(BIG)}), 400, "SCHEMA_INVALID")
+    _problem(api.get("/v1/jobs/job_1/artifacts", params={"cursor": f"{BIG}:art"}), 400, "CURSOR_INVALID")
+    _problem(api.get("/v1/jobs/job_1/artifacts", params={"cursor": "\u00b2:art"}), 400, "CURSOR_INVALID")
+    _problem(operator.post("/v1/ops/consumers/settlekit:artifacts/reset", json={"to": BIG}), 400, "SCHEMA_INVALID")
+    # the largest int64 itself is a valid (unknown) id
+    assert api.get(f"/v1/deliveries/{2**63 - 1}").status_code == 404
+    assert api.get("/v1/deliveries", params={"afterId": str(2**63 - 1)}).status_code == 200
+
+
+def test_webhook_secrets(env: tuple[Database, Any, Any, str]) -> None:
+    db, api, _, _ = env
+    url = "http://127.0.0.1:9/x"
+    for bad in ("abc", "whsec_", "whsec_!!!!", "whsec_a", "whsec_" + "=" * 8):
+        r = api.post("/v1/destinations", json={"destinationId": "d_bad", "url": url, "secret": bad})
+        _problem(r, 400, "WEBHOOK_SECRET_INVALID")
+        assert bad not in r.text
+    padded = generate_secret(32)
+    assert padded.endswith("=")
+    unpadded = padded.rstrip("=")
+    r = api.post("/v1/destinations", json={"destinationId": "d_unpadded", "url": url, "secret": unpadded})
+    assert r.status_code == 201, r.text
+    r = api.patch("/v1/destinations/d_unpadded", json={"secret": "whsec_nope!"})
+    _problem(r, 400, "WEBHOOK_SECRET_INVALID")
+    assert decode_secret(unpadded) == decode_secret(padded)
+
+
+def test_unpadded_secret_interoperates_with_the_official_library() -> None:
+    standardwebhooks = pytest.importorskip("standardwebhooks")
+    secret = generate_secret(32).rstrip("=")
+    body = b'{"ok":true}'
+    ts = int(time.time())
+    signature = sign_standard(secret, "msg_1", ts, body)
+    headers = {"webhook-id": "msg_1", "webhook-timestamp": str(ts), "webhook-signature": signature}
+    assert standardwebhooks.Webhook(secret).verify(body, headers) == {"ok": True}
+
+
+# ---------------------------------------------------------------- keep-alive over a real server
+
+
+def _raw_request(sock: socket.socket, method: str, target: str, key: str, body: bytes = b"",
+                 extra: bytes = b"") -> tuple[int, bytes]:
+    head = (f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n").encode() + extra + b"\r\n"
+    sock.sendall(head + body)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the keep-alive connection"
+        data += chunk
+    header, _, rest = data.partition(b"\r\n\r\n")
+    lines = header.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    assert fields.get("connection", "").lower() != "close", lines
+    length = int(fields["content-length"])
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection mid-body"
+        rest += chunk
+    return status, rest[:length]
+
+
+def test_keep_alive_connection_survives_bad_input(db_url: str) -> None:
+    import uvicorn
+
+    db = connect(db_url)
+    db.migrate()
+    key = key_for(db, TENANT_A)
+    app = make_app(db)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.02)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            status, body = _raw_request(sock, "POST", "/v1/jobs", key,
+                                        b'{"jobId":"job_ka","payload":{"templateId":"reset_lite"}}')
+            assert status == 201, body
+            head = json.loads(body)["headChainHash"]
+            bad = [
+                ("POST", "/v1/jobs/job_ka/events", _quote("1" + "0" * 400), f"x-expected-prev-chain-hash: {head}"),
+                ("POST", "/v1/jobs/job_ka/events", _quote("1", "\\ud800"), f"x-expected-prev-chain-hash: {head}"),
+                ("GET", "/v1/jobs/job%00ka", b"", ""),
+                ("GET", "/v1/jobs?cursor=a%00b", b"", ""),
+                ("GET", f"/v1/deliveries/{BIG}", b"", ""),
+                ("POST", "/v1/destinations", json.dumps({"destinationId": "d1", "url": "http://127.0.0.1:9/x",
+                                                         "secret": "nope"}).encode(), ""),
+                ("POST", "/v1/jobs/job_ka/events", b"{not json", f"x-expected-prev-chain-hash: {head}"),
+            ]
+            for method, target, body_bytes, extra in bad:
+                status, body = _raw_request(sock, method, target, key, body_bytes,
+                                            (extra + "\r\n").encode() if extra else b"")
+                assert 400 <= status < 500, (target, status, body)
+                assert json.loads(body)["code"]
+            status, body = _raw_request(sock, "GET", "/v1/jobs/job_ka", key)
+            assert status == 200 and json.loads(body)["version"] == 1
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        db.close()
