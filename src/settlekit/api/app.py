@@ -46,7 +46,7 @@ from settlekit.store.job_streams import job_store
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_OPERATOR_TENANT = "system"
-READY_TIMEOUT_SECONDS = 0.8  # /readyz answers within this, reachable or not
+READY_TIMEOUT_SECONDS = 0.5  # /readyz answers within this, reachable or not
 
 
 class _ApiMetrics:
