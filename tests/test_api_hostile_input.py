@@ -49,8 +49,8 @@ def _problem(r: Any, status: int, code: str) -> dict[str, Any]:
 
 
 def _quote(amount: str, actor_id: str = "p") -> bytes:
-    return ('{"type":"QUOTE_PROPOSED","actor":{"type":"pricing","id":"%s"},'
-            '"payload":{"amountCents":%s,"currency":"USD"}}' % (actor_id, amount)).encode()
+    return ('{"type":"QUOTE_PROPOSED","actor":{"type":"pricing","id":"' + actor_id + '"},'
+            '"payload":{"amountCents":' + amount + ',"currency":"USD"}}').encode()
 
 
 def test_integer_beyond_a_double(env: tuple[Database, Any, Any, str]) -> None:

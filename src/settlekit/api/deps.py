@@ -19,7 +19,6 @@ from settlekit.errors import SettlekitError, ValidationError
 from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore
 
-
 # Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_INT64 = 2**63 - 1
 IdPath = Annotated[int, Path(ge=0, le=MAX_INT64)]

@@ -14,7 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from settlekit import dispatch
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import MAX_INT64, ApiContext, IdPath, PositionQuery, context, idempotency_key, require
+from settlekit.api.deps import MAX_INT64, ApiContext, IdPath, context, idempotency_key, require
 from settlekit.api.http import JsonResponse
 from settlekit.delivery import service as delivery
 from settlekit.delivery import store as delivery_store
