@@ -95,6 +95,21 @@ def test_lone_surrogate_and_nul_in_json_bodies(env: tuple[Database, Any, Any, st
     assert api.get("/v1/jobs").json()["jobs"][0]["jobId"] == "job_1"
 
 
+@pytest.mark.parametrize("body", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"payload":' * 50_000 + b"1" + b"}" * 50_000,
+    b'{"payload":{"a":' + b"1" * 5000 + b"}}",
+    b'{"payload":{"a":"\xff\xfe"}}',
+    b"not json",
+])
+def test_unparseable_bodies(env: tuple[Database, Any, Any, str], body: bytes) -> None:
+    db, api, _, head = env
+    headers = {**DRAFT_HEADERS, "x-expected-prev-chain-hash": head}
+    _problem(api.post("/v1/jobs", content=body, headers=DRAFT_HEADERS), 400, "JSON_INVALID")
+    _problem(api.post("/v1/jobs/job_1/events", content=body, headers=headers), 400, "JSON_INVALID")
+    _problem(api.patch("/v1/destinations/d", content=body, headers=DRAFT_HEADERS), 400, "JSON_INVALID")
+
+
 def test_a_surrogate_pair_is_fine(env: tuple[Database, Any, Any, str]) -> None:
     db, api, _, head = env
     headers = {**DRAFT_HEADERS, "x-expected-prev-chain-hash": head}

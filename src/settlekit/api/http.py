@@ -186,6 +186,9 @@ async def http_error_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, f"HTTP_{exc.status_code}")
     detail = exc.detail if isinstance(exc.detail, str) else code
+    if exc.status_code == 400 and detail.startswith("There was an error parsing the body"):
+        # FastAPI's parse failure of a model body (too deep, not UTF-8, too many digits): as parse_body says it
+        code, detail = "JSON_INVALID", "the request body is not valid JSON"
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"no route for {request.method} {request.url.path}"
     response = problem_response(exc.status_code, code, detail)
