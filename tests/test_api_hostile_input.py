@@ -69,6 +69,7 @@ def test_integer_beyond_a_double(env: tuple[Database, Any, Any, str]) -> None:
 
 @pytest.mark.parametrize("escape", ["\\ud800", "\\udfff", "\\u0000", "x\\ud83dy"])
 def test_lone_surrogate_and_nul_in_json_bodies(env: tuple[Database, Any, Any, str], escape: str) -> None:
+    """Refused on every route before anything is parsed into a model or stored, naming the JSON path."""
     db, api, operator, head = env
     headers = {**DRAFT_HEADERS, "x-expected-prev-chain-hash": head}
     bodies = [
@@ -87,10 +88,11 @@ def test_lone_surrogate_and_nul_in_json_bodies(env: tuple[Database, Any, Any, st
     ]
     for method, path, body, hdrs in bodies:
         r = api.request(method, path, content=body, headers=hdrs)
-        _problem(r, 400, "INPUT_INVALID")
+        problem = _problem(r, 400, "SCHEMA_INVALID")
+        assert problem["details"]["path"].startswith("$"), problem
     r = operator.post("/v1/ops/consumers/settlekit:artifacts/disable", content=b'{"x":"%s"}' % escape.encode(),
                       headers=DRAFT_HEADERS)
-    _problem(r, 400, "INPUT_INVALID")
+    assert _problem(r, 400, "SCHEMA_INVALID")["details"]["path"] == "$.x"
     assert api.get("/v1/jobs/job_1").json()["version"] == 1
     assert api.get("/v1/jobs").json()["jobs"][0]["jobId"] == "job_1"
 

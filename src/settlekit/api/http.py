@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from settlekit.errors import SettlekitError
+from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.canonical import js_int
 
 log = logging.getLogger("settlekit.api")
@@ -36,7 +36,7 @@ def parse_body(raw: bytes) -> Any:
     except (ValueError, RecursionError) as exc:
         raise SettlekitError("the request body is not valid JSON", code="JSON_INVALID", status=400) from exc
     if _SUSPECT_ESCAPE.search(raw):
-        check_json_strings(value, "body")
+        check_json_strings(value)
     return value
 
 
@@ -49,6 +49,8 @@ _SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 
 
 class InputError(SettlekitError):
+    """U+0000 in a request's path, query or headers (a JSON body's strings answer SCHEMA_INVALID instead)."""
+
     code = "INPUT_INVALID"
     status = 400
 
@@ -64,16 +66,26 @@ def check_text(value: str, field: str) -> str:
     return value
 
 
-def check_json_strings(value: Any, path: str) -> None:
-    """Every key and string in a parsed JSON value passes `check_text` (iterative: depth is no concern)."""
+def _check_json_string(value: str, path: str) -> None:
+    if "\x00" in value:
+        raise ValidationError(f"U+0000 in string at {path}", code="SCHEMA_INVALID", path=path)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(f"lone surrogate in string at {path}", code="SCHEMA_INVALID", path=path) from None
+
+
+def check_json_strings(value: Any, path: str = "$") -> None:
+    """Every key and string of a parsed JSON body is text both backends store: no U+0000, no lone surrogate
+    (SCHEMA_INVALID naming the JSON path, as the append path words it). Iterative: depth is no concern."""
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         item, where = stack.pop()
         if isinstance(item, str):
-            check_text(item, where)
+            _check_json_string(item, where)
         elif isinstance(item, dict):
             for k, v in item.items():
-                check_text(k, f"{where}.<key>")
+                _check_json_string(k, f"{where}.<key>")
                 stack.append((v, f"{where}.{k}"))
         elif isinstance(item, list):
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
@@ -93,7 +105,8 @@ def check_request_head(scope: Scope) -> None:
 
 class InputGuardMiddleware:
     """Refuses a request whose path, query or headers hold U+0000 (400 INPUT_INVALID) before it reaches
-    authentication or a route; JSON bodies are checked where they are read (BodyLimitMiddleware, parse_body)."""
+    authentication or a route; JSON bodies are checked where they are read (BodyLimitMiddleware, parse_body:
+    400 SCHEMA_INVALID with the JSON path)."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -109,7 +122,7 @@ class InputGuardMiddleware:
 
 
 def check_json_body(body: bytes) -> None:
-    """A JSON request body whose strings hold U+0000 or a lone surrogate: InputError. Bodies that are not JSON
+    """A JSON request body whose strings hold U+0000 or a lone surrogate: SCHEMA_INVALID. Bodies that are not JSON
     are left to the route's parser (which answers JSON_INVALID)."""
     if not _SUSPECT_ESCAPE.search(body):
         return
@@ -117,7 +130,7 @@ def check_json_body(body: bytes) -> None:
         value = json.loads(body, parse_int=_ignore, parse_float=_ignore, parse_constant=_ignore)
     except (ValueError, RecursionError):
         return
-    check_json_strings(value, "body")
+    check_json_strings(value)
 
 
 def _ignore(text: str) -> None:
@@ -241,7 +254,7 @@ class BodyLimitMiddleware:
         body = b"".join(chunks)
         try:
             check_json_body(body)
-        except InputError as exc:
+        except SettlekitError as exc:
             await problem_from_error(exc)(scope, receive, send)
             return
         sent = False
