@@ -68,7 +68,7 @@ def _loc_path(loc: tuple[Any, ...] | list[Any]) -> str:
 
 
 def error_headers(exc: SettlekitError) -> dict[str, str] | None:
-    retry = exc.details.get("retryAfterSeconds") if exc.status == 429 else None
+    retry = exc.details.get("retryAfterSeconds")
     if retry is not None:
         return {"Retry-After": str(retry)}
     if exc.status == 401:

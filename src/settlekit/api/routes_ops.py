@@ -26,7 +26,8 @@ router = APIRouter(prefix="/v1", tags=["ops"])
 def _write(request: Request, key: ApiKey, body: Any, action: Any) -> JsonResponse:
     ctx = context(request)
     return idempotency.run(ctx.db, tenant_id=key.tenant_id, principal_id=key.key_id, method=request.method,
-                           path=request.url.path, key=idempotency_key(request), body=body, action=action)
+                           path=idempotency.request_target(request), key=idempotency_key(request), body=body,
+                           action=action)
 
 
 # ---------------------------------------------------------------- destinations
@@ -109,7 +110,7 @@ def create_destination(body: DestinationIn, request: Request, key: ApiKey = requ
             allow_private_network=body.allowPrivateNetwork, policy=_policy(ctx), actor=key.key_id)
         return 201, _destination_json(dest)
 
-    return _write(request, key, body.model_dump(exclude={"secret"}) | {"secretSet": body.secret is not None},
+    return _write(request, key, body.model_dump(),
                   action)
 
 
@@ -150,7 +151,7 @@ def update_destination(destination_id: str, body: DestinationUpdate, request: Re
         saved = delivery.save_destination(ctx.db, updated, policy=_policy(ctx), replace=True, actor=key.key_id)
         return 200, _destination_json(saved)
 
-    return _write(request, key, body.model_dump(exclude={"secret"}) | {"secretSet": body.secret is not None},
+    return _write(request, key, body.model_dump(),
                   action)
 
 
