@@ -31,7 +31,6 @@ ALL_SCOPES = ["jobs:read", "jobs:write", "finance:write", "ops", "admin"]
 
 def make_app(db: Database, **options: Any) -> Any:
     options.setdefault("destination_policy", DestinationPolicy.local())
-    options.setdefault("inline_secrets", True)
     options.setdefault("registry", CollectorRegistry())
     options.setdefault("rate_limit_per_second", 1e6)
     options.setdefault("rate_limit_burst", 1_000_000)

@@ -203,6 +203,12 @@ def serve(
                                           "worker in this process too")] = True,
     allow_loopback_webhooks: Annotated[bool, typer.Option("--allow-loopback-webhooks",
                                                           envvar="SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS")] = False,
+    allow_private_webhooks: Annotated[bool, typer.Option(
+        "--allow-private-webhooks", help="destinations that opt in (allowPrivateNetwork) may use private "
+        "ranges [env SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS]")] = False,
+    allowed_webhook_network: Annotated[list[str] | None, typer.Option(
+        "--allowed-webhook-network", help="CIDR destinations that opt in may reach (repeatable) "
+        "[env SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS, comma separated]")] = None,
 ) -> None:
     """Run the HTTP API (uvicorn), with the workers embedded unless --no-workers. SIGTERM shuts down gracefully."""
     import uvicorn
@@ -212,7 +218,9 @@ def serve(
     from settlekit.store.db import connect
 
     settings = Settings.from_env(db_url=db, host=host, port=port, server_key_file=server_key_file,
-                                 allow_loopback_webhooks=allow_loopback_webhooks or None)
+                                 allow_loopback_webhooks=allow_loopback_webhooks or None,
+                                 allow_private_webhooks=allow_private_webhooks or None,
+                                 allowed_webhook_networks=tuple(allowed_webhook_network or ()) or None)
     database = connect(settings.db_url)
     database.migrate()
     background = Workers(database, settings) if workers else None
@@ -234,6 +242,12 @@ def worker(
     db: Annotated[str | None, typer.Option("--db", envvar="SETTLEKIT_DB", help="database URL")] = None,
     allow_loopback_webhooks: Annotated[bool, typer.Option("--allow-loopback-webhooks",
                                                           envvar="SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS")] = False,
+    allow_private_webhooks: Annotated[bool, typer.Option(
+        "--allow-private-webhooks", help="destinations that opt in (allowPrivateNetwork) may use private "
+        "ranges [env SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS]")] = False,
+    allowed_webhook_network: Annotated[list[str] | None, typer.Option(
+        "--allowed-webhook-network", help="CIDR destinations that opt in may reach (repeatable) "
+        "[env SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS, comma separated]")] = None,
 ) -> None:
     """Run the dispatcher consumers and the delivery worker until SIGTERM/SIGINT (finishes work in flight)."""
     import signal
@@ -242,7 +256,9 @@ def worker(
     from settlekit.runtime import Settings, Workers
     from settlekit.store.db import connect
 
-    settings = Settings.from_env(db_url=db, allow_loopback_webhooks=allow_loopback_webhooks or None)
+    settings = Settings.from_env(db_url=db, allow_loopback_webhooks=allow_loopback_webhooks or None,
+                                 allow_private_webhooks=allow_private_webhooks or None,
+                                 allowed_webhook_networks=tuple(allowed_webhook_network or ()) or None)
     database = connect(settings.db_url)
     database.migrate()
     stop = threading.Event()

@@ -4,6 +4,7 @@ webhook delivery worker) shared by `settlekit serve`, `settlekit worker` and the
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
@@ -45,7 +46,6 @@ class Settings:
     max_body_bytes: int = 1_048_576
     rate_limit_per_second: float = 50.0
     rate_limit_burst: int = 100
-    secrets_dir: str | None = None
     operator_tenant: str = "system"
     allowed_webhook_networks: tuple[str, ...] = ()
 
@@ -65,7 +65,6 @@ class Settings:
             max_body_bytes=int(env.get("SETTLEKIT_MAX_BODY_BYTES", cls.max_body_bytes)),
             rate_limit_per_second=float(env.get("SETTLEKIT_RATE_LIMIT_PER_SECOND", cls.rate_limit_per_second)),
             rate_limit_burst=int(env.get("SETTLEKIT_RATE_LIMIT_BURST", cls.rate_limit_burst)),
-            secrets_dir=env.get("SETTLEKIT_SECRETS_DIR") or None,
             operator_tenant=env.get("SETTLEKIT_OPERATOR_TENANT", cls.operator_tenant),
             allowed_webhook_networks=tuple(n.strip() for n in env.get("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS", "")
                                            .split(",") if n.strip()),
@@ -75,6 +74,12 @@ class Settings:
         for key, value in overrides.items():
             if value is not None:
                 setattr(settings, key, value)
+        for net in settings.allowed_webhook_networks:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError as exc:
+                raise ConfigurationError("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS holds an invalid CIDR",
+                                         network=net) from exc
         return settings
 
 
@@ -109,6 +114,7 @@ class Workers:
         self.delivery = DeliveryWorker(
             db, artifact_loader=artifact_loader,
             config=WorkerConfig(allow_loopback=settings.allow_loopback_webhooks,
+                                allow_private_network=settings.allow_private_webhooks,
                                 allowed_networks=settings.allowed_webhook_networks,
                                 allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
                                 idle_sleep=0.05,

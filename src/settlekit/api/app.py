@@ -92,14 +92,6 @@ class _MetricsMiddleware:
             self.metrics.duration.labels(scope["method"], path).observe(time.perf_counter() - started)
 
 
-def _default_secrets_dir(db: Database) -> str | None:
-    """SQLite (one host): `<db file>.secrets/` beside the database. PostgreSQL: none (configure a directory
-    every API and worker host shares)."""
-    if db.dialect == "sqlite" and db.url.startswith("sqlite:///"):
-        return db.url[len("sqlite:///"):] + ".secrets"
-    return None
-
-
 def _setting(settings: Any, name: str, default: Any) -> Any:
     value = getattr(settings, name, None) if settings is not None else None
     return default if value is None else value
@@ -114,8 +106,6 @@ def create_app(
     rate_limit_per_second: float | None = None,
     rate_limit_burst: int | None = None,
     destination_policy: DestinationPolicy | None = None,
-    inline_secrets: bool | None = None,
-    secrets_dir: str | None = None,
     operator_tenant: str | None = None,
     registered_consumers: Sequence[str] | None = None,
     registry: CollectorRegistry | None = None,
@@ -124,9 +114,7 @@ def create_app(
     """Build the API on a Database (or a URL, opened, migrated and closed with the app).
 
     `settings` is a `settlekit.runtime.Settings` (or anything with the same attribute names); explicit keyword
-    arguments win over it. Destination secrets given by value are written to 0600 files under `secrets_dir`
-    (default on SQLite: `<db file>.secrets/`; `file:` refs are what the delivery worker reads); `inline_secrets`
-    stores them in the row instead (tests; the worker refuses inline refs by default).
+    arguments win over it. Destination secrets given by value are stored per tenant in the database.
     Consumer verbs need an `admin` key of `operator_tenant` (default "system").
     """
     owned = isinstance(db, str)
@@ -142,6 +130,7 @@ def create_app(
     insecure = bool(_setting(settings, "allow_insecure_http", False)) or loopback
     policy = destination_policy or DestinationPolicy(
         allow_insecure_http=insecure, allow_loopback=loopback,
+        allow_private_network=bool(_setting(settings, "allow_private_webhooks", False)),
         allowed_networks=tuple(_setting(settings, "allowed_webhook_networks", ())))
     store_options: dict[str, Any] = {"server_signer": server_signer}
     if max_payload_bytes is not None:
@@ -153,9 +142,6 @@ def create_app(
         artifacts=ArtifactStore(),
         destination_policy=policy,
         operator_tenant=operator_tenant or _setting(settings, "operator_tenant", DEFAULT_OPERATOR_TENANT),
-        inline_secrets=bool(inline_secrets if inline_secrets is not None
-                            else _setting(settings, "allow_inline_secrets", False)),
-        secrets_dir=secrets_dir or _setting(settings, "secrets_dir", None) or _default_secrets_dir(database),
         registered_consumers=registered_consumers,
         registry=registry if registry is not None else REGISTRY,
     )

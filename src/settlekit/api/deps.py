@@ -28,8 +28,6 @@ class ApiContext:
     artifacts: ArtifactStore
     destination_policy: DestinationPolicy
     operator_tenant: str
-    inline_secrets: bool
-    secrets_dir: str | None
     registered_consumers: Sequence[str] | None = None
     registry: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
