@@ -20,6 +20,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry
 
 from settlekit.delivery import store
+from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.metrics import metrics_for
 from settlekit.delivery.secrets import SecretResolver, delete_unreferenced, secret_id_of, store_secret
 from settlekit.delivery.signing import SIGNING_MODES, decode_secret
@@ -82,7 +83,14 @@ def check_secret_value(value: str, signing: str) -> None:
     if not value or "\n" in value or "\r" in value:
         raise ValidationError("secret must be one non-empty line", field="secret")
     if signing in ("standard", "both"):
-        decode_secret(value)  # WebhookSecretError names no secret material
+        _check_whsec(value)
+
+
+def _check_whsec(value: str) -> None:
+    try:
+        decode_secret(value)
+    except WebhookSecretError as exc:  # a caller's bad input: 400, naming no secret material
+        raise ValidationError(exc.message, code="WEBHOOK_SECRET_INVALID", field="secret") from exc
 
 
 def check_destination(dest: store.Destination, policy: DestinationPolicy, *,
@@ -149,7 +157,7 @@ def save_destination(
             values = pol.secrets().resolve(ref, tx=tx, tenant_id=dest.tenant_id)  # the tenant's own only
             if dest.signing in ("standard", "both"):
                 for v in values:
-                    decode_secret(v)
+                    _check_whsec(v)
         previous, until = None, None
         if existing is not None and existing.secret_ref != ref and rotation_grace > timedelta(0):
             previous, until = existing.secret_ref, ts + rotation_grace
