@@ -30,6 +30,7 @@ class ApiContext:
     operator_tenant: str
     registered_consumers: Sequence[str] | None = None
     registry: Any = None
+    idempotency_wait: float = 15.0  # seconds a request waits for a concurrent one holding its idempotency key
     extra: dict[str, Any] = field(default_factory=dict)
 
 

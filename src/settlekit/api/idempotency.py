@@ -27,7 +27,7 @@ def replayed(status: int, body: Any) -> JsonResponse:
 
 
 def run(db: Database, *, tenant_id: str, principal_id: str, method: str, path: str, key: str | None, body: Any,
-        action: Callable[[], tuple[int, Any]]) -> JsonResponse:
+        action: Callable[[], tuple[int, Any]], wait_seconds: float = keys.DEFAULT_WAIT_SECONDS) -> JsonResponse:
     """Run `action` at most once per (tenant, principal, "METHOD path", key). `body` must hold every input of
     the request (secrets included: only its hash is stored)."""
     if key is None:
@@ -35,5 +35,6 @@ def run(db: Database, *, tenant_id: str, principal_id: str, method: str, path: s
         return JsonResponse(out, status_code=status)
     scope = keys.KeyScope(tenant_id, principal_id, f"{method} {path.partition('?')[0]}", key)
     hashed = keys.request_hash(method, path, body)
-    status, out, was_replayed = keys.run(db, scope, hashed, action, lambda v: dumps(v).decode("utf-8"))
+    status, out, was_replayed = keys.run(db, scope, hashed, action, lambda v: dumps(v).decode("utf-8"),
+                                         wait_seconds=wait_seconds)
     return replayed(status, out) if was_replayed else JsonResponse(out, status_code=status)

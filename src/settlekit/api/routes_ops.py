@@ -27,7 +27,7 @@ def _write(request: Request, key: ApiKey, body: Any, action: Any) -> JsonRespons
     ctx = context(request)
     return idempotency.run(ctx.db, tenant_id=key.tenant_id, principal_id=key.key_id, method=request.method,
                            path=idempotency.request_target(request), key=idempotency_key(request), body=body,
-                           action=action)
+                           action=action, wait_seconds=ctx.idempotency_wait)
 
 
 # ---------------------------------------------------------------- destinations
