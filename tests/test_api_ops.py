@@ -137,7 +137,9 @@ def test_readyz_and_metrics(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) ->
         api = client(app, key_for(db, TENANT_A))
         api.get("/v1/jobs")
         api.get("/v1/jobs/job_nope")
-        text = anon.get("/metrics").text
+        assert anon.get("/metrics").status_code == 401
+        assert api.get("/metrics").status_code == 403  # a tenant's key: not the operator tenant
+        text = client(app, key_for(db, "system", ["ops"])).get("/metrics").text
         assert 'settlekit_api_requests_total{method="GET",route="/v1/jobs",status="200"} 1.0' in text
         assert 'route="/v1/jobs/{job_id}",status="404"' in text
         monkeypatch.setattr(type(db), "pending_migrations", lambda self: ["0099_future"])

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from conftest import load_vector
 from settlekit.api.app import create_app
+from settlekit.api.http import RateLimiter
 from settlekit.api.auth import create_api_key
 from settlekit.artifacts.consumer import artifacts_consumer
 from settlekit.delivery.service import DestinationPolicy
@@ -34,7 +35,9 @@ def make_app(db: Database, **options: Any) -> Any:
     options.setdefault("registry", CollectorRegistry())
     options.setdefault("rate_limit_per_second", 1e6)
     options.setdefault("rate_limit_burst", 1_000_000)
-    return create_app(db, server_signer=Signer.generate(), **options)
+    app = create_app(db, server_signer=Signer.generate(), **options)
+    app.state.settlekit.auth_failures = RateLimiter(1e6, 1_000_000)  # tests share one client address
+    return app
 
 
 def client(app: Any, api_key: str | None = None, **kwargs: Any) -> TestClient:

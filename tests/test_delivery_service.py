@@ -360,6 +360,7 @@ def test_metrics(db: Database, secret_path: Path) -> None:
                 allow_loopback=True,
                 sender=SenderConfig(timeout=2.0),
                 retry=RetryPolicy(max_attempts=1),
+                per_destination_metrics=True,
             ),
             clock=clock,
             registry=registry,

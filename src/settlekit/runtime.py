@@ -46,8 +46,11 @@ class Settings:
     max_body_bytes: int = 1_048_576
     rate_limit_per_second: float = 50.0
     rate_limit_burst: int = 100
+    auth_failure_rate_per_second: float = 1.0  # failed authentications allowed per client address
+    auth_failure_burst: int = 20
     operator_tenant: str = "system"
     allowed_webhook_networks: tuple[str, ...] = ()
+    metrics_per_destination: bool = False  # destination ids as metric labels (tenant data)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -65,7 +68,11 @@ class Settings:
             max_body_bytes=int(env.get("SETTLEKIT_MAX_BODY_BYTES", cls.max_body_bytes)),
             rate_limit_per_second=float(env.get("SETTLEKIT_RATE_LIMIT_PER_SECOND", cls.rate_limit_per_second)),
             rate_limit_burst=int(env.get("SETTLEKIT_RATE_LIMIT_BURST", cls.rate_limit_burst)),
+            auth_failure_rate_per_second=float(env.get("SETTLEKIT_AUTH_FAILURE_RATE_PER_SECOND",
+                                                       cls.auth_failure_rate_per_second)),
+            auth_failure_burst=int(env.get("SETTLEKIT_AUTH_FAILURE_BURST", cls.auth_failure_burst)),
             operator_tenant=env.get("SETTLEKIT_OPERATOR_TENANT", cls.operator_tenant),
+            metrics_per_destination=_env_bool("SETTLEKIT_METRICS_PER_DESTINATION", False),
             allowed_webhook_networks=tuple(n.strip() for n in env.get("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS", "")
                                            .split(",") if n.strip()),
         )
@@ -115,6 +122,7 @@ class Workers:
             db, artifact_loader=artifact_loader,
             config=WorkerConfig(allow_loopback=settings.allow_loopback_webhooks,
                                 allow_private_network=settings.allow_private_webhooks,
+                                per_destination_metrics=settings.metrics_per_destination,
                                 allowed_networks=settings.allowed_webhook_networks,
                                 allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
                                 idle_sleep=0.05,

@@ -1,6 +1,6 @@
 """The HTTP API: `create_app(db_url or Database, server_signer=..., settings=...)`.
 
-Every route except /healthz, /readyz, /metrics, /openapi.json and /docs needs an API key (`Authorization:
+Every route except /healthz, /readyz, /openapi.json and /docs needs an API key (`Authorization:
 Bearer sk_…`), is scoped to the key's tenant and rate-limited per key. Errors are RFC 9457 problem+json bodies
 with a stable `code`; stack traces are never returned.
 """
@@ -21,7 +21,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api import routes_jobs, routes_ops
-from settlekit.api.deps import ApiContext, AuthMiddleware
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import ApiContext, AuthMiddleware, require
 from settlekit.api.http import (
     BodyLimitMiddleware,
     JsonResponse,
@@ -39,7 +40,7 @@ from settlekit.events.envelope import Signer
 from settlekit.store.db import Database, connect
 from settlekit.store.job_streams import job_store
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_OPERATOR_TENANT = "system"
 
@@ -139,6 +140,8 @@ def create_app(
         db=database,
         store=job_store(database, **store_options),
         limiter=RateLimiter(rate, burst),
+        auth_failures=RateLimiter(float(_setting(settings, "auth_failure_rate_per_second", 1.0)),
+                                  int(_setting(settings, "auth_failure_burst", 20)), max_entries=50_000),
         artifacts=ArtifactStore(),
         destination_policy=policy,
         operator_tenant=operator_tenant or _setting(settings, "operator_tenant", DEFAULT_OPERATOR_TENANT),
@@ -164,6 +167,7 @@ def create_app(
     # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
     app.router.routes.extend([*routes_jobs.router.routes, *routes_ops.router.routes])
     _health_routes(app, ctx)
+    _document_security(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=body_limit)
     app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)
     app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
@@ -189,6 +193,31 @@ def _health_routes(app: FastAPI, ctx: ApiContext) -> None:
                                     pendingMigrations=pending)
         return JsonResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
-    def metrics(request: Request) -> Response:
+    @app.get("/metrics", tags=["health"],
+             summary="Prometheus metrics (deployment-wide: an `ops` key of the operator tenant)")
+    def metrics(request: Request, key: ApiKey = require("ops", operator=True)) -> Response:
         return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _document_security(app: FastAPI) -> None:
+    """OpenAPI: every operation needs the bearer API key except the open paths."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "apiKey": {"type": "http", "scheme": "bearer", "bearerFormat": "sk_<keyid>_<secret>",
+                           "description": "An API key: `Authorization: Bearer sk_…`, bound to one tenant and "
+                                          "a set of scopes."}}
+            schema["security"] = [{"apiKey": []}]
+            for path, operations in schema.get("paths", {}).items():
+                if path in OPEN_PATHS:
+                    for operation in operations.values():
+                        operation["security"] = []
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from settlekit.api import queries
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import ApiContext, context, idempotency_key, require, require_scopes
-from settlekit.api.http import JsonResponse, parse_body
+from settlekit.api.http import JsonResponse, content_disposition, parse_body
 from settlekit.api.idempotency import request_hash, request_target
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.events.canonical import parse_json
@@ -231,7 +231,7 @@ def export_job(job_id: str, request: Request, key: ApiKey = require("jobs:read")
     ctx = context(request)
     _job_head(ctx, key.tenant_id, job_id)
     events = ctx.store.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash)
-    return JsonResponse(events, headers={"Content-Disposition": f'attachment; filename="{job_id}.json"'})
+    return JsonResponse(events, headers={"Content-Disposition": content_disposition(f"{job_id}.json")})
 
 
 # ---------------------------------------------------------------- ledger

@@ -73,6 +73,7 @@ class WorkerConfig:
     allow_loopback: bool = False  # dev/test only
     allow_private_network: bool = False  # deployment switch; a destination must also opt in
     allowed_networks: tuple[str, ...] = ()  # deployment CIDRs; a destination must also opt in
+    per_destination_metrics: bool = False  # label attempts with destination ids (tenant data: off by default)
     idle_sleep: float = 0.2  # poll interval while the queue is empty
     error_sleep: float = 1.0  # back-off after a pass failed unexpectedly (database down, …)
     sender: SenderConfig = field(default_factory=SenderConfig)
@@ -367,7 +368,8 @@ class DeliveryWorker:
                     self._fail("completing")
         for i, out in enumerate(outcomes):
             dest_id, outcome, reason = counted[i]
-            self.metrics.attempts.labels(dest_id, outcome).inc()
+            label = dest_id if self.config.per_destination_metrics else m.ALL_DESTINATIONS
+            self.metrics.attempts.labels(label, outcome).inc()
             if reason is not None:
                 self.metrics.failures.labels(reason).inc()
             if outcome == m.FAILED:
