@@ -35,7 +35,7 @@ def _write(request: Request, key: ApiKey, body: Any, action: Any) -> JsonRespons
 
 SECRET_FIELD = Field(default=None, min_length=1, max_length=4096,
                      description="A whsec_ secret, write-only: stored by the server, never returned.")
-SECRET_REF_FIELD = Field(default=None, min_length=1, max_length=100,
+SECRET_REF_FIELD = Field(default=None, min_length=1, max_length=4096,
                          description="The id (sec_…) of a secret this tenant stored earlier, as returned in "
                                      "`secretRef`. Paths and other references are refused.")
 
