@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from conftest import load_vector
 from settlekit.api.app import create_app
-from settlekit.api.http import RateLimiter
 from settlekit.api.auth import create_api_key
+from settlekit.api.http import RateLimiter
 from settlekit.artifacts.consumer import artifacts_consumer
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.delivery.signing import generate_secret

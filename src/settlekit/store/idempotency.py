@@ -131,34 +131,45 @@ def reserve(db: Database, scope: KeyScope, hashed: str, *, lease: timedelta = DE
     Waits up to `wait_seconds` while another request holds the key, then raises InProgressError."""
     deadline = time.monotonic() + wait_seconds
     while True:
-        token = secrets.token_hex(16)
         now = clock()
-        with db.transaction() as tx:
-            taken = tx.execute(
-                "INSERT INTO idempotency_keys (tenant_id, principal_id, endpoint, idem_key, request_hash,"
-                " status_code, response_json, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (*scope.params, hashed, PENDING, token, _expires(tx, now + lease)))
-            if taken:
-                return Reservation(scope, hashed, token)
+        with db.read() as tx:  # waiting polls with reads: no write lock while another request holds the key
             row = _read(tx, scope)
-            if row is not None:
-                if row[0] != hashed:
-                    raise _conflict(scope, "IDEMPOTENCY_CONFLICT")
-                if row[1] != PENDING:
-                    return Stored(row[1], parse_json(row[2]))
-                lease_end = _utc(row[3])
-                if lease_end is not None and lease_end <= now:  # the holder died: take the key over
-                    moved = tx.execute("UPDATE idempotency_keys SET response_json = ?, expires_at = ?" + _KEY_WHERE
-                                       + " AND status_code = ? AND response_json = ?",
-                                       (token, _expires(tx, now + lease), *scope.params, PENDING, row[2]))
-                    if moved:
-                        log.warning("idempotency reservation taken over after its lease ran out",
-                                    extra={"tenant_id": scope.tenant_id, "endpoint": scope.endpoint})
-                        return Reservation(scope, hashed, token)
+        if row is not None:
+            if row[0] != hashed:
+                raise _conflict(scope, "IDEMPOTENCY_CONFLICT")
+            if row[1] != PENDING:
+                return Stored(row[1], parse_json(row[2]))
+        lease_end = _utc(row[3]) if row is not None else None
+        if row is None or (lease_end is not None and lease_end <= now):
+            taken = _take(db, scope, hashed, lease, now, None if row is None else row[2])
+            if taken is not None:
+                return taken
+            continue  # someone else moved first: look again
         if time.monotonic() >= deadline:
             raise InProgressError("a request with this idempotency key is still in progress; retry later",
                                   idempotencyKey=scope.key, retryAfterSeconds=1)
         time.sleep(_POLL_SECONDS)
+
+
+def _take(db: Database, scope: KeyScope, hashed: str, lease: timedelta, now: datetime,
+          stale_token: str | None) -> Reservation | None:
+    """Insert the reservation, or take over the stale one holding `stale_token`; None when another request
+    got there first."""
+    token = secrets.token_hex(16)
+    with db.transaction() as tx:
+        if stale_token is None:
+            done = tx.execute(
+                "INSERT INTO idempotency_keys (tenant_id, principal_id, endpoint, idem_key, request_hash,"
+                " status_code, response_json, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (*scope.params, hashed, PENDING, token, _expires(tx, now + lease)))
+        else:  # the holder died: its lease ran out
+            done = tx.execute("UPDATE idempotency_keys SET response_json = ?, expires_at = ?" + _KEY_WHERE
+                              + " AND status_code = ? AND response_json = ?",
+                              (token, _expires(tx, now + lease), *scope.params, PENDING, stale_token))
+            if done:
+                log.warning("idempotency reservation taken over after its lease ran out",
+                            extra={"tenant_id": scope.tenant_id, "endpoint": scope.endpoint})
+    return Reservation(scope, hashed, token) if done else None
 
 
 def complete(db: Database, reservation: Reservation, status: int, response_json: str, *,
