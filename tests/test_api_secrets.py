@@ -175,10 +175,25 @@ def test_rotation_keeps_the_old_secret_for_its_grace_then_drops_it(env: tuple[Da
         assert resolver.for_destination(tx, dest, datetime.now(UTC)) == [old, new]  # oldest first
         assert resolver.for_destination(tx, dest, until + timedelta(seconds=1)) == [new]
     assert _counts(db)[0] == 2
+    # once the grace is over, the next save of any of the tenant's destinations deletes the old secret
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    with db.transaction() as tx:
+        tx.execute("UPDATE destinations SET previous_secret_expires_at = ? WHERE destination_id = 'd1'",
+                   (store.db_time(tx, past),))
+    assert api.get("/v1/destinations/d1").json()["previousSecretRef"] is None
+    assert api.post("/v1/destinations", json={"destinationId": "d2", "url": URL,
+                                              "secretRef": body["secretRef"]}).status_code == 201
+    assert _counts(db) == (1, 2)
+    with db.read() as tx:
+        assert tx.scalar("SELECT previous_secret_ref FROM destinations WHERE destination_id = 'd1'") is None
     # a rotation with no grace ends the old secret at once, and the unused secret is deleted
-    r = api.patch("/v1/destinations/d1", json={"secret": generate_secret(), "secretGraceSeconds": 0})
+    r = api.patch("/v1/destinations/d2", json={"secret": generate_secret(), "secretGraceSeconds": 0})
     assert r.status_code == 200 and r.json()["previousSecretRef"] is None
-    assert _counts(db)[0] == 1
+    assert _counts(db)[0] == 2  # d1's (shared until now) and d2's new one
+    r = api.patch("/v1/destinations/d1", json={"secret": generate_secret(), "secretGraceSeconds": 0})
+    assert _counts(db)[0] == 2  # the formerly shared secret is gone
+    with db.read() as tx:
+        assert tx.scalar("SELECT count(*) FROM webhook_secrets WHERE secret = ?", (new,)) == 0
     r = api.patch("/v1/destinations/d1", json={"secretGraceSeconds": -1, "secret": new})
     assert r.status_code == 400
 

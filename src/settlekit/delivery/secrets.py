@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from settlekit.delivery.store import db_time
 from settlekit.errors import SettlekitError
 from settlekit.store.db import Tx
 
@@ -74,8 +75,12 @@ def secret_exists(tx: Tx, tenant_id: str, secret_id: str) -> bool:
                        (tenant_id, secret_id)) is not None
 
 
-def delete_unreferenced(tx: Tx, tenant_id: str) -> int:
-    """Drop the tenant's stored secrets no destination uses any more (current or previous in its grace)."""
+def delete_unreferenced(tx: Tx, tenant_id: str, now: datetime) -> int:
+    """End the tenant's rotations whose grace is over, then drop the stored secrets no destination uses any
+    more (current, or previous within its grace)."""
+    tx.execute("UPDATE destinations SET previous_secret_ref = NULL, previous_secret_expires_at = NULL"
+               " WHERE tenant_id = ? AND previous_secret_expires_at IS NOT NULL AND previous_secret_expires_at <= ?",
+               (tenant_id, db_time(tx, now)))
     used: set[str] = set()
     for current, previous in tx.fetchall(
             "SELECT secret_ref, previous_secret_ref FROM destinations WHERE tenant_id = ?", (tenant_id,)):

@@ -167,7 +167,7 @@ def save_destination(
             previous, until = None, None
         store.put_destination(tx, dataclasses.replace(dest, secret_ref=ref, previous_secret_ref=previous,
                                                       previous_secret_expires_at=until), now=ts)
-        delete_unreferenced(tx, dest.tenant_id)
+        delete_unreferenced(tx, dest.tenant_id, ts)
         saved = store.get_destination(tx, dest.tenant_id, dest.destination_id)
     assert saved is not None
     audit.info(
