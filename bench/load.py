@@ -53,7 +53,7 @@ def main() -> int:
         receiver.start()
         port = free_port()
         env = {**os.environ, "SETTLEKIT_DB": url, "SETTLEKIT_PORT": str(port),
-               "SETTLEKIT_SERVER_KEY_FILE": f"{tmp}/server.pem", "SETTLEKIT_SECRETS_DIR": f"{tmp}/secrets",
+               "SETTLEKIT_SERVER_KEY_FILE": f"{tmp}/server.pem",
                "SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS": "true", "SETTLEKIT_RATE_LIMIT_PER_SECOND": "1000000",
                "SETTLEKIT_RATE_LIMIT_BURST": "1000000"}
         log = Path(tmp) / "serve.log"

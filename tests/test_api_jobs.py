@@ -174,7 +174,7 @@ def test_idempotency_replay(env: tuple[Database, Any]) -> None:
     r = other.post(f"/v1/jobs/{job_id}/events", json=QUOTE, headers=h)
     assert r.status_code == 409 and r.json()["code"] == "PREV_CHAIN_HASH_MISMATCH"
     # non-append writes replay too
-    d = {"destinationId": "dst_1", "url": "http://127.0.0.1:9/h", "secretRef": "file:/nonexistent/secret"}
+    d = {"destinationId": "dst_1", "url": "http://127.0.0.1:9/h", "secretRef": "sec_" + "0" * 32}
     r1 = api.post("/v1/destinations", json=d, headers={"Idempotency-Key": "d1"})
     assert r1.status_code == 400 and r1.json()["code"] == "SECRET_NOT_FOUND"  # failures are not recorded
     from settlekit.delivery.signing import generate_secret

@@ -3,10 +3,7 @@ artifacts, readiness, metrics, and the `settlekit keys` CLI."""
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,32 +59,6 @@ def test_destinations_secret_is_write_only(seeded_env: tuple[Database, Any, Seed
         if code:
             assert r.json()["code"] == code
     assert api.get("/v1/destinations/dst_3").status_code == 404
-
-
-def test_secret_storage_modes(tmp_path: Path, sqlite_url: str) -> None:
-    db = connect(sqlite_url)
-    db.migrate()
-    try:
-        secret = generate_secret()
-        body = {"destinationId": "dst_f", "url": "http://127.0.0.1:9/x", "secret": secret}
-        app = make_app(db, inline_secrets=False, secrets_dir=str(tmp_path / "secrets"))
-        api = client(app, key_for(db, TENANT_A))
-        assert api.post("/v1/destinations", json=body).status_code == 201
-        with db.read() as tx:
-            ref = tx.scalar("SELECT secret_ref FROM destinations WHERE destination_id = 'dst_f'")
-        assert ref.startswith("file:") and secret not in ref
-        path = Path(ref[5:])
-        assert path.read_text().strip() == secret and stat.S_IMODE(os.stat(path).st_mode) == 0o600
-        # SQLite default: a directory beside the database file
-        default_app = make_app(db, inline_secrets=False)
-        assert default_app.state.settlekit.secrets_dir == sqlite_url[len("sqlite:///"):] + ".secrets"
-        # a deployment without a secrets dir (PostgreSQL default) stores no secret values
-        default_app.state.settlekit.secrets_dir = None
-        strict = client(default_app, key_for(db, TENANT_A))
-        r = strict.post("/v1/destinations", json={**body, "destinationId": "dst_g"})
-        assert r.status_code == 400 and r.json()["code"] == "SECRET_PROVIDER_FORBIDDEN"
-    finally:
-        db.close()
 
 
 def test_deliveries_and_requeue(seeded_env: tuple[Database, Any, Seeded]) -> None:
@@ -166,7 +137,9 @@ def test_readyz_and_metrics(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) ->
         api = client(app, key_for(db, TENANT_A))
         api.get("/v1/jobs")
         api.get("/v1/jobs/job_nope")
-        text = anon.get("/metrics").text
+        assert anon.get("/metrics").status_code == 401
+        assert api.get("/metrics").status_code == 403  # a tenant's key: not the operator tenant
+        text = client(app, key_for(db, "system", ["ops"])).get("/metrics").text
         assert 'settlekit_api_requests_total{method="GET",route="/v1/jobs",status="200"} 1.0' in text
         assert 'route="/v1/jobs/{job_id}",status="404"' in text
         monkeypatch.setattr(type(db), "pending_migrations", lambda self: ["0099_future"])

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from conftest import load_vector
 from settlekit.api.app import create_app
 from settlekit.api.auth import create_api_key
+from settlekit.api.http import RateLimiter
 from settlekit.artifacts.consumer import artifacts_consumer
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
@@ -31,11 +32,12 @@ ALL_SCOPES = ["jobs:read", "jobs:write", "finance:write", "ops", "admin"]
 
 def make_app(db: Database, **options: Any) -> Any:
     options.setdefault("destination_policy", DestinationPolicy.local())
-    options.setdefault("inline_secrets", True)
     options.setdefault("registry", CollectorRegistry())
     options.setdefault("rate_limit_per_second", 1e6)
     options.setdefault("rate_limit_burst", 1_000_000)
-    return create_app(db, server_signer=Signer.generate(), **options)
+    app = create_app(db, server_signer=Signer.generate(), **options)
+    app.state.settlekit.auth_failures = RateLimiter(1e6, 1_000_000)  # tests share one client address
+    return app
 
 
 def client(app: Any, api_key: str | None = None, **kwargs: Any) -> TestClient:

@@ -117,14 +117,15 @@ def test_ssrf_policy_allowances_on_save(db: Database, secret_path: Path) -> None
                                 policy=policy(allow_insecure_http=True))
     service.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref=ref,
                             policy=service.DestinationPolicy.local())
-    private = policy(resolver=lambda h, p: ["10.0.0.7"])
+    private = policy(resolver=lambda h, p: ["10.0.0.7"], allow_private_network=True)
     service.add_destination(db, "ten", "b", url="https://internal.example/", secret_ref=ref, policy=private,
                             allow_private_network=True)
     with pytest.raises(DestinationForbiddenError):  # metadata stays blocked even on a private destination
         service.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref=ref,
-                                policy=policy(), allow_private_network=True)
-    service.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref=ref,
-                            policy=policy(allowed_networks=("169.254.169.254/32",)))
+                                policy=policy(allow_private_network=True), allow_private_network=True)
+    with pytest.raises(DestinationForbiddenError):  # whatever the deployment lists
+        service.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref=ref,
+                                policy=policy(allowed_networks=("169.254.169.254/32",)), allow_private_network=True)
     # enable re-runs the guard under the policy in force now
     service.disable_destination(db, "ten", "a")
     with pytest.raises(DestinationForbiddenError):
@@ -359,6 +360,7 @@ def test_metrics(db: Database, secret_path: Path) -> None:
                 allow_loopback=True,
                 sender=SenderConfig(timeout=2.0),
                 retry=RetryPolicy(max_attempts=1),
+                per_destination_metrics=True,
             ),
             clock=clock,
             registry=registry,

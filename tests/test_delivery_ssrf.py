@@ -102,11 +102,12 @@ def test_policy_allowances() -> None:
         check_address("10.0.0.1", loop)
 
     private = SsrfPolicy(allow_private_network=True)
-    for ip in ("10.0.0.1", "192.168.1.1", "fd12::1", "127.0.0.1"):
+    for ip in ("10.0.0.1", "192.168.1.1", "fd12::1"):
         check_address(ip, private)
-    for ip in ("169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254"):
+    for ip in ("169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254", "127.0.0.1", "::1", "0.0.0.0",
+               "169.254.1.1"):
         with pytest.raises(DestinationForbiddenError):
-            check_address(ip, private)  # metadata stays blocked
+            check_address(ip, private)  # metadata stays blocked; loopback and link-local are not "private"
 
     listed = SsrfPolicy(allowed_networks=("10.20.0.0/16",))
     check_address("10.20.3.4", listed)
@@ -114,11 +115,14 @@ def test_policy_allowances() -> None:
     with pytest.raises(DestinationForbiddenError):
         check_address("10.21.0.1", listed)
 
-    broad = SsrfPolicy(allowed_networks=("169.254.0.0/16", "0.0.0.0/0"))
+    broad = SsrfPolicy(allowed_networks=("169.254.0.0/16", "0.0.0.0/0", "::/0"))
     check_address("169.254.1.1", broad)
-    with pytest.raises(DestinationForbiddenError):
-        check_address("169.254.169.254", broad)  # metadata needs an explicit single-host entry
-    check_address("169.254.169.254", SsrfPolicy(allowed_networks=("169.254.169.254/32",)))
+    for ip in ("169.254.169.254", "169.254.169.1", "169.254.170.2", "fd00:ec2::254", "fd00:ec2::1",
+               "100.100.100.200", "168.63.129.16", "::ffff:169.254.169.254", "0.0.0.0", "224.0.0.1"):
+        for pol in (broad, SsrfPolicy(allowed_networks=(f"{ip}/{32 if '.' in ip else 128}",)),
+                    SsrfPolicy(allow_private_network=True, allow_loopback=True)):
+            with pytest.raises(DestinationForbiddenError):
+                check_address(ip, pol)  # metadata ranges stay blocked whatever the settings
 
 
 def test_policy_is_hashable() -> None:

@@ -60,7 +60,7 @@ def test_two_apis_two_workers_share_postgres(pg_url: str, tmp_path: Path) -> Non
     receiver = ReceiverServer(secrets=[secret], port=0)
     receiver.start()
     env = {**os.environ, "SETTLEKIT_DB": pg_url, "SETTLEKIT_SERVER_KEY_FILE": str(tmp_path / "server.pem"),
-           "SETTLEKIT_SECRETS_DIR": str(tmp_path / "secrets"), "SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS": "true",
+           "SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS": "true",
            "SETTLEKIT_RATE_LIMIT_PER_SECOND": "100000", "SETTLEKIT_RATE_LIMIT_BURST": "100000"}
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
     urls = []

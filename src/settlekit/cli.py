@@ -203,6 +203,12 @@ def serve(
                                           "worker in this process too")] = True,
     allow_loopback_webhooks: Annotated[bool, typer.Option("--allow-loopback-webhooks",
                                                           envvar="SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS")] = False,
+    allow_private_webhooks: Annotated[bool, typer.Option(
+        "--allow-private-webhooks", help="destinations that opt in (allowPrivateNetwork) may use private "
+        "ranges [env SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS]")] = False,
+    allowed_webhook_network: Annotated[list[str] | None, typer.Option(
+        "--allowed-webhook-network", help="CIDR destinations that opt in may reach (repeatable) "
+        "[env SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS, comma separated]")] = None,
 ) -> None:
     """Run the HTTP API (uvicorn), with the workers embedded unless --no-workers. SIGTERM shuts down gracefully."""
     import uvicorn
@@ -212,7 +218,9 @@ def serve(
     from settlekit.store.db import connect
 
     settings = Settings.from_env(db_url=db, host=host, port=port, server_key_file=server_key_file,
-                                 allow_loopback_webhooks=allow_loopback_webhooks or None)
+                                 allow_loopback_webhooks=allow_loopback_webhooks or None,
+                                 allow_private_webhooks=allow_private_webhooks or None,
+                                 allowed_webhook_networks=tuple(allowed_webhook_network or ()) or None)
     database = connect(settings.db_url)
     database.migrate()
     background = Workers(database, settings) if workers else None
@@ -265,6 +273,12 @@ def worker(
         "(env SETTLEKIT_METRICS_PORT; default: not served)")] = None,
     metrics_host: Annotated[str | None, typer.Option(
         "--metrics-host", help="address of /metrics (env SETTLEKIT_METRICS_HOST, default 127.0.0.1)")] = None,
+    allow_private_webhooks: Annotated[bool, typer.Option(
+        "--allow-private-webhooks", help="destinations that opt in (allowPrivateNetwork) may use private "
+        "ranges [env SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS]")] = False,
+    allowed_webhook_network: Annotated[list[str] | None, typer.Option(
+        "--allowed-webhook-network", help="CIDR destinations that opt in may reach (repeatable) "
+        "[env SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS, comma separated]")] = None,
 ) -> None:
     """Run the dispatcher consumers and the delivery worker until SIGTERM/SIGINT (finishes work in flight)."""
     import signal
@@ -278,7 +292,9 @@ def worker(
         delivery_lease_renew=lease_renew, delivery_timeout=delivery_timeout, delivery_max_attempts=max_attempts,
         delivery_backoff_base=backoff_base, delivery_backoff_cap=backoff_cap,
         dispatch_max_attempts=dispatch_max_attempts, rearm_cooldown=rearm_cooldown, max_rearm_count=max_rearm_count,
-        metrics_port=metrics_port, metrics_host=metrics_host)
+        metrics_port=metrics_port, metrics_host=metrics_host,
+        allow_private_webhooks=allow_private_webhooks or None,
+        allowed_webhook_networks=tuple(allowed_webhook_network or ()) or None)
     database = connect(settings.db_url)
     database.migrate()
     stop = threading.Event()

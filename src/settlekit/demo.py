@@ -76,7 +76,7 @@ def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
     try:
         db.migrate()
         settings = Settings(db_url=db_url, allow_loopback_webhooks=True, rate_limit_per_second=1e6,
-                            rate_limit_burst=1_000_000, secrets_dir=str(Path(tmp.name) / "secrets"))
+                            rate_limit_burst=1_000_000)
         webhook_secret = generate_secret()
         receiver = ReceiverServer(secrets=[webhook_secret], port=0, out_dir=Path(tmp.name) / "received")
         receiver.start()

@@ -4,6 +4,7 @@ webhook delivery worker) shared by `settlekit serve`, `settlekit worker` and the
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
@@ -57,7 +58,8 @@ class Settings:
     max_body_bytes: int = 1_048_576
     rate_limit_per_second: float = 50.0
     rate_limit_burst: int = 100
-    secrets_dir: str | None = None
+    auth_failure_rate_per_second: float = 1.0  # failed authentications allowed per client address
+    auth_failure_burst: int = 20
     operator_tenant: str = "system"
     allowed_webhook_networks: tuple[str, ...] = ()
     # delivery worker: lease (renewed every lease_renew s while sending; None = 30 % of the lease), retries
@@ -74,6 +76,7 @@ class Settings:
     # `settlekit worker` serves /metrics here when a port is set
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
+    metrics_per_destination: bool = False  # destination ids as metric labels (tenant data)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -91,8 +94,11 @@ class Settings:
             max_body_bytes=int(env.get("SETTLEKIT_MAX_BODY_BYTES", cls.max_body_bytes)),
             rate_limit_per_second=float(env.get("SETTLEKIT_RATE_LIMIT_PER_SECOND", cls.rate_limit_per_second)),
             rate_limit_burst=int(env.get("SETTLEKIT_RATE_LIMIT_BURST", cls.rate_limit_burst)),
-            secrets_dir=env.get("SETTLEKIT_SECRETS_DIR") or None,
+            auth_failure_rate_per_second=float(env.get("SETTLEKIT_AUTH_FAILURE_RATE_PER_SECOND",
+                                                       cls.auth_failure_rate_per_second)),
+            auth_failure_burst=int(env.get("SETTLEKIT_AUTH_FAILURE_BURST", cls.auth_failure_burst)),
             operator_tenant=env.get("SETTLEKIT_OPERATOR_TENANT", cls.operator_tenant),
+            metrics_per_destination=_env_bool("SETTLEKIT_METRICS_PER_DESTINATION", False),
             allowed_webhook_networks=tuple(n.strip() for n in env.get("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS", "")
                                            .split(",") if n.strip()),
             delivery_lease=_env_num("SETTLEKIT_DELIVERY_LEASE", cls.delivery_lease, float),
@@ -112,6 +118,12 @@ class Settings:
         for key, value in overrides.items():
             if value is not None:
                 setattr(settings, key, value)
+        for net in settings.allowed_webhook_networks:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError as exc:
+                raise ConfigurationError("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS holds an invalid CIDR",
+                                         network=net) from exc
         return settings
 
 
@@ -149,6 +161,8 @@ def worker_config(settings: Settings) -> Any:
         raise ConfigurationError("delivery timeout and lease must be positive", code="SETTINGS_INVALID")
     return WorkerConfig(
         allow_loopback=settings.allow_loopback_webhooks,
+        allow_private_network=settings.allow_private_webhooks,
+        per_destination_metrics=settings.metrics_per_destination,
         allowed_networks=settings.allowed_webhook_networks,
         allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
         idle_sleep=0.05,

@@ -1,6 +1,6 @@
 """The HTTP API: `create_app(db_url or Database, server_signer=..., settings=...)`.
 
-Every route except /healthz, /readyz, /metrics, /openapi.json and /docs needs an API key (`Authorization:
+Every route except /healthz, /readyz, /openapi.json and /docs needs an API key (`Authorization:
 Bearer sk_…`), is scoped to the key's tenant and rate-limited per key. Errors are RFC 9457 problem+json bodies
 with a stable `code`; stack traces are never returned.
 """
@@ -24,7 +24,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api import routes_jobs, routes_ops
-from settlekit.api.deps import ApiContext, AuthMiddleware
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import ApiContext, AuthMiddleware, require
 from settlekit.api.http import (
     BodyLimitMiddleware,
     InputGuardMiddleware,
@@ -43,7 +44,7 @@ from settlekit.events.envelope import Signer
 from settlekit.store.db import Database, connect
 from settlekit.store.job_streams import job_store
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_OPERATOR_TENANT = "system"
 READY_TIMEOUT_SECONDS = 0.5  # /readyz answers within this, reachable or not
@@ -97,14 +98,6 @@ class _MetricsMiddleware:
             self.metrics.duration.labels(scope["method"], path).observe(time.perf_counter() - started)
 
 
-def _default_secrets_dir(db: Database) -> str | None:
-    """SQLite (one host): `<db file>.secrets/` beside the database. PostgreSQL: none (configure a directory
-    every API and worker host shares)."""
-    if db.dialect == "sqlite" and db.url.startswith("sqlite:///"):
-        return db.url[len("sqlite:///"):] + ".secrets"
-    return None
-
-
 def _setting(settings: Any, name: str, default: Any) -> Any:
     value = getattr(settings, name, None) if settings is not None else None
     return default if value is None else value
@@ -119,8 +112,6 @@ def create_app(
     rate_limit_per_second: float | None = None,
     rate_limit_burst: int | None = None,
     destination_policy: DestinationPolicy | None = None,
-    inline_secrets: bool | None = None,
-    secrets_dir: str | None = None,
     operator_tenant: str | None = None,
     registered_consumers: Sequence[str] | None = None,
     registry: CollectorRegistry | None = None,
@@ -129,9 +120,7 @@ def create_app(
     """Build the API on a Database (or a URL, opened, migrated and closed with the app).
 
     `settings` is a `settlekit.runtime.Settings` (or anything with the same attribute names); explicit keyword
-    arguments win over it. Destination secrets given by value are written to 0600 files under `secrets_dir`
-    (default on SQLite: `<db file>.secrets/`; `file:` refs are what the delivery worker reads); `inline_secrets`
-    stores them in the row instead (tests; the worker refuses inline refs by default).
+    arguments win over it. Destination secrets given by value are stored per tenant in the database.
     Consumer verbs need an `admin` key of `operator_tenant` (default "system").
     """
     owned = isinstance(db, str)
@@ -147,6 +136,7 @@ def create_app(
     insecure = bool(_setting(settings, "allow_insecure_http", False)) or loopback
     policy = destination_policy or DestinationPolicy(
         allow_insecure_http=insecure, allow_loopback=loopback,
+        allow_private_network=bool(_setting(settings, "allow_private_webhooks", False)),
         allowed_networks=tuple(_setting(settings, "allowed_webhook_networks", ())))
     store_options: dict[str, Any] = {"server_signer": server_signer}
     if max_payload_bytes is not None:
@@ -155,12 +145,11 @@ def create_app(
         db=database,
         store=job_store(database, **store_options),
         limiter=RateLimiter(rate, burst),
+        auth_failures=RateLimiter(float(_setting(settings, "auth_failure_rate_per_second", 1.0)),
+                                  int(_setting(settings, "auth_failure_burst", 20)), max_entries=50_000),
         artifacts=ArtifactStore(),
         destination_policy=policy,
         operator_tenant=operator_tenant or _setting(settings, "operator_tenant", DEFAULT_OPERATOR_TENANT),
-        inline_secrets=bool(inline_secrets if inline_secrets is not None
-                            else _setting(settings, "allow_inline_secrets", False)),
-        secrets_dir=secrets_dir or _setting(settings, "secrets_dir", None) or _default_secrets_dir(database),
         registered_consumers=registered_consumers,
         registry=registry if registry is not None else REGISTRY,
     )
@@ -183,6 +172,7 @@ def create_app(
     # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
     app.router.routes.extend([*routes_jobs.router.routes, *routes_ops.router.routes])
     _health_routes(app, ctx)
+    _document_security(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=body_limit)
     app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)
     app.add_middleware(InputGuardMiddleware)
@@ -214,6 +204,31 @@ def _health_routes(app: FastAPI, ctx: ApiContext) -> None:
                                     pendingMigrations=pending)
         return JsonResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
-    def metrics(request: Request) -> Response:
+    @app.get("/metrics", tags=["health"],
+             summary="Prometheus metrics (deployment-wide: an `ops` key of the operator tenant)")
+    def metrics(request: Request, key: ApiKey = require("ops", operator=True)) -> Response:
         return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _document_security(app: FastAPI) -> None:
+    """OpenAPI: every operation needs the bearer API key except the open paths."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "apiKey": {"type": "http", "scheme": "bearer", "bearerFormat": "sk_<keyid>_<secret>",
+                           "description": "An API key: `Authorization: Bearer sk_…`, bound to one tenant and "
+                                          "a set of scopes."}}
+            schema["security"] = [{"apiKey": []}]
+            for path, operations in schema.get("paths", {}).items():
+                if path in OPEN_PATHS:
+                    for operation in operations.values():
+                        operation["security"] = []
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

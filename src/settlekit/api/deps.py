@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from settlekit.api.auth import ApiKey, ForbiddenError, authenticate
+from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.http import RateLimiter, check_text, error_headers, problem_from_error, retry_after_seconds
 from settlekit.artifacts.store import ArtifactStore
 from settlekit.delivery.service import DestinationPolicy
@@ -33,10 +33,10 @@ class ApiContext:
     artifacts: ArtifactStore
     destination_policy: DestinationPolicy
     operator_tenant: str
-    inline_secrets: bool
-    secrets_dir: str | None
     registered_consumers: Sequence[str] | None = None
     registry: Any = None
+    idempotency_wait: float = 15.0  # seconds a request waits for a concurrent one holding its idempotency key
+    auth_failures: RateLimiter = field(default_factory=lambda: RateLimiter(1.0, 20, max_entries=50_000))
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -46,13 +46,14 @@ def context(request: Request) -> ApiContext:
 
 
 def _token(headers: Headers) -> str | None:
+    """The key of `Authorization: Bearer sk_…`, the one documented way to authenticate (OpenAPI
+    `securitySchemes.apiKey`); no other header is read."""
     auth = headers.get("authorization")
     if auth:
         scheme, _, value = auth.partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             return value.strip()
-        return None
-    return headers.get("x-api-key")
+    return None
 
 
 def require(scope: str, *, operator: bool = False) -> Any:
@@ -63,7 +64,7 @@ def require(scope: str, *, operator: bool = False) -> Any:
         ctx = context(request)
         key: ApiKey | None = getattr(request.state, "api_key", None)
         if key is None:  # AuthMiddleware normally did this already
-            key = authenticate_request(ctx, request.headers)
+            key = authenticate_request(ctx, request.headers, request.client.host if request.client else None)
             request.state.api_key = key
         if not key.allows(scope):
             raise ForbiddenError(f"this API key lacks the {scope!r} scope", code="SCOPE_REQUIRED", scope=scope)
@@ -76,9 +77,20 @@ def require(scope: str, *, operator: bool = False) -> Any:
     return Depends(dependency)
 
 
-def authenticate_request(ctx: ApiContext, headers: Headers) -> ApiKey:
-    """The request's key (AuthError otherwise), after taking a token from its rate-limit bucket."""
-    key = authenticate(ctx.db, _token(headers))
+def authenticate_request(ctx: ApiContext, headers: Headers, client: str | None = None) -> ApiKey:
+    """The request's key (AuthError otherwise), after taking a token from its rate-limit bucket. Failed
+    authentications are rate-limited per client address: an address that keeps presenting bad keys gets 429
+    before its keys are even looked up."""
+    address = client or "unknown"
+    wait = ctx.auth_failures.peek(address)
+    if wait > 0:
+        raise SettlekitError("too many failed authentications from this address", code="RATE_LIMITED", status=429,
+                             retryAfterSeconds=retry_after_seconds(wait))
+    try:
+        key = authenticate(ctx.db, _token(headers))
+    except AuthError:
+        ctx.auth_failures.take(address)
+        raise
     wait = ctx.limiter.take(key.key_id)
     if wait > 0:
         raise SettlekitError("rate limit exceeded for this API key", code="RATE_LIMITED", status=429,
@@ -98,7 +110,9 @@ class AuthMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in self.open_paths:
             try:
-                key = await run_in_threadpool(authenticate_request, self.ctx, Headers(scope=scope))
+                client = scope.get("client")
+                key = await run_in_threadpool(authenticate_request, self.ctx, Headers(scope=scope),
+                                              client[0] if client else None)
             except SettlekitError as exc:
                 await problem_from_error(exc, error_headers(exc))(scope, receive, send)
                 return

@@ -9,7 +9,9 @@ import math
 import re
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -150,6 +152,17 @@ class JsonResponse(Response):
         return dumps(content)
 
 
+_UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def content_disposition(filename: str) -> str:
+    """An RFC 6266 attachment header: a quoted ASCII fallback with every other character replaced, and the
+    exact name as an RFC 8187 `filename*` (percent-encoded UTF-8), so no name can inject parameters."""
+    fallback = _UNSAFE_FILENAME.sub("_", filename).lstrip(".") or "download"
+    encoded = quote(filename.encode("utf-8", "surrogatepass"), safe="")
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{encoded}"
+
+
 def problem_response(status: int, code: str, detail: str, **details: Any) -> Response:
     exc = SettlekitError(detail, code=code, status=status, **details)
     return problem_from_error(exc, error_headers(exc))
@@ -171,7 +184,7 @@ def _loc_path(loc: tuple[Any, ...] | list[Any]) -> str:
 
 
 def error_headers(exc: SettlekitError) -> dict[str, str] | None:
-    retry = exc.details.get("retryAfterSeconds") if exc.status in (429, 503) else None
+    retry = exc.details.get("retryAfterSeconds")
     if retry is not None:
         return {"Retry-After": str(retry)}
     if exc.status == 401:
@@ -276,14 +289,27 @@ class BodyLimitMiddleware:
 
 
 class RateLimiter:
-    """In-process token bucket per API key: `rate` tokens per second, at most `burst` saved."""
+    """In-process token bucket per key (an API key id, a client address): `rate` tokens per second, at most
+    `burst` saved. At most `max_entries` buckets are kept (least recently used dropped first): memory is bounded
+    whatever the number of keys or addresses seen."""
 
-    def __init__(self, rate: float, burst: int, clock: Any = time.monotonic):
+    def __init__(self, rate: float, burst: int, clock: Any = time.monotonic, max_entries: int = 100_000):
         self.rate = float(rate)
         self.burst = max(1, int(burst))
         self.clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}
+        self.max_entries = max(1, int(max_entries))
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _tokens(self, key: str, now: float) -> float:
+        tokens, last = self._buckets.get(key, (float(self.burst), now))
+        return min(float(self.burst), tokens + (now - last) * self.rate)
+
+    def _put(self, key: str, tokens: float, now: float) -> None:
+        self._buckets[key] = (tokens, now)
+        self._buckets.move_to_end(key)
+        while len(self._buckets) > self.max_entries:
+            self._buckets.popitem(last=False)
 
     def take(self, key: str) -> float:
         """0.0 when a request may go ahead, else the seconds until a token is available."""
@@ -291,13 +317,23 @@ class RateLimiter:
             return 0.0
         now = self.clock()
         with self._lock:
-            tokens, last = self._buckets.get(key, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            tokens = self._tokens(key, now)
             if tokens >= 1.0:
-                self._buckets[key] = (tokens - 1.0, now)
+                self._put(key, tokens - 1.0, now)
                 return 0.0
-            self._buckets[key] = (tokens, now)
+            self._put(key, tokens, now)
             return (1.0 - tokens) / self.rate
+
+    def peek(self, key: str) -> float:
+        """Like `take` without spending a token."""
+        if self.rate <= 0:
+            return 0.0
+        with self._lock:
+            tokens = self._tokens(key, self.clock())
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
+    def __len__(self) -> int:
+        return len(self._buckets)
 
 
 def retry_after_seconds(wait: float) -> int:

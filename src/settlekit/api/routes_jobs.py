@@ -14,8 +14,8 @@ from starlette.concurrency import run_in_threadpool
 from settlekit.api import queries
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import ApiContext, PositionQuery, context, idempotency_key, require, require_scopes
-from settlekit.api.http import JsonResponse, parse_body
-from settlekit.api.idempotency import request_hash
+from settlekit.api.http import JsonResponse, content_disposition, parse_body
+from settlekit.api.idempotency import request_hash, request_target
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.events.canonical import parse_json
 from settlekit.store import ledger as ledger_rows
@@ -79,7 +79,8 @@ def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: 
     if idem_key is not None:
         path = request.url.path
         idem = Idempotency(key=idem_key, principal_id=key.key_id, endpoint=f"POST {path}",
-                           request_hash=request_hash("POST", path, body, expected if expected_given else None))
+                           request_hash=request_hash("POST", request_target(request), body,
+                                                     expected if expected_given else None))
     kwargs: dict[str, Any] = {"idempotency": idem}
     if expected_given:
         kwargs["expected_prev_chain_hash"] = expected
@@ -230,7 +231,7 @@ def export_job(job_id: str, request: Request, key: ApiKey = require("jobs:read")
     ctx = context(request)
     _job_head(ctx, key.tenant_id, job_id)
     events = ctx.store.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash)
-    return JsonResponse(events, headers={"Content-Disposition": f'attachment; filename="{job_id}.json"'})
+    return JsonResponse(events, headers={"Content-Disposition": content_disposition(f"{job_id}.json")})
 
 
 # ---------------------------------------------------------------- ledger

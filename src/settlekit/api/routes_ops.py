@@ -3,9 +3,7 @@ read), and deployment-wide consumer verbs (`admin` key of the operator tenant)."
 
 from __future__ import annotations
 
-import os
-import secrets as pysecrets
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -18,29 +16,39 @@ from settlekit.api.deps import MAX_INT64, ApiContext, IdPath, context, idempoten
 from settlekit.api.http import JsonResponse
 from settlekit.delivery import service as delivery
 from settlekit.delivery import store as delivery_store
+from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of
 from settlekit.errors import NotFoundError, ValidationError
 
 router = APIRouter(prefix="/v1", tags=["ops"])
+MAX_GRACE_SECONDS = 30 * 24 * 3600
 
 
 def _write(request: Request, key: ApiKey, body: Any, action: Any) -> JsonResponse:
     ctx = context(request)
     return idempotency.run(ctx.db, tenant_id=key.tenant_id, principal_id=key.key_id, method=request.method,
-                           path=request.url.path, key=idempotency_key(request), body=body, action=action)
+                           path=idempotency.request_target(request), key=idempotency_key(request), body=body,
+                           action=action, wait_seconds=ctx.idempotency_wait)
 
 
 # ---------------------------------------------------------------- destinations
 
 
+SECRET_FIELD = Field(default=None, min_length=1, max_length=4096,
+                     description="A whsec_ secret, write-only: stored by the server, never returned.")
+SECRET_REF_FIELD = Field(default=None, min_length=1, max_length=4096,
+                         description="The id (sec_…) of a secret this tenant stored earlier, as returned in "
+                                     "`secretRef`. Paths and other references are refused.")
+
+
 class DestinationIn(BaseModel):
-    """A webhook destination. `secret` is write-only: it is never returned. Give either `secret` (stored by
-    the server) or `secretRef` (`file:/abs/path`, or `env:NAME` when enabled)."""
+    """A webhook destination. Give either `secret` (a whsec_ value the server stores for this tenant) or
+    `secretRef` (the id of one of this tenant's stored secrets). Secret values are never returned."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     destinationId: str = Field(min_length=1, max_length=64)
     url: str = Field(min_length=1, max_length=2048)
-    secret: str | None = Field(default=None, min_length=1, max_length=4096)
-    secretRef: str | None = Field(default=None, min_length=1, max_length=4096)
+    secret: str | None = SECRET_FIELD
+    secretRef: str | None = SECRET_REF_FIELD
     signing: Literal["standard", "settld_legacy", "both"] = "standard"
     artifactTypes: list[str] | None = None
     ordering: Literal["best_effort", "strict_scope"] = "best_effort"
@@ -48,10 +56,14 @@ class DestinationIn(BaseModel):
 
 
 class DestinationUpdate(BaseModel):
+    """Omitted fields are kept. A new `secret`/`secretRef` is a rotation: the old secret keeps signing (two
+    signatures per delivery) for `secretGraceSeconds` (default 86400; 0 ends it at once)."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
     url: str | None = Field(default=None, min_length=1, max_length=2048)
-    secret: str | None = Field(default=None, min_length=1, max_length=4096)
-    secretRef: str | None = Field(default=None, min_length=1, max_length=4096)
+    secret: str | None = SECRET_FIELD
+    secretRef: str | None = SECRET_REF_FIELD
+    secretGraceSeconds: int | None = Field(default=None, ge=0, le=MAX_GRACE_SECONDS)
     signing: Literal["standard", "settld_legacy", "both"] | None = None
     artifactTypes: list[str] | None = None
     ordering: Literal["best_effort", "strict_scope"] | None = None
@@ -63,60 +75,56 @@ class DisableIn(BaseModel):
     reason: str = Field(default="operator", min_length=1, max_length=200)
 
 
+def _public_ref(ref: str | None) -> str | None:
+    """What a tenant may see of a reference: the id of a stored secret, an env name; never a path or value."""
+    if ref is None:
+        return None
+    sid = secret_id_of(ref)
+    if sid is not None:
+        return sid
+    return None if ref.startswith(("inline:", "file:")) else ref
+
+
 def _destination_json(dest: delivery_store.Destination) -> dict[str, Any]:
+    until = dest.previous_secret_expires_at
+    rotating = dest.previous_secret_ref is not None and until is not None and until > datetime.now(UTC)
     return {"destinationId": dest.destination_id, "kind": dest.kind, "url": dest.url, "signing": dest.signing,
             "artifactTypes": list(dest.artifact_types) if dest.artifact_types else None,
             "ordering": dest.ordering, "allowPrivateNetwork": dest.allow_private_network, "status": dest.status,
-            "disabledReason": dest.disabled_reason,
-            "secretRef": None if dest.secret_ref.startswith(("inline:", "file:")) else dest.secret_ref}
+            "disabledReason": dest.disabled_reason, "secretRef": _public_ref(dest.secret_ref),
+            "previousSecretRef": _public_ref(dest.previous_secret_ref) if rotating else None,
+            "previousSecretExpiresAt": until.astimezone(UTC).isoformat().replace("+00:00", "Z")
+            if rotating and until is not None else None}
 
 
-def _secret_ref(ctx: ApiContext, tenant: str, destination_id: str, secret: str | None,
-                secret_ref: str | None) -> str | None:
-    """Where a write-only secret is kept: a 0600 file under `secrets_dir` when configured, inline only in
-    development deployments (loopback/insecure webhooks allowed)."""
+def _secret_input(secret: str | None, secret_ref: str | None) -> tuple[str | None, str | None]:
+    """(secret value, `secret:<id>` reference) from a request, refusing anything but a server-issued id as a
+    reference. The refusal never echoes the reference and never looks at the file system."""
     if secret is not None and secret_ref is not None:
         raise ValidationError("give secret or secretRef, not both", code="SCHEMA_INVALID", field="secret")
-    if secret is None:
-        return secret_ref
-    if "\n" in secret or "\r" in secret:
-        raise ValidationError("secret must be one line", code="SCHEMA_INVALID", field="secret")
-    if ctx.secrets_dir is not None:
-        folder = Path(ctx.secrets_dir) / tenant
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = folder / f"{destination_id}.{pysecrets.token_hex(6)}.secret"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(secret + "\n")
-        return f"file:{path}"
-    if ctx.inline_secrets:
-        return f"inline:{secret}"
-    raise ValidationError("this deployment stores no secret values: give secretRef (file:/abs/path)",
-                          code="SECRET_PROVIDER_FORBIDDEN", field="secret")
+    if secret_ref is None:
+        return secret, None
+    if not SECRET_ID_RE.match(secret_ref):
+        raise ValidationError("secretRef must be the id of a secret this tenant stored (sec_…); paths and other "
+                              "references are not accepted", code="SECRET_REF_FORBIDDEN", field="secretRef")
+    return None, db_ref(secret_ref)
 
 
 @router.post("/destinations", status_code=201, summary="Create a webhook destination")
 def create_destination(body: DestinationIn, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
+    value, ref = _secret_input(body.secret, body.secretRef)
+    if value is None and ref is None:
+        raise ValidationError("secret or secretRef is required", code="SCHEMA_INVALID", field="secret")
 
     def action() -> tuple[int, Any]:
-        ref = _secret_ref(ctx, key.tenant_id, body.destinationId, body.secret, body.secretRef)
-        if ref is None:
-            raise ValidationError("secret or secretRef is required", code="SCHEMA_INVALID", field="secret")
         dest = delivery.add_destination(
-            ctx.db, key.tenant_id, body.destinationId, url=body.url, secret_ref=ref, signing=body.signing,
-            artifact_types=body.artifactTypes, ordering=body.ordering,
-            allow_private_network=body.allowPrivateNetwork, policy=_policy(ctx), actor=key.key_id)
+            ctx.db, key.tenant_id, body.destinationId, url=body.url, secret_ref=ref or "", secret_value=value,
+            signing=body.signing, artifact_types=body.artifactTypes, ordering=body.ordering,
+            allow_private_network=body.allowPrivateNetwork, policy=ctx.destination_policy, actor=key.key_id)
         return 201, _destination_json(dest)
 
-    return _write(request, key, body.model_dump(exclude={"secret"}) | {"secretSet": body.secret is not None},
-                  action)
-
-
-def _policy(ctx: ApiContext) -> delivery.DestinationPolicy:
-    from dataclasses import replace
-
-    return replace(ctx.destination_policy, allow_inline_secrets=ctx.inline_secrets)
+    return _write(request, key, body.model_dump(), action)
 
 
 @router.get("/destinations", summary="The tenant's destinations")
@@ -136,22 +144,25 @@ def update_destination(destination_id: str, body: DestinationUpdate, request: Re
                        key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 
+    value, ref = _secret_input(body.secret, body.secretRef)
+    grace = timedelta(seconds=body.secretGraceSeconds) if body.secretGraceSeconds is not None \
+        else delivery.DEFAULT_ROTATION_GRACE
+
     def action() -> tuple[int, Any]:
         current = delivery.get_destination(ctx.db, key.tenant_id, destination_id)
-        ref = _secret_ref(ctx, key.tenant_id, destination_id, body.secret, body.secretRef) or current.secret_ref
         types = current.artifact_types if body.artifactTypes is None else (tuple(body.artifactTypes) or None)
         updated = delivery_store.Destination(
-            tenant_id=key.tenant_id, destination_id=destination_id, url=body.url or current.url, secret_ref=ref,
-            signing=body.signing or current.signing, artifact_types=types,
+            tenant_id=key.tenant_id, destination_id=destination_id, url=body.url or current.url,
+            secret_ref=ref or current.secret_ref, signing=body.signing or current.signing, artifact_types=types,
             ordering=body.ordering or current.ordering,
             allow_private_network=current.allow_private_network if body.allowPrivateNetwork is None
             else body.allowPrivateNetwork,
             status=current.status, disabled_reason=current.disabled_reason, kind=current.kind)
-        saved = delivery.save_destination(ctx.db, updated, policy=_policy(ctx), replace=True, actor=key.key_id)
+        saved = delivery.save_destination(ctx.db, updated, policy=ctx.destination_policy, replace=True,
+                                          actor=key.key_id, secret_value=value, rotation_grace=grace)
         return 200, _destination_json(saved)
 
-    return _write(request, key, body.model_dump(exclude={"secret"}) | {"secretSet": body.secret is not None},
-                  action)
+    return _write(request, key, body.model_dump(), action)
 
 
 @router.post("/destinations/{destination_id}/disable", summary="Disable a destination")
@@ -184,7 +195,7 @@ def enable_destination(destination_id: str, request: Request, body: EnableIn | N
 
     def action() -> tuple[int, Any]:
         dest, report = delivery.enable_destination_with_backfill(ctx.db, key.tenant_id, destination_id,
-                                                                 policy=_policy(ctx), actor=key.key_id,
+                                                                 policy=ctx.destination_policy, actor=key.key_id,
                                                                  backfill=backfill)
         return 200, {**_destination_json(dest), "backfill": report.to_json()}
 

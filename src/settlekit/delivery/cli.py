@@ -41,11 +41,12 @@ NetworksOption = Annotated[
 ]
 
 
-def _policy(loopback: bool, insecure: bool, networks: list[str] | None, env_secrets: bool = False
-            ) -> service.DestinationPolicy:
+def _policy(loopback: bool, insecure: bool, networks: list[str] | None, env_secrets: bool = False,
+            private: bool = False) -> service.DestinationPolicy:
     return service.DestinationPolicy(
         allow_insecure_http=insecure,
         allow_loopback=loopback,
+        allow_private_network=private,
         allowed_networks=tuple(networks or ()),
         allow_env_secrets=env_secrets,
     )
@@ -104,7 +105,8 @@ def destinations_add(
     ] = None,
     ordering: Annotated[str, typer.Option("--ordering", help="best_effort | strict_scope")] = "best_effort",
     allow_private: Annotated[
-        bool, typer.Option("--allow-private-network", help="this destination may be on a private network")
+        bool, typer.Option("--allow-private-network", help="this destination may be on a private network (the "
+                           "operator running this command decides for the deployment)")
     ] = False,
     replace: Annotated[bool, typer.Option("--replace", help="overwrite an existing destination")] = False,
     allow_loopback: LoopbackOption = False,
@@ -139,7 +141,8 @@ def destinations_add(
                 artifact_types=types,
                 ordering=ordering,
                 allow_private_network=allow_private,
-                policy=_policy(allow_loopback, allow_insecure_http, allow_network, allow_env_secrets),
+                policy=_policy(allow_loopback, allow_insecure_http, allow_network, allow_env_secrets,
+                               private=allow_private),
                 replace=replace,
                 actor="cli",
             )
@@ -289,6 +292,9 @@ def deliveries_run(
     allow_insecure_http: InsecureOption = False,
     allow_network: NetworksOption = None,
     allow_env_secrets: Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")] = False,
+    allow_private_webhooks: Annotated[bool, typer.Option(
+        "--allow-private-webhooks", envvar="SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS",
+        help="destinations that opt in may use private ranges (never metadata)")] = False,
 ) -> None:
     """Run a delivery worker for all tenants until SIGINT/SIGTERM (then finishes in-flight attempts)."""
     from settlekit.delivery.secrets import SecretResolver
@@ -303,6 +309,7 @@ def deliveries_run(
         idle_sleep=idle_sleep,
         allow_loopback=allow_loopback,
         allow_insecure_http=allow_insecure_http,
+        allow_private_network=allow_private_webhooks,
         allowed_networks=tuple(allow_network or ()),
         sender=SenderConfig(timeout=timeout, concurrency=concurrency),
     )

@@ -25,6 +25,7 @@ _LOCK = threading.Lock()
 DELIVERED = "delivered"
 RETRIED = "retried"
 FAILED = "failed"  # max attempts reached: moved to the DLQ
+ALL_DESTINATIONS = "all"  # destination_id label value unless per-destination metrics are enabled
 GONE = "gone"  # 410: delivery failed and destination disabled
 LEASE_LOST = "lease_lost"  # another worker owns the row now; this result was discarded
 HELD = "held"  # answered while its destination was already disabled: stays pending until it is enabled

@@ -1,6 +1,12 @@
-"""Destination secret references (spec 06 §1): `file:/abs/path`, `env:NAME` (opt-in), `inline:<s>` (dev).
+"""Destination secret references (spec 06 §1).
 
-A file holds one secret per line, oldest first; two lines means a rotation is in progress and both sign.
+- `secret:<id>`: a secret the API received by value, stored per tenant in the database (`webhook_secrets`)
+  under an opaque id the server issued (`sec_` + 32 hex). It is only ever looked up with the destination's own
+  tenant, so a tenant cannot name another tenant's secret. This is the only form the HTTP API accepts.
+- `file:/abs/path`, `env:NAME` (opt-in), `inline:<s>` (dev): operator forms for the CLI, never from the API.
+
+A file holds one secret per line, oldest first; two lines means a rotation is in progress and both sign. A
+destination may also carry a rotated-out `previous_secret_ref` that keeps signing until its grace period ends.
 Failures carry the spec's `last_error` reasons: secret_ref_invalid, secret_not_found,
 secret_provider_forbidden.
 """
@@ -8,11 +14,22 @@ secret_provider_forbidden.
 from __future__ import annotations
 
 import os
+import re
+import secrets as pysecrets
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
+from settlekit.delivery.store import db_time
 from settlekit.errors import SettlekitError
+from settlekit.store.db import Tx
+
+if TYPE_CHECKING:
+    from settlekit.delivery.store import Destination
+
+SECRET_ID_RE: Final = re.compile(r"^sec_[0-9a-f]{32}$")
+DB_SCHEME: Final = "secret"
 
 
 class SecretRefError(SettlekitError):
@@ -29,6 +46,55 @@ class SecretRefError(SettlekitError):
         self.reason = reason
 
 
+def new_secret_id() -> str:
+    return f"sec_{pysecrets.token_hex(16)}"
+
+
+def db_ref(secret_id: str) -> str:
+    return f"{DB_SCHEME}:{secret_id}"
+
+
+def secret_id_of(ref: str | None) -> str | None:
+    """The id of a `secret:<id>` reference (None for other forms)."""
+    if ref is None:
+        return None
+    scheme, _, rest = ref.partition(":")
+    return rest if scheme == DB_SCHEME and SECRET_ID_RE.match(rest) else None
+
+
+def store_secret(tx: Tx, tenant_id: str, value: str) -> str:
+    """Keep a secret for a tenant; returns its `secret:<id>` reference."""
+    secret_id = new_secret_id()
+    tx.execute("INSERT INTO webhook_secrets (tenant_id, secret_id, secret) VALUES (?, ?, ?)",
+               (tenant_id, secret_id, value))
+    return db_ref(secret_id)
+
+
+def secret_exists(tx: Tx, tenant_id: str, secret_id: str) -> bool:
+    return tx.fetchone("SELECT 1 FROM webhook_secrets WHERE tenant_id = ? AND secret_id = ?",
+                       (tenant_id, secret_id)) is not None
+
+
+def delete_unreferenced(tx: Tx, tenant_id: str, now: datetime) -> int:
+    """End the tenant's rotations whose grace is over, then drop the stored secrets no destination uses any
+    more (current, or previous within its grace)."""
+    tx.execute("UPDATE destinations SET previous_secret_ref = NULL, previous_secret_expires_at = NULL"
+               " WHERE tenant_id = ? AND previous_secret_expires_at IS NOT NULL AND previous_secret_expires_at <= ?",
+               (tenant_id, db_time(tx, now)))
+    used: set[str] = set()
+    for current, previous in tx.fetchall(
+            "SELECT secret_ref, previous_secret_ref FROM destinations WHERE tenant_id = ?", (tenant_id,)):
+        for ref in (current, previous):
+            sid = secret_id_of(ref)
+            if sid is not None:
+                used.add(sid)
+    gone = 0
+    for (sid,) in tx.fetchall("SELECT secret_id FROM webhook_secrets WHERE tenant_id = ?", (tenant_id,)):
+        if sid not in used:
+            gone += tx.execute("DELETE FROM webhook_secrets WHERE tenant_id = ? AND secret_id = ?", (tenant_id, sid))
+    return gone
+
+
 @dataclass(frozen=True)
 class SecretResolver:
     allow_env: bool = False
@@ -38,8 +104,12 @@ class SecretResolver:
         """Check the form of a reference (when a destination is saved) without reading it."""
         scheme, _, rest = ref.partition(":")
         if not rest:
-            raise SecretRefError("secret_ref must be file:/abs/path or env:NAME", reason="secret_ref_invalid")
-        if scheme == "file":
+            raise SecretRefError("secret_ref must be secret:<id>, file:/abs/path or env:NAME",
+                                 reason="secret_ref_invalid")
+        if scheme == DB_SCHEME:
+            if not SECRET_ID_RE.match(rest):
+                raise SecretRefError("secret id is not one this server issued", reason="secret_ref_invalid")
+        elif scheme == "file":
             if not Path(rest).is_absolute():
                 raise SecretRefError("file secret_ref needs an absolute path", reason="secret_ref_invalid")
         elif scheme == "env":
@@ -51,11 +121,20 @@ class SecretResolver:
         else:
             raise SecretRefError(f"unknown secret provider {scheme!r}", reason="secret_ref_invalid")
 
-    def resolve(self, ref: str) -> list[str]:
-        """The active secrets, oldest first."""
+    def resolve(self, ref: str, *, tx: Tx | None = None, tenant_id: str | None = None) -> list[str]:
+        """The active secrets of a reference, oldest first. `secret:` references need the transaction and the
+        destination's tenant (the lookup is scoped to it)."""
         self.validate(ref)
         scheme, _, rest = ref.partition(":")
-        if scheme == "file":
+        if scheme == DB_SCHEME:
+            if tx is None or tenant_id is None:
+                raise SecretRefError("stored secrets are resolved with their tenant", reason="secret_ref_invalid")
+            row = tx.fetchone("SELECT secret FROM webhook_secrets WHERE tenant_id = ? AND secret_id = ?",
+                              (tenant_id, rest))
+            if row is None:
+                raise SecretRefError("secret not found", reason="secret_not_found")
+            text = str(row[0])
+        elif scheme == "file":
             try:
                 text = Path(rest).read_text(encoding="utf-8")
             except FileNotFoundError as exc:
@@ -75,3 +154,15 @@ class SecretResolver:
         if not secrets:
             raise SecretRefError("secret is empty", reason="secret_not_found")
         return secrets
+
+    def for_destination(self, tx: Tx, dest: Destination, now: datetime) -> list[str]:
+        """Every secret a delivery to `dest` signs with at `now`, oldest first: the rotated-out one while its
+        grace period lasts, then the current one(s)."""
+        out: list[str] = []
+        expires = dest.previous_secret_expires_at
+        if dest.previous_secret_ref is not None and expires is not None and now < expires:
+            out += self.resolve(dest.previous_secret_ref, tx=tx, tenant_id=dest.tenant_id)
+        for value in self.resolve(dest.secret_ref, tx=tx, tenant_id=dest.tenant_id):
+            if value not in out:
+                out.append(value)
+        return out

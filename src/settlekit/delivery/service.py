@@ -9,19 +9,20 @@ never returned, logged or put in an error. Requeues and status changes are audit
 
 from __future__ import annotations
 
-import ipaddress
+import dataclasses
 import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from prometheus_client import CollectorRegistry
 
 from settlekit.delivery import store
+from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.metrics import metrics_for
-from settlekit.delivery.secrets import SecretResolver
+from settlekit.delivery.secrets import SecretResolver, delete_unreferenced, secret_id_of, store_secret
 from settlekit.delivery.signing import SIGNING_MODES, decode_secret
 from settlekit.delivery.ssrf import Resolver, SsrfPolicy, VettedDestination, vet_url
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
@@ -30,6 +31,7 @@ from settlekit.store.db import Database
 audit = logging.getLogger("settlekit.delivery.audit")
 
 DELIVERY_STATES: Final = ("pending", "delivered", "failed")
+DEFAULT_ROTATION_GRACE: Final = timedelta(hours=24)  # as Svix: the old secret keeps signing for a day
 _ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # no ':' (dedupe_key separator)
 
 
@@ -39,7 +41,8 @@ class DestinationPolicy:
 
     allow_insecure_http: bool = False
     allow_loopback: bool = False  # local development and tests
-    allowed_networks: tuple[str, ...] = ()  # CIDRs lifting the private-range check (metadata: /32 only)
+    allow_private_network: bool = False  # private ranges for destinations that opt in (never metadata)
+    allowed_networks: tuple[str, ...] = ()  # CIDRs for destinations that opt in (never metadata)
     allow_env_secrets: bool = False
     allow_inline_secrets: bool = False
     check_secret: bool = True  # read the secret on save and check its form (a missing file is refused)
@@ -51,11 +54,13 @@ class DestinationPolicy:
         return cls(allow_insecure_http=True, allow_loopback=True)
 
     def ssrf(self, *, allow_private_network: bool) -> SsrfPolicy:
-        return SsrfPolicy(
-            allow_insecure_http=self.allow_insecure_http,
-            allow_private_network=allow_private_network,
+        """The policy for a destination with this `allowPrivateNetwork` opt-in (it only narrows)."""
+        return SsrfPolicy.for_destination(
+            tenant_opt_in=allow_private_network,
+            allow_private_network=self.allow_private_network,
+            allowed_networks=self.allowed_networks,
             allow_loopback=self.allow_loopback,
-            allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in self.allowed_networks),
+            allow_insecure_http=self.allow_insecure_http,
         )
 
     def secrets(self) -> SecretResolver:
@@ -73,8 +78,25 @@ def _check_id(value: str, field: str) -> None:
         )
 
 
-def check_destination(dest: store.Destination, policy: DestinationPolicy) -> VettedDestination:
-    """Everything a save checks, without writing: fields, secret reference, SSRF guard (resolves DNS)."""
+def check_secret_value(value: str, signing: str) -> None:
+    """A secret sent by value: one line; a valid `whsec_` secret when Standard Webhooks signs with it."""
+    if not value or "\n" in value or "\r" in value:
+        raise ValidationError("secret must be one non-empty line", field="secret")
+    if signing in ("standard", "both"):
+        _check_whsec(value)
+
+
+def _check_whsec(value: str) -> None:
+    try:
+        decode_secret(value)
+    except WebhookSecretError as exc:  # a caller's bad input: 400, naming no secret material
+        raise ValidationError(exc.message, code="WEBHOOK_SECRET_INVALID", field="secret") from exc
+
+
+def check_destination(dest: store.Destination, policy: DestinationPolicy, *,
+                      secret_value: str | None = None) -> VettedDestination:
+    """Everything a save checks, without writing: fields, secret (value or reference), SSRF guard (resolves
+    DNS). A `secret:<id>` reference is checked against the tenant's stored secrets in the save transaction."""
     if not dest.tenant_id:
         raise ValidationError("tenant_id is required", field="tenant_id")
     _check_id(dest.destination_id, "destination_id")
@@ -87,13 +109,16 @@ def check_destination(dest: store.Destination, policy: DestinationPolicy) -> Vet
     for t in dest.artifact_types or ():
         if not t or not isinstance(t, str):
             raise ValidationError("artifact_types must be non-empty strings", field="artifact_types")
-    resolver = policy.secrets()
-    resolver.validate(dest.secret_ref)
-    if policy.check_secret:
-        values = resolver.resolve(dest.secret_ref)
-        if dest.signing in ("standard", "both"):
-            for v in values:
-                decode_secret(v)  # WebhookSecretError names no secret material
+    if secret_value is not None:
+        check_secret_value(secret_value, dest.signing)
+    else:
+        resolver = policy.secrets()
+        resolver.validate(dest.secret_ref)
+        if policy.check_secret and secret_id_of(dest.secret_ref) is None:
+            values = resolver.resolve(dest.secret_ref)
+            if dest.signing in ("standard", "both"):
+                for v in values:
+                    decode_secret(v)  # WebhookSecretError names no secret material
     return vet_url(
         dest.url, policy.ssrf(allow_private_network=dest.allow_private_network), resolver=policy.resolver
     )
@@ -107,13 +132,19 @@ def save_destination(
     replace: bool = False,
     actor: str | None = None,
     now: datetime | None = None,
+    secret_value: str | None = None,
+    rotation_grace: timedelta = DEFAULT_ROTATION_GRACE,
 ) -> store.Destination:
     """Create (or with `replace`, overwrite) a destination after `check_destination`.
 
-    A new destination is `active`; replacing keeps the stored status unless `dest.status` says otherwise.
-    Raises ConflictError when it exists and `replace` is false.
+    Nothing is written unless every check passed; the secret (when given by value), the destination and the
+    clean-up of the tenant's unused secrets commit in one transaction. Replacing the secret of an existing
+    destination is a rotation: the old secret keeps signing (both signatures on every delivery) for
+    `rotation_grace`. A new destination is `active`; replacing keeps the stored status unless `dest.status`
+    says otherwise. Raises ConflictError when it exists and `replace` is false.
     """
-    vetted = check_destination(dest, policy or DestinationPolicy())
+    pol = policy or DestinationPolicy()
+    vetted = check_destination(dest, pol, secret_value=secret_value)
     ts = _now(now)
     with db.transaction() as tx:
         existing = store.get_destination(tx, dest.tenant_id, dest.destination_id)
@@ -121,7 +152,22 @@ def save_destination(
             raise ConflictError(
                 "destination already exists", tenant_id=dest.tenant_id, destination_id=dest.destination_id
             )
-        store.put_destination(tx, dest, now=ts)
+        ref = store_secret(tx, dest.tenant_id, secret_value) if secret_value is not None else dest.secret_ref
+        if secret_value is None and secret_id_of(ref) is not None:
+            values = pol.secrets().resolve(ref, tx=tx, tenant_id=dest.tenant_id)  # the tenant's own only
+            if dest.signing in ("standard", "both"):
+                for v in values:
+                    _check_whsec(v)
+        previous, until = None, None
+        if existing is not None and existing.secret_ref != ref and rotation_grace > timedelta(0):
+            previous, until = existing.secret_ref, ts + rotation_grace
+        elif existing is not None and existing.secret_ref == ref:
+            previous, until = existing.previous_secret_ref, existing.previous_secret_expires_at
+        if until is not None and until <= ts:
+            previous, until = None, None
+        store.put_destination(tx, dataclasses.replace(dest, secret_ref=ref, previous_secret_ref=previous,
+                                                      previous_secret_expires_at=until), now=ts)
+        delete_unreferenced(tx, dest.tenant_id, ts)
         saved = store.get_destination(tx, dest.tenant_id, dest.destination_id)
     assert saved is not None
     audit.info(
@@ -132,6 +178,8 @@ def save_destination(
             "url": dest.url,
             "addresses": list(vetted.addresses),
             "replaced": existing is not None,
+            "secret_rotated": previous is not None and existing is not None
+            and existing.secret_ref != saved.secret_ref,
             "actor": actor,
         },
     )
@@ -153,8 +201,10 @@ def add_destination(
     replace: bool = False,
     actor: str | None = None,
     now: datetime | None = None,
+    secret_value: str | None = None,
 ) -> store.Destination:
-    """Keyword form of `save_destination` for the API and CLI."""
+    """Keyword form of `save_destination` for the API and CLI (give `secret_value` to store the secret in the
+    database; `secret_ref` is then ignored)."""
     dest = store.Destination(
         tenant_id=tenant_id,
         destination_id=destination_id,
@@ -165,7 +215,8 @@ def add_destination(
         ordering=ordering,
         allow_private_network=allow_private_network,
     )
-    return save_destination(db, dest, policy=policy, replace=replace, actor=actor, now=now)
+    return save_destination(db, dest, policy=policy, replace=replace, actor=actor, now=now,
+                            secret_value=secret_value)
 
 
 def get_destination(db: Database, tenant_id: str, destination_id: str) -> store.Destination:

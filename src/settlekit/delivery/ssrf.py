@@ -2,9 +2,15 @@
 
 A URL passes when its scheme is https (http only with `allow_insecure_http`), it has no userinfo, and
 **every** address its host resolves to is outside the blocked ranges. IPv4-mapped, IPv4-compatible, NAT64
-and 6to4 IPv6 forms are judged by the IPv4 address they embed. `allow_private_network` or
-`allowed_networks` lift the range check; cloud metadata addresses stay blocked unless listed in
-`allowed_networks` as a single-host network.
+and 6to4 IPv6 forms are judged by the IPv4 address they embed. What the deployment may lift:
+
+- `allow_private_network` (deployment `SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS` and the destination's own opt-in):
+  private, unique-local, shared and other special-purpose unicast ranges; not loopback, not link-local;
+- `allowed_networks` (`SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS`): the listed CIDRs, loopback and link-local included;
+- `allow_loopback` (development and tests): loopback.
+
+Cloud metadata ranges (169.254.169.0/24, 169.254.170.0/24, fd00:ec2::/32, 100.100.100.200, 168.63.129.16),
+unspecified, multicast and broadcast addresses stay blocked whatever the settings.
 
 `GuardedBackend` applies the same check when a connection is opened and connects to the vetted address while
 the URL (and so TLS SNI, certificate check and Host header) keeps the hostname: DNS rebinding cannot switch
@@ -76,6 +82,17 @@ METADATA_ADDRESSES: Final[frozenset[IPAddress]] = frozenset(
     )
 )
 
+# Whole ranges used by cloud metadata services (checked before the tables above).
+METADATA_NETWORKS: Final[tuple[IPNetwork, ...]] = (
+    _V4("169.254.169.0/24"),
+    _V4("169.254.170.0/24"),
+    _V6("fd00:ec2::/32"),
+)
+# Never reachable, whatever the policy.
+NEVER_ALLOWED: Final = frozenset({"metadata", "unspecified", "multicast", "broadcast"})
+# Lifted only by an explicit allowed_networks entry (or allow_loopback for loopback).
+_NOT_BY_PRIVATE_FLAG: Final = frozenset({"loopback", "link_local"})
+
 _MAPPED: Final = _V6("::ffff:0:0/96")
 _COMPAT: Final = _V6("::/96")
 _NAT64: Final = _V6("64:ff9b::/96")
@@ -94,6 +111,21 @@ class SsrfPolicy:
     def __post_init__(self) -> None:
         nets = tuple(ipaddress.ip_network(n, strict=False) for n in self.allowed_networks)
         object.__setattr__(self, "allowed_networks", nets)
+
+    @classmethod
+    def for_destination(cls, *, tenant_opt_in: bool, allow_private_network: bool = False,
+                        allowed_networks: Iterable[str | IPNetwork] = (), allow_loopback: bool = False,
+                        allow_insecure_http: bool = False) -> SsrfPolicy:
+        """A destination's policy: private delivery is the deployment's decision (`allow_private_network`,
+        `allowed_networks`); the destination's `allowPrivateNetwork` opt-in can only narrow it (without the
+        opt-in neither applies), never widen it."""
+        return cls(
+            allow_insecure_http=allow_insecure_http,
+            allow_private_network=allow_private_network and tenant_opt_in,
+            allow_loopback=allow_loopback,
+            allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in allowed_networks)
+            if tenant_opt_in else (),
+        )
 
     @classmethod
     def for_local_testing(cls) -> SsrfPolicy:
@@ -124,7 +156,7 @@ def _parse_ip(ip: str | IPAddress) -> IPAddress:
 def classify_address(ip: str | IPAddress) -> str | None:
     """Category name of a blocked address (`loopback`, `private`, `metadata`, …) or None for a public one."""
     addr = _parse_ip(ip)
-    if addr in METADATA_ADDRESSES:
+    if addr in METADATA_ADDRESSES or any(addr.version == n.version and addr in n for n in METADATA_NETWORKS):
         return "metadata"
     inner = embedded_ipv4(addr)
     if inner is not None:
@@ -139,10 +171,6 @@ def classify_address(ip: str | IPAddress) -> str | None:
     return None
 
 
-def _explicitly_listed(addr: IPAddress, nets: Iterable[IPNetwork]) -> bool:
-    return any(n.num_addresses == 1 and addr in n for n in nets)
-
-
 def _in_any(addr: IPAddress, nets: Iterable[IPNetwork]) -> bool:
     return any(addr.version == n.version and addr in n for n in nets)
 
@@ -155,11 +183,8 @@ def check_address(ip: str | IPAddress, policy: SsrfPolicy, *, url: str | None = 
         return
     inner = embedded_ipv4(addr)
     candidates = [addr] if inner is None else [addr, inner]
-    if category == "metadata":
-        if any(_explicitly_listed(a, policy.allowed_networks) for a in candidates):
-            return
-    elif (
-        policy.allow_private_network
+    if category not in NEVER_ALLOWED and (
+        (policy.allow_private_network and category not in _NOT_BY_PRIVATE_FLAG)
         or (category == "loopback" and policy.allow_loopback)
         or any(_in_any(a, policy.allowed_networks) for a in candidates)
     ):

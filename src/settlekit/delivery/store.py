@@ -54,6 +54,8 @@ class Destination:
     status: str = "active"
     disabled_reason: str | None = None
     kind: str = "webhook"
+    previous_secret_ref: str | None = None  # a rotated-out secret, still signing until the time below
+    previous_secret_expires_at: datetime | None = None
 
     def accepts(self, artifact_type: str) -> bool:
         return not self.artifact_types or artifact_type in self.artifact_types
@@ -61,8 +63,7 @@ class Destination:
     @property
     def public_secret_ref(self) -> str:
         """`secret_ref` safe to show: inline secrets are redacted (file paths and env names are not secret)."""
-        scheme, _, _ = self.secret_ref.partition(":")
-        return "inline:<redacted>" if scheme == "inline" else self.secret_ref
+        return _redacted(self.secret_ref)
 
     def to_json(self) -> dict[str, Any]:
         """API/CLI view; never contains a secret value."""
@@ -78,12 +79,20 @@ class Destination:
             "allow_private_network": self.allow_private_network,
             "status": self.status,
             "disabled_reason": self.disabled_reason,
+            "previous_secret_ref": _redacted(self.previous_secret_ref) if self.previous_secret_ref else None,
+            "previous_secret_expires_at": _iso(self.previous_secret_expires_at)
+            if self.previous_secret_expires_at else None,
         }
+
+
+def _redacted(ref: str) -> str:
+    scheme, _, _ = ref.partition(":")
+    return "inline:<redacted>" if scheme == "inline" else ref
 
 
 _DEST_COLS: Final = (
     "tenant_id, destination_id, url, secret_ref, signing, artifact_types, ordering, allow_private_network,"
-    " status, disabled_reason, kind"
+    " status, disabled_reason, kind, previous_secret_ref, previous_secret_expires_at"
 )
 
 
@@ -101,6 +110,8 @@ def _dest(row: Sequence[Any]) -> Destination:
         status=row[8],
         disabled_reason=row[9],
         kind=row[10],
+        previous_secret_ref=row[11],
+        previous_secret_expires_at=from_db_time(row[12]),
     )
 
 
@@ -191,14 +202,16 @@ def put_destination(tx: Tx, dest: Destination, *, now: datetime) -> None:
     ts = db_time(tx, now)
     tx.execute(
         "INSERT INTO destinations (tenant_id, destination_id, kind, url, secret_ref, signing, artifact_types,"
-        " ordering, allow_private_network, status, disabled_reason, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ordering, allow_private_network, status, disabled_reason, previous_secret_ref,"
+        " previous_secret_expires_at, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (tenant_id, destination_id) DO UPDATE SET kind = excluded.kind, url = excluded.url,"
         " secret_ref = excluded.secret_ref, signing = excluded.signing,"
         " artifact_types = excluded.artifact_types,"
         " ordering = excluded.ordering, allow_private_network = excluded.allow_private_network,"
         " status = excluded.status, disabled_reason = excluded.disabled_reason,"
-        " updated_at = excluded.updated_at",
+        " previous_secret_ref = excluded.previous_secret_ref,"
+        " previous_secret_expires_at = excluded.previous_secret_expires_at, updated_at = excluded.updated_at",
         (
             dest.tenant_id,
             dest.destination_id,
@@ -211,6 +224,8 @@ def put_destination(tx: Tx, dest: Destination, *, now: datetime) -> None:
             dest.allow_private_network,
             dest.status,
             dest.disabled_reason,
+            dest.previous_secret_ref,
+            db_time(tx, dest.previous_secret_expires_at) if dest.previous_secret_expires_at else None,
             ts,
             ts,
         ),

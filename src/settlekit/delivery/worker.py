@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import os
 import random
@@ -79,7 +78,9 @@ class WorkerConfig:
     retention: timedelta = timedelta(days=30)
     allow_insecure_http: bool = False
     allow_loopback: bool = False  # dev/test only
-    allowed_networks: tuple[str, ...] = ()
+    allow_private_network: bool = False  # deployment switch; a destination must also opt in
+    allowed_networks: tuple[str, ...] = ()  # deployment CIDRs; a destination must also opt in
+    per_destination_metrics: bool = False  # label attempts with destination ids (tenant data: off by default)
     idle_sleep: float = 0.2  # poll interval while the queue is empty
     error_sleep: float = 1.0  # back-off after a pass failed unexpectedly (database down, …)
     sender: SenderConfig = field(default_factory=SenderConfig)
@@ -238,11 +239,12 @@ class DeliveryWorker:
 
     def _policy(self, dest: store.Destination) -> SsrfPolicy:
         cfg = self.config
-        return SsrfPolicy(
-            allow_insecure_http=cfg.allow_insecure_http,
-            allow_private_network=dest.allow_private_network,
+        return SsrfPolicy.for_destination(
+            tenant_opt_in=dest.allow_private_network,
+            allow_private_network=cfg.allow_private_network,
+            allowed_networks=cfg.allowed_networks,
             allow_loopback=cfg.allow_loopback,
-            allowed_networks=tuple(ipaddress.ip_network(n, strict=False) for n in cfg.allowed_networks),
+            allow_insecure_http=cfg.allow_insecure_http,
         )
 
     def _claim_and_prepare(self) -> tuple[list[PreparedRequest], list[Outcome]]:
@@ -268,7 +270,7 @@ class DeliveryWorker:
                     if artifact is None or artifact.get("artifactHash") != d.artifact_hash:
                         early.append(_local_failure(d, MISSING_ARTIFACT, "artifact not found", now))
                         continue
-                    requests.append(self._prepare(d, dest, artifact, now))
+                    requests.append(self._prepare(d, dest, artifact, now, tx))
                 except SecretRefError as exc:
                     early.append(_local_failure(d, exc.reason, exc.message, now))
                 except WebhookSecretError as exc:  # a resolved secret that is not a valid whsec_ secret
@@ -278,13 +280,13 @@ class DeliveryWorker:
         return requests, early
 
     def _prepare(
-        self, d: store.Delivery, dest: store.Destination, artifact: Mapping[str, Any], now: datetime
+        self, d: store.Delivery, dest: store.Destination, artifact: Mapping[str, Any], now: datetime, tx: Tx
     ) -> PreparedRequest:
         body = canonical_bytes(dict(artifact))
         signing: SigningMode = dest.signing  # type: ignore[assignment]  # checked when stored
         headers = delivery_headers(
             mode=signing,
-            secrets=self.secrets.resolve(dest.secret_ref),
+            secrets=self.secrets.for_destination(tx, dest, now),
             body=body,
             message_id=d.message_id,
             dedupe_key=d.dedupe_key,
@@ -397,7 +399,8 @@ class DeliveryWorker:
                     self._fail("completing")
         for i, out in enumerate(outcomes):
             dest_id, outcome, reason = counted[i]
-            self.metrics.attempts.labels(dest_id, outcome).inc()
+            label = dest_id if self.config.per_destination_metrics else m.ALL_DESTINATIONS
+            self.metrics.attempts.labels(label, outcome).inc()
             if reason is not None:
                 self.metrics.failures.labels(reason).inc()
             if outcome == m.FAILED:

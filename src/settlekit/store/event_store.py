@@ -28,6 +28,7 @@ from settlekit.events.envelope import (
     now_iso,
     verify_link,
 )
+from settlekit.store import idempotency as idempotency_keys
 from settlekit.store.db import Database, Tx
 
 _MISSING: Any = object()
@@ -142,6 +143,9 @@ class Idempotency:
     request_hash: str | None = None
     ttl_days: int = 30
 
+    def scope(self, tenant_id: str) -> idempotency_keys.KeyScope:
+        return idempotency_keys.KeyScope(tenant_id, self.principal_id, self.endpoint, self.key)
+
 
 @dataclass
 class SignerKey:
@@ -224,6 +228,17 @@ class EventStore:
                 raise ConflictError("idempotency record vanished during a concurrent append",
                                     code="IDEMPOTENCY_CONFLICT") from None
             return replay
+        except SettlekitError:
+            # A concurrent request with the same key may have committed first (its events moved the head, so
+            # this attempt conflicted): its stored answer is the answer.
+            replay = self._idempotent_replay(tenant_id, idempotency) if idempotency is not None else None
+            if replay is None:
+                raise
+            return replay
+        if idempotency is not None and result.already_exists:
+            replay = self._idempotent_replay(tenant_id, idempotency)
+            if replay is not None:
+                return replay
         return result
 
     def _append_drafts(self, tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]],
@@ -407,34 +422,19 @@ class EventStore:
     # ------------------------------------------------------------------ idempotency
 
     def _idempotent_replay(self, tenant_id: str, idem: Idempotency) -> AppendResult | None:
+        assert idem.request_hash is not None
         with self.db.query() as tx:
-            row = tx.fetchone(
-                "SELECT request_hash, response_json FROM idempotency_keys"
-                " WHERE tenant_id = ? AND principal_id = ? AND endpoint = ? AND idem_key = ?",
-                (tenant_id, idem.principal_id, idem.endpoint, idem.key))
-        if row is None:
-            return None
-        if row[0] != idem.request_hash:
-            raise ConflictError("idempotency key was used with a different request", code="IDEMPOTENCY_KEY_REUSED",
-                                idempotencyKey=idem.key)
-        return AppendResult.from_json(parse_json(row[1]), replayed=True)
+            stored = idempotency_keys.find(tx, idem.scope(tenant_id), idem.request_hash,
+                                           conflict_code="IDEMPOTENCY_KEY_REUSED")
+        return None if stored is None else AppendResult.from_json(stored.body, replayed=True)
 
     def _record_idempotency(self, tx: Tx, tenant_id: str, idem: Idempotency, result: AppendResult) -> None:
-        expires = None
-        if idem.ttl_days > 0:
-            expires = (self.clock() + timedelta(days=idem.ttl_days)).isoformat()
-        tx.execute(
-            "INSERT INTO idempotency_keys (tenant_id, principal_id, endpoint, idem_key, request_hash, status_code,"
-            " response_json, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (tenant_id, idem.principal_id, idem.endpoint, idem.key, idem.request_hash, 201,
-             _dumps(result.to_json()), expires))
+        assert idem.request_hash is not None
+        idempotency_keys.record(tx, idem.scope(tenant_id), idem.request_hash, 201, _dumps(result.to_json()),
+                                now=self.clock(), ttl_days=idem.ttl_days)
 
     def purge_expired_idempotency(self) -> int:
-        now = self.clock().isoformat()
-        with self.db.transaction() as tx:
-            if tx.dialect == "postgres":
-                return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?::timestamptz", (now,))
-            return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?", (now,))
+        return idempotency_keys.purge_expired(self.db, now=self.clock())
 
     # ------------------------------------------------------------------ signer keys
 

@@ -1,0 +1,222 @@
+"""Idempotency keys for every write (spec 01 §9): one row per (tenant, principal, "METHOD path", key).
+
+A key is reserved before its action runs, so two concurrent identical requests never both act:
+
+- Event appends reserve and complete the key inside the append transaction (`record`): the row commits
+  atomically with the events, and a concurrent append with the same key waits on the key's unique index, then
+  finds the committed row and replays it (`EventStore.append`).
+- Every other write runs `run()`: `reserve` commits a pending row (status_code 0, `response_json` holding the
+  reservation token, `expires_at` its lease), the action runs, `complete` stores the answer (or `release`
+  deletes the reservation when the action failed, so the key can be retried). A concurrent identical request
+  waits for the answer and replays it; after `wait_seconds` it gets 409 IDEMPOTENCY_IN_PROGRESS. A
+  reservation whose lease ran out (its process died) is taken over.
+
+The same key with a different request (method, path, query, body, precondition header) is 409
+IDEMPOTENCY_CONFLICT. Only successful answers are stored; a replay carries `Idempotent-Replayed: true`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from settlekit.errors import ConflictError
+from settlekit.events.canonical import canonical_hash, parse_json
+from settlekit.store.db import Database, Tx
+
+log = logging.getLogger("settlekit.idempotency")
+
+TTL_DAYS = 30
+PENDING = 0  # status_code of a reservation whose action is still running
+DEFAULT_LEASE = timedelta(seconds=60)
+DEFAULT_WAIT_SECONDS = 15.0
+_POLL_SECONDS = 0.02
+
+_KEY_WHERE = " WHERE tenant_id = ? AND principal_id = ? AND endpoint = ? AND idem_key = ?"
+
+
+def request_hash(method: str, path: str, body: Any, expected_prev_chain_hash: Any = None) -> str:
+    """sha256 of canonical({method, path, expectedPrevChainHash, body}); `path` includes the query string."""
+    return canonical_hash({"method": method, "path": path, "expectedPrevChainHash": expected_prev_chain_hash,
+                           "body": body})
+
+
+@dataclass(frozen=True)
+class KeyScope:
+    tenant_id: str
+    principal_id: str
+    endpoint: str
+    key: str
+
+    @property
+    def params(self) -> tuple[str, str, str, str]:
+        return (self.tenant_id, self.principal_id, self.endpoint, self.key)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A completed request's answer."""
+
+    status: int
+    body: Any
+
+
+@dataclass(frozen=True)
+class Reservation:
+    scope: KeyScope
+    request_hash: str
+    token: str
+
+
+class InProgressError(ConflictError):
+    code = "IDEMPOTENCY_IN_PROGRESS"
+
+
+def _conflict(scope: KeyScope, code: str) -> ConflictError:
+    return ConflictError("idempotency key was used with a different request", code=code, idempotencyKey=scope.key)
+
+
+def _utc(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _expires(tx: Tx, when: datetime) -> Any:
+    return when if tx.dialect == "postgres" else when.astimezone(UTC).isoformat()
+
+
+def _read(tx: Tx, scope: KeyScope) -> tuple[str, int, str, Any] | None:
+    row = tx.fetchone("SELECT request_hash, status_code, response_json, expires_at FROM idempotency_keys"
+                      + _KEY_WHERE, scope.params)
+    return None if row is None else (row[0], int(row[1]), row[2], row[3])
+
+
+def find(tx: Tx, scope: KeyScope, hashed: str, *, conflict_code: str = "IDEMPOTENCY_CONFLICT") -> Stored | None:
+    """The stored answer for a completed key; None when the key is unused or reserved (in progress).
+    ConflictError when the key was used with a different request."""
+    row = _read(tx, scope)
+    if row is None:
+        return None
+    if row[0] != hashed:
+        raise _conflict(scope, conflict_code)
+    if row[1] == PENDING:
+        return None
+    return Stored(row[1], parse_json(row[2]))
+
+
+def record(tx: Tx, scope: KeyScope, hashed: str, status: int, response_json: str, *,
+           now: datetime | None = None, ttl_days: int = TTL_DAYS) -> None:
+    """Store a completed answer inside the caller's transaction (the unique key makes a concurrent identical
+    request wait for this transaction, then fail with a unique violation and replay)."""
+    now = now or datetime.now(UTC)
+    expires = _expires(tx, now + timedelta(days=ttl_days)) if ttl_days > 0 else None
+    tx.execute("INSERT INTO idempotency_keys (tenant_id, principal_id, endpoint, idem_key, request_hash,"
+               " status_code, response_json, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+               (*scope.params, hashed, status, response_json, expires))
+
+
+def reserve(db: Database, scope: KeyScope, hashed: str, *, lease: timedelta = DEFAULT_LEASE,
+            wait_seconds: float = DEFAULT_WAIT_SECONDS,
+            clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Reservation | Stored:
+    """Take the key (a committed pending row) or return the stored answer of the completed request.
+    Waits up to `wait_seconds` while another request holds the key, then raises InProgressError."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        now = clock()
+        with db.read() as tx:  # waiting polls with reads: no write lock while another request holds the key
+            row = _read(tx, scope)
+        if row is not None:
+            if row[0] != hashed:
+                raise _conflict(scope, "IDEMPOTENCY_CONFLICT")
+            if row[1] != PENDING:
+                return Stored(row[1], parse_json(row[2]))
+        lease_end = _utc(row[3]) if row is not None else None
+        if row is None or (lease_end is not None and lease_end <= now):
+            taken = _take(db, scope, hashed, lease, now, None if row is None else row[2])
+            if taken is not None:
+                return taken
+            continue  # someone else moved first: look again
+        if time.monotonic() >= deadline:
+            raise InProgressError("a request with this idempotency key is still in progress; retry later",
+                                  idempotencyKey=scope.key, retryAfterSeconds=1)
+        time.sleep(_POLL_SECONDS)
+
+
+def _take(db: Database, scope: KeyScope, hashed: str, lease: timedelta, now: datetime,
+          stale_token: str | None) -> Reservation | None:
+    """Insert the reservation, or take over the stale one holding `stale_token`; None when another request
+    got there first."""
+    token = secrets.token_hex(16)
+    with db.transaction() as tx:
+        if stale_token is None:
+            done = tx.execute(
+                "INSERT INTO idempotency_keys (tenant_id, principal_id, endpoint, idem_key, request_hash,"
+                " status_code, response_json, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (*scope.params, hashed, PENDING, token, _expires(tx, now + lease)))
+        else:  # the holder died: its lease ran out
+            done = tx.execute("UPDATE idempotency_keys SET response_json = ?, expires_at = ?" + _KEY_WHERE
+                              + " AND status_code = ? AND response_json = ?",
+                              (token, _expires(tx, now + lease), *scope.params, PENDING, stale_token))
+            if done:
+                log.warning("idempotency reservation taken over after its lease ran out",
+                            extra={"tenant_id": scope.tenant_id, "endpoint": scope.endpoint})
+    return Reservation(scope, hashed, token) if done else None
+
+
+def complete(db: Database, reservation: Reservation, status: int, response_json: str, *,
+             now: datetime | None = None) -> None:
+    """Store the answer of a reserved request (only while this reservation still holds the key)."""
+    now = now or datetime.now(UTC)
+    scope = reservation.scope
+    with db.transaction() as tx:
+        done = tx.execute("UPDATE idempotency_keys SET status_code = ?, response_json = ?, expires_at = ?"
+                          + _KEY_WHERE + " AND status_code = ? AND response_json = ?",
+                          (status, response_json, _expires(tx, now + timedelta(days=TTL_DAYS)), *scope.params,
+                           PENDING, reservation.token))
+    if not done:
+        log.warning("idempotency reservation was taken over before the request completed",
+                    extra={"tenant_id": scope.tenant_id, "endpoint": scope.endpoint})
+
+
+def release(db: Database, reservation: Reservation) -> None:
+    """Give the key back after the action failed (nothing is stored for a failed request)."""
+    with db.transaction() as tx:
+        tx.execute("DELETE FROM idempotency_keys" + _KEY_WHERE + " AND status_code = ? AND response_json = ?",
+                   (*reservation.scope.params, PENDING, reservation.token))
+
+
+def run(db: Database, scope: KeyScope, hashed: str, action: Callable[[], tuple[int, Any]],
+        dumps: Callable[[Any], str], *, wait_seconds: float = DEFAULT_WAIT_SECONDS) -> tuple[int, Any, bool]:
+    """Reserve, act, complete: (status, body, replayed). The action runs at most once per key; when it raises,
+    the reservation is released and the error propagates."""
+    taken = reserve(db, scope, hashed, wait_seconds=wait_seconds)
+    if isinstance(taken, Stored):
+        return taken.status, taken.body, True
+    try:
+        status, body = action()
+    except BaseException:
+        try:
+            release(db, taken)
+        except Exception:  # the action's error is the one to report; the lease frees the key later
+            log.exception("could not release an idempotency reservation")
+        raise
+    complete(db, taken, status, dumps(body))
+    return status, body, False
+
+
+def purge_expired(db: Database, *, now: datetime | None = None) -> int:
+    """Delete completed keys past their TTL and reservations past their lease."""
+    now = now or datetime.now(UTC)
+    with db.transaction() as tx:
+        if tx.dialect == "postgres":
+            return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?::timestamptz", (now,))
+        return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?", (now.astimezone(UTC).isoformat(),))
