@@ -246,12 +246,14 @@ def _refuse(code: str, message: str) -> ServerRuleViolation:
 
 
 def _job_id(p: Mapping[str, Any], s: Mapping[str, Any]) -> None:
-    if p.get("jobId") != s["id"]:
+    # Deliberately lenient: an absent payload.jobId means this job (settld requires it).
+    if p.get("jobId") is not None and p.get("jobId") != s["id"]:
         raise _refuse("JOB_ID_MISMATCH", "payload.jobId must match job id")
 
 
 def _at(p: Mapping[str, Any], event: Event, field: str) -> None:
-    if p.get(field) != event.get("at"):
+    # Deliberately lenient: an absent payload timestamp means event.at (server drafts get `at` on append).
+    if p.get(field) is not None and p.get(field) != event.get("at"):
         raise _refuse("EVENT_TIME_MISMATCH", f"payload.{field} must match event.at")
 
 

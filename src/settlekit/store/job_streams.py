@@ -3,6 +3,7 @@ posts and stores the events, the new state and the ledger rows in one transactio
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,6 +18,8 @@ from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import contract_resolver
 from settlekit.store.db import Database, Tx
 from settlekit.store.event_store import DomainOutcome, Event, EventStore
+
+log = logging.getLogger("settlekit.ledger")
 
 _STREAM_TYPE_BY_PREFIX = (
     ("ROBOT_", "robot"), ("MAINTENANCE_", "robot"), ("OPERATOR_REGISTERED", "operator"),
@@ -79,14 +82,22 @@ class JobStreamDomain:
             def resolver(digest: str) -> Mapping[str, Any] | None:
                 return contracts(tenant_id, digest)
 
-        result = process_job_events(snapshot, events, tenant_id=tenant_id, contract_resolver=resolver)
-        if not result.ledger_entries:
+        # The live path: payload validation, transitions and the API's append-time rules refuse (nothing is
+        # written); a posting error does not refuse the event, it is stored without an entry and recorded.
+        result = process_job_events(snapshot, events, tenant_id=tenant_id, contract_resolver=resolver, live=True)
+        if not result.ledger_entries and not result.ledger_errors:
             return DomainOutcome(snapshot=result.state)
         seq_by_event_id = {e["id"]: first_seq + i for i, e in enumerate(events)}
+        for item in result.ledger_errors:
+            log.warning("posting error recorded", extra={
+                "tenantId": tenant_id, "jobId": stream_id, "eventId": item["eventId"],
+                "eventType": item["eventType"], "code": item["error"]["code"], "error": item["error"]["message"],
+            })
 
         def write(tx: Tx) -> None:
             ledger_rows.write_entries(tx, tenant_id, stream_id, result.ledger_entries, result.allocations,
                                       seq_by_event_id)
+            ledger_rows.write_errors(tx, tenant_id, stream_id, result.ledger_errors, seq_by_event_id)
 
         return DomainOutcome(snapshot=result.state, write=write)
 
