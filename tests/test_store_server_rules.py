@@ -12,17 +12,18 @@ an event."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from conftest import differential_corpus, load_differential
+from conftest import _admin, _pg_url, differential_corpus, load_differential
 from settlekit.errors import SettlekitError, SignerPolicyError
 from settlekit.jobs import process_job_events, required_signer_kind
 from settlekit.jobs.server_rules import ServerRuleViolation
 from settlekit.store import ledger as ledger_rows
-from settlekit.store.db import Database
+from settlekit.store.db import Database, connect
 from settlekit.store.job_streams import job_store
 
 T = "tenant_default"
@@ -33,12 +34,12 @@ _LOCALE_ORDER = pytest.mark.xfail(reason="proof zone ordering with localeCompare
 PURE_STREAMS = [pytest.param(n, marks=_LOCALE_ORDER) if n == "d047_proof" else n for n in STREAMS]
 
 
-def _rows(db: Database, job_id: str) -> tuple[Any, ...]:
+def _rows(db: Database, tenant: str, job_id: str) -> tuple[Any, ...]:
     return (
-        ledger_rows.entries_for_job(db, T, job_id),
-        ledger_rows.allocations_for_job(db, T, job_id),
-        ledger_rows.errors_for_job(db, T, job_id),
-        ledger_rows.balances(db, T),
+        ledger_rows.entries_for_job(db, tenant, job_id),
+        ledger_rows.allocations_for_job(db, tenant, job_id),
+        ledger_rows.errors_for_job(db, tenant, job_id),
+        ledger_rows.balances(db, tenant),
     )
 
 
@@ -84,8 +85,33 @@ def test_server_rules_refuse_exactly_the_reference_rejections(name: str) -> None
     process_job_events(state, [events[stop]])
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def shared_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
+    """One database per backend for the whole module (each stream gets its own tenant): one PostgreSQL
+    database instead of 204 keeps the test fast."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('live') / 'settlekit.db'}"
+        database = connect(url)
+        database.migrate()
+        yield database
+        database.close()
+        return
+    template = request.getfixturevalue("pg_template")
+    name = f"{template}_live"
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    database = connect(_pg_url(name))
+    try:
+        yield database
+    finally:
+        database.close()
+        with _admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.mark.parametrize("name", STREAMS)
-def test_live_path_refuses_exactly_the_reference_rejections(db: Database, name: str) -> None:
+def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database, name: str) -> None:
+    db, T = shared_db, f"tenant_{name}"
     v = load_differential(name)
     events = v["events"]
     job_id = events[0]["streamId"]
@@ -105,27 +131,27 @@ def test_live_path_refuses_exactly_the_reference_rejections(db: Database, name: 
     head = store.head(T, job_id)
     assert head is not None and head.seq == stop and head.event_id == events[stop - 1]["id"]
     accepted = {e["id"] for e in events[:stop]}
-    entries, allocations, errors, _ = _rows(db, job_id)
+    entries, allocations, errors, _ = _rows(db, T, job_id)
     assert entries == [x for x in v["ledgerEntries"] if x["eventId"] in accepted]
     entry_ids = {x["entry"]["id"] for x in entries}
-    assert allocations == [a for a in v["allocations"] if a["entryId"] in entry_ids]
+    assert allocations == [{**a, "tenantId": T} for a in v["allocations"] if a["entryId"] in entry_ids]
     assert [(x["eventId"], x["eventType"], x["error"]["message"]) for x in errors] == [
         (x["eventId"], x["eventType"], x["error"]) for x in v["ledgerErrors"] if x["eventId"] in accepted
     ]
-    before = _rows(db, job_id), store.snapshot(T, job_id)
+    before = _rows(db, T, job_id), store.snapshot(T, job_id)
     if surrogate is not None:
         try:
             store.append(T, job_id, [events[stop]])
         except SettlekitError as exc:
             assert exc.code == "SCHEMA_INVALID"
             assert store.head(T, job_id) == head
-            assert (_rows(db, job_id), store.snapshot(T, job_id)) == before
+            assert (_rows(db, T, job_id), store.snapshot(T, job_id)) == before
         return
     if unsigned is not None:
         with pytest.raises(SignerPolicyError):
             store.append(T, job_id, [events[stop]])
         assert store.head(T, job_id) == head
-        assert (_rows(db, job_id), store.snapshot(T, job_id)) == before
+        assert (_rows(db, T, job_id), store.snapshot(T, job_id)) == before
         return
     if not rejections:
         return
@@ -141,7 +167,7 @@ def test_live_path_refuses_exactly_the_reference_rejections(db: Database, name: 
         assert isinstance(exc.value, SignerPolicyError), exc.value
         assert refused["code"] == "SIGNER_KIND" or _first_unsigned_robot_or_operator_event([events[stop]]) == 0
     assert store.head(T, job_id) == head
-    assert (_rows(db, job_id), store.snapshot(T, job_id)) == before
+    assert (_rows(db, T, job_id), store.snapshot(T, job_id)) == before
 
 
 def test_posting_error_is_stored_without_an_entry_and_the_event_is_accepted(db: Database) -> None:
