@@ -9,7 +9,6 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import load_differential
-
 from settlekit.events.canonical import parse_json
 from settlekit.ledger.cli import ledger_app
 

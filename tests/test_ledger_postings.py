@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from settlekit.errors import SettlekitError
 from settlekit.jobs import process_job_events, reduce
 from settlekit.jobs.testing import (
     OPERATOR_ACTOR,

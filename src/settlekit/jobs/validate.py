@@ -89,14 +89,6 @@ def _parse_instant(t: str, field: str, v: Any) -> datetime:
     return dt
 
 
-def _equals_at(t: str, p: Payload, field: str, event: Mapping[str, Any], *, required: bool = False) -> None:
-    v: Any = p.get(field)
-    if v is None and not required:
-        return
-    if v != event["at"]:
-        raise PayloadInvalid(t, field, "must equal event.at", expected=event["at"], actual=v)
-
-
 # --- per-type validators ---
 
 
