@@ -57,3 +57,20 @@ def test_postings_on_corpus_streams_reports_entries_and_errors_in_event_order(na
     strict = CliRunner().invoke(ledger_app, ["postings", "--events", str(stream), "--strict"])
     assert strict.exit_code == (1 if v["ledgerErrors"] else 0)
     assert strict.stdout == result.stdout
+
+
+def test_artifact_commands_accept_a_stream_with_posting_errors(tmp_path: Path) -> None:
+    from settlekit.artifacts.build import build_all, derive_outbox
+    from settlekit.artifacts.cli import artifacts_app
+
+    v = load_differential("d177_walk")  # OPERATOR_COST_RECORDED / JOB_ADJUSTED before SETTLED: posting errors
+    assert v["ledgerErrors"]
+    stream = tmp_path / "stream.json"
+    stream.write_text(json.dumps(v["events"]), encoding="utf-8")
+    at = v["generator"]["artifactGeneratedAt"]
+    result = CliRunner().invoke(artifacts_app, ["build-all", "--events", str(stream), "--generated-at", at])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == json.loads(json.dumps(build_all(v["events"], generated_at=at)))
+    outbox = CliRunner().invoke(artifacts_app, ["outbox", "--events", str(stream)])
+    assert outbox.exit_code == 0, outbox.output
+    assert json.loads(outbox.stdout) == json.loads(json.dumps(derive_outbox(v["events"])))
