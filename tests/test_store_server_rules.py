@@ -29,9 +29,6 @@ from settlekit.store.job_streams import job_store
 T = "tenant_default"
 NOW = datetime(2026, 12, 31, tzinfo=UTC)
 STREAMS = list(differential_corpus())
-# Non-ASCII required zone ids: the proof facts hash needs JS localeCompare zone ordering (a separate change).
-_LOCALE_ORDER = pytest.mark.xfail(reason="proof zone ordering with localeCompare (separate change)", strict=True)
-PURE_STREAMS = [pytest.param(n, marks=_LOCALE_ORDER) if n == "d047_proof" else n for n in STREAMS]
 
 
 def _rows(db: Database, tenant: str, job_id: str) -> tuple[Any, ...]:
@@ -61,7 +58,7 @@ def _first_unsigned_robot_or_operator_event(events: list[dict[str, Any]]) -> int
     return None
 
 
-@pytest.mark.parametrize("name", PURE_STREAMS)
+@pytest.mark.parametrize("name", STREAMS)
 def test_server_rules_refuse_exactly_the_reference_rejections(name: str) -> None:
     """The pure live pipeline (payload validation, transitions, server rules) event by event: every event
     before the first rejection is accepted, that one is refused with the reference's message."""
