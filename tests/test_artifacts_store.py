@@ -30,7 +30,9 @@ VECTOR_TIME = datetime(2026, 2, 1, tzinfo=UTC)
 
 def _load(db: Database, name: str, *, one_by_one: bool) -> tuple[EventStore, dict[str, Any]]:
     vector = load_vector(name)
-    store = job_store(db, clock=lambda: NOW)
+    # The golden vectors are streams settld's core accepted; sla_credit's credit has no recorded breach, which
+    # settld's API (and the live path's server rules) refuse, so they are replayed without the server rules.
+    store = job_store(db, clock=lambda: NOW, server_rules=False)
     for signer in vector["signers"]:
         store.register_key(T, signer["publicKeyPem"], signer["role"])
     events = vector["events"]

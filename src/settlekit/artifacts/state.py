@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from settlekit.artifacts.js import date_parse_ms, utf16_key
-from settlekit.errors import SettlekitError, ValidationError
+from settlekit.errors import ValidationError
 from settlekit.jobs.reducer import (
     JobState,
     deserialize_state,
@@ -29,6 +29,7 @@ from settlekit.jobs.reducer import (
     serialize_state,
     validate_and_apply,
 )
+from settlekit.ledger.errors import LedgerError
 from settlekit.ledger.postings import JOB_POSTING_RULES
 
 FORMAT_VERSION: Final = 1
@@ -202,8 +203,8 @@ def _postings(job: JobState, event: Event) -> list[dict[str, Any]]:
         return []
     try:
         return rule(job.snapshot, job.facts, event)
-    except SettlekitError:
-        return []
+    except LedgerError:
+        return []  # settld's worker skips a posting that raises; `ledger postings` reports it
 
 
 def fold(events: list[Event] | tuple[Event, ...]) -> FoldState:

@@ -1,8 +1,10 @@
-"""The pure step the store runs inside its append transaction.
+"""The pure step the offline tools and the store's append transaction run.
 
-For each event: payload validation, transition check, ledger postings from the state *before* the event
-(the dry run), reducer step, then allocations against the state *after* it (vectors README). Any failure
-raises and the caller rolls back; the stored state passed in is never modified.
+For each event, in layers (as settld 0.1.0): (a) payload validation and the transition check, which raise;
+(c) on the live path only (`live=True`), the API's own append-time domain rules (`server_rules`), which raise;
+then (b) the ledger postings from the state *before* the event: a posting rule that raises is *recorded* in
+`ledger_errors` and the event goes on without an entry (settld records the error and goes on); then the
+reducer step and the allocations against the state *after* it. A raise leaves `prev_state` untouched.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from settlekit.errors import ValidationError
+from settlekit.jobs import server_rules
 from settlekit.jobs.reducer import (
     JobState,
     _step,
@@ -21,6 +24,7 @@ from settlekit.jobs.reducer import (
     serialize_state,
 )
 from settlekit.ledger.allocations import allocations_for_entry
+from settlekit.ledger.errors import LedgerError
 from settlekit.ledger.postings import JOB_POSTING_RULES
 
 
@@ -28,12 +32,23 @@ from settlekit.ledger.postings import JOB_POSTING_RULES
 class JobAppendResult:
     """`state`: the JSON-able stored form (`streams.snapshot_json`); `snapshot`: the settld-compatible job
     (= `state["snapshot"]`); `ledger_entries`: `{eventId, eventType, entry}` items in order; `allocations`:
-    flat per-posting allocations in entry order."""
+    flat per-posting allocations in entry order; `ledger_errors`: `{eventId, eventType, error: {code,
+    message}}` per event whose posting rule raised (settld's message text), in event order."""
 
     state: dict[str, Any]
     snapshot: dict[str, Any]
     ledger_entries: list[dict[str, Any]] = field(default_factory=list)
     allocations: list[dict[str, Any]] = field(default_factory=list)
+    ledger_errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+def posting_error(event: Mapping[str, Any], exc: LedgerError) -> dict[str, Any]:
+    """The recorded form of a posting error."""
+    return {
+        "eventId": event.get("id"),
+        "eventType": event.get("type"),
+        "error": {"code": exc.reason, "message": exc.message},
+    }
 
 
 def process_job_events(
@@ -44,6 +59,7 @@ def process_job_events(
     contract_doc: Mapping[str, Any] | None = None,
     with_allocations: bool = True,
     contract_resolver: Callable[[str], Mapping[str, Any] | None] | None = None,
+    live: bool = False,
 ) -> JobAppendResult:
     """Validate, post and reduce `events` on top of `prev_state` (a `JobAppendResult.state` /
     `serialize_state` dict, or None for a new stream whose first event must be JOB_CREATED).
@@ -51,24 +67,38 @@ def process_job_events(
     `contract_doc`: the operator contract document resolved by the store from `operatorContractHash`, if any.
     `contract_resolver`: instead of a fixed document, look up the job's `operatorContractHash` (as of each
     entry) — the document's party ids apply, and its split plan is executed when `connect.enabled` is true.
+    `live`: also apply the API's append-time domain rules (`server_rules.check`), for the store's append
+    path; offline tools leave it False.
     Raises SettlekitError subclasses: EVENT_TYPE_UNKNOWN (400), SCHEMA_INVALID (400), INVALID_TRANSITION
-    (409), domain codes (409), LEDGER_POSTING_INVALID (409, `details.code`).
+    (409), and with `live` the server rule codes (`server_rules.ServerRuleViolation`). Posting errors never
+    raise: they are returned in `ledger_errors`.
     """
     if not events:
         raise ValidationError("nothing to append", code="SCHEMA_INVALID")
     state: JobState | None = deserialize_state(prev_state) if prev_state is not None else None
+    rule_facts = server_rules.load_facts(prev_state)
     ledger_entries: list[dict[str, Any]] = []
     allocations: list[dict[str, Any]] = []
+    ledger_errors: list[dict[str, Any]] = []
     rules = JOB_POSTING_RULES
     for event in events:
         if state is None:
             state = initial_state(event)
+            server_rules.observe(rule_facts, event)
             continue
         to_status = check_event(state, event)
+        if live:
+            server_rules.check(state, rule_facts, event)
         t = event["type"]
         rule = rules.get(t)
-        entries = rule(state.snapshot, state.facts, event) if rule is not None else None
+        entries = None
+        if rule is not None:
+            try:
+                entries = rule(state.snapshot, state.facts, event)
+            except LedgerError as exc:
+                ledger_errors.append(posting_error(event, exc))
         state = _step(state, event, to_status)
+        server_rules.observe(rule_facts, event)
         if entries:
             for entry in entries:
                 ledger_entries.append({"eventId": event["id"], "eventType": t, "entry": entry})
@@ -85,4 +115,6 @@ def process_job_events(
                         )
                     )
     assert state is not None
-    return JobAppendResult(serialize_state(state), state.snapshot, ledger_entries, allocations)
+    stored = serialize_state(state)
+    stored[server_rules.STATE_KEY] = rule_facts
+    return JobAppendResult(stored, state.snapshot, ledger_entries, allocations, ledger_errors)

@@ -1,7 +1,10 @@
-"""Lean payload and domain validation for job events (02-jobs.md §6).
+"""Lean payload validation for job events (02-jobs.md §6): the schema layer every path applies.
 
-Validators are plain functions over dicts: no model objects are built, so the hot types (heartbeats) cost a
-few dict lookups. Each validator gets the snapshot and facts *before* the event and never mutates them.
+These checks are never stricter than settld 0.1.0's payload validators, so every stream the reference core
+accepts passes them (offline tools reproduce such streams). The live API's own append-time domain rules
+(ordering, duplicates, "must match event.at", ...) are in `settlekit.jobs.server_rules`, applied by the
+store's append path only. Validators are plain functions over dicts; each gets the snapshot and facts *before*
+the event and never mutates them.
 """
 
 from __future__ import annotations
@@ -10,12 +13,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from settlekit.events.canonical import is_safe_int
-from settlekit.jobs.errors import DomainRuleViolation, PayloadInvalid
-from settlekit.jobs.types import COMPLETED, SETTLED
-from settlekit.ledger.postings import gate_mode
+from settlekit.events.canonical import MAX_SAFE_INTEGER, is_safe_int
+from settlekit.jobs.errors import PayloadInvalid
 
-MAX_AMOUNT_CENTS: Final = 10**12
+# Every JS safe integer is a valid amount, as in settld 0.1.0 (no business cap below 2**53 - 1).
+MAX_AMOUNT_CENTS: Final = MAX_SAFE_INTEGER
 ENVIRONMENT_TIERS: Final = frozenset(
     {"ENV_MANAGED_BUILDING", "ENV_HOSPITALITY", "ENV_OFFICE_AFTER_HOURS", "ENV_IN_HOME"}
 )
@@ -87,18 +89,6 @@ def _parse_instant(t: str, field: str, v: Any) -> datetime:
     return dt
 
 
-def _equals_at(t: str, p: Payload, field: str, event: Mapping[str, Any], *, required: bool = False) -> None:
-    v: Any = p.get(field)
-    if v is None and not required:
-        return
-    if v != event["at"]:
-        raise PayloadInvalid(t, field, "must equal event.at", expected=event["at"], actual=v)
-
-
-def _violation(code: str, message: str, **details: Any) -> DomainRuleViolation:
-    return DomainRuleViolation(message, code=code, **details)
-
-
 # --- per-type validators ---
 
 
@@ -151,8 +141,6 @@ def _booked(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: M
         for field in ("proofPolicy", "coveragePolicy", "creditPolicy"):
             if ps.get(field) is not None and type(ps[field]) is not dict:
                 raise PayloadInvalid(t, f"policySnapshot.{field}", "must be an object or null")
-    if s.get("quote") is None:
-        raise _violation("QUOTE_MISSING", "BOOKED needs a quote")
 
 
 def _risk_scored(
@@ -161,7 +149,6 @@ def _risk_scored(
     if p.get("basis") not in ("QUOTE", "BOOK"):
         raise PayloadInvalid(t, "basis", "must be QUOTE or BOOK")
     _str(t, p, "sourceEventId")
-    _equals_at(t, p, "scoredAt", e)
 
 
 def _matched(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
@@ -192,7 +179,7 @@ def _assist_operator(
 def _skill_licensed(
     t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
 ) -> None:
-    lic = _str(t, p, "licenseId")
+    _str(t, p, "licenseId")
     skill_id: Any = p.get("skillId")
     skill: Any = p.get("skill")
     if not is_nonblank(skill_id) and not (type(skill) is dict and is_nonblank(skill.get("skillId"))):
@@ -201,46 +188,37 @@ def _skill_licensed(
     assert pricing is not None
     _cents(t, pricing, "amountCents")
     _currency(t, pricing)
-    if lic in f["skillLicenseIndex"]:
-        raise _violation("SKILL_LICENSE_DUPLICATE", f"license {lic} already exists", licenseId=lic)
 
 
 def _incident(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
-    inc = _str(t, p, "incidentId")
+    _str(t, p, "incidentId")
     _str(t, p, "type")
     sev: Any = p.get("severity")
     if not is_safe_int(sev) or not 1 <= sev <= 5:
         raise PayloadInvalid(t, "severity", "must be an integer 1..5")
     for field in ("summary", "description", "reportedBy", "zoneId"):
         _opt_str(t, p, field)
-    if inc in f["incidentIndex"]:
-        raise _violation("INCIDENT_DUPLICATE", f"incident {inc} already exists", incidentId=inc)
 
 
 def _evidence_captured(
     t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
 ) -> None:
-    ev = _str(t, p, "evidenceId")
-    inc = _str(t, p, "incidentId")
-    for field in ("evidenceRef", "kind", "contentType"):
+    for field in ("evidenceId", "incidentId", "evidenceRef", "kind"):
         _str(t, p, field)
-    if not is_cents(p.get("sizeBytes")):
+    # contentType and sizeBytes are optional, as in settld; when present they must be well-formed.
+    if p.get("contentType") is not None:
+        _str(t, p, "contentType")
+    if p.get("sizeBytes") is not None and not is_cents(p.get("sizeBytes")):
         raise PayloadInvalid(t, "sizeBytes", "must be an integer >= 0")
     d = p.get("durationSeconds")
     if d is not None and not (type(d) in (int, float) and d >= 0):
         raise PayloadInvalid(t, "durationSeconds", "must be a number >= 0")
-    if ev in f["evidenceIndex"]:
-        raise _violation("EVIDENCE_DUPLICATE", f"evidence {ev} already exists", evidenceId=ev)
-    if inc not in f["incidentIndex"]:
-        raise _violation("INCIDENT_NOT_FOUND", f"incident {inc} does not exist", incidentId=inc)
 
 
 def _evidence_ref(
     t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
 ) -> None:
-    ev = _str(t, p, "evidenceId")
-    if ev not in f["evidenceIndex"]:
-        raise _violation("EVIDENCE_NOT_FOUND", f"evidence {ev} does not exist", evidenceId=ev)
+    _str(t, p, "evidenceId")
 
 
 def _zone_coverage(
@@ -256,72 +234,37 @@ def _zone_coverage(
     _str(t, w, "endAt")
 
 
-def _claim(s: Mapping[str, Any], f: Mapping[str, Any], claim_id: str) -> dict[str, Any]:
-    idx = f["claimIndex"].get(claim_id)
-    if idx is None:
-        raise _violation("CLAIM_NOT_FOUND", f"claim {claim_id} does not exist", claimId=claim_id)
-    claim: dict[str, Any] = s["claims"][idx]
-    return claim
-
-
-def _claim_status(claim: Mapping[str, Any], allowed: tuple[str, ...], event_type: str) -> None:
-    if claim["status"] not in allowed:
-        raise _violation(
-            "CLAIM_TRANSITION_ILLEGAL",
-            f"{event_type} is not allowed for a claim in status {claim['status']}",
-            claimId=claim["claimId"],
-            claimStatus=claim["status"],
-            eventType=event_type,
-        )
-
-
 def _claim_opened(
     t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
 ) -> None:
-    cid = _str(t, p, "claimId")
+    _str(t, p, "claimId")
     for field in ("incidentId", "reasonCode", "description"):
         _opt_str(t, p, field)
-    if cid in f["claimIndex"]:
-        raise _violation("CLAIM_DUPLICATE", f"claim {cid} already exists", claimId=cid)
-    inc: Any = p.get("incidentId")
-    if inc is not None and inc not in f["incidentIndex"]:
-        raise _violation("INCIDENT_NOT_FOUND", f"incident {inc} does not exist", incidentId=inc)
 
 
-def _claim_triaged(
-    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
-) -> None:
-    _claim_status(_claim(s, f, _str(t, p, "claimId")), ("OPEN", "TRIAGED"), t)
+def _claim_ref(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
+    _str(t, p, "claimId")
 
 
 def _claim_approved(
     t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
 ) -> None:
-    claim = _claim(s, f, _str(t, p, "claimId"))
+    _str(t, p, "claimId")
     amounts = _dict(t, p, "amounts")
     assert amounts is not None
-    payout = _cents(t, amounts, "payoutCents")
-    refund = _cents(t, amounts, "refundCents")
+    # A missing payoutCents or refundCents counts as 0 (settld); at least one must be > 0.
+    payout = _cents(t, amounts, "payoutCents") if amounts.get("payoutCents") is not None else 0
+    refund = _cents(t, amounts, "refundCents") if amounts.get("refundCents") is not None else 0
     if payout + refund <= 0:
         raise PayloadInvalid(t, "amounts", "payoutCents + refundCents must be > 0")
     _currency(t, p)
     _opt_str(t, p, "notes")
-    quote = s.get("quote") or {}
-    quote_amount: Any = quote.get("amountCents")
-    if refund > 0 and (not is_cents(quote_amount) or refund > quote_amount):
-        raise _violation(
-            "CLAIM_AMOUNTS_INVALID",
-            "refundCents exceeds the quoted amount",
-            refundCents=refund,
-            quoteAmountCents=quote_amount,
-        )
-    _claim_status(claim, ("OPEN", "TRIAGED"), t)
 
 
 def _claim_denied(
     t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
 ) -> None:
-    _claim_status(_claim(s, f, _str(t, p, "claimId")), ("OPEN", "TRIAGED"), t)
+    _str(t, p, "claimId")
     _opt_str(t, p, "reasonCode")
     _opt_str(t, p, "notes")
 
@@ -329,34 +272,15 @@ def _claim_denied(
 def _job_adjusted(
     t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
 ) -> None:
-    claim = _claim(s, f, _str(t, p, "claimId"))
+    _str(t, p, "claimId")
     _opt_str(t, p, "adjustmentId")
-    if s["status"] != SETTLED:
-        raise _violation("JOB_NOT_SETTLED", "JOB_ADJUSTED needs a settled job", status=s["status"])
-    _claim_status(claim, ("APPROVED",), t)
-    if claim.get("adjustedAt") is not None:
-        raise _violation(
-            "CLAIM_ALREADY_ADJUSTED",
-            f"claim {claim['claimId']} is already adjusted",
-            claimId=claim["claimId"],
-        )
 
 
 def _claim_paid(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
-    claim = _claim(s, f, _str(t, p, "claimId"))
-    amount = _cents(t, p, "amountCents", positive=True)
+    _str(t, p, "claimId")
+    _cents(t, p, "amountCents", positive=True)
     _currency(t, p)
     _opt_str(t, p, "paymentRef")
-    _claim_status(claim, ("APPROVED",), t)
-    amounts: Any = (claim.get("approved") or {}).get("amounts") or {}
-    expected: Any = (amounts.get("payoutCents") or 0) + (amounts.get("refundCents") or 0)
-    if amount != expected:
-        raise _violation(
-            "CLAIM_AMOUNTS_INVALID",
-            "amountCents must equal the approved payout + refund",
-            amountCents=amount,
-            expectedCents=expected,
-        )
 
 
 def _proof_evaluated(
@@ -376,27 +300,12 @@ def _settled(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: 
     ref = p.get("settlementProofRef")
     if ref is not None and type(ref) is not dict:
         raise PayloadInvalid(t, "settlementProofRef", "must be an object or null")
-    if s["status"] == COMPLETED and ref is None and gate_mode(s) != "warn":
-        raise _violation(
-            "SETTLEMENT_PROOF_REF_REQUIRED",
-            "SETTLED needs settlementProofRef when the proof gate is strict or holdback",
-        )
 
 
-def _post_settlement(
-    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
-) -> None:
-    if s["status"] != SETTLED:
-        raise _violation("JOB_NOT_SETTLED", f"{t} needs a settled job", status=s["status"])
-    settled_id: Any = (s.get("settlement") or {}).get("settledEventId")
-    if p.get("settledEventId") != settled_id:
-        raise PayloadInvalid(t, "settledEventId", "must equal the last SETTLED event id", expected=settled_id)
-    if f["postSettlement"].get(t) == settled_id:
-        raise _violation(
-            "ALREADY_RECORDED_FOR_SETTLEMENT",
-            f"{t} was already recorded for this settlement",
-            settledEventId=settled_id,
-        )
+def _opt_event_id(t: str, p: Payload, field: str) -> None:
+    v: Any = p.get(field)
+    if v is not None and not is_nonblank(v):
+        raise PayloadInvalid(t, field, "must be a non-empty string or null")
 
 
 def _operator_cost(
@@ -404,25 +313,21 @@ def _operator_cost(
 ) -> None:
     _cents(t, p, "costCents")
     _currency(t, p)
-    _post_settlement(t, p, e, s, f)
+    _opt_event_id(t, p, "settledEventId")
 
 
 def _sla_breach(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
-    _post_settlement(t, p, e, s, f)
+    _opt_event_id(t, p, "settledEventId")
 
 
 def _sla_credit(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
     _str(t, p, "creditId")
     _cents(t, p, "amountCents", positive=True)
     _currency(t, p)
-    _equals_at(t, p, "issuedAt", e, required=True)
+    _parse_instant(t, "issuedAt", p.get("issuedAt"))
     _opt_str(t, p, "reason")
-    booking = s.get("booking") or {}
-    if p.get("policyHash") != booking.get("policyHash"):
-        raise PayloadInvalid(
-            t, "policyHash", "must equal the booking policyHash", expected=booking.get("policyHash")
-        )
-    _post_settlement(t, p, e, s, f)
+    _opt_event_id(t, p, "settledEventId")
+    _opt_event_id(t, p, "policyHash")
 
 
 def _heartbeat(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
@@ -444,15 +349,6 @@ def _rescheduled(
 
 def _hold(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
     _str(t, p, "holdId")
-
-
-def _hold_update(
-    t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
-) -> None:
-    hold_id = _str(t, p, "holdId")
-    hold = s.get("settlementHold")
-    if hold is None or hold.get("holdId") != hold_id or hold.get("status") != "HELD":
-        raise _violation("SETTLEMENT_HOLD_NOT_FOUND", f"no open settlement hold {hold_id}", holdId=hold_id)
 
 
 def _dispute(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
@@ -482,7 +378,7 @@ VALIDATORS: Final[dict[str, Validator]] = {
     "EVIDENCE_VIEWED": _evidence_ref,
     "ZONE_COVERAGE_REPORTED": _zone_coverage,
     "CLAIM_OPENED": _claim_opened,
-    "CLAIM_TRIAGED": _claim_triaged,
+    "CLAIM_TRIAGED": _claim_ref,
     "CLAIM_APPROVED": _claim_approved,
     "CLAIM_DENIED": _claim_denied,
     "JOB_ADJUSTED": _job_adjusted,
@@ -495,8 +391,8 @@ VALIDATORS: Final[dict[str, Validator]] = {
     "JOB_HEARTBEAT": _heartbeat,
     "JOB_RESCHEDULED": _rescheduled,
     "SETTLEMENT_HELD": _hold,
-    "SETTLEMENT_RELEASED": _hold_update,
-    "SETTLEMENT_FORFEITED": _hold_update,
+    "SETTLEMENT_RELEASED": _hold,
+    "SETTLEMENT_FORFEITED": _hold,
     "DISPUTE_OPENED": _dispute,
     "DISPUTE_CLOSED": _dispute,
     "JOB_EXECUTION_STARTED": _job_started,

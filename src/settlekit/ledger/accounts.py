@@ -10,7 +10,8 @@ from typing import Final, Literal
 AccountType = Literal["asset", "liability", "revenue", "reserve", "expense"]
 NormalSide = Literal["debit", "credit"]
 
-MAX_AMOUNT_CENTS: Final = 10**12
+# Amounts may use the whole JS safe-integer range, as settld 0.1.0 accepts (no lower business cap).
+MAX_AMOUNT_CENTS: Final = 2**53 - 1
 CURRENCY: Final = "USD"
 
 CASH: Final = "acct_cash"

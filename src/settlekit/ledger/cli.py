@@ -8,7 +8,7 @@ import typer
 
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json, parse_json
-from settlekit.ledger.stream import postings_for_stream
+from settlekit.ledger.stream import posting_records
 
 ledger_app = typer.Typer(help="Double-entry ledger tools.", no_args_is_help=True)
 
@@ -23,24 +23,35 @@ def postings(
     events: Path = typer.Option(
         ...,
         "--events",
-        help="STREAM.json: a JSON array of finalized events",
+        help="STREAM.json: a JSON array of finalized events (or an object with an `events` array)",
         exists=True,
         dir_okay=False,
         readable=True,
     ),
+    strict: bool = typer.Option(False, "--strict", help="exit 1 when any posting error was reported"),
 ) -> None:
-    """Print the journal entries of a stream as canonical JSON lines."""
+    """Print one canonical JSON line per journal entry `{eventId, eventType, entry}` and per posting error
+    `{eventId, eventType, error: {code, message}}`, in event order. Every event is evaluated; posting errors
+    do not stop the run (exit 0) unless --strict. An event the job reducer refuses exits 1."""
     data = parse_json(events.read_bytes())
+    if isinstance(data, dict) and isinstance(data.get("events"), list):
+        data = data["events"]
     if not isinstance(data, list):
         typer.echo("error: the events file must hold a JSON array of events", err=True)
         raise typer.Exit(2)
     try:
-        entries = postings_for_stream(data)
+        records = posting_records(data)
     except SettlekitError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
-    for entry in entries:
-        typer.echo(canonical_json(entry))
+    errors = 0
+    for record in records:
+        if "error" in record:
+            errors += 1
+        typer.echo(canonical_json(record))
+    if strict and errors:
+        typer.echo(f"error: {errors} posting error(s)", err=True)
+        raise typer.Exit(1)
 
 
 @ledger_app.command("balances")

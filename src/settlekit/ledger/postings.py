@@ -1,7 +1,15 @@
-"""Journal entries per event (03-ledger.md §5), a pure function of (job state before, event)."""
+"""Journal entries per event (03-ledger.md §5), a pure function of (job state before, event).
+
+Every rule follows settld 0.1.0's posting rules, including its error cases: a rule raises a LedgerError whose
+message is settld's own text. The caller decides what an error means: the offline tools and the live append
+path record it as a posting error and go on without an entry (as settld does); nothing here is skipped
+silently. Divisions that settld performs in IEEE doubles (`Math.floor(a * b / c)`) are computed with Python
+floats (same IEEE-754 semantics), on purpose, so results match settld to the cent even near 2**53.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -14,11 +22,17 @@ Entry = dict[str, Any]
 Posting = tuple[str, int]
 
 
+def js_floor_div(a: int, b: int, c: int) -> int:
+    """`Math.floor((a * b) / c)` evaluated in IEEE doubles exactly as settld does (Python floats are
+    IEEE-754 doubles with the same rounding); deliberately not exact integer arithmetic."""
+    return math.floor(float(a) * float(b) / float(c))
+
+
 def make_entry(entry_id: str, at: str, memo: str, postings: list[Posting]) -> Entry:
-    """Build `{id, at, memo, postings}`; raises UnbalancedEntry unless there are >= 2 non-zero integer
-    postings on known accounts, each within the amount cap, summing to exactly 0."""
+    """Build `{id, at, memo, postings}`; raises UnbalancedEntry unless there are >= 2 non-zero safe-integer
+    postings on known accounts summing to exactly 0 (settld's messages)."""
     if len(postings) < 2:
-        raise UnbalancedEntry(f"entry {entry_id} needs at least two postings", entryId=entry_id)
+        raise UnbalancedEntry("postings must be an array of at least 2 items", entryId=entry_id)
     total = 0
     out = []
     for account_id, amount in postings:
@@ -28,17 +42,17 @@ def make_entry(entry_id: str, at: str, memo: str, postings: list[Posting]) -> En
                 entryId=entry_id,
                 accountId=account_id,
             )
-        if type(amount) is not int or amount == 0 or abs(amount) > A.MAX_AMOUNT_CENTS:
+        if not is_safe_int(amount):
             raise UnbalancedEntry(
-                f"entry {entry_id} has an invalid amount {amount!r} on {account_id}",
-                entryId=entry_id,
-                accountId=account_id,
+                "amountCents must be a safe integer (cents)", entryId=entry_id, accountId=account_id
             )
+        if amount == 0:
+            raise UnbalancedEntry("amountCents must be non-zero", entryId=entry_id, accountId=account_id)
         total += amount
         out.append({"accountId": account_id, "amountCents": amount})
     if total != 0:
         raise UnbalancedEntry(
-            f"entry {entry_id} does not balance (sum {total})", entryId=entry_id, sumCents=total
+            f"journal entry must balance to zero; got sum={total}", entryId=entry_id, sumCents=total
         )
     return {"id": entry_id, "at": at, "memo": memo, "postings": out}
 
@@ -60,14 +74,13 @@ def _percent(v: Any, default: int) -> int:
 
 
 def quote_amount(snapshot: Mapping[str, Any]) -> int:
-    """A = quote.amountCents; QUOTE_MISSING / AMOUNT_INVALID when absent or not a safe non-negative int."""
+    """A = quote.amountCents; QUOTE_MISSING / AMOUNT_INVALID when absent or not a safe integer."""
     quote = snapshot.get("quote")
-    if type(quote) is not dict:
-        raise PostingPreconditionFailed("QUOTE_MISSING", "the job has no quote")
-    amount: Any = quote.get("amountCents")
-    if not is_safe_int(amount) or amount < 0 or amount > A.MAX_AMOUNT_CENTS:
+    amount: Any = quote.get("amountCents") if type(quote) is dict else None
+    if not is_safe_int(amount):
+        reason = "QUOTE_MISSING" if type(quote) is not dict else "AMOUNT_INVALID"
         raise PostingPreconditionFailed(
-            "AMOUNT_INVALID", "quote.amountCents is not a valid amount", amountCents=amount
+            reason, "job.quote.amountCents must be a safe integer", amountCents=amount
         )
     return amount
 
@@ -96,12 +109,24 @@ def gate_mode(snapshot: Mapping[str, Any]) -> str:
     return mode if mode in ("strict", "holdback") else "warn"
 
 
+def royalties_cents(snapshot: Mapping[str, Any]) -> int:
+    """Sum of the job's skill license fees (`pricing.amountCents`, safe integers > 0 only)."""
+    total = 0
+    licenses: Any = snapshot.get("skillLicenses")
+    for lic in licenses if type(licenses) is list else []:
+        pricing: Any = lic.get("pricing") if type(lic) is dict else None
+        amount: Any = pricing.get("amountCents") if type(pricing) is dict else None
+        if is_safe_int(amount) and amount > 0:
+            total += amount
+    return total
+
+
 def splits_for(snapshot: Mapping[str, Any], facts: Mapping[str, Any]) -> SettlementSplits:
     return compute_splits(
         quote_amount(snapshot),
         coverage_fee(snapshot),
         bool(facts.get("assistStarted")),
-        int(facts.get("royaltiesCents") or 0),
+        royalties_cents(snapshot),
     )
 
 
@@ -114,19 +139,32 @@ def _payload(event: Mapping[str, Any]) -> Mapping[str, Any]:
     return p if type(p) is dict else {}
 
 
-def _positive_amount(p: Mapping[str, Any], message: str) -> int:
-    """`p.amountCents` when a safe int > 0, else AMOUNT_INVALID with `message`."""
-    amount: Any = p.get("amountCents")
-    if not is_safe_int(amount) or amount <= 0:
-        raise PostingPreconditionFailed("AMOUNT_INVALID", message, amountCents=amount)
+def _safe_amount(p: Mapping[str, Any], field: str, *, positive: bool) -> int:
+    """`p[field]` when a safe integer (> 0 or >= 0), else AMOUNT_INVALID with settld's message."""
+    amount: Any = p.get(field)
+    if not is_safe_int(amount):
+        raise PostingPreconditionFailed(
+            "AMOUNT_INVALID", f"payload.{field} must be a safe integer", **{field: amount}
+        )
+    if positive and amount <= 0:
+        raise PostingPreconditionFailed("AMOUNT_INVALID", f"payload.{field} must be positive", **{field: amount})
+    if not positive and amount < 0:
+        raise PostingPreconditionFailed("AMOUNT_INVALID", f"payload.{field} must be >= 0", **{field: amount})
     return amount
 
 
 def _require_settled(snapshot: Mapping[str, Any], event_type: str) -> None:
     if snapshot.get("status") != "SETTLED":
         raise PostingPreconditionFailed(
-            "JOB_NOT_SETTLED", f"{event_type} needs a settled job", status=snapshot.get("status")
+            "JOB_NOT_SETTLED", f"{event_type} requires job to be SETTLED", status=snapshot.get("status")
         )
+
+
+def _claim_id(p: Mapping[str, Any]) -> str:
+    claim_id: Any = p.get("claimId")
+    if type(claim_id) is not str or not claim_id.strip():
+        raise PostingPreconditionFailed("CLAIM_ID_REQUIRED", "payload.claimId is required")
+    return claim_id
 
 
 # --- per event type ---
@@ -136,10 +174,10 @@ PostingRule = Callable[[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]
 
 def _booked(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
     amount = quote_amount(s)
-    fee = coverage_fee(s)
     eid, at = f"jnl_{e['id']}", e["at"]
     entries = [make_entry(eid, at, _memo(s, "BOOKED"), [(A.CASH, amount), (A.CUSTOMER_ESCROW, -amount)])]
-    if fee > 0:
+    fee = coverage_fee(s)
+    if fee:
         entries.append(
             make_entry(
                 f"{eid}_coverage_fee",
@@ -151,60 +189,70 @@ def _booked(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) ->
     return entries
 
 
-def _refund(s: Mapping[str, Any], e: Mapping[str, Any], label: str) -> list[Entry]:
-    amount = quote_amount(s)
-    fee = coverage_fee(s)
-    if fee > amount:
-        raise PostingPreconditionFailed("AMOUNT_INVALID", "coverage fee exceeds the quoted amount")
-    if fee > 0:
+def _return_escrow(s: Mapping[str, Any], e: Mapping[str, Any], label: str, amount: int, fee: int) -> list[Entry]:
+    """Refund / no-charge: escrow (and unearned coverage) back to cash. Zero amounts are not dropped: a
+    service amount of 0 is a posting error, as in settld."""
+    if fee:
         postings: list[Posting] = [
             (A.CUSTOMER_ESCROW, amount - fee),
             (A.COVERAGE_UNEARNED, fee),
             (A.CASH, -amount),
         ]
-        postings = [p for p in postings if p[1] != 0]
     else:
         postings = [(A.CUSTOMER_ESCROW, amount), (A.CASH, -amount)]
     return [make_entry(f"jnl_{e['id']}", e["at"], _memo(s, label), postings)]
 
 
+def _nonblank_str(v: Any) -> str | None:
+    return v if type(v) is str and v.strip() else None
+
+
 def settlement_proof_status(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> str | None:
-    """`payload.settlementProofRef.status` if a non-empty string, else the latest PROOF_EVALUATED status
+    """`payload.settlementProofRef.status` if a non-blank string, else the latest PROOF_EVALUATED status
     for the latest completion anchor, else None."""
     p = e.get("payload")
     ref = p.get("settlementProofRef") if type(p) is dict else None
-    status: Any = ref.get("status") if type(ref) is dict else None
-    if type(status) is str and status:
-        return status
+    status = _nonblank_str(ref.get("status") if type(ref) is dict else None)
+    return status if status is not None else fallback_proof_status(f)
+
+
+def fallback_proof_status(f: Mapping[str, Any]) -> str | None:
+    """Status of the latest PROOF_EVALUATED anchored at the latest completion's chain hash, or None."""
     completion = f.get("latestCompletion")
-    if not completion:
+    anchor = _nonblank_str(completion.get("chainHash") if completion else None)
+    if anchor is None:
         return None
-    found = (f.get("proofStatusByAnchor") or {}).get(completion.get("chainHash"))
-    return found if type(found) is str else None
+    found: Any = (f.get("proofStatusByAnchor") or {}).get(anchor.strip())
+    return found if type(found) is str and found else None
+
+
+_PROOF_REQUIRED_MSG: Final = "SETTLED requires settlementProofRef (or PROOF_EVALUATED) in strict/holdback mode"
+_PROOF_INSUFFICIENT_MSG: Final = "SETTLED cannot proceed with INSUFFICIENT_EVIDENCE in strict/holdback mode"
 
 
 def _settled(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
+    amount = quote_amount(s)
+    fee = coverage_fee(s)
     status: Any = s.get("status")
     if status == "ABORTED":
-        return _refund(s, e, "SETTLED (refund)")
+        return _return_escrow(s, e, "SETTLED (refund)", amount, fee)
     if status != "COMPLETED":
         raise PostingPreconditionFailed(
-            "JOB_NOT_TERMINAL", f"SETTLED needs a COMPLETED or ABORTED job, not {status}", status=status
+            "JOB_NOT_TERMINAL", "SETTLED ledger entry requires job to be COMPLETED or ABORTED", status=status
         )
     if gate_mode(s) != "warn":
-        proof = settlement_proof_status(s, f, e)
+        p = e.get("payload")
+        ref = p.get("settlementProofRef") if type(p) is dict else None
+        proof = _nonblank_str(ref.get("status") if type(ref) is dict else None)
         if proof is None:
-            raise PostingPreconditionFailed("PROOF_REQUIRED", "settlement needs a proof evaluation")
+            # No status on the payload: the proof of the completion decides (settld's fallback).
+            proof = fallback_proof_status(f)
+            if proof is None:
+                raise PostingPreconditionFailed("PROOF_REQUIRED", _PROOF_REQUIRED_MSG)
         if proof == "INSUFFICIENT_EVIDENCE":
-            raise PostingPreconditionFailed(
-                "PROOF_INSUFFICIENT", "proof evaluation has insufficient evidence"
-            )
+            raise PostingPreconditionFailed("PROOF_INSUFFICIENT", _PROOF_INSUFFICIENT_MSG)
         if proof == "FAIL":
-            return _refund(s, e, "SETTLED (no-charge)")
-        if proof != "PASS":
-            raise PostingPreconditionFailed(
-                "PROOF_REQUIRED", f"unknown proof status {proof!r}", proofStatus=proof
-            )
+            return _return_escrow(s, e, "SETTLED (no-charge)", amount, fee)
     sp = splits_for(s, f)
     eid, at = f"jnl_{e['id']}", e["at"]
     postings: list[Posting] = [
@@ -213,14 +261,13 @@ def _settled(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -
         (A.OWNER_PAYABLE, -sp.owner),
         (A.INSURANCE_RESERVE, -sp.insurance),
     ]
-    if sp.operator > 0:
+    if sp.operator:
         postings.append((A.OPERATOR_PAYABLE, -sp.operator))
-    if sp.royalties > 0:
+    if sp.royalties:
         postings.append((A.DEVELOPER_ROYALTY_PAYABLE, -sp.royalties))
-    postings = [p for p in postings if p[1] != 0]
-    entries = [make_entry(eid, at, _memo(s, "SETTLED"), postings)] if postings else []
+    entries = [make_entry(eid, at, _memo(s, "SETTLED"), postings)]
     fee = sp.coverage_fee
-    if fee > 0:
+    if fee:
         entries.append(
             make_entry(
                 f"{eid}_coverage_recognize",
@@ -229,7 +276,7 @@ def _settled(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -
                 [(A.COVERAGE_UNEARNED, fee), (A.COVERAGE_REVENUE, -fee)],
             )
         )
-        fund = fee * reserve_fund_percent(s) // 100
+        fund = js_floor_div(fee, reserve_fund_percent(s), 100)
         if fund > 0:
             entries.append(
                 make_entry(
@@ -242,60 +289,74 @@ def _settled(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -
     return entries
 
 
-def _claim_for(s: Mapping[str, Any], f: Mapping[str, Any], claim_id: Any) -> Mapping[str, Any]:
-    idx = (f.get("claimIndex") or {}).get(claim_id) if type(claim_id) is str else None
-    if idx is None:
-        raise PostingPreconditionFailed(
-            "CLAIM_NOT_FOUND", f"claim {claim_id!r} does not exist", claimId=claim_id
-        )
-    claim: Mapping[str, Any] = s["claims"][idx]
-    return claim
+def _claim_for(s: Mapping[str, Any], claim_id: str) -> Mapping[str, Any]:
+    claims: Any = s.get("claims")
+    for claim in claims if type(claims) is list else []:
+        if type(claim) is dict and claim.get("claimId") == claim_id:
+            return claim
+    raise PostingPreconditionFailed("CLAIM_NOT_FOUND", "claim not found on job", claimId=claim_id)
+
+
+def _approved_amount(amounts: Any, field: str) -> int:
+    v: Any = amounts.get(field) if type(amounts) is dict else None
+    if v is None:
+        return 0
+    if not is_safe_int(v):
+        raise PostingPreconditionFailed("CLAIM_AMOUNTS_INVALID", f"claim.{field} must be a safe integer")
+    return v
 
 
 def _job_adjusted(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
-    p = _payload(e)
     _require_settled(s, "JOB_ADJUSTED")
-    claim_id: Any = p.get("claimId")
-    claim = _claim_for(s, f, claim_id)
+    claim_id = _claim_id(_payload(e))
+    claim = _claim_for(s, claim_id)
     if claim.get("status") != "APPROVED":
         raise PostingPreconditionFailed(
-            "CLAIM_NOT_APPROVED", f"claim {claim_id} is {claim.get('status')}", claimId=claim_id
+            "CLAIM_NOT_APPROVED", "JOB_ADJUSTED requires claim status APPROVED", claimId=claim_id
         )
-    amounts: Any = (claim.get("approved") or {}).get("amounts") or {}
-    payout: Any = amounts.get("payoutCents") if amounts.get("payoutCents") is not None else 0
-    refund: Any = amounts.get("refundCents") if amounts.get("refundCents") is not None else 0
-    if not (is_safe_int(payout) and is_safe_int(refund) and payout >= 0 and refund >= 0 and payout + refund > 0):
+    approved: Any = claim.get("approved")
+    amounts: Any = approved.get("amounts") if type(approved) is dict else None
+    payout = _approved_amount(amounts, "payoutCents")
+    refund = _approved_amount(amounts, "refundCents")
+    if payout < 0 or refund < 0:
         raise PostingPreconditionFailed(
-            "CLAIM_AMOUNTS_INVALID", "approved amounts are invalid", claimId=claim_id
+            "CLAIM_AMOUNTS_INVALID", "claim amounts must be non-negative", claimId=claim_id
+        )
+    total = payout + refund
+    if total <= 0:
+        raise PostingPreconditionFailed(
+            "CLAIM_AMOUNTS_INVALID", "JOB_ADJUSTED requires non-zero claim amounts", claimId=claim_id
         )
     postings: list[Posting] = []
-    if payout > 0:
+    if payout:
         postings.append((A.CLAIMS_EXPENSE, payout))
-    if refund > 0:
-        # settlekit: both execution families count (03-ledger.md §11/§12 item 1).
-        if not f.get("completedSeen") or f.get("abortedSeen"):
+    if refund:
+        quote_amount(s)
+        # settld counts only the legacy EXECUTION_COMPLETED / EXECUTION_ABORTED events here.
+        if not f.get("legacyCompletedSeen") or f.get("legacyAbortedSeen"):
             raise PostingPreconditionFailed(
-                "REFUND_NOT_ALLOWED", "refunds need a completed, not aborted job", claimId=claim_id
+                "REFUND_NOT_ALLOWED",
+                "refund adjustments are only supported for settled, completed jobs",
+                claimId=claim_id,
             )
         sp = splits_for(s, f)
         amount = sp.amount
-        if amount <= 0 or refund > amount:
+        if refund > amount:
             raise PostingPreconditionFailed(
-                "CLAIM_AMOUNTS_INVALID",
-                "refund exceeds the quoted amount",
-                claimId=claim_id,
-                refundCents=refund,
-                amountCents=amount,
+                "CLAIM_AMOUNTS_INVALID", "refundCents exceeds original amount", claimId=claim_id
             )
-        x_platform = sp.platform * refund // amount
-        x_operator = sp.operator * refund // amount
-        x_royalties = sp.royalties * refund // amount
-        x_insurance = sp.insurance * refund // amount
-        x_coverage = sp.coverage_fee * refund // amount
+        # IEEE-double floor(x * refund / amount), exactly as settld (see js_floor_div).
+        x_platform = js_floor_div(sp.platform, refund, amount)
+        x_operator = js_floor_div(sp.operator, refund, amount)
+        x_royalties = js_floor_div(sp.royalties, refund, amount)
+        x_insurance = js_floor_div(sp.insurance, refund, amount)
+        x_coverage = js_floor_div(sp.coverage_fee, refund, amount)
         owner_rev = refund - (x_platform + x_operator + x_royalties + x_insurance + x_coverage)
         if owner_rev < 0:
             raise PostingPreconditionFailed(
-                "CLAIM_AMOUNTS_INVALID", "owner reversal would be negative", claimId=claim_id
+                "CLAIM_AMOUNTS_INVALID",
+                "refund reversal splits invalid: owner reversal would be negative",
+                claimId=claim_id,
             )
         for account_id, amt in (
             (A.PLATFORM_REVENUE, x_platform),
@@ -305,26 +366,27 @@ def _job_adjusted(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, An
             (A.OPERATOR_PAYABLE, x_operator),
             (A.DEVELOPER_ROYALTY_PAYABLE, x_royalties),
         ):
-            if amt > 0:
+            if amt:
                 postings.append((account_id, amt))
-        if x_coverage > 0 and sp.coverage_fee > 0:
-            fund = sp.coverage_fee * reserve_fund_percent(s) // 100
-            fund_rev = fund * x_coverage // sp.coverage_fee
+        if x_coverage and sp.coverage_fee:
+            fund = js_floor_div(sp.coverage_fee, reserve_fund_percent(s), 100)
+            fund_rev = js_floor_div(fund, x_coverage, sp.coverage_fee)
             if fund_rev > 0:
                 postings.append((A.COVERAGE_RESERVE, fund_rev))
                 postings.append((A.COVERAGE_PAYOUT_EXPENSE, -fund_rev))
-    postings.append((A.CLAIMS_PAYABLE, -(payout + refund)))
+    postings.append((A.CLAIMS_PAYABLE, -total))
     return [make_entry(f"jnl_{e['id']}", e["at"], _memo(s, f"claim:{claim_id} ADJUSTED"), postings)]
 
 
 def _claim_paid(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
     p = _payload(e)
-    amount = _positive_amount(p, "CLAIM_PAID.amountCents must be > 0")
+    claim_id = _claim_id(p)
+    amount = _safe_amount(p, "amountCents", positive=True)
     return [
         make_entry(
             f"jnl_{e['id']}",
             e["at"],
-            _memo(s, f"claim:{p.get('claimId')} PAID"),
+            _memo(s, f"claim:{claim_id} PAID"),
             [(A.CLAIMS_PAYABLE, amount), (A.CASH, -amount)],
         )
     ]
@@ -332,10 +394,7 @@ def _claim_paid(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]
 
 def _operator_cost(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
     _require_settled(s, "OPERATOR_COST_RECORDED")
-    p = _payload(e)
-    cost: Any = p.get("costCents")
-    if not is_safe_int(cost) or cost < 0:
-        raise PostingPreconditionFailed("AMOUNT_INVALID", "costCents must be >= 0", costCents=cost)
+    cost = _safe_amount(_payload(e), "costCents", positive=False)
     if cost == 0:
         return []
     return [
@@ -358,24 +417,27 @@ CREDIT_FUNDING_MODELS: Final = (
 
 def _sla_credit(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
     _require_settled(s, "SLA_CREDIT_ISSUED")
-    p = _payload(e)
-    amount = _positive_amount(p, "SLA credit amountCents must be > 0")
+    amount = _safe_amount(_payload(e), "amountCents", positive=True)
     model: Any = _coverage_policy(s).get("creditFundingModel")
     postings: list[Posting] = []
     if model == "COVERAGE_RESERVE":
         postings.append((A.COVERAGE_RESERVE, amount))
     elif model == "OPERATOR_CHARGEBACK":
-        from_payable = max(min(amount, splits_for(s, f).operator), 0)
+        from_payable = max(0, min(amount, splits_for(s, f).operator))
         if from_payable > 0:
             postings.append((A.OPERATOR_PAYABLE, from_payable))
         if amount - from_payable > 0:
             postings.append((A.OPERATOR_CHARGEBACK_RECEIVABLE, amount - from_payable))
+        if not postings:
+            postings.append((A.OPERATOR_CHARGEBACK_RECEIVABLE, amount))
     elif model == "INSURER_RECOVERABLE":
-        recv = amount * recoverable_percent(s) // 100
+        recv = js_floor_div(amount, recoverable_percent(s), 100)
         if recv > 0:
             postings.append((A.INSURER_RECEIVABLE, recv))
         if amount - recv > 0:
             postings.append((A.SLA_CREDITS_EXPENSE, amount - recv))
+        if not postings:
+            postings.append((A.SLA_CREDITS_EXPENSE, amount))
     else:
         postings.append((A.SLA_CREDITS_EXPENSE, amount))
     postings.append((A.CUSTOMER_CREDITS_PAYABLE, -amount))
@@ -408,7 +470,7 @@ def entries_for_finance_event(event: Mapping[str, Any]) -> list[Entry]:
     if event.get("type") != "INSURER_REIMBURSEMENT_RECORDED":
         return []
     p = _payload(event)
-    amount = _positive_amount(p, "reimbursement amountCents must be > 0")
+    amount = _safe_amount(p, "amountCents", positive=True)
     return [
         make_entry(
             f"jnl_{event['id']}",

@@ -1,10 +1,11 @@
-"""SettlementSplits.v1 in integer arithmetic (03-ledger.md §4)."""
+"""SettlementSplits.v1 (03-ledger.md §4), with settld's float arithmetic."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from settlekit.ledger.accounts import MAX_AMOUNT_CENTS
+from settlekit.events.canonical import is_safe_int
 from settlekit.ledger.errors import SplitsInvalid
 
 
@@ -34,20 +35,26 @@ class SettlementSplits:
 
 def compute_splits(amount: int, coverage_fee: int, had_assist: bool, royalties: int) -> SettlementSplits:
     """platform 20 %, insurance 2 %, operator 5 % (only with assist) of the service amount, floored; owner
-    gets the rest after royalties. Integer division equals settld's float math for every amount <= 10**12."""
-    if not 0 <= coverage_fee <= amount <= MAX_AMOUNT_CENTS:
+    gets the rest after royalties.
+
+    The shares are computed as settld 0.1.0 does, `floor(service * 0.2)` in IEEE doubles (Python floats have
+    the same semantics), not as exact integer division: near 2**53 the two differ and v1 outputs must match.
+    Messages are settld's."""
+    if not (is_safe_int(amount) and is_safe_int(coverage_fee) and is_safe_int(royalties)):
+        raise SplitsInvalid("amountCents must be a safe integer", amountCents=amount)
+    if coverage_fee < 0:
+        raise SplitsInvalid("coverageFeeCents must be >= 0", coverageFeeCents=coverage_fee)
+    if coverage_fee > amount:
         raise SplitsInvalid(
-            "coverage fee must be within 0..amount and the amount within the cap",
-            amountCents=amount,
-            coverageFeeCents=coverage_fee,
+            "coverageFeeCents exceeds amountCents", amountCents=amount, coverageFeeCents=coverage_fee
         )
-    if royalties < 0:
-        raise SplitsInvalid("royalties must not be negative", royaltiesCents=royalties)
     service = amount - coverage_fee
-    platform = service // 5
-    insurance = service // 50
-    operator = service // 20 if had_assist else 0
+    platform = math.floor(service * 0.2)
+    insurance = math.floor(service * 0.02)
+    operator = math.floor(service * 0.05) if had_assist else 0
     owner = service - platform - operator - royalties - insurance
     if owner < 0:
-        raise SplitsInvalid("owner payout would be negative", amountCents=amount, royaltiesCents=royalties)
+        raise SplitsInvalid(
+            "settlement splits invalid: owner payout would be negative", amountCents=amount, royaltiesCents=royalties
+        )
     return SettlementSplits(amount, coverage_fee, service, platform, insurance, operator, royalties, owner)

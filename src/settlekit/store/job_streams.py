@@ -3,6 +3,7 @@ posts and stores the events, the new state and the ledger rows in one transactio
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,6 +19,8 @@ from settlekit.store.contracts import contract_resolver
 from settlekit.store.db import Database, Tx
 from settlekit.store.event_store import DomainOutcome, Event, EventStore
 
+log = logging.getLogger("settlekit.ledger")
+
 _STREAM_TYPE_BY_PREFIX = (
     ("ROBOT_", "robot"), ("MAINTENANCE_", "robot"), ("OPERATOR_REGISTERED", "operator"),
     ("OPERATOR_SHIFT_", "operator"), ("MONTH_", "month"), ("TENANT_POLICY_", "governance"),
@@ -27,10 +30,16 @@ _STREAM_TYPE_BY_PREFIX = (
 
 class JobStreamDomain:
     """StreamDomain for settlekit: job streams get the reducer and ledger; other streams get type and signer
-    checks only. `contracts(tenant, hash)` resolves the operator contract a job pins (party ids, split plans)."""
+    checks only. `contracts(tenant, hash)` resolves the operator contract a job pins (party ids, split plans).
 
-    def __init__(self, contracts: Callable[[str, str], Mapping[str, Any] | None] | None = None):
+    `server_rules` (default True, what the API and workers use): apply the live API's append-time domain rules
+    (`settlekit.jobs.server_rules`). False replays streams settld's *core* accepted (payload validation and
+    transitions only), e.g. the golden scenario vectors; never use it for new input."""
+
+    def __init__(self, contracts: Callable[[str, str], Mapping[str, Any] | None] | None = None, *,
+                 server_rules: bool = True):
         self.contracts = contracts
+        self.server_rules = server_rules
 
     def stream_type(self, first_event_type: str, stream_id: str) -> str:
         require_known_event_type(first_event_type)
@@ -79,19 +88,36 @@ class JobStreamDomain:
             def resolver(digest: str) -> Mapping[str, Any] | None:
                 return contracts(tenant_id, digest)
 
-        result = process_job_events(snapshot, events, tenant_id=tenant_id, contract_resolver=resolver)
-        if not result.ledger_entries:
+        # The live path: payload validation, transitions and the API's append-time rules refuse (nothing is
+        # written); a posting error does not refuse the event, it is stored without an entry and recorded.
+        result = process_job_events(snapshot, events, tenant_id=tenant_id, contract_resolver=resolver,
+                                    live=self.server_rules)
+        if not result.ledger_entries and not result.ledger_errors:
             return DomainOutcome(snapshot=result.state)
         seq_by_event_id = {e["id"]: first_seq + i for i, e in enumerate(events)}
+        for item in result.ledger_errors:
+            log.warning("posting error recorded", extra={
+                "tenantId": tenant_id, "jobId": stream_id, "eventId": item["eventId"],
+                "eventType": item["eventType"], "code": item["error"]["code"], "error": item["error"]["message"],
+            })
 
         def write(tx: Tx) -> None:
             ledger_rows.write_entries(tx, tenant_id, stream_id, result.ledger_entries, result.allocations,
                                       seq_by_event_id)
+            ledger_rows.write_errors(tx, tenant_id, stream_id, result.ledger_errors, seq_by_event_id)
 
         return DomainOutcome(snapshot=result.state, write=write)
 
 
-def job_store(db: Database, **options: Any) -> EventStore:
+def job_store(db: Database, *, server_rules: bool = True, **options: Any) -> EventStore:
     """An EventStore wired with the job domain and the tenant's contract documents (what the API, workers and
-    demo use)."""
-    return EventStore(db, domain=JobStreamDomain(contract_resolver(db)), **options)
+    demo use).
+
+    The live append path, e.g. for importing an exported settld stream event by event:
+    `store.register_key(tenant, publicKeyPem, role)` for each signer (role = purpose: server, robot or
+    operator), then `store.append(tenant, job_id, [envelope])` per client-finalized envelope. An append either
+    stores the event (with its journal entries, or with its posting error recorded in `ledger_errors`, see
+    `settlekit.store.ledger.errors_for_job`) or raises a SettlekitError with a stable `code` (schema 400,
+    INVALID_TRANSITION 409, signer policy, or a `server_rules.ServerRuleViolation` 409 carrying settld's message)
+    and writes nothing. `server_rules=False`: see JobStreamDomain."""
+    return EventStore(db, domain=JobStreamDomain(contract_resolver(db), server_rules=server_rules), **options)

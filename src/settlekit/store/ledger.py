@@ -50,6 +50,28 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
     return inserted
 
 
+def write_errors(tx: Tx, tenant_id: str, job_id: str, ledger_errors: Sequence[Mapping[str, Any]],
+                 seq_by_event_id: Mapping[str, int]) -> int:
+    """Record posting errors `{eventId, eventType, error: {code, message}}` (once per source event)."""
+    inserted = 0
+    for item in ledger_errors:
+        row = tx.fetchone(
+            "INSERT INTO ledger_errors (tenant_id, job_id, source_event_id, event_type, source_seq, code, message)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING source_event_id",
+            (tenant_id, job_id, item["eventId"], item["eventType"], seq_by_event_id[item["eventId"]],
+             item["error"]["code"], item["error"]["message"]))
+        inserted += row is not None
+    return inserted
+
+
+def errors_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[str, Any]]:
+    """The job's recorded posting errors in stream order, in the `ledger postings` form."""
+    with db.read() as tx:
+        rows = tx.fetchall("SELECT source_event_id, event_type, code, message FROM ledger_errors"
+                           " WHERE tenant_id = ? AND job_id = ? ORDER BY source_seq", (tenant_id, job_id))
+    return [{"eventId": r[0], "eventType": r[1], "error": {"code": r[2], "message": r[3]}} for r in rows]
+
+
 def balances(db: Database, tenant_id: str | None = None) -> dict[str, dict[str, int]]:
     """{tenant: {account: cents}}, accounts sorted."""
     sql = "SELECT tenant_id, account_id, balance_cents FROM ledger_balances"

@@ -1,0 +1,1108 @@
+"""The live API's append-time domain rules for job events (live path only; pure, no I/O).
+
+settld 0.1.0 judges an event in layers: payload validators and the transition table (`validate`, `reducer`:
+every path, offline included), posting rules (`ledger.postings`: errors are recorded, never refused), and the
+HTTP API's own domain rules at append time. This module is that last layer: ordering rules ("only allowed
+after settlement"), duplicates ("already recorded for this settlement"), cross-checks against the job ("payload.t
+must match event.at", "payload.settledEventId must match last SETTLED event id"), claim and proof gating. Only
+the store's append path applies it (`process_job_events(..., live=True)`); offline tools never do, so they
+reproduce settld on every stream its core accepts.
+
+Each refusal raises `ServerRuleViolation` with a stable `code` and settld's message text. The rules need a
+little history the job snapshot does not keep (last QUOTE_PROPOSED / BOOKED / SETTLED ids, claim states as
+the API sees them, proof keys, ...): `observe` folds it into a JSON-able dict stored with the job state under
+`STATE_KEY`. A state stored before these rules existed has no such dict and is judged with empty history.
+
+Rules that need data outside the job stream (robot and operator registry, availability, shift capacity,
+closed months, tenant quotas and evidence allow-lists) are not applied here: robots and operators are taken
+as existing, active and in zone.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from settlekit.events.canonical import canonical_hash, canonical_json, is_safe_int
+from settlekit.jobs.errors import DomainRuleViolation
+from settlekit.jobs.reducer import JobState
+from settlekit.ledger.postings import gate_mode
+
+STATE_KEY: Final = "serverRules"
+Event = Mapping[str, Any]
+Facts = dict[str, Any]
+
+_TERMINAL: Final = frozenset({"COMPLETED", "ABORTED", "SETTLED"})
+_DECIDED: Final = frozenset({"APPROVED", "DENIED", "PAID"})
+_SEP: Final = "\x1f"
+
+
+class ServerRuleViolation(DomainRuleViolation):
+    """An event the live API refuses at append time (409, `code` stable, message settld's text)."""
+
+    def __init__(self, code: str, message: str, **details: Any):
+        super().__init__(message, code=code, status=409, **details)
+
+
+def empty_facts() -> Facts:
+    return {
+        "incidents": {},
+        "claims": {},
+        "evidence": {},
+        "evidenceExpired": {},
+        "risk": {},
+        "lastQuoteEventId": None,
+        "lastBookedEventId": None,
+        "lastSettledEventId": None,
+        "executionStarted": False,
+        "proofKeys": {},
+        "proofs": [],
+        "proofAnchors": {},
+        "costSettled": {},
+        "breachSettled": {},
+        "creditSettled": {},
+        "creditIds": {},
+        "holds": {},
+        "disputes": {},
+        "skillUsed": [],
+        "coverage": {},
+        "excused": {},
+    }
+
+
+def load_facts(stored_state: Mapping[str, Any] | None) -> Facts:
+    """A private copy of the rule history stored with a job state (empty for a new stream or an old state)."""
+    stored = stored_state.get(STATE_KEY) if stored_state is not None else None
+    facts = empty_facts()
+    if isinstance(stored, dict):
+        facts.update(copy.deepcopy(stored))
+    return facts
+
+
+def _p(event: Event) -> dict[str, Any]:
+    p = event.get("payload")
+    return p if type(p) is dict else {}
+
+
+def _key(*parts: Any) -> str:
+    return _SEP.join("" if v is None else str(v) for v in parts)
+
+
+# ------------------------------------------------------------------ history
+
+
+def observe(facts: Facts, event: Event) -> None:
+    """Fold an accepted event into the rule history."""
+    t = event.get("type")
+    p = _p(event)
+    if t in ("INCIDENT_REPORTED", "INCIDENT_DETECTED"):
+        inc = p.get("incidentId")
+        if inc is not None:
+            facts["incidents"][str(inc)] = {"type": p.get("type"), "severity": p.get("severity")}
+        itype, zone = p.get("type"), p.get("zoneId")
+        zone_id = zone.strip() if type(zone) is str else ""
+        if type(itype) is str and itype and zone_id:
+            facts["excused"].setdefault(itype, {})[zone_id] = True
+    elif t == "ZONE_COVERAGE_REPORTED":
+        _observe_coverage(facts, event, p)
+    elif t == "QUOTE_PROPOSED":
+        facts["lastQuoteEventId"] = event.get("id")
+    elif t == "BOOKED":
+        facts["lastBookedEventId"] = event.get("id")
+    elif t == "SETTLED":
+        facts["lastSettledEventId"] = event.get("id")
+    elif t in ("EXECUTION_STARTED", "JOB_EXECUTION_STARTED"):
+        facts["executionStarted"] = True
+    elif t == "RISK_SCORED":
+        facts["risk"][_key(p.get("basis"), p.get("sourceEventId"))] = True
+    elif t == "EVIDENCE_CAPTURED":
+        ev = p.get("evidenceId")
+        if ev is not None and str(ev) not in facts["evidence"]:
+            facts["evidence"][str(ev)] = {"evidenceRef": p.get("evidenceRef")}
+    elif t == "EVIDENCE_EXPIRED":
+        facts["evidenceExpired"][str(p.get("evidenceId"))] = True
+    elif t == "PROOF_EVALUATED":
+        anchor, facts_hash = p.get("evaluatedAtChainHash"), p.get("factsHash")
+        facts["proofAnchors"][str(anchor)] = True
+        if facts_hash is not None:
+            facts["proofKeys"][_key(anchor, p.get("customerPolicyHash"), facts_hash)] = True
+        facts["proofs"].append(
+            {
+                "id": event.get("id"),
+                "chainHash": event.get("chainHash"),
+                "payloadHash": event.get("payloadHash"),
+                "payload": p,
+            }
+        )
+    elif t == "OPERATOR_COST_RECORDED":
+        facts["costSettled"][_key(p.get("settledEventId"))] = True
+    elif t == "SLA_BREACH_DETECTED":
+        facts["breachSettled"][_key(p.get("settledEventId"))] = True
+    elif t == "SLA_CREDIT_ISSUED":
+        facts["creditSettled"][_key(p.get("settledEventId"))] = True
+        facts["creditIds"][_key(p.get("creditId"))] = True
+    elif t == "SKILL_USED":
+        facts["skillUsed"].append(p.get("licenseId"))
+    elif t in ("SETTLEMENT_HELD", "SETTLEMENT_RELEASED", "SETTLEMENT_FORFEITED"):
+        _observe_hold(facts, event, p)
+    elif t in ("DISPUTE_OPENED", "DISPUTE_CLOSED"):
+        d = facts["disputes"].setdefault(_key(p.get("disputeId")), {"opened": False, "closed": False})
+        d["opened" if t == "DISPUTE_OPENED" else "closed"] = True
+    if t in _CLAIM_TYPES:
+        _observe_claim(facts, t, p)
+
+
+_CLAIM_TYPES: Final = frozenset(
+    {"CLAIM_OPENED", "CLAIM_TRIAGED", "CLAIM_APPROVED", "CLAIM_DENIED", "JOB_ADJUSTED", "CLAIM_PAID"}
+)
+
+
+def _observe_claim(facts: Facts, t: Any, p: Mapping[str, Any]) -> None:
+    """Claim state as the API derives it from the stream (not the reducer's claim list)."""
+    claim_id = p.get("claimId")
+    if claim_id is None:
+        return
+    claims = facts["claims"]
+    c = claims.get(str(claim_id)) or {
+        "exists": False, "status": "NONE", "incidentId": None, "amounts": None, "adjusted": False,
+    }
+    if t == "CLAIM_OPENED":
+        c.update(exists=True, status="OPEN", incidentId=p.get("incidentId"), opened=True)
+    elif t == "CLAIM_TRIAGED":
+        if c["exists"] and c["status"] not in _DECIDED:
+            c["status"] = "TRIAGED"
+    elif t == "CLAIM_APPROVED":
+        c.update(exists=True, status="APPROVED", amounts=p.get("amounts"))
+    elif t == "CLAIM_DENIED":
+        c.update(exists=True, status="DENIED", amounts=None)
+    elif t == "JOB_ADJUSTED":
+        c["adjusted"] = True
+    elif t == "CLAIM_PAID":
+        c["status"] = "PAID"
+    claims[str(claim_id)] = c
+
+
+def _observe_hold(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
+    hold_id = p.get("holdId")
+    if type(hold_id) is not str or not hold_id.strip():
+        return
+    h = facts["holds"].setdefault(hold_id, {"status": "NONE", "heldFactsHash": None})
+    t = event.get("type")
+    if t == "SETTLEMENT_HELD":
+        h["status"] = "HELD"
+        if type(p.get("factsHash")) is str:
+            h["heldFactsHash"] = p["factsHash"]
+        h["heldAnchor"] = p.get("evaluatedAtChainHash")
+    elif t == "SETTLEMENT_RELEASED":
+        h["status"] = "RELEASED"
+    else:
+        h["status"] = "FORFEITED"
+        h["forfeit"] = {
+            "factsHash": p.get("factsHash"),
+            "forfeitureReason": p.get("forfeitureReason"),
+            "forfeitEventId": event.get("id"),
+            "forfeitEventChainHash": event.get("chainHash"),
+            "forfeitEventPayloadHash": event.get("payloadHash"),
+        }
+
+
+def _observe_coverage(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
+    """Latest coverage report per zone, with the proof verifier's ordering (see artifacts.state)."""
+    from settlekit.artifacts.js import date_parse_ms, utf16_key
+
+    zone = p.get("zoneId")
+    zone_id = zone.strip() if type(zone) is str else ""
+    if not zone_id:
+        return
+    window = p.get("window")
+    report = {
+        "eventId": event.get("id"),
+        "chainHash": event.get("chainHash"),
+        "at": event.get("at"),
+        "coveragePct": p.get("coveragePct"),
+        "window": window,
+    }
+    prev = facts["coverage"].get(zone_id)
+    if prev is None:
+        facts["coverage"][zone_id] = report
+        return
+    end = date_parse_ms(window.get("endAt") if type(window) is dict else None)
+    pw = prev["window"]
+    prev_end = date_parse_ms(pw.get("endAt") if type(pw) is dict else None)
+    if end == end and (prev_end != prev_end or end > prev_end):  # NaN-safe "is finite and later"
+        facts["coverage"][zone_id] = report
+    elif end == prev_end:
+        new_id, prev_id = str(event.get("id") or ""), str(prev["eventId"] or "")
+        if new_id and (not prev_id or utf16_key(new_id) > utf16_key(prev_id)):
+            facts["coverage"][zone_id] = report
+
+
+# ------------------------------------------------------------------ checks
+
+
+def _refuse(code: str, message: str) -> ServerRuleViolation:
+    return ServerRuleViolation(code, message)
+
+
+def _job_id(p: Mapping[str, Any], s: Mapping[str, Any]) -> None:
+    # Deliberately lenient: an absent payload.jobId means this job (settld requires it).
+    if p.get("jobId") is not None and p.get("jobId") != s["id"]:
+        raise _refuse("JOB_ID_MISMATCH", "payload.jobId must match job id")
+
+
+def _at(p: Mapping[str, Any], event: Event, field: str) -> None:
+    # Deliberately lenient: an absent payload timestamp means event.at (server drafts get `at` on append).
+    if p.get(field) is not None and p.get(field) != event.get("at"):
+        raise _refuse("EVENT_TIME_MISMATCH", f"payload.{field} must match event.at")
+
+
+def _not_terminal(s: Mapping[str, Any]) -> None:
+    if s["status"] in _TERMINAL:
+        raise _refuse("JOB_TERMINAL", "job is terminal")
+
+
+def _status_in(s: Mapping[str, Any], allowed: frozenset[str] | set[str], message: str) -> None:
+    if s["status"] not in allowed:
+        raise _refuse("STATUS_NOT_ALLOWED", message)
+
+
+def _actor(event: Event) -> Mapping[str, Any]:
+    a = event.get("actor")
+    return a if type(a) is dict else {}
+
+
+def _booking(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    b = s.get("booking")
+    return b if type(b) is dict else None
+
+
+def _zone(v: Any) -> str | None:
+    return v.strip() if type(v) is str and v.strip() else None
+
+
+def _policy_hash(s: Mapping[str, Any], p: Mapping[str, Any]) -> None:
+    expected = (_booking(s) or {}).get("policyHash")
+    if expected and p.get("policyHash") != expected:
+        raise _refuse("POLICY_HASH_MISMATCH", "payload.policyHash must match booking.policyHash")
+
+
+def _expected_robot(s: Mapping[str, Any]) -> Any:
+    ex = s.get("execution") or {}
+    res = s.get("reservation") or {}
+    return ex.get("robotId") or res.get("robotId")
+
+
+Check = Callable[[JobState, Facts, Event, dict[str, Any]], None]
+
+
+def _access_plan(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _not_terminal(s)
+    if s["status"] in ("EXECUTING", "ASSISTED"):
+        raise _refuse("STATUS_NOT_ALLOWED", "cannot issue access plan after execution start")
+
+
+def _access_result(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    plan = s.get("accessPlan")
+    if not plan:
+        raise _refuse("ACCESS_PLAN_REQUIRED", "access plan is required before access can be granted/denied")
+    if p.get("accessPlanId") != plan.get("accessPlanId"):
+        raise _refuse("ACCESS_PLAN_MISMATCH", "payload.accessPlanId does not match current access plan")
+    if not _within(e.get("at"), plan.get("validFrom"), plan.get("validTo")):
+        raise _refuse("ACCESS_WINDOW", "access event is outside access plan window")
+    if (s.get("access") or {}).get("status") in ("revoked", "expired"):
+        raise _refuse("ACCESS_REVOKED", "access is revoked/expired")
+
+
+def _access_revoked(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    plan = s.get("accessPlan")
+    if not plan:
+        raise _refuse("ACCESS_PLAN_REQUIRED", "access plan is required before access can be revoked/expired")
+    if p.get("accessPlanId") != plan.get("accessPlanId"):
+        raise _refuse("ACCESS_PLAN_MISMATCH", "payload.accessPlanId does not match current access plan")
+    if e.get("type") == "ACCESS_REVOKED" and plan.get("revocable") is False:
+        raise _refuse("ACCESS_NOT_REVOCABLE", "access plan is not revocable")
+
+
+def _within(at: Any, start: Any, end: Any) -> bool:
+    from settlekit.artifacts.js import date_parse_ms
+
+    t, a, b = date_parse_ms(at), date_parse_ms(start), date_parse_ms(end)
+    return t == t and a == a and b == b and a <= t <= b  # NaN-safe
+
+
+def _booked(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    _not_terminal(st.snapshot)
+
+
+def _zone_coverage(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _status_in(s, {"EXECUTING", "ASSISTED", "COMPLETED", "SETTLED"},
+               "zone coverage can only be reported during/after execution")
+    required = (_booking(s) or {}).get("requiredZones")
+    if required and type(required) is dict:
+        zones = required.get("zones")
+        ids = {str(z.get("zoneId")) for z in zones if type(z) is dict} if type(zones) is list else set()
+        if p.get("zoneId") not in ids:
+            raise _refuse("ZONE_NOT_REQUIRED", "payload.zoneId is not in requiredZones")
+
+
+def _proof_evaluated(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _status_in(s, {"COMPLETED", "SETTLED"}, "proof can only be evaluated after completion")
+    _at(p, e, "evaluatedAt")
+    booking = _booking(s) or {}
+    if booking.get("policyHash") and p.get("customerPolicyHash") != booking.get("policyHash"):
+        raise _refuse("POLICY_HASH_MISMATCH", "payload.customerPolicyHash must match booking.policyHash")
+    if s.get("operatorPolicyHash") and p.get("operatorPolicyHash") != s.get("operatorPolicyHash"):
+        raise _refuse("POLICY_HASH_MISMATCH", "payload.operatorPolicyHash must match pinned operatorPolicyHash")
+    if p.get("factsHash") is not None and _key(
+        p.get("evaluatedAtChainHash"), p.get("customerPolicyHash"), p.get("factsHash")
+    ) in f["proofKeys"]:
+        raise _refuse(
+            "PROOF_ALREADY_EXISTS_FOR_FACTS",
+            "proof already exists for evaluatedAtChainHash+customerPolicyHash+factsHash",
+        )
+
+
+def _gate_anchor(st: JobState) -> str | None:
+    completion = st.facts.get("latestCompletion")
+    ch = completion.get("chainHash") if completion else None
+    return ch.strip() if type(ch) is str and ch.strip() else None
+
+
+class _Coverage:
+    """The two accumulators `artifacts.proof.zone_coverage_facts` reads."""
+
+    def __init__(self, f: Facts):
+        self.coverage = f["coverage"]
+        self.excused = f["excused"]
+
+
+def current_facts_hash(st: JobState, f: Facts, anchor: str) -> tuple[str | None, Any]:
+    """(factsHash of the zone-coverage facts now, customerPolicyHash at the anchor), as the proof verifier
+    computes them; (None, ...) when the booking's zone set is invalid."""
+    from settlekit.artifacts.proof import zone_coverage_facts
+    from settlekit.errors import ValidationError
+
+    job_at = st.facts.get("jobAtLatestCompletion") or {}
+    booking = job_at.get("booking")
+    cph = job_at.get("customerPolicyHash") or (booking or {}).get("policyHash")
+    try:
+        doc = zone_coverage_facts(_Coverage(f), booking, anchor)  # type: ignore[arg-type]
+    except ValidationError:
+        return None, cph
+    return canonical_hash(doc), cph
+
+
+def _hold_common(st: JobState, f: Facts, e: Event, p: dict[str, Any], field: str, what: str) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, field)
+    if s["status"] != "COMPLETED":
+        raise _refuse("STATUS_NOT_ALLOWED", what)
+
+
+def _hold(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    _hold_common(st, f, e, p, "heldAt", "settlement hold can only be created after completion")
+    if gate_mode(st.snapshot) == "warn":
+        raise _refuse("PROOF_GATE_DISABLED", "settlement hold requires strict/holdback proof gating")
+    anchor = _gate_anchor(st)
+    if anchor is None:
+        raise _refuse("PROOF_REQUIRED", "settlement hold requires a completion anchor")
+    if p.get("evaluatedAtChainHash") != anchor:
+        raise _refuse("ANCHOR_MISMATCH", "payload.evaluatedAtChainHash must match latest completion anchor")
+
+
+def _release(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    _hold_common(st, f, e, p, "releasedAt", "settlement hold release can only happen before settlement")
+    hold = f["holds"].get(p.get("holdId")) if type(p.get("holdId")) is str else None
+    if not hold or hold["status"] != "HELD":
+        raise _refuse("SETTLEMENT_HOLD_NOT_ACTIVE", "settlement hold must be active to release")
+    if gate_mode(st.snapshot) == "warn":
+        raise _refuse("PROOF_GATE_DISABLED", "settlement hold release requires strict/holdback proof gating")
+
+
+def _forfeit(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    _hold_common(st, f, e, p, "forfeitedAt", "settlement hold forfeiture can only happen before settlement")
+    if gate_mode(st.snapshot) == "warn":
+        raise _refuse("PROOF_GATE_DISABLED", "settlement hold forfeiture requires strict/holdback proof gating")
+
+
+def _dispute_opened(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "openedAt")
+    if s["status"] != "SETTLED":
+        raise _refuse("JOB_NOT_SETTLED", "dispute can only be opened after settlement")
+    d = f["disputes"].get(_key(p.get("disputeId")))
+    if d and d["opened"] and not d["closed"]:
+        raise _refuse("DISPUTE_ALREADY_OPEN", "dispute already open")
+
+
+def _dispute_closed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "closedAt")
+    if s["status"] != "SETTLED":
+        raise _refuse("JOB_NOT_SETTLED", "dispute close can only occur after settlement")
+    d = f["disputes"].get(_key(p.get("disputeId")))
+    if not (d and d["opened"] and not d["closed"]):
+        raise _refuse("DISPUTE_NOT_OPEN", "dispute is not open")
+
+
+def _risk_scored(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "scoredAt")
+    basis, source = p.get("basis"), p.get("sourceEventId")
+    if _key(basis, source) in f["risk"]:
+        raise _refuse("RISK_ALREADY_SCORED", "risk already scored for this source event")
+    features = p.get("features") if type(p.get("features")) is dict else {}
+    assert isinstance(features, dict)
+    if s.get("templateId") and features.get("templateId") != s.get("templateId"):
+        raise _refuse("RISK_FEATURES_MISMATCH", "payload.features.templateId must match job.templateId")
+    if basis == "QUOTE":
+        if not s.get("quote"):
+            raise _refuse("QUOTE_MISSING", "risk scoring requires a quote")
+        if s["status"] != "QUOTED":
+            raise _refuse("STATUS_NOT_ALLOWED", "risk scoring (QUOTE) requires QUOTED status")
+        last, what = f["lastQuoteEventId"], "QUOTE_PROPOSED"
+    else:
+        if not _booking(s):
+            raise _refuse("BOOKING_MISSING", "risk scoring (BOOK) requires a booking")
+        if s["status"] != "BOOKED":
+            raise _refuse("STATUS_NOT_ALLOWED", "risk scoring (BOOK) requires BOOKED status")
+        _policy_hash(s, p)
+        last, what = f["lastBookedEventId"], "BOOKED"
+    if not last:
+        raise _refuse("SOURCE_EVENT_MISSING", f"risk scoring requires a prior {what} event")
+    if source != last:
+        raise _refuse("SOURCE_EVENT_MISMATCH", f"payload.sourceEventId must match last {what} event id")
+
+
+def _dispatch(allowed_from_booked: bool, field: str, what: str) -> Check:
+    def check(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+        s = st.snapshot
+        _job_id(p, s)
+        _at(p, e, field)
+        if not _booking(s):
+            raise _refuse("BOOKING_MISSING", f"{what} requires a booking")
+        if allowed_from_booked and s["status"] != "BOOKED":
+            raise _refuse("STATUS_NOT_ALLOWED", f"{what} requires BOOKED status")
+
+    return check
+
+
+def _dispatch_confirmed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "confirmedAt")
+    if not s.get("reservation"):
+        raise _refuse("RESERVATION_MISSING", "dispatch confirmation requires a robot reservation")
+    booking = _booking(s) or {}
+    if booking.get("requiresOperatorCoverage") and (s.get("operatorCoverage") or {}).get("status") != "reserved":
+        raise _refuse("OPERATOR_COVERAGE_MISSING", "dispatch confirmation requires operator coverage reservation")
+
+
+def _matched(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    if not _booking(st.snapshot):
+        raise _refuse("BOOKING_MISSING", "cannot match before booking")
+
+
+def _reserved(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    from settlekit.artifacts.js import date_parse_ms
+
+    s = st.snapshot
+    _not_terminal(s)
+    booking = _booking(s)
+    if not booking:
+        raise _refuse("BOOKING_MISSING", "cannot reserve robot before booking")
+    if date_parse_ms(p.get("startAt")) < date_parse_ms(booking.get("startAt")) or date_parse_ms(
+        p.get("endAt")
+    ) > date_parse_ms(booking.get("endAt")):
+        raise _refuse("RESERVATION_WINDOW", "reservation window must be within booked window")
+    matched = (s.get("match") or {}).get("robotId")
+    if matched and matched != p.get("robotId"):
+        raise _refuse("ROBOT_MISMATCH", "reservation robotId must match matched robotId")
+
+
+def _coverage_reserved(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _not_terminal(s)
+    booking = _booking(s)
+    if not booking:
+        raise _refuse("BOOKING_MISSING", "operator coverage requires a booking")
+    if booking.get("requiresOperatorCoverage") is not True:
+        raise _refuse("OPERATOR_COVERAGE_NOT_REQUIRED", "operator coverage reservation is not required for this job")
+    if s["status"] != "RESERVED":
+        raise _refuse("STATUS_NOT_ALLOWED", "operator coverage reservation requires RESERVED status")
+    res = s.get("reservation")
+    if not res:
+        raise _refuse("RESERVATION_MISSING", "operator coverage reservation requires a robot reservation")
+    if p.get("startAt") != res.get("startAt") or p.get("endAt") != res.get("endAt"):
+        raise _refuse("RESERVATION_WINDOW", "operator coverage window must match robot reservation window")
+
+
+def _coverage_released(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "releasedAt")
+    if (s.get("operatorCoverage") or {}).get("reservationId") != p.get("reservationId"):
+        raise _refuse(
+            "RESERVATION_MISMATCH", "operator coverage release reservationId does not match current reservation"
+        )
+
+
+def _license_ids(s: Mapping[str, Any]) -> list[Any]:
+    return [lic.get("licenseId") for lic in s.get("skillLicenses") or [] if type(lic) is dict]
+
+
+def _skill_licensed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _not_terminal(s)
+    if s["status"] in ("EXECUTING", "ASSISTED"):
+        raise _refuse("STATUS_NOT_ALLOWED", "cannot license skills after execution start")
+    if p.get("licenseId") in _license_ids(s):
+        raise _refuse("SKILL_LICENSE_DUPLICATE", "licenseId already exists for this job")
+
+
+def _skill_used(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _status_in(s, {"EXECUTING", "ASSISTED"}, "skill usage is only allowed during execution")
+    if p.get("licenseId") not in _license_ids(s):
+        raise _refuse("SKILL_NOT_LICENSED", "skill used without license")
+
+
+def _rescheduled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _status_in(s, {"BOOKED", "MATCHED", "RESERVED"}, "job is not reschedulable")
+    booking = _booking(s)
+    if not booking:
+        raise _refuse("BOOKING_MISSING", "job booking is required for reschedule")
+    old = p.get("oldWindow") if type(p.get("oldWindow")) is dict else {}
+    assert isinstance(old, dict)
+    if booking.get("startAt") != old.get("startAt") or booking.get("endAt") != old.get("endAt"):
+        raise _refuse("WINDOW_MISMATCH", "payload.oldWindow must match current booking window")
+    if p.get("requiresRequote") is True:
+        raise _refuse("REQUOTE_UNSUPPORTED", "requiresRequote is not supported in v0.6")
+
+
+def _cancelled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    _job_id(p, st.snapshot)
+    _at(p, e, "cancelledAt")
+    _not_terminal(st.snapshot)
+
+
+def _incident_reported(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    if s["status"] in ("CREATED", "QUOTED"):
+        raise _refuse("STATUS_NOT_ALLOWED", "cannot report incident before job is booked")
+    if str(p.get("incidentId")) in f["incidents"]:
+        raise _refuse("INCIDENT_DUPLICATE", "incidentId already exists for this job")
+    if _actor(e).get("type") != "operator" and "reportedBy" not in p:
+        raise _refuse("REPORTED_BY_REQUIRED", "payload.reportedBy is required for server-side incident reports")
+
+
+def _incident_detected(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _status_in(s, {"EN_ROUTE", "ACCESS_GRANTED", "EXECUTING", "ASSISTED", "ABORTING_SAFE_EXIT"},
+               "incident detection is only allowed once the job is en route")
+    if str(p.get("incidentId")) in f["incidents"]:
+        raise _refuse("INCIDENT_DUPLICATE", "incidentId already exists for this job")
+
+
+def _evidence_captured(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    incident = f["incidents"].get(str(p.get("incidentId")))
+    if incident is None:
+        raise _refuse("INCIDENT_NOT_FOUND", "evidence must reference an existing incidentId")
+    if str(p.get("evidenceId")) in f["evidence"]:
+        raise _refuse("EVIDENCE_DUPLICATE", "evidenceId already exists for this job")
+    constraints = s.get("constraints") if type(s.get("constraints")) is dict else {}
+    assert isinstance(constraints, dict)
+    if constraints.get("privacyMode") == "minimal" and p.get("kind") == "VIDEO_CLIP":
+        sev = incident.get("severity")
+        if not is_safe_int(sev) or sev < 4:
+            raise _refuse(
+                "EVIDENCE_PRIVACY",
+                "video evidence is not allowed in privacyMode=minimal unless incident severity >= 4",
+            )
+
+
+def _evidence_seen(field: str) -> Check:
+    def check(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+        s = st.snapshot
+        _job_id(p, s)
+        _at(p, e, field)
+        captured = f["evidence"].get(str(p.get("evidenceId")))
+        if captured is None:
+            raise _refuse("EVIDENCE_NOT_FOUND", "evidenceId not found for this job")
+        if captured["evidenceRef"] != p.get("evidenceRef"):
+            raise _refuse("EVIDENCE_REF_MISMATCH", "payload.evidenceRef does not match captured evidenceRef")
+        if e.get("type") == "EVIDENCE_EXPIRED":
+            if str(p.get("evidenceId")) in f["evidenceExpired"]:
+                raise _refuse("EVIDENCE_ALREADY_EXPIRED", "evidence already expired")
+            _policy_hash(s, p)
+
+    return check
+
+
+def _claim_state(f: Facts, p: Mapping[str, Any]) -> dict[str, Any]:
+    c = f["claims"].get(str(p.get("claimId")))
+    if not c or not c["exists"]:
+        raise _refuse("CLAIM_NOT_FOUND", "unknown claimId")
+    return c
+
+
+def _claim_opened(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    if s["status"] in ("CREATED", "QUOTED"):
+        raise _refuse("STATUS_NOT_ALLOWED", "cannot open claim before job is booked")
+    if str(p.get("incidentId")) not in f["incidents"]:
+        raise _refuse("INCIDENT_NOT_FOUND", "claim must reference an existing incidentId")
+    c = f["claims"].get(str(p.get("claimId")))
+    if c and c.get("opened"):
+        raise _refuse("CLAIM_DUPLICATE", "claimId already exists for this job")
+
+
+def _claim_triaged(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    _job_id(p, st.snapshot)
+    if _claim_state(f, p)["status"] in _DECIDED:
+        raise _refuse("CLAIM_TRANSITION_ILLEGAL", "cannot triage a decided claim")
+
+
+_AFTER_EXECUTION: Final = frozenset({"COMPLETED", "ABORTED", "SETTLED"})
+MAX_AUTO_APPROVE_CENTS: Final = 10_000
+
+
+def _claim_approved(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    c = _claim_state(f, p)
+    if c["status"] in _DECIDED:
+        raise _refuse("CLAIM_TRANSITION_ILLEGAL", "claim is already decided")
+    _status_in(s, _AFTER_EXECUTION, "claim approval is only allowed after the job is completed/aborted")
+    if not c["incidentId"]:
+        raise _refuse("INCIDENT_NOT_FOUND", "claim is missing incidentId")
+    incident = f["incidents"].get(str(c["incidentId"]))
+    if incident is None:
+        raise _refuse("INCIDENT_NOT_FOUND", "claim incidentId not found")
+    if incident.get("type") != "ACCESS_FAILURE" and not f["executionStarted"]:
+        raise _refuse("EXECUTION_NOT_STARTED", "cannot approve claim: job never reached execution")
+    amounts = p.get("amounts") if type(p.get("amounts")) is dict else {}
+    assert isinstance(amounts, dict)
+    payout = amounts.get("payoutCents") or 0
+    refund = amounts.get("refundCents") or 0
+    actor = _actor(e)
+    elevated = actor.get("type") == "system" and actor.get("id") == "proxy_admin"
+    if payout + refund > MAX_AUTO_APPROVE_CENTS and not elevated:
+        raise _refuse("CLAIM_APPROVAL_LIMIT", "claim approval exceeds policy max without elevated actor")
+    if refund:
+        job_amount = (s.get("quote") or {}).get("amountCents")
+        if not is_safe_int(job_amount) or job_amount <= 0:
+            raise _refuse("QUOTE_MISSING", "job quote is required for refund adjustments")
+        if refund > job_amount:
+            raise _refuse("CLAIM_AMOUNTS_INVALID", "refundCents exceeds job amount")
+
+
+def _claim_denied(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    if _claim_state(f, p)["status"] in _DECIDED:
+        raise _refuse("CLAIM_TRANSITION_ILLEGAL", "claim is already decided")
+    _status_in(s, _AFTER_EXECUTION, "claim denial is only allowed after the job is completed/aborted")
+
+
+def _job_adjusted(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    c = _claim_state(f, p)
+    if c["status"] != "APPROVED":
+        raise _refuse("CLAIM_TRANSITION_ILLEGAL", "job adjustment requires an approved claim")
+    if c["adjusted"]:
+        raise _refuse("CLAIM_ALREADY_ADJUSTED", "claim is already adjusted")
+    if s["status"] != "SETTLED":
+        raise _refuse("JOB_NOT_SETTLED", "job adjustment is only allowed after settlement")
+
+
+def _claim_paid(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    _job_id(p, st.snapshot)
+    c = _claim_state(f, p)
+    if c["status"] != "APPROVED":
+        raise _refuse("CLAIM_TRANSITION_ILLEGAL", "claim must be approved before it can be paid")
+    if not c["adjusted"]:
+        raise _refuse("CLAIM_NOT_ADJUSTED", "claim must be adjusted before it can be paid")
+    amounts = c["amounts"] if type(c["amounts"]) is dict else {}
+    expected = (amounts.get("payoutCents") or 0) + (amounts.get("refundCents") or 0)
+    if p.get("amountCents") != expected:
+        raise _refuse("CLAIM_AMOUNTS_INVALID", "payload.amountCents must equal approved total")
+
+
+def _robot_matches_actor(p: Mapping[str, Any], e: Event) -> None:
+    actor = _actor(e)
+    if actor.get("type") == "robot" and p.get("robotId") != actor.get("id"):
+        raise _refuse("ACTOR_MISMATCH", "payload.robotId must match event.actor.id")
+
+
+def _execution_started(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    if e.get("type") == "JOB_EXECUTION_STARTED":
+        _job_id(p, s)
+        _at(p, e, "startedAt")
+        _robot_matches_actor(p, e)
+    plan = s.get("accessPlan")
+    if not plan:
+        raise _refuse("ACCESS_PLAN_REQUIRED", "cannot start execution without an access plan")
+    if (s.get("access") or {}).get("status") != "granted":
+        raise _refuse("ACCESS_NOT_GRANTED", "cannot start execution without access granted")
+    if not _within(e.get("at"), plan.get("validFrom"), plan.get("validTo")):
+        raise _refuse("ACCESS_WINDOW", "execution start is outside access plan window")
+
+
+def _heartbeat(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "t")
+    actor = _actor(e)
+    if actor.get("type") != "robot":
+        raise _refuse("ACTOR_MISMATCH", "job heartbeat requires actor.type=robot")
+    if p.get("robotId") != actor.get("id"):
+        raise _refuse("ACTOR_MISMATCH", "payload.robotId must match event.actor.id")
+    _status_in(s, {"EXECUTING", "ASSISTED", "STALLED", "ABORTING_SAFE_EXIT"},
+               "job heartbeat is only allowed during execution/safe-exit")
+    res, match, ex = s.get("reservation") or {}, s.get("match") or {}, s.get("execution") or {}
+    expected = res.get("robotId") or match.get("robotId") or ex.get("robotId")
+    if expected and expected != actor.get("id"):
+        raise _refuse("ROBOT_MISMATCH", "heartbeat rejected: robotId does not match job robotId")
+
+
+def _stalled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "detectedAt")
+    _status_in(s, {"EXECUTING", "ASSISTED"}, "stall is only allowed during execution")
+    if not (s.get("execution") or {}).get("startedAt"):
+        raise _refuse("EXECUTION_NOT_STARTED", "stall requires execution startedAt")
+    expected = _expected_robot(s)
+    if expected and p.get("robotId") != expected:
+        raise _refuse("ROBOT_MISMATCH", "payload.robotId must match execution robotId")
+
+
+def _resumed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "resumedAt")
+    if s["status"] != "STALLED":
+        raise _refuse("STATUS_NOT_ALLOWED", "resume is only allowed from STALLED")
+    expected = _expected_robot(s)
+    if expected and p.get("robotId") != expected:
+        raise _refuse("ROBOT_MISMATCH", "payload.robotId must match execution robotId")
+    _robot_matches_actor(p, e)
+
+
+def _aborted(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "abortedAt")
+    expected = _expected_robot(s)
+    if expected and p.get("robotId") != expected:
+        raise _refuse("ROBOT_MISMATCH", "payload.robotId must match execution robotId")
+    _robot_matches_actor(p, e)
+
+
+def _assist(field: str, *, actor_kind: str | None = None, id_field: str | None = None,
+            statuses: frozenset[str] | None = None) -> Check:
+    def check(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+        s = st.snapshot
+        _job_id(p, s)
+        _at(p, e, field)
+        actor = _actor(e)
+        if actor_kind is not None and id_field is not None:
+            if actor.get("type") != actor_kind:
+                raise _refuse("ACTOR_MISMATCH", _ASSIST_ACTOR_MSG[str(e.get("type"))])
+            if p.get(id_field) != actor.get("id"):
+                raise _refuse("ACTOR_MISMATCH", f"payload.{id_field} must match event.actor.id")
+        if statuses is not None:
+            _status_in(s, statuses, "assist requests are only allowed during execution/stall")
+
+    return check
+
+
+_ASSIST_ACTOR_MSG: Final = {
+    "ASSIST_REQUESTED": "assist requests require actor.type=robot",
+    "ASSIST_ACCEPTED": "assist accepted requires actor.type=operator",
+    "ASSIST_DECLINED": "assist declined requires actor.type=operator",
+}
+
+
+def _checkpoint(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _status_in(s, {"EXECUTING", "ASSISTED"}, "checkpoint is only allowed during execution")
+    if (s.get("access") or {}).get("status") in ("revoked", "expired"):
+        raise _refuse("ACCESS_REVOKED", "checkpoint rejected: access is revoked/expired")
+
+
+def _completed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    if e.get("type") == "JOB_EXECUTION_COMPLETED":
+        _job_id(p, s)
+        _at(p, e, "completedAt")
+        _robot_matches_actor(p, e)
+    if (s.get("access") or {}).get("status") in ("revoked", "expired"):
+        raise _refuse("ACCESS_REVOKED", "cannot complete execution after access is revoked/expired")
+
+
+def _post_settlement(what: str) -> Callable[[JobState, Facts, dict[str, Any]], None]:
+    def check(st: JobState, f: Facts, p: dict[str, Any]) -> None:
+        last = f["lastSettledEventId"]
+        if not last:
+            raise _refuse("SETTLEMENT_MISSING", f"{what} requires prior SETTLED event")
+        if p.get("settledEventId") != last:
+            raise _refuse("SETTLED_EVENT_MISMATCH", "payload.settledEventId must match last SETTLED event id")
+
+    return check
+
+
+def _operator_cost(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    if s["status"] != "SETTLED":
+        raise _refuse("JOB_NOT_SETTLED", "operator cost can only be recorded after settlement")
+    _post_settlement("operator cost")(st, f, p)
+    if _key(p.get("settledEventId")) in f["costSettled"]:
+        raise _refuse("ALREADY_RECORDED_FOR_SETTLEMENT", "operator cost already recorded for this settlement")
+    booking = _booking(s) or {}
+    constraints = s.get("constraints") or {}
+    job_zone = _zone(booking.get("zoneId") or constraints.get("zoneId"))
+    if p.get("zoneId") is not None and _zone(p.get("zoneId")) != job_zone:
+        raise _refuse("ZONE_MISMATCH", "payload.zoneId must match job zone")
+
+
+def _sla_breach(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    if s["status"] != "SETTLED":
+        raise _refuse("JOB_NOT_SETTLED", "SLA breach detection can only be recorded after settlement")
+    _at(p, e, "detectedAt")
+    _post_settlement("SLA breach")(st, f, p)
+    if _key(p.get("settledEventId")) in f["breachSettled"]:
+        raise _refuse("ALREADY_RECORDED_FOR_SETTLEMENT", "SLA breach already recorded for this settlement")
+    booking = _booking(s)
+    if not booking:
+        raise _refuse("BOOKING_MISSING", "SLA breach requires a booking")
+    window = p.get("window") if type(p.get("window")) is dict else {}
+    assert isinstance(window, dict)
+    if window.get("startAt") != booking.get("startAt") or window.get("endAt") != booking.get("endAt"):
+        raise _refuse("WINDOW_MISMATCH", "payload.window must match booking window")
+    if not booking.get("sla"):
+        raise _refuse("SLA_POLICY_MISSING", "SLA breach requires booking.sla")
+    if canonical_json(p.get("policy")) != canonical_json(booking.get("sla")):
+        raise _refuse("SLA_POLICY_MISMATCH", "payload.policy must match booking.sla")
+    _policy_hash(s, p)
+
+
+def _sla_credit(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    _job_id(p, s)
+    if s["status"] != "SETTLED":
+        raise _refuse("JOB_NOT_SETTLED", "SLA credit can only be issued after settlement")
+    _at(p, e, "issuedAt")
+    credit_policy = (_booking(s) or {}).get("creditPolicy")
+    credit_policy = credit_policy if type(credit_policy) is dict else {}
+    if credit_policy.get("enabled") is not True:
+        raise _refuse("SLA_CREDITS_DISABLED", "SLA credits are disabled")
+    _post_settlement("SLA credit")(st, f, p)
+    settled = _key(p.get("settledEventId"))
+    if settled not in f["breachSettled"]:
+        raise _refuse("SLA_BREACH_REQUIRED", "SLA credit requires a recorded SLA breach")
+    if settled in f["creditSettled"] or _key(p.get("creditId")) in f["creditIds"]:
+        raise _refuse("ALREADY_RECORDED_FOR_SETTLEMENT", "SLA credit already issued for this settlement")
+    max_cents = credit_policy.get("maxAmountCents")
+    amount = p.get("amountCents")
+    if is_safe_int(max_cents) and max_cents > 0 and is_safe_int(amount) and amount > max_cents:
+        raise _refuse("SLA_CREDIT_MAX_EXCEEDED", "SLA credit exceeds configured maximum")
+    _policy_hash(s, p)
+
+
+_REF_KEYS: Final = (
+    "proofEventId",
+    "proofEventChainHash",
+    "proofEventPayloadHash",
+    "evaluatedAtChainHash",
+    "customerPolicyHash",
+    "factsHash",
+    "status",
+)
+_FORFEIT_KEYS: Final = ("holdId", "forfeitureReason", "forfeitEventId", "forfeitEventChainHash",
+                        "forfeitEventPayloadHash")
+
+
+def _settled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    licensed = _license_ids(s)
+    for lic in f["skillUsed"]:
+        if lic and lic not in licensed:
+            raise _refuse("SKILL_NOT_LICENSED", "cannot settle: unlicensed skill usage exists")
+    if s["status"] != "COMPLETED" or gate_mode(s) == "warn":
+        return
+    anchor = _gate_anchor(st)
+    if anchor is None:
+        raise _refuse("PROOF_REQUIRED", "cannot settle: missing completion anchor")
+    facts_hash, cph = current_facts_hash(st, f, anchor)
+    if not facts_hash:
+        raise _refuse("PROOF_STALE", "cannot settle: proof factsHash missing (stale-proof protection)")
+    proof = _matching_proof(f, anchor, cph, facts_hash)
+    if proof is None:
+        if anchor in f["proofAnchors"]:
+            raise _refuse("PROOF_STALE", "cannot settle: proof is stale (matching PROOF_EVALUATED missing)")
+        raise _refuse("PROOF_REQUIRED", "cannot settle: proof verdict is required (PROOF_EVALUATED missing)")
+    pp = proof["payload"]
+    status = str(pp["status"]).strip() if pp.get("status") is not None else ""
+    if not status:
+        raise _refuse("PROOF_REQUIRED", "cannot settle: proof verdict is required (PROOF_EVALUATED missing status)")
+    expected: dict[str, Any] = {
+        "proofEventId": proof["id"],
+        "proofEventChainHash": proof["chainHash"],
+        "proofEventPayloadHash": proof["payloadHash"],
+        "evaluatedAtChainHash": pp.get("evaluatedAtChainHash"),
+        "customerPolicyHash": pp.get("customerPolicyHash"),
+        "factsHash": pp.get("factsHash"),
+        "status": pp.get("status"),
+    }
+    forfeit = None
+    if status == "INSUFFICIENT_EVIDENCE":
+        forfeit = _forfeit_for(f, anchor, facts_hash)
+        if forfeit is None:
+            raise _refuse("PROOF_INSUFFICIENT", "cannot settle: proof verdict is INSUFFICIENT_EVIDENCE")
+        expected["status"] = "FAIL"
+    actual = p.get("settlementProofRef")
+    ok = type(actual) is dict and all(expected[k] == actual.get(k) for k in _REF_KEYS)
+    if ok and forfeit is not None:
+        af = actual.get("forfeit") if type(actual) is dict else None
+        ok = type(af) is dict and all(forfeit.get(k) == af.get(k) for k in _FORFEIT_KEYS)
+    if not ok:
+        raise _refuse(
+            "SETTLEMENT_PROOF_REF_REQUIRED",
+            "cannot settle: settlementProofRef must reference the fresh proof used for settlement",
+        )
+
+
+def _matching_proof(f: Facts, anchor: str, cph: Any, facts_hash: str) -> dict[str, Any] | None:
+    """The latest PROOF_EVALUATED on (anchor, factsHash), of customer policy `cph` when one is pinned."""
+    for proof in reversed(f["proofs"]):
+        pp = proof["payload"]
+        if pp.get("evaluatedAtChainHash") != anchor or pp.get("factsHash") != facts_hash:
+            continue
+        if cph and pp.get("customerPolicyHash") != cph:
+            continue
+        found: dict[str, Any] = proof
+        return found
+    return None
+
+
+def _forfeit_for(f: Facts, anchor: str, facts_hash: str) -> dict[str, Any] | None:
+    """The forfeiture of the latest hold on (anchor, factsHash), as a settlementProofRef.forfeit, or None."""
+    hold_id = None
+    for hid, h in f["holds"].items():
+        if h.get("heldAnchor") == anchor and h.get("heldFactsHash") == facts_hash:
+            hold_id = hid
+    if hold_id is None:
+        return None
+    forfeit = f["holds"][hold_id].get("forfeit")
+    if not forfeit or forfeit.get("factsHash") != facts_hash:
+        return None
+    return {"holdId": hold_id, **{k: forfeit.get(k) for k in _FORFEIT_KEYS[1:]}}
+
+
+_SAFE_EXIT_FORBIDDEN: Final = frozenset(
+    {"CHECKPOINT_REACHED", "SKILL_USED", "SKILL_METER_REPORTED", "EXECUTION_COMPLETED", "JOB_EXECUTION_COMPLETED"}
+)
+
+CHECKS: Final[dict[str, Check]] = {
+    "ACCESS_PLAN_ISSUED": _access_plan,
+    "ACCESS_GRANTED": _access_result,
+    "ACCESS_DENIED": _access_result,
+    "ACCESS_REVOKED": _access_revoked,
+    "ACCESS_EXPIRED": _access_revoked,
+    "BOOKED": _booked,
+    "ZONE_COVERAGE_REPORTED": _zone_coverage,
+    "PROOF_EVALUATED": _proof_evaluated,
+    "SETTLEMENT_HELD": _hold,
+    "SETTLEMENT_RELEASED": _release,
+    "SETTLEMENT_FORFEITED": _forfeit,
+    "DISPUTE_OPENED": _dispute_opened,
+    "DISPUTE_CLOSED": _dispute_closed,
+    "RISK_SCORED": _risk_scored,
+    "DISPATCH_REQUESTED": _dispatch(True, "requestedAt", "dispatch"),
+    "DISPATCH_EVALUATED": _dispatch(True, "evaluatedAt", "dispatch evaluation"),
+    "DISPATCH_CONFIRMED": _dispatch_confirmed,
+    "DISPATCH_FAILED": _dispatch(True, "failedAt", "dispatch failure"),
+    "MATCHED": _matched,
+    "RESERVED": _reserved,
+    "OPERATOR_COVERAGE_RESERVED": _coverage_reserved,
+    "OPERATOR_COVERAGE_RELEASED": _coverage_released,
+    "SKILL_LICENSED": _skill_licensed,
+    "SKILL_USED": _skill_used,
+    "JOB_RESCHEDULED": _rescheduled,
+    "JOB_CANCELLED": _cancelled,
+    "INCIDENT_REPORTED": _incident_reported,
+    "INCIDENT_DETECTED": _incident_detected,
+    "EVIDENCE_CAPTURED": _evidence_captured,
+    "EVIDENCE_VIEWED": _evidence_seen("viewedAt"),
+    "EVIDENCE_EXPIRED": _evidence_seen("expiredAt"),
+    "CLAIM_OPENED": _claim_opened,
+    "CLAIM_TRIAGED": _claim_triaged,
+    "CLAIM_APPROVED": _claim_approved,
+    "CLAIM_DENIED": _claim_denied,
+    "JOB_ADJUSTED": _job_adjusted,
+    "CLAIM_PAID": _claim_paid,
+    "EXECUTION_STARTED": _execution_started,
+    "JOB_EXECUTION_STARTED": _execution_started,
+    "JOB_HEARTBEAT": _heartbeat,
+    "JOB_EXECUTION_STALLED": _stalled,
+    "JOB_EXECUTION_RESUMED": _resumed,
+    "JOB_EXECUTION_ABORTED": _aborted,
+    "ASSIST_REQUESTED": _assist(
+        "requestedAt", actor_kind="robot", id_field="robotId",
+        statuses=frozenset({"EXECUTING", "ASSISTED", "STALLED"}),
+    ),
+    "ASSIST_QUEUED": _assist("queuedAt"),
+    "ASSIST_ASSIGNED": _assist("assignedAt"),
+    "ASSIST_ACCEPTED": _assist("acceptedAt", actor_kind="operator", id_field="operatorId"),
+    "ASSIST_DECLINED": _assist("declinedAt", actor_kind="operator", id_field="operatorId"),
+    "ASSIST_TIMEOUT": _assist("timedOutAt"),
+    "CHECKPOINT_REACHED": _checkpoint,
+    "EXECUTION_COMPLETED": _completed,
+    "JOB_EXECUTION_COMPLETED": _completed,
+    "OPERATOR_COST_RECORDED": _operator_cost,
+    "SLA_BREACH_DETECTED": _sla_breach,
+    "SLA_CREDIT_ISSUED": _sla_credit,
+    "SETTLED": _settled,
+}
+
+
+def check(state: JobState, facts: Facts, event: Event) -> None:
+    """Raise ServerRuleViolation when the live API refuses `event` on top of `state` (history `facts`)."""
+    t: Any = event.get("type")
+    rule = CHECKS.get(t)
+    if rule is not None:
+        rule(state, facts, event, _p(event))
+    if state.snapshot["status"] == "ABORTING_SAFE_EXIT" and t in _SAFE_EXIT_FORBIDDEN:
+        raise _refuse("STATUS_NOT_ALLOWED", "event rejected during safe-exit")

@@ -1,0 +1,190 @@
+"""The live append path accepts exactly what the settld 0.1.0 API accepts: every corpus stream appended event by
+event through the store (client-finalized envelopes, the corpus signer keys registered for the tenant by role)
+accepts every event before the first of `serverRejections` and refuses that one with nothing written. Posting
+errors never refuse an event: they are recorded (ledger_errors) with the reference's message.
+
+One deliberate difference (README, "Compatibility"): an unsigned event of a robot- or operator-signed type is
+refused by the signer policy, as settld's API itself does ("robot-signed events require signature"), although
+the corpus' `serverRejections` (domain rules only) do not list it. On the 23 streams holding one, the store
+stops there; the pure test below checks the domain rules over the whole prefix of every stream. Likewise new
+input holding a lone UTF-16 surrogate may be refused by the live API (documented); the store test stops at such
+an event."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from conftest import _admin, _pg_url, differential_corpus, load_differential
+from settlekit.errors import SettlekitError, SignerPolicyError
+from settlekit.jobs import process_job_events, required_signer_kind
+from settlekit.jobs.server_rules import ServerRuleViolation
+from settlekit.store import ledger as ledger_rows
+from settlekit.store.db import Database, connect
+from settlekit.store.job_streams import job_store
+
+T = "tenant_default"
+NOW = datetime(2026, 12, 31, tzinfo=UTC)
+STREAMS = list(differential_corpus())
+
+
+def _rows(db: Database, tenant: str, job_id: str) -> tuple[Any, ...]:
+    return (
+        ledger_rows.entries_for_job(db, tenant, job_id),
+        ledger_rows.allocations_for_job(db, tenant, job_id),
+        ledger_rows.errors_for_job(db, tenant, job_id),
+        ledger_rows.balances(db, tenant),
+    )
+
+
+def _has_lone_surrogate(x: Any) -> bool:
+    if isinstance(x, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in x)
+    if isinstance(x, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in x.items())
+    if isinstance(x, list):
+        return any(_has_lone_surrogate(v) for v in x)
+    return False
+
+
+def _first_unsigned_robot_or_operator_event(events: list[dict[str, Any]]) -> int | None:
+    for i, e in enumerate(events):
+        kind = required_signer_kind(e["type"], e["actor"]["type"])
+        if e.get("signature") is None and kind in ("robot", "operator"):
+            return i
+    return None
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_server_rules_refuse_exactly_the_reference_rejections(name: str) -> None:
+    """The pure live pipeline (payload validation, transitions, server rules) event by event: every event
+    before the first rejection is accepted, that one is refused with the reference's message."""
+    v = load_differential(name)
+    events = v["events"]
+    rejections = v["serverRejections"]
+    stop = rejections[0]["index"] if rejections else len(events)
+    state = None
+    for event in events[:stop]:
+        state = process_job_events(state, [event], live=True).state
+    if not rejections:
+        return
+    if rejections[0]["code"] == "SIGNER_KIND":  # the signer policy, enforced by the store (test above)
+        return
+    with pytest.raises(ServerRuleViolation) as exc:
+        process_job_events(state, [events[stop]], live=True)
+    assert exc.value.message == rejections[0]["error"]
+    if rejections[0]["code"] is not None:
+        assert exc.value.code == rejections[0]["code"]
+    # Offline the same event is accepted: the server rules belong to the live path only.
+    process_job_events(state, [events[stop]])
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def shared_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
+    """One database per backend for the whole module (each stream gets its own tenant): one PostgreSQL
+    database instead of 204 keeps the test fast."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('live') / 'settlekit.db'}"
+        database = connect(url)
+        database.migrate()
+        yield database
+        database.close()
+        return
+    template = request.getfixturevalue("pg_template")
+    name = f"{template}_live"
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    database = connect(_pg_url(name))
+    try:
+        yield database
+    finally:
+        database.close()
+        with _admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database, name: str) -> None:
+    db, T = shared_db, f"tenant_{name}"
+    v = load_differential(name)
+    events = v["events"]
+    job_id = events[0]["streamId"]
+    store = job_store(db, clock=lambda: NOW)
+    for signer in v["signers"]:
+        store.register_key(T, signer["publicKeyPem"], signer["role"])
+    rejections = v["serverRejections"]
+    stop = rejections[0]["index"] if rejections else len(events)
+    unsigned = _first_unsigned_robot_or_operator_event(events[:stop])
+    if unsigned is not None:
+        rejections, stop = [], unsigned
+    surrogate = next((i for i, e in enumerate(events[:stop]) if _has_lone_surrogate(e)), None)
+    if surrogate is not None:
+        rejections, stop, unsigned = [], surrogate, None
+    for event in events[:stop]:
+        store.append(T, job_id, [event])
+    head = store.head(T, job_id)
+    assert head is not None and head.seq == stop and head.event_id == events[stop - 1]["id"]
+    accepted = {e["id"] for e in events[:stop]}
+    entries, allocations, errors, _ = _rows(db, T, job_id)
+    assert entries == [x for x in v["ledgerEntries"] if x["eventId"] in accepted]
+    entry_ids = {x["entry"]["id"] for x in entries}
+    assert allocations == [{**a, "tenantId": T} for a in v["allocations"] if a["entryId"] in entry_ids]
+    assert [(x["eventId"], x["eventType"], x["error"]["message"]) for x in errors] == [
+        (x["eventId"], x["eventType"], x["error"]) for x in v["ledgerErrors"] if x["eventId"] in accepted
+    ]
+    before = _rows(db, T, job_id), store.snapshot(T, job_id)
+    if surrogate is not None:
+        try:
+            store.append(T, job_id, [events[stop]])
+        except SettlekitError as exc:
+            assert exc.code == "SCHEMA_INVALID"
+            assert store.head(T, job_id) == head
+            assert (_rows(db, T, job_id), store.snapshot(T, job_id)) == before
+        return
+    if unsigned is not None:
+        with pytest.raises(SignerPolicyError):
+            store.append(T, job_id, [events[stop]])
+        assert store.head(T, job_id) == head
+        assert (_rows(db, T, job_id), store.snapshot(T, job_id)) == before
+        return
+    if not rejections:
+        return
+    refused = rejections[0]
+    with pytest.raises(SettlekitError) as exc:
+        store.append(T, job_id, [events[stop]])
+    if isinstance(exc.value, ServerRuleViolation):
+        assert exc.value.message == refused["error"]
+        assert exc.value.code and exc.value.status == 409
+        if refused["code"] is not None:
+            assert exc.value.code == refused["code"]
+    else:  # the signer policy: a robot-only event signed by another key, or not signed at all
+        assert isinstance(exc.value, SignerPolicyError), exc.value
+        assert refused["code"] == "SIGNER_KIND" or _first_unsigned_robot_or_operator_event([events[stop]]) == 0
+    assert store.head(T, job_id) == head
+    assert (_rows(db, T, job_id), store.snapshot(T, job_id)) == before
+
+
+def test_posting_error_is_stored_without_an_entry_and_the_event_is_accepted(db: Database) -> None:
+    # d142: the reference API accepts a SETTLED whose posting fails ("amountCents must be non-zero").
+    v = load_differential("d142_amounts")
+    events = v["events"]
+    job_id = events[0]["streamId"]
+    store = job_store(db, clock=lambda: NOW)
+    for signer in v["signers"]:
+        store.register_key(T, signer["publicKeyPem"], signer["role"])
+    rejections = v["serverRejections"]
+    stop = rejections[0]["index"] if rejections else len(events)
+    errors_in_prefix = [x for x in v["ledgerErrors"] if x["eventId"] in {e["id"] for e in events[:stop]}]
+    assert errors_in_prefix, "the stream must hold a posting error the API accepts"
+    for event in events[:stop]:
+        store.append(T, job_id, [event])
+    recorded = ledger_rows.errors_for_job(db, T, job_id)
+    assert [x["eventId"] for x in recorded] == [x["eventId"] for x in errors_in_prefix]
+    assert [x["error"]["message"] for x in recorded] == [x["error"] for x in errors_in_prefix]
+    assert all(x["error"]["code"] for x in recorded)
+    stored_ids = {e["id"] for e in store.read_stream(T, job_id)}
+    assert {x["eventId"] for x in recorded} <= stored_ids
+    assert not {x["eventId"] for x in ledger_rows.entries_for_job(db, T, job_id)} & {x["eventId"] for x in recorded}
