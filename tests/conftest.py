@@ -3,6 +3,7 @@ and a fresh SQLite file per test. Every backend-parametrized test runs on both."
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tarfile
@@ -103,3 +104,16 @@ def db(db_url: str) -> Iterator[Database]:
         yield database
     finally:
         database.close()
+
+
+@contextlib.contextmanager
+def pg_database_from(template: str) -> Iterator[str]:
+    """A PostgreSQL database cloned from the migrated template, dropped on exit (for wider-scoped fixtures)."""
+    name = f"sk_test_{_RUN}_{uuid.uuid4().hex[:8]}"
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield _pg_url(name)
+    finally:
+        with _admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -27,10 +27,19 @@ def _fail(exc: SettlekitError) -> None:
 
 
 def _read_json(path: Path) -> Any:
+    """A JSON file parsed with JS number semantics; exit 2 with FILE_NOT_FOUND, FILE_UNREADABLE or JSON_INVALID."""
     try:
-        return parse_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        console.print(f"[red]error[/red] cannot read {path}: {exc}")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        console.print(f"[red]error[/red] FILE_NOT_FOUND: {path} does not exist")
+        raise typer.Exit(code=2) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        console.print(f"[red]error[/red] FILE_UNREADABLE: cannot read {path}: {exc}")
+        raise typer.Exit(code=2) from exc
+    try:
+        return parse_json(text)
+    except ValueError as exc:
+        console.print(f"[red]error[/red] JSON_INVALID: {path} is not valid JSON: {exc}")
         raise typer.Exit(code=2) from exc
 
 
@@ -114,6 +123,68 @@ def export(
     else:
         out.write_text(text, encoding="utf-8")
         console.print(f"wrote {len(events)} events to {out}")
+
+
+@app.command("import")
+def import_stream(
+    stream: Annotated[Path, typer.Argument(help="exported stream: a JSON array of finalized events")],
+    db: DbOption,
+    keys: Annotated[Path, typer.Option("--keys", help="list of signers {role, keyId, publicKeyPem}")],
+    tenant: Annotated[str, typer.Option("--tenant", envvar="SETTLEKIT_TENANT")] = "tenant_default",
+) -> None:
+    """Import a settld stream through the live append path, event by event (ids, hashes and signatures kept).
+
+    Registers the keys for the tenant by role, skips events already imported (a re-run resumes), stops at the
+    first refused event. Prints {"appended", "skipped", "refused"} last on stdout; exit 0 when nothing was
+    refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys, database).
+    """
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from settlekit.store.db import opened
+    from settlekit.store.importer import import_events, parse_import_keys, parse_import_stream, register_signers
+    from settlekit.store.job_streams import job_store
+
+    def stop(exc: SettlekitError, note: str = "") -> NoReturn:
+        console.print(f"[red]error[/red] {exc.code}: {escape(exc.message)}{note}")
+        raise typer.Exit(code=2) from None
+
+    try:
+        events = parse_import_stream(_read_json(stream))
+        signers = parse_import_keys(_read_json(keys))
+    except SettlekitError as exc:
+        stop(exc)
+    try:
+        with opened(db) as database:
+            store = job_store(database)
+            try:
+                register_signers(store, tenant, signers)
+            except SettlekitError as exc:
+                stop(exc)
+            show = console.is_terminal and len(events) >= 100
+            done = 0
+
+            def advance(n: int) -> None:
+                nonlocal done
+                done = n
+                bar.update(task, completed=n)
+
+            with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                          console=console, transient=True, disable=not show) as bar:
+                task = bar.add_task("import", total=len(events))
+                try:
+                    result = import_events(store, tenant, events, progress=advance)
+                except SettlekitError as exc:
+                    stop(exc, f" (stopped after event {done}; a re-run resumes)")
+    except SettlekitError as exc:  # the database could not be opened or migrated
+        stop(exc)
+    if result.refused is not None:
+        r = result.refused
+        console.print(f"[red]refused[/red] event {r.index} ({escape(str(r.event_id))}): {r.code}: "
+                      f"{escape(r.message)}")
+    print(json.dumps(result.to_json(), ensure_ascii=False))
+    if result.refused is not None:
+        raise typer.Exit(code=1)
 
 
 contracts_app = typer.Typer(help="Contract documents (ContractDocument.v1) that jobs pin by hash.",

@@ -1,0 +1,199 @@
+"""Import an exported settld stream through the live append path, event by event.
+
+The events are client-finalized envelopes and are stored as they are (ids, chain hashes, signatures). The signer
+keys are registered for the tenant by role first (idempotent). The import stops at the first event the live path
+refuses. A re-run resumes: events already stored, identical, are skipped; the rest are appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from settlekit.errors import SettlekitError, ValidationError
+from settlekit.events.envelope import Event, key_id_for_public_pem, load_public_key
+from settlekit.store.event_store import KEY_PURPOSES, EventStore
+
+
+@dataclass(frozen=True)
+class ImportSigner:
+    """One entry of KEYS.json: `{role, keyId, publicKeyPem}` (keyId optional; it is derived from the PEM)."""
+
+    role: str
+    key_id: str
+    public_key_pem: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    index: int
+    event_id: str | None
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "eventId": self.event_id, "code": self.code, "message": self.message}
+
+
+@dataclass
+class ImportResult:
+    appended: int = 0
+    skipped: int = 0
+    refused: Refusal | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"appended": self.appended, "skipped": self.skipped,
+                "refused": None if self.refused is None else self.refused.to_json()}
+
+
+def parse_import_keys(data: Any) -> list[ImportSigner]:
+    """KEYS.json for an import: a list of `{role, keyId, publicKeyPem}` (the corpus files' `signers`), or an
+    object holding that list under `signers`. Raises KEYS_INVALID, SIGNER_ROLE_UNKNOWN or
+    SIGNER_KEY_ID_MISMATCH."""
+    if isinstance(data, dict) and "signers" in data:
+        data = data["signers"]
+    if not isinstance(data, list):
+        raise ValidationError("keys file must be a list of {role, keyId, publicKeyPem}", code="KEYS_INVALID")
+    out: list[ImportSigner] = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ValidationError(f"keys[{i}] is not an object", code="KEYS_INVALID", index=i)
+        role, pem, key_id = item.get("role"), item.get("publicKeyPem"), item.get("keyId")
+        if not isinstance(role, str):
+            raise ValidationError(f"keys[{i}].role must be a string", code="KEYS_INVALID", index=i)
+        if role not in KEY_PURPOSES:
+            raise ValidationError(f"keys[{i}].role {role!r} is not one of {', '.join(KEY_PURPOSES)}",
+                                  code="SIGNER_ROLE_UNKNOWN", index=i, role=role)
+        if not isinstance(pem, str):
+            raise ValidationError(f"keys[{i}].publicKeyPem must be a PEM string", code="KEYS_INVALID", index=i)
+        try:
+            load_public_key(pem)
+        except SettlekitError as exc:
+            raise ValidationError(f"keys[{i}].publicKeyPem: {exc.message}", code="KEYS_INVALID",
+                                  index=i) from exc
+        derived = key_id_for_public_pem(pem)
+        if key_id is not None and key_id != derived:
+            raise ValidationError(f"keys[{i}].keyId {key_id!r} is not the id of its key ({derived})",
+                                  code="SIGNER_KEY_ID_MISMATCH", index=i, keyId=key_id, derivedKeyId=derived)
+        out.append(ImportSigner(role, derived, pem))
+    return out
+
+
+def parse_import_stream(data: Any) -> list[Event]:
+    """An exported stream: a JSON array of finalized events, or an object holding it under `events`.
+    Raises STREAM_INVALID when it is neither or holds a non-object."""
+    if isinstance(data, dict) and isinstance(data.get("events"), list):
+        data = data["events"]
+    if not isinstance(data, list):
+        raise ValidationError("stream file must be a JSON array of events", code="STREAM_INVALID")
+    for i, event in enumerate(data):
+        if not isinstance(event, dict):
+            raise ValidationError(f"event {i} is not an object", code="STREAM_INVALID", index=i)
+    return data
+
+
+def register_signers(store: EventStore, tenant_id: str, signers: Sequence[ImportSigner]) -> None:
+    """Register each key for the tenant with its role as purpose; a key already registered with the same role
+    is left as it is (SIGNER_KEY_CONFLICT when it has another role)."""
+    for signer in signers:
+        store.register_key(tenant_id, signer.public_key_pem, signer.role)
+
+
+def import_events(store: EventStore, tenant_id: str, events: Sequence[Mapping[str, Any]], *,
+                  chunk_size: int = 64, progress: Callable[[int], None] | None = None) -> ImportResult:
+    """Append `events` in file order to their streams, as event-by-event appends would; stop at the first refused.
+
+    An event already stored in its stream, identical (same envelope, signature included), is skipped: a re-run
+    resumes. Refusal = a SettlekitError with a 4xx status raised by the append path for that event (nothing of
+    it is written). Anything else (a 5xx such as DATABASE_UNAVAILABLE, a bug) propagates; the events before it
+    stay stored and a re-run resumes after them. `progress(n)` is called as events are handled.
+
+    Consecutive events of one stream go to the store in chunks of up to `chunk_size` (one transaction each, so
+    a PostgreSQL import is not bound by one commit per event). A chunk the store refuses is written nothing; it
+    is then split in halves and each half appended in turn (the left one first), down to the single refused
+    event. The store checks each event of a batch against the state after the ones before it, so the outcome is
+    exactly that of appending one event at a time.
+    """
+    result = ImportResult()
+    stored: dict[str, dict[str, Mapping[str, Any]]] = {}
+    i = 0
+    while i < len(events):
+        stream_id = events[i].get("streamId")
+        if not isinstance(stream_id, str):
+            result.refused = _refusal(i, events[i], ValidationError("streamId must be a string",
+                                                                   code="SCHEMA_INVALID"))
+            return result
+        known = stored.get(stream_id)
+        if known is None:
+            known = stored[stream_id] = _stored_by_id(store, tenant_id, stream_id)
+        if _already_stored(known, events[i]):
+            result.skipped += 1
+            i += 1
+            if progress is not None:
+                progress(i)
+            continue
+        j = i + 1
+        while (j < len(events) and j - i < chunk_size and events[j].get("streamId") == stream_id
+               and not _already_stored(known, events[j])):
+            j += 1
+        refused = _append_exact(store, tenant_id, stream_id, events, i, j, result)
+        if refused is not None:
+            result.refused = refused
+            return result
+        i = j
+        if progress is not None:
+            progress(i)
+    return result
+
+
+def _append_exact(store: EventStore, tenant_id: str, stream_id: str, events: Sequence[Mapping[str, Any]],
+                  lo: int, hi: int, result: ImportResult) -> Refusal | None:
+    """Append events[lo:hi] in one go; when the store refuses, split in halves and go on with each (the left
+    half first), down to the single refused event, which is returned. Counts what was stored in `result`."""
+    try:
+        if _append(store, tenant_id, stream_id, events[lo:hi]):
+            result.appended += hi - lo
+        else:
+            result.skipped += hi - lo
+        return None
+    except SettlekitError as exc:
+        if exc.status >= 500:
+            raise
+        if hi - lo == 1:
+            return _refusal(lo, events[lo], exc)
+    mid = (lo + hi) // 2
+    return (_append_exact(store, tenant_id, stream_id, events, lo, mid, result)
+            or _append_exact(store, tenant_id, stream_id, events, mid, hi, result))
+
+
+def _append(store: EventStore, tenant_id: str, stream_id: str, events: Sequence[Mapping[str, Any]]) -> bool:
+    """True when stored now, False when the store already held these very events (another writer stored them
+    since the stream was read)."""
+    return not store.append(tenant_id, stream_id, events).already_exists
+
+
+def _stored_by_id(store: EventStore, tenant_id: str, stream_id: str) -> dict[str, Mapping[str, Any]]:
+    if store.head(tenant_id, stream_id) is None:
+        return {}
+    return {e["id"]: e for e in store.read_stream(tenant_id, stream_id)}
+
+
+def _already_stored(known: Mapping[str, Mapping[str, Any]], event: Mapping[str, Any]) -> bool:
+    """The very same envelope is in the stream (schemaVersion, which the store does not keep, aside)."""
+    found = known.get(str(event.get("id")))
+    if found is None:
+        return False
+    return {k: v for k, v in event.items() if k not in ("schemaVersion", "schema_version")} == found
+
+
+def _refusal(index: int, event: Mapping[str, Any], exc: SettlekitError) -> Refusal:
+    event_id = event.get("id")
+    return Refusal(index, event_id if isinstance(event_id, str) else None, exc.code,
+                   _strip_batch_index(exc.message))
+
+
+def _strip_batch_index(message: str) -> str:
+    """The store numbers events within its batch; each batch here is one event, so `event 0: ` says nothing
+    (the refusal carries the index in the file)."""
+    return message.removeprefix("event 0: ").removeprefix("event[0].")
