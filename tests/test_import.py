@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from conftest import differential_corpus, load_differential, load_vector, pg_database_from, scenario_names
 from settlekit.cli import app
 from settlekit.events.envelope import Signer
+from settlekit.importer import import_events, parse_import_keys, register_signers
 from settlekit.store.db import Database, connect, opened
 from settlekit.store.event_store import EventStore
-from settlekit.store.importer import import_events, parse_import_keys, register_signers
 from settlekit.store.job_streams import job_store
 
 runner = CliRunner()

@@ -23,11 +23,11 @@ from settlekit.artifacts.state import fold
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import MAX_SAFE_INTEGER, canonical_hash
 from settlekit.events.envelope import Signer, finalize, make_draft
+from settlekit.importer import import_events
 from settlekit.jobs import deserialize_state, process_job_events, settlement_proof_ref_for
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.db import Database, connect
 from settlekit.store.event_store import EventStore
-from settlekit.store.importer import import_events
 from settlekit.store.job_streams import job_store
 
 SIGNERS = {role: Signer.from_private_key(Ed25519PrivateKey.from_private_bytes(bytes([n]) * 32))

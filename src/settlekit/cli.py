@@ -141,8 +141,8 @@ def import_stream(
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from settlekit.importer import import_events, parse_import_keys, parse_import_stream, register_signers
     from settlekit.store.db import opened
-    from settlekit.store.importer import import_events, parse_import_keys, parse_import_stream, register_signers
     from settlekit.store.job_streams import job_store
 
     def stop(exc: SettlekitError, note: str = "") -> NoReturn:
