@@ -92,6 +92,43 @@ def _proof_then_ref(w: Walk, draw: st.DrawFn, booked: dict[str, Any], policy_has
     return settlement_proof_ref_for(deserialize_state(state))
 
 
+FIELD_ACTIVITIES = ("heartbeat", "heartbeat", "assist", "assist_queue", "stall", "incident")
+LIVENESS = {"type": "liveness", "id": "liveness_v0"}
+
+
+def _field_activity(w: Walk, activity: str, n: int) -> None:
+    """One stretch of execution that starts and ends in EXECUTING."""
+    if activity == "heartbeat":
+        w.add("JOB_HEARTBEAT", {"robotId": "rob_1", "stage": "TASK", "progress": n / 8}, ROBOT, at_fields=("t",))
+    elif activity == "assist":
+        w.add("ASSIST_STARTED", {"operatorId": "op_1", "reason": "robot_uncertain"}, OPERATOR)
+        w.add("ASSIST_ENDED", {"operatorId": "op_1", "outcome": "resolved"}, OPERATOR)
+    elif activity == "assist_queue":
+        q = f"q_{n}"
+        w.add("ASSIST_REQUESTED", {"robotId": "rob_1", "reason": "robot_uncertain", "priority": "NORMAL"}, ROBOT,
+              at_fields=("requestedAt",))
+        w.add("ASSIST_QUEUED", {"queueId": q, "reason": "robot_uncertain", "priority": "HIGH"},
+              at_fields=("queuedAt",))
+        w.add("ASSIST_ASSIGNED", {"queueId": q, "operatorId": "op_1"}, at_fields=("assignedAt",))
+        w.add("ASSIST_ACCEPTED", {"queueId": q, "operatorId": "op_1"}, OPERATOR, at_fields=("acceptedAt",))
+    elif activity == "stall":
+        try:
+            execution = process_job_events(None, w.events).snapshot.get("execution") or {}
+        except SettlekitError:  # a stream settlekit refuses; the live path will refuse it too
+            execution = {}
+        last = execution.get("lastHeartbeatAt") or execution.get("startedAt")
+        w.add("JOB_EXECUTION_STALLED", {"robotId": "rob_1", "reason": "NO_HEARTBEAT", "lastHeartbeatAt": last,
+                                        "policy": {"heartbeatIntervalMs": 60000, "stallAfterMs": 180000}},
+              LIVENESS, at_fields=("detectedAt",))
+        w.add("JOB_EXECUTION_RESUMED", {"robotId": "rob_1"}, LIVENESS, at_fields=("resumedAt",))
+    else:
+        w.add("INCIDENT_DETECTED", {"incidentId": f"inc_d{n}", "type": "ROBOT_STUCK", "severity": 2,
+                                    "summary": "needs review"}, ROBOT)
+        w.add("EVIDENCE_CAPTURED", {"incidentId": f"inc_d{n}", "evidenceId": f"ev_{n}",
+                                    "evidenceRef": f"https://evidence.example.com/{w.job_id}/ev_{n}.mp4",
+                                    "kind": "SENSOR_SNAPSHOT", "sizeBytes": 1024, "contentType": "video/mp4"}, ROBOT)
+
+
 amounts = st.one_of(st.integers(1, 20_000), st.integers(20_000, 10**9), st.integers(10**12, MAX_SAFE_INTEGER))
 
 
@@ -122,18 +159,15 @@ def job_streams(draw: st.DrawFn) -> list[dict[str, Any]]:
                               "contractVersion": 1, "creditPolicy": credit_policy,
                               "evidencePolicy": {"retentionDays": 7}, "policySnapshot": snapshot,
                               "policyHash": policy_hash})
-    if draw(st.booleans()):
-        w.add("RISK_SCORED", {"basis": "BOOK", "sourceEventId": booked["id"], "modelVersion": 1, "riskScore": 40},
-              at_fields=("scoredAt",))
     w.add("MATCHED", {"robotId": "rob_1", "score": 0.5, "algorithm": "trust_x_distance_v1"})
     royalty = draw(st.sampled_from([0, 0, 99, amount // 20]))
     if royalty:
         w.add("SKILL_LICENSED", {"skill": {"skillId": "skill_fold", "version": "1.0.0", "developerId": "dev_7"},
                                  "pricing": {"model": "PER_JOB", "amountCents": royalty, "currency": "USD"},
                                  "licenseId": "lic_1"})
+    w.add("RESERVED", {"robotId": "rob_1", **WINDOW, "reservationId": "rsv_1"})
     if fee > 0:
         w.add("OPERATOR_COVERAGE_RESERVED", {"reservationId": "ocr_1", "operatorId": "op_1", **WINDOW})
-    w.add("RESERVED", {"robotId": "rob_1", **WINDOW, "reservationId": "rsv_1"})
     w.add("DISPATCH_CONFIRMED", {}, at_fields=("confirmedAt",))
     w.add("ACCESS_PLAN_ISSUED", {"accessPlanId": "ap_1", "method": "BUILDING_CONCIERGE",
                                  "credentialRef": "vault://access/site_1/ap_1",
@@ -151,11 +185,8 @@ def job_streams(draw: st.DrawFn) -> list[dict[str, Any]]:
             w.add("JOB_EXECUTION_STARTED", {"robotId": "rob_1", "stage": "TASK"}, ROBOT, at_fields=("startedAt",))
         else:
             w.add("EXECUTION_STARTED", {}, ROBOT)
-        for i in range(draw(st.integers(0, 3))):
-            w.add("JOB_HEARTBEAT", {"robotId": "rob_1", "stage": "TASK", "progress": i / 4}, ROBOT, at_fields=("t",))
-        if draw(st.booleans()):
-            w.add("ASSIST_STARTED", {"operatorId": "op_1", "reason": "robot_uncertain"}, OPERATOR)
-            w.add("ASSIST_ENDED", {"operatorId": "op_1", "outcome": "resolved"}, OPERATOR)
+        for n, activity in enumerate(draw(st.lists(st.sampled_from(FIELD_ACTIVITIES), max_size=5))):
+            _field_activity(w, activity, n)
         if path in ("complete", "complete_new"):
             if path == "complete":
                 w.add("EXECUTION_COMPLETED", {"report": {"tasksCompleted": 2}}, ROBOT)
