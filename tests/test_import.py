@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from conftest import differential_corpus, load_differential, load_vector, pg_database_from, scenario_names
 from settlekit.cli import app
-from settlekit.events.envelope import Signer
+from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.importer import import_events, parse_import_keys, register_signers
 from settlekit.store.db import Database, connect, opened
 from settlekit.store.event_store import EventStore
@@ -26,8 +26,8 @@ runner = CliRunner()
 TENANT = "tenant_default"
 
 # Corpus streams the live path does not yet stop at their first `serverRejections` event (computed from the
-# current result, nothing else). The reference API's own rules move into the live path with the parity-core
-# work of issue 10; these marks are strict, so each stream that starts passing fails here until it is removed.
+# current result, nothing else), pending the rest of issue 10. The marks are strict: a stream that starts
+# passing fails here until it is taken off the list.
 AWAITING_LIVE_RULES: frozenset[str] = frozenset({
     "d002_basic", "d004_basic", "d007_basic", "d008_basic", "d012_coverage", "d013_coverage", "d014_coverage",
     "d015_coverage", "d016_coverage", "d018_coverage", "d021_coverage", "d024_coverage", "d028_coverage",
@@ -141,6 +141,21 @@ def test_diverged_stream_is_refused_on_rerun(db_url: str, tmp_path: Path) -> Non
         e["id"] = mine["id"]
     code, out = _import(tmp_path, db_url, forged, _signers(vector))
     assert code == 1 and out["appended"] == 0 and out["refused"]["index"] == 0
+
+
+def test_event_id_is_unique_within_a_tenant(db_url: str, tmp_path: Path) -> None:
+    """Two streams may not share an event id (ledger entry and artifact ids derive from it)."""
+
+    def created(job_id: str) -> dict[str, Any]:
+        draft = make_draft(stream_id=job_id, type="JOB_CREATED", actor={"type": "system", "id": "proxy"},
+                           payload={"tenantId": TENANT, "templateId": "reset_lite"}, at="2026-01-05T09:00:00.000Z",
+                           id="evt_shared_0001")
+        return finalize(draft, None)
+
+    assert _import(tmp_path, db_url, [created("job_a")], [])[0] == 0
+    code, out = _import(tmp_path, db_url, [created("job_b")], [])
+    assert code == 1 and out["refused"]["code"] == "EVENT_ID_CONFLICT"
+    assert _stored(db_url, "job_b") == []
 
 
 def test_usage_errors_exit_2(sqlite_url: str, tmp_path: Path) -> None:
