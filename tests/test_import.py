@@ -6,6 +6,7 @@ The five scenario vectors import fully; every stream of the differential corpus 
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,6 +90,16 @@ def test_partial_import_resumes(db_url: str, tmp_path: Path) -> None:
     code, out = _import(tmp_path, db_url, events, _signers(vector))
     assert (code, out) == (0, {"appended": len(events) - 7, "skipped": 7, "refused": None})
     assert _stored(db_url, events[0]["streamId"]) == events
+
+
+def test_one_file_may_interleave_streams(db_url: str, tmp_path: Path) -> None:
+    a, b = load_vector("settle_completed.json"), load_vector("settle_aborted.json")
+    mixed = [e for pair in itertools.zip_longest(a["events"], b["events"]) for e in pair if e is not None]
+    keys = _signers(a) + [s for s in _signers(b) if s["keyId"] not in {k["keyId"] for k in a["signers"]}]
+    code, out = _import(tmp_path, db_url, mixed, keys)
+    assert (code, out) == (0, {"appended": len(mixed), "skipped": 0, "refused": None})
+    assert _stored(db_url, a["events"][0]["streamId"]) == a["events"]
+    assert _stored(db_url, b["events"][0]["streamId"]) == b["events"]
 
 
 def test_bad_signature_is_refused_with_nothing_of_it_written(db_url: str, tmp_path: Path) -> None:
