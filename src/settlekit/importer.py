@@ -111,9 +111,9 @@ def import_events(store: EventStore, tenant_id: str, events: Sequence[Mapping[st
 
     Consecutive events of one stream go to the store in chunks of up to `chunk_size` (one transaction each, so
     a PostgreSQL import is not bound by one commit per event). A chunk the store refuses is written nothing; it
-    is then split in halves and each half appended in turn (the left one first), down to the single refused
-    event. The store checks each event of a batch against the state after the ones before it, so the outcome is
-    exactly that of appending one event at a time.
+    is then split (before the event the refusal names, if it names one, else in halves) and each part appended
+    in turn, the left one first, down to the single refused event. The store checks each event of a batch
+    against the state after the ones before it, so the outcome is exactly that of appending one event at a time.
     """
     result = ImportResult()
     stored: dict[str, dict[str, Mapping[str, Any]]] = {}
@@ -149,8 +149,8 @@ def import_events(store: EventStore, tenant_id: str, events: Sequence[Mapping[st
 
 def _append_exact(store: EventStore, tenant_id: str, stream_id: str, events: Sequence[Mapping[str, Any]],
                   lo: int, hi: int, result: ImportResult) -> Refusal | None:
-    """Append events[lo:hi] in one go; when the store refuses, split in halves and go on with each (the left
-    half first), down to the single refused event, which is returned. Counts what was stored in `result`."""
+    """Append events[lo:hi] in one go; when the store refuses, split and go on with each part (the left one
+    first), down to the single refused event, which is returned. Counts what was stored in `result`."""
     try:
         if _append(store, tenant_id, stream_id, events[lo:hi]):
             result.appended += hi - lo
@@ -162,9 +162,17 @@ def _append_exact(store: EventStore, tenant_id: str, stream_id: str, events: Seq
             raise
         if hi - lo == 1:
             return _refusal(lo, events[lo], exc)
-    mid = (lo + hi) // 2
+        named = _batch_index(exc, hi - lo)
+    # Split right before the event the refusal names (that one alone when it is the first), else in halves.
+    mid = (lo + hi) // 2 if named is None else lo + max(named, 1)
     return (_append_exact(store, tenant_id, stream_id, events, lo, mid, result)
             or _append_exact(store, tenant_id, stream_id, events, mid, hi, result))
+
+
+def _batch_index(exc: SettlekitError, size: int) -> int | None:
+    """The position in the batch of the event a refusal names, when it names one."""
+    index = exc.details.get("index")
+    return index if type(index) is int and 0 <= index < size else None
 
 
 def _append(store: EventStore, tenant_id: str, stream_id: str, events: Sequence[Mapping[str, Any]]) -> bool:
