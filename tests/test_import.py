@@ -46,7 +46,7 @@ AWAITING_LIVE_RULES: frozenset[str] = frozenset({
 
 
 def _write(path: Path, data: object) -> Path:
-    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    path.write_text(json.dumps(data), encoding="utf-8")  # \u escapes: lone surrogates survive
     return path
 
 
@@ -165,6 +165,33 @@ def test_event_id_is_unique_within_a_tenant(db_url: str, tmp_path: Path) -> None
     code, out = _import(tmp_path, db_url, [created("job_b")], [])
     assert code == 1 and out["refused"]["code"] == "EVENT_ID_CONFLICT"
     assert _stored(db_url, "job_b") == []
+
+
+@pytest.mark.parametrize("case", ["extra_field", "missing_v", "zoneless_at", "id_with_space", "payload_too_large",
+                                  "lone_surrogate"])
+def test_live_path_rules_stricter_than_settld(case: str, sqlite_url: str, tmp_path: Path) -> None:
+    """The README's "Deliberate differences from settld": each rule refuses with nothing written."""
+    fields: dict[str, Any] = {"at": "2026-01-05T09:00:00.000Z", "id": "evt_strict_0001"}
+    payload: dict[str, Any] = {"tenantId": TENANT, "templateId": "reset_lite"}
+    if case == "zoneless_at":
+        fields["at"] = "2026-01-05T09:00:00.000"
+    if case == "id_with_space":
+        fields["id"] = "evt strict 1"
+    if case == "payload_too_large":
+        payload["notes"] = "x" * (256 * 1024)
+    event = finalize(make_draft(stream_id="job_strict", type="JOB_CREATED", actor={"type": "system", "id": "proxy"},
+                                payload=payload, **fields), None)
+    if case == "extra_field":
+        event["note"] = "dropped silently by settld"
+    if case == "missing_v":
+        del event["v"]
+    if case == "lone_surrogate":
+        event["payload"]["customerId"] = "cust_\ud800"  # hashed as settld would; refused as new input
+        event = finalize(event, None)
+    code, out = _import(tmp_path, sqlite_url, [event], [])
+    expected = {"payload_too_large": "PAYLOAD_TOO_LARGE"}.get(case, "SCHEMA_INVALID")
+    assert code == 1 and out["appended"] == 0 and out["refused"]["code"] == expected, out
+    assert _stored(sqlite_url, "job_strict") == []
 
 
 def test_usage_errors_exit_2(sqlite_url: str, tmp_path: Path) -> None:
