@@ -24,6 +24,7 @@ bench: venv
 lint: venv
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -13,12 +13,12 @@ from conftest import load_vector
 from settlekit.api.app import create_app
 from settlekit.api.auth import create_api_key
 from settlekit.api.http import RateLimiter
-from settlekit.artifacts.consumer import artifacts_consumer
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.sink import WebhookDeliverySink
 from settlekit.dispatch import Dispatcher
 from settlekit.events.envelope import Signer
+from settlekit.projections.artifacts import artifacts_consumer
 from settlekit.store.db import Database
 
 with warnings.catch_warnings():

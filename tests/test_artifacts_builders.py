@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from settlekit.artifacts.build import build_all, build_one, derive_tasks
-from settlekit.artifacts.js import locale_key
 from settlekit.events.canonical import canonical_json
+from settlekit.events.js import locale_key
 from settlekit.jobs.testing import (
     OPERATOR_ACTOR,
     ROBOT_ACTOR,

@@ -12,13 +12,13 @@ from conftest import load_vector
 from settlekit.artifacts import state as fold_module
 from settlekit.artifacts.build import build_all
 from settlekit.artifacts.builders import compute_artifact_hash
-from settlekit.artifacts.consumer import ArtifactConsumer
-from settlekit.artifacts.outbox import DeliveryQueueSink, OutboxTableSink
-from settlekit.artifacts.store import ArtifactStore
 from settlekit.delivery.store import Destination, put_destination
 from settlekit.dispatch import Dispatcher, SimulatedCrash
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json
+from settlekit.projections.artifacts import ArtifactConsumer
+from settlekit.projections.sinks import DeliveryQueueSink, OutboxTableSink
+from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore, row_to_stored
 from settlekit.store.job_streams import job_store

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from settlekit.artifacts import collation
-from settlekit.artifacts.collation import icu_version, locale_compare, sort_key
-from settlekit.artifacts.js import locale_key
+from settlekit.events import collation
+from settlekit.events.collation import icu_version, locale_compare, sort_key
+from settlekit.events.js import locale_key
 
 DATA = json.loads((Path(__file__).resolve().parent / "vectors" / "collation" / "node_order.json").read_text())
 SORTED: list[str] = DATA["sorted"]

@@ -325,7 +325,7 @@ def test_sink_enqueues_per_matching_destination_and_loader_reads_back(
 
 
 def test_sink_satisfies_the_artifacts_outbox_protocol() -> None:
-    from settlekit.artifacts.outbox import DeliverySink
+    from settlekit.projections.sinks import DeliverySink
 
     assert isinstance(WebhookDeliverySink(), DeliverySink)
 

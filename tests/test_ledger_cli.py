@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import load_differential
+from settlekit.cli.ledger import ledger_app
 from settlekit.events.canonical import parse_json
-from settlekit.ledger.cli import ledger_app
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 
@@ -61,7 +61,7 @@ def test_postings_on_corpus_streams_reports_entries_and_errors_in_event_order(na
 
 def test_artifact_commands_accept_a_stream_with_posting_errors(tmp_path: Path) -> None:
     from settlekit.artifacts.build import build_all, derive_outbox
-    from settlekit.artifacts.cli import artifacts_app
+    from settlekit.cli.artifacts import artifacts_app
 
     v = load_differential("d177_walk")  # OPERATOR_COST_RECORDED / JOB_ADJUSTED before SETTLED: posting errors
     assert v["ledgerErrors"]

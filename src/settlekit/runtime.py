@@ -178,10 +178,10 @@ class Workers:
     """The dispatcher (artifact consumer) and the delivery worker, each on its own thread."""
 
     def __init__(self, db: Database, settings: Settings, *, registry: Any = None):
-        from settlekit.artifacts.consumer import artifacts_consumer
         from settlekit.delivery.sink import WebhookDeliverySink, artifact_loader
         from settlekit.delivery.worker import DeliveryWorker
         from settlekit.dispatch import Dispatcher
+        from settlekit.projections.artifacts import artifacts_consumer
 
         self.db = db
         self.settings = settings

@@ -37,10 +37,10 @@ from settlekit.api.http import (
     unhandled_error_handler,
     validation_error_handler,
 )
-from settlekit.artifacts.store import ArtifactStore
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
+from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect
 from settlekit.store.job_streams import job_store
 

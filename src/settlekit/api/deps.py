@@ -13,9 +13,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.http import RateLimiter, check_text, error_headers, problem_from_error, retry_after_seconds
-from settlekit.artifacts.store import ArtifactStore
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError, ValidationError
+from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore
 

@@ -1,6 +1,6 @@
 """Job artifacts (04-artifacts.md): pure, linear-time builders of the six settld-compatible v1 artifact types,
-the trigger table and outbox derivation, offline verification; storage and the dispatcher consumer live in
-`settlekit.artifacts.store`, `.outbox` and `.consumer`."""
+the trigger table and outbox derivation, offline verification. No database, no I/O: the repository is
+`settlekit.store.artifacts`, the dispatcher consumer and its sinks are `settlekit.projections`."""
 
 from settlekit.artifacts.build import (
     booking_wants_coverage,

@@ -9,9 +9,9 @@ from typing import Any
 
 from settlekit.artifacts import types as T
 from settlekit.artifacts.builders import BuildTask, ContractResolver, build_artifact
-from settlekit.artifacts.js import get, is_safe_int, truthy
 from settlekit.artifacts.state import FoldState
 from settlekit.errors import NotFoundError, ValidationError
+from settlekit.events.js import get, is_safe_int, truthy
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 
 Event = Mapping[str, Any]

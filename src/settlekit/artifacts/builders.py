@@ -11,7 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from settlekit.artifacts import types as T
-from settlekit.artifacts.js import (
+from settlekit.artifacts.proof import effective_proof
+from settlekit.artifacts.state import FoldState
+from settlekit.errors import CanonicalJsonError, SettlekitError, ValidationError
+from settlekit.events.canonical import canonical_hash, sha256_hex
+from settlekit.events.js import (
     coalesce,
     get,
     is_safe_int,
@@ -21,10 +25,6 @@ from settlekit.artifacts.js import (
     nonblank,
     truthy,
 )
-from settlekit.artifacts.proof import effective_proof
-from settlekit.artifacts.state import FoldState
-from settlekit.errors import CanonicalJsonError, SettlekitError, ValidationError
-from settlekit.events.canonical import canonical_hash, sha256_hex
 from settlekit.ledger.allocations import allocations_for_entry
 from settlekit.ledger.contracts import contract_split_plan_hash
 

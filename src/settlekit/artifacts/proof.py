@@ -1,31 +1,24 @@
-"""Effective proof (04-artifacts.md §7) and the ZoneCoverageFacts.v1 hash, computed from a FoldState in
-O(zones + proofs-for-the-anchor) instead of re-scanning the slice."""
+"""Effective proof (04-artifacts.md §7), computed from a FoldState in O(zones + proofs-for-the-anchor) instead
+of re-scanning the slice. The ZoneCoverageFacts.v1 document lives in `settlekit.jobs.zone_coverage` (the server
+rules need it too)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
-from settlekit.artifacts.js import (
-    coalesce,
-    get,
-    is_safe_int,
-    js_sorted,
-    js_string,
-    locale_key,
-    nonblank,
-    truthy,
-)
 from settlekit.artifacts.state import FoldState, match_key
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_hash
+from settlekit.events.js import (
+    coalesce,
+    get,
+    nonblank,
+    truthy,
+)
+from settlekit.jobs.zone_coverage import ZoneSetInvalid, zone_coverage_facts
 
-DEFAULT_THRESHOLD_PCT: Final = 95
-DEFAULT_EXCUSE_TYPES: Final = ("BLOCKED_ZONE",)
-
-
-class ZoneSetInvalid(ValidationError):
-    code = "ZONE_SET_INVALID"
+__all__ = ["ZoneSetInvalid", "effective_proof", "latest_proof_summary", "zone_coverage_facts"]
 
 
 def _list_or_empty(v: Any) -> list[Any]:
@@ -90,97 +83,6 @@ def latest_proof_summary(fs: FoldState) -> dict[str, Any] | None:
     if latest is None or type(latest.get("payload")) is not dict:
         return None
     return summary_from_payload(latest["payload"], latest.get("at"))
-
-
-def _validate_zone_set(zone_set: Any) -> list[str]:
-    """ZoneSet.v1 checks of settld's proof verifier; returns the zone ids (untrimmed, in order)."""
-    if type(zone_set) is not dict:
-        raise ZoneSetInvalid("requiredZones must be an object")
-    unknown = set(zone_set) - {"schemaVersion", "zoneSetId", "zones"}
-    if unknown:
-        raise ZoneSetInvalid(f"requiredZones has unknown field {sorted(unknown)[0]}")
-    if zone_set.get("schemaVersion") != "ZoneSet.v1":
-        raise ZoneSetInvalid("requiredZones.schemaVersion is not supported")
-    if not nonblank(zone_set.get("zoneSetId")):
-        raise ZoneSetInvalid("requiredZones.zoneSetId must be a non-empty string")
-    zones = zone_set.get("zones")
-    if type(zones) is not list or not zones:
-        raise ZoneSetInvalid("requiredZones.zones must be a non-empty array")
-    seen: set[str] = set()
-    ids: list[str] = []
-    for i, z in enumerate(zones):
-        if type(z) is not dict:
-            raise ZoneSetInvalid(f"requiredZones.zones[{i}] must be an object")
-        if set(z) - {"zoneId", "label", "areaSqFt"}:
-            raise ZoneSetInvalid(f"requiredZones.zones[{i}] has an unknown field")
-        zone_id = z.get("zoneId")
-        if not nonblank(zone_id):
-            raise ZoneSetInvalid(f"requiredZones.zones[{i}].zoneId must be a non-empty string")
-        assert isinstance(zone_id, str)
-        label = z.get("label")
-        if label is not None and not nonblank(label):
-            raise ZoneSetInvalid(f"requiredZones.zones[{i}].label must be a non-empty string")
-        area = z.get("areaSqFt")
-        if area is not None and (type(area) not in (int, float) or not area > 0 or area == float("inf")):
-            raise ZoneSetInvalid(f"requiredZones.zones[{i}].areaSqFt must be a positive number")
-        if zone_id.strip() in seen:
-            raise ZoneSetInvalid("requiredZones zone ids must be unique")
-        seen.add(zone_id.strip())
-        ids.append(zone_id)
-    return ids
-
-
-def zone_coverage_facts(fs: FoldState, booking: Any, anchor: str) -> dict[str, Any]:
-    """The ZoneCoverageFacts.v1 document for `anchor`, with the booking at the anchor and the whole slice's
-    coverage reports and excuse incidents."""
-    policy_snapshot = get(booking, "policySnapshot")
-    proof_policy = coalesce(get(policy_snapshot, "proofPolicy"), get(policy_snapshot, "proof"))
-    zc = coalesce(get(proof_policy, "zoneCoverage"), {})
-    threshold = get(zc, "thresholdPct")
-    threshold_pct = threshold if is_safe_int(threshold) else DEFAULT_THRESHOLD_PCT
-    raw_types = get(zc, "excuseIncidentTypes")
-    excuse_types = [js_string(t) for t in raw_types] if type(raw_types) is list else list(DEFAULT_EXCUSE_TYPES)
-    excuse_sorted = js_sorted(set(excuse_types))
-    required = coalesce(get(booking, "requiredZones"))
-    doc: dict[str, Any] = {
-        "schemaVersion": "ZoneCoverageFacts.v1",
-        "evaluatedAtChainHash": anchor,
-        "requiredZonesHash": get(booking, "requiredZonesHash"),
-        "thresholdPct": threshold_pct,
-        "requiredZoneIds": [],
-        "coverageByZone": [],
-        "excusedZones": [],
-        "excuseIncidentTypes": excuse_sorted,
-    }
-    if not truthy(required) or type(required) not in (dict, list):
-        return doc
-    required_ids = _validate_zone_set(required)
-    wanted = set(required_ids)
-    rows = []
-    for zone_id, report in fs.coverage.items():
-        if zone_id not in wanted:
-            continue
-        pct = report["coveragePct"]
-        rows.append(
-            {
-                "zoneId": zone_id,
-                "coveragePct": pct if is_safe_int(pct) else None,
-                "window": report["window"],
-                "eventId": report["eventId"],
-                "chainHash": report["chainHash"],
-                "at": report["at"],
-            }
-        )
-    rows.sort(key=lambda r: (locale_key(r["zoneId"]), locale_key(str(coalesce(r["eventId"], "")))))
-    excused: set[str] = set()
-    for t in set(excuse_types):
-        zones = fs.excused.get(t)
-        if zones:
-            excused.update(zones)
-    doc["requiredZoneIds"] = js_sorted(set(required_ids))
-    doc["coverageByZone"] = rows
-    doc["excusedZones"] = js_sorted(excused)
-    return doc
 
 
 def effective_proof(fs: FoldState) -> dict[str, Any] | None:

@@ -20,8 +20,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from settlekit.artifacts.js import date_parse_ms, utf16_key
 from settlekit.errors import ValidationError
+from settlekit.events.js import date_parse_ms, utf16_key
 from settlekit.jobs.reducer import (
     JobState,
     deserialize_state,

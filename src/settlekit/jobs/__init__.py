@@ -15,6 +15,7 @@ from settlekit.jobs.reducer import (
     signer_key_ids,
     validate_and_apply,
 )
+from settlekit.jobs.stream_postings import posting_records, postings_for_stream
 from settlekit.jobs.types import (
     JOB_EVENT_TYPES,
     JOB_STATES,
@@ -49,6 +50,8 @@ __all__ = [
     "deserialize_state",
     "initial_state",
     "is_known_event_type",
+    "posting_records",
+    "postings_for_stream",
     "process_job_events",
     "reduce",
     "require_known_event_type",

@@ -24,9 +24,12 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_hash, canonical_json, is_safe_int
+from settlekit.events.js import date_parse_ms, utf16_key
 from settlekit.jobs.errors import DomainRuleViolation
 from settlekit.jobs.reducer import JobState
+from settlekit.jobs.zone_coverage import zone_coverage_facts
 from settlekit.ledger.postings import gate_mode
 
 STATE_KEY: Final = "serverRules"
@@ -209,7 +212,6 @@ def _observe_hold(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
 
 def _observe_coverage(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
     """Latest coverage report per zone, with the proof verifier's ordering (see artifacts.state)."""
-    from settlekit.artifacts.js import date_parse_ms, utf16_key
 
     zone = p.get("zoneId")
     zone_id = zone.strip() if type(zone) is str else ""
@@ -331,7 +333,6 @@ def _access_revoked(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None
 
 
 def _within(at: Any, start: Any, end: Any) -> bool:
-    from settlekit.artifacts.js import date_parse_ms
 
     t, a, b = date_parse_ms(at), date_parse_ms(start), date_parse_ms(end)
     return t == t and a == a and b == b and a <= t <= b  # NaN-safe
@@ -380,7 +381,7 @@ def _gate_anchor(st: JobState) -> str | None:
 
 
 class _Coverage:
-    """The two accumulators `artifacts.proof.zone_coverage_facts` reads."""
+    """The two accumulators `zone_coverage_facts` reads."""
 
     def __init__(self, f: Facts):
         self.coverage = f["coverage"]
@@ -390,14 +391,12 @@ class _Coverage:
 def current_facts_hash(st: JobState, f: Facts, anchor: str) -> tuple[str | None, Any]:
     """(factsHash of the zone-coverage facts now, customerPolicyHash at the anchor), as the proof verifier
     computes them; (None, ...) when the booking's zone set is invalid."""
-    from settlekit.artifacts.proof import zone_coverage_facts
-    from settlekit.errors import ValidationError
 
     job_at = st.facts.get("jobAtLatestCompletion") or {}
     booking = job_at.get("booking")
     cph = job_at.get("customerPolicyHash") or (booking or {}).get("policyHash")
     try:
-        doc = zone_coverage_facts(_Coverage(f), booking, anchor)  # type: ignore[arg-type]
+        doc = zone_coverage_facts(_Coverage(f), booking, anchor)
     except ValidationError:
         return None, cph
     return canonical_hash(doc), cph
@@ -519,7 +518,6 @@ def _matched(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
 
 
 def _reserved(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
-    from settlekit.artifacts.js import date_parse_ms
 
     s = st.snapshot
     _not_terminal(s)

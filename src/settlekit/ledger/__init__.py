@@ -45,7 +45,6 @@ from settlekit.ledger.postings import (
     splits_for,
 )
 from settlekit.ledger.splits import SettlementSplits, compute_splits
-from settlekit.ledger.stream import posting_records, postings_for_stream
 
 __all__ = [
     "ACCOUNT_IDS",
@@ -81,8 +80,6 @@ __all__ = [
     "normalize_policy_snapshot",
     "normalize_split_plan",
     "policy_snapshot_hash",
-    "posting_records",
-    "postings_for_stream",
     "role_for_account",
     "settlement_proof_status",
     "split_plan_hash",

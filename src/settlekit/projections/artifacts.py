@@ -25,13 +25,13 @@ from typing import Any, Final, Literal, Protocol
 
 from settlekit.artifacts.build import booking_wants_coverage, tasks_for_event
 from settlekit.artifacts.builders import BuildTask, artifact_id, build_artifact
-from settlekit.artifacts.js import get, truthy
-from settlekit.artifacts.outbox import DeliverySink, OutboxTableSink
 from settlekit.artifacts.state import FoldState
-from settlekit.artifacts.store import ArtifactStore
 from settlekit.artifacts.types import CONSUMER_EVENT_TYPES, TRIGGERS
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import iso_millis, parse_json
+from settlekit.events.js import get, truthy
+from settlekit.projections.sinks import DeliverySink, OutboxTableSink
+from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Tx
 
 log = logging.getLogger("settlekit.artifacts")

@@ -1,10 +1,12 @@
-"""Postings for a whole stream (offline tools, the `ledger postings` CLI, rebuilds)."""
+"""Postings for a whole stream (offline tools, the `ledger postings` CLI, rebuilds). It lives above the ledger:
+a job stream is posted through the job pipeline (each event from the state before it)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from settlekit.jobs.pipeline import process_job_events
 from settlekit.ledger.errors import LedgerError
 from settlekit.ledger.postings import entries_for_finance_event
 
@@ -28,8 +30,6 @@ def posting_records(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
                 continue
             out.extend({**head, "entry": entry} for entry in entries)
         return out
-    from settlekit.jobs.pipeline import process_job_events
-
     result = process_job_events(None, list(events), with_allocations=False)
     by_id = {e.get("id"): i for i, e in enumerate(events)}
     merged = [*result.ledger_entries, *result.ledger_errors]

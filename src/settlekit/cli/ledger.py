@@ -1,4 +1,4 @@
-"""`settlekit ledger` sub-commands (pure part)."""
+"""`settlekit ledger` sub-commands."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import typer
 
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json, parse_json
-from settlekit.ledger.stream import posting_records
+from settlekit.jobs.stream_postings import posting_records
 
 ledger_app = typer.Typer(help="Double-entry ledger tools.", no_args_is_help=True)
 

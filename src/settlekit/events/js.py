@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from settlekit.artifacts.collation import sort_key
 from settlekit.events.canonical import MAX_SAFE_INTEGER
+from settlekit.events.collation import sort_key
 
 
 def get(obj: Any, key: str) -> Any:
@@ -73,7 +73,7 @@ def js_sorted(values: Iterable[str]) -> list[str]:
 
 
 def locale_key(s: str) -> bytes:
-    """Sort key giving `a.localeCompare(b)` order (ICU collation as in V8; see `settlekit.artifacts.collation`)."""
+    """Sort key giving `a.localeCompare(b)` order (ICU collation as in V8; see `settlekit.events.collation`)."""
     return sort_key(s)
 
 

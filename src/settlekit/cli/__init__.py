@@ -218,9 +218,9 @@ def _register_subcommands() -> None:
     import importlib
 
     for module, attr, name in (
-        ("settlekit.ledger.cli", "ledger_app", "ledger"),
+        ("settlekit.cli.ledger", "ledger_app", "ledger"),
         ("settlekit.dispatch.cli", "consumers_app", "consumers"),
-        ("settlekit.artifacts.cli", "artifacts_app", "artifacts"),
+        ("settlekit.cli.artifacts", "artifacts_app", "artifacts"),
         ("settlekit.delivery.cli", "delivery_app", "deliveries"),
         ("settlekit.api.cli", "api_keys_app", "keys"),
     ):

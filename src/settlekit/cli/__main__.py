@@ -1,0 +1,5 @@
+"""`python -m settlekit.cli`."""
+
+from settlekit.cli import main
+
+main()

@@ -1,0 +1,65 @@
+"""The import-linter contracts in pyproject.toml (run by `make lint`): the package keeps them, and a copy of
+the package with a deliberate layering violation breaks them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "src" / "settlekit"
+CONFIG = ROOT / "pyproject.toml"
+
+
+def _lint_imports(src: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` with the project's contracts against the package under `src`."""
+    exe = Path(sys.executable).parent / "lint-imports"
+    assert exe.exists(), "import-linter is a pinned dev dependency: reinstall with `make venv`"
+    env = {**os.environ, "PYTHONPATH": str(src), "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run([str(exe), "--config", str(CONFIG), "--no-cache"], cwd=src, env=env,
+                          capture_output=True, text=True, check=False)
+
+
+@pytest.fixture
+def package_copy(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    shutil.copytree(PACKAGE, src / "settlekit", ignore=shutil.ignore_patterns("__pycache__"))
+    return src
+
+
+def _append(path: Path, line: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
+
+
+def test_the_package_keeps_every_contract(package_copy: Path) -> None:
+    result = _lint_imports(package_copy)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_pure_domain_importing_storage_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "ledger" / "balances.py", "from settlekit.store import db as _db  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert "Pure domain (events, ledger, jobs, artifacts) imports no storage" in result.stdout
+    assert "settlekit.ledger.balances -> settlekit.store.db" in result.stdout
+
+
+def test_a_lower_domain_layer_importing_a_higher_one_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "events" / "envelope.py", "import settlekit.jobs.types as _types  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert "Domain layers: artifacts -> jobs -> ledger -> events -> errors BROKEN" in result.stdout
+    assert "settlekit.events.envelope -> settlekit.jobs.types" in result.stdout
+
+
+def test_storage_importing_the_api_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "store" / "ledger.py", "import settlekit.api.app as _app  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert "Storage never imports the HTTP API, the CLI or the runtime BROKEN" in result.stdout
