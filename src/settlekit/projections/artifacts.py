@@ -1,9 +1,10 @@
 """The `artifacts` dispatcher consumer (04-artifacts.md §6, §10, §11).
 
 For each job event it derives the build tasks anchored at that event, then, inside the turn's transaction
-(`ctx.tx`): reuses an artifact that already exists (re-enqueueing it to the sink), or checks the quota, builds,
-stores and enqueues. Build, store, sink and the dispatcher's cursor commit together, so a crash anywhere leaves
-no artifact and no delivery behind and the rerun produces exactly one of each.
+(`ctx.tx`) and through the repository `settlekit.store.artifacts`: reuses an artifact that already exists
+(re-enqueueing it to the sink), or checks the quota, builds, stores and enqueues. Build, store, sink and the
+dispatcher's cursor commit together, so a crash anywhere leaves no artifact and no delivery behind and the rerun
+produces exactly one of each.
 
 Linear cost: the consumer keeps its own per-job fold (`artifact_job_state`), resumed from the last triggering
 event, so a task whose slice ends at the current event only folds the events appended since the previous
@@ -31,6 +32,7 @@ from settlekit.errors import SettlekitError
 from settlekit.events.canonical import iso_millis, parse_json
 from settlekit.events.js import get, truthy
 from settlekit.projections.sinks import DeliverySink, OutboxTableSink
+from settlekit.store import artifacts as repo
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Tx
 
@@ -158,14 +160,11 @@ class ArtifactConsumer:
         return here, earlier
 
     def _batch_id(self, tx: Tx, se: _SourceEvent) -> Any:
-        return tx.scalar("SELECT batch_id FROM events WHERE tenant_id = ? AND stream_id = ? AND seq = ?",
-                         (se.tenant_id, se.stream_id, se.seq))
+        return repo.event_batch_id(tx, se.tenant_id, se.stream_id, se.seq)
 
     def _first_risk(self, tx: Tx, se: _SourceEvent, booking_id: str) -> tuple[int, str] | None:
         """(seq, chainHash) of the first RISK_SCORED in this event's append batch naming `booking_id`."""
-        rows = tx.fetchall(
-            "SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ? AND batch_id = ?"
-            " AND type = 'RISK_SCORED' ORDER BY seq", (se.tenant_id, se.stream_id, self._batch_id(tx, se)))
+        rows = repo.batch_risk_scored(tx, se.tenant_id, se.stream_id, self._batch_id(tx, se))
         for seq, text in rows:
             risk = parse_json(text)
             if get(risk.get("payload"), "sourceEventId") == booking_id and truthy(risk.get("chainHash")):
@@ -177,10 +176,7 @@ class ArtifactConsumer:
         source = get(se.event.get("payload"), "sourceEventId")
         if type(source) is not str:
             return None
-        row = tx.fetchone(
-            "SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ? AND event_id = ?"
-            " AND type = 'BOOKED' AND batch_id = ?",
-            (se.tenant_id, se.stream_id, source, self._batch_id(tx, se)))
+        row = repo.batch_booked(tx, se.tenant_id, se.stream_id, source, self._batch_id(tx, se))
         if row is None or int(row[0]) >= se.seq:
             return None
         first = self._first_risk(tx, se, source)
@@ -225,8 +221,7 @@ class ArtifactConsumer:
 
     def _fold_through(self, tx: Tx, tenant: str, job: str, seq: int) -> FoldState:
         """The fold through `seq`, resumed from the saved per-job state when it is not ahead of `seq`."""
-        row = tx.fetchone("SELECT seq, state_json FROM artifact_job_state WHERE tenant_id = ? AND job_id = ?",
-                          (tenant, job)) if self.incremental else None
+        row = repo.load_job_state(tx, tenant, job) if self.incremental else None
         if row is not None and int(row[0]) <= seq:
             fs = FoldState.from_json(parse_json(row[1]))
             if fs.count != int(row[0]):
@@ -244,9 +239,7 @@ class ArtifactConsumer:
         return fs
 
     def _advance(self, tx: Tx, tenant: str, job: str, fs: FoldState, seq: int) -> None:
-        rows = tx.fetchall(
-            "SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ? AND seq > ? AND seq <= ?"
-            " ORDER BY seq", (tenant, job, fs.count, seq))
+        rows = repo.events_between(tx, tenant, job, fs.count, seq)
         for row_seq, text in rows:
             event = parse_json(text)
             head = fs.head
@@ -259,11 +252,7 @@ class ArtifactConsumer:
 
     def _save(self, tx: Tx, tenant: str, job: str, fs: FoldState) -> None:
         text = json.dumps(fs.to_json(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        now = "now()" if tx.dialect == "postgres" else "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
-        tx.execute(
-            "INSERT INTO artifact_job_state (tenant_id, job_id, seq, state_json) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (tenant_id, job_id) DO UPDATE SET seq = excluded.seq, state_json = excluded.state_json,"
-            f" updated_at = {now}", (tenant, job, fs.count, text))
+        repo.save_job_state(tx, tenant, job, fs.count, text)
 
 
 def artifacts_consumer(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+from settlekit.store.artifacts import insert_outbox
 from settlekit.store.db import Tx
 
 
@@ -29,11 +30,7 @@ class OutboxTableSink:
     artifact."""
 
     def enqueue(self, tx: Tx, tenant_id: str, artifact_row: Mapping[str, Any]) -> int:
-        return tx.execute(
-            "INSERT INTO artifact_outbox (tenant_id, artifact_id, artifact_type, artifact_hash) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (tenant_id, artifact_id) DO NOTHING",
-            (tenant_id, artifact_row["artifactId"], artifact_row["artifactType"], artifact_row["artifactHash"]),
-        )
+        return insert_outbox(tx, tenant_id, artifact_row)
 
 
 class DeliveryQueueSink:

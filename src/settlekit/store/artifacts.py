@@ -283,3 +283,58 @@ def _decode_cursor(cursor: str) -> tuple[int, str]:
 
 
 _MAX_INT64 = 2**63 - 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the artifacts consumer (`settlekit.projections.artifacts`) reads and writes besides artifacts: the job's
+# events (by append batch, by range), its saved per-job fold state and the outbox table.
+
+
+def event_batch_id(tx: Tx, tenant_id: str, stream_id: str, seq: int) -> Any:
+    """The append batch of the event at `seq`."""
+    return tx.scalar("SELECT batch_id FROM events WHERE tenant_id = ? AND stream_id = ? AND seq = ?",
+                     (tenant_id, stream_id, seq))
+
+
+def batch_risk_scored(tx: Tx, tenant_id: str, stream_id: str, batch_id: Any) -> list[Row]:
+    """(seq, event_json) of the RISK_SCORED events of one append batch, in stream order."""
+    return tx.fetchall(
+        "SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ? AND batch_id = ?"
+        " AND type = 'RISK_SCORED' ORDER BY seq", (tenant_id, stream_id, batch_id))
+
+
+def batch_booked(tx: Tx, tenant_id: str, stream_id: str, event_id: str, batch_id: Any) -> Row | None:
+    """(seq, event_json) of the BOOKED event `event_id` if it belongs to append batch `batch_id`."""
+    return tx.fetchone(
+        "SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ? AND event_id = ?"
+        " AND type = 'BOOKED' AND batch_id = ?", (tenant_id, stream_id, event_id, batch_id))
+
+
+def events_between(tx: Tx, tenant_id: str, stream_id: str, after_seq: int, through_seq: int) -> list[Row]:
+    """(seq, event_json) of the stream's events in (after_seq, through_seq], in order."""
+    return tx.fetchall(
+        "SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ? AND seq > ? AND seq <= ?"
+        " ORDER BY seq", (tenant_id, stream_id, after_seq, through_seq))
+
+
+def load_job_state(tx: Tx, tenant_id: str, job_id: str) -> Row | None:
+    """(seq, state_json) of the consumer's saved fold of a job, or None."""
+    return tx.fetchone("SELECT seq, state_json FROM artifact_job_state WHERE tenant_id = ? AND job_id = ?",
+                       (tenant_id, job_id))
+
+
+def save_job_state(tx: Tx, tenant_id: str, job_id: str, seq: int, state_json: str) -> None:
+    now = "now()" if tx.dialect == "postgres" else "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
+    tx.execute(
+        "INSERT INTO artifact_job_state (tenant_id, job_id, seq, state_json) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (tenant_id, job_id) DO UPDATE SET seq = excluded.seq, state_json = excluded.state_json,"
+        f" updated_at = {now}", (tenant_id, job_id, seq, state_json))
+
+
+def insert_outbox(tx: Tx, tenant_id: str, artifact_row: Mapping[str, Any]) -> int:
+    """One `artifact_outbox` row per artifact (a second call for the same artifact inserts nothing)."""
+    return tx.execute(
+        "INSERT INTO artifact_outbox (tenant_id, artifact_id, artifact_type, artifact_hash) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (tenant_id, artifact_id) DO NOTHING",
+        (tenant_id, artifact_row["artifactId"], artifact_row["artifactType"], artifact_row["artifactHash"]),
+    )
