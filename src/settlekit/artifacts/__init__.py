@@ -22,7 +22,7 @@ from settlekit.artifacts.builders import (
     policy_hash_from_booking,
     settlement_rollup,
 )
-from settlekit.artifacts.proof import effective_proof, zone_coverage_facts
+from settlekit.artifacts.proof import effective_proof
 from settlekit.artifacts.state import FoldState, fold
 from settlekit.artifacts.types import (
     ARTIFACT_TYPES,
@@ -37,6 +37,7 @@ from settlekit.artifacts.types import (
     require_artifact_type,
 )
 from settlekit.artifacts.verify import verify_artifact_against_stream
+from settlekit.jobs.zone_coverage import zone_coverage_facts
 
 __all__ = [
     "ARTIFACT_TYPES",

@@ -16,9 +16,7 @@ from settlekit.events.js import (
     nonblank,
     truthy,
 )
-from settlekit.jobs.zone_coverage import ZoneSetInvalid, zone_coverage_facts
-
-__all__ = ["ZoneSetInvalid", "effective_proof", "latest_proof_summary", "zone_coverage_facts"]
+from settlekit.jobs.zone_coverage import zone_coverage_facts
 
 
 def _list_or_empty(v: Any) -> list[Any]:
