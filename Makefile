@@ -1,18 +1,26 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# two installs: the runtime package alone (make demo) and with the dev and bench extras (tests, lint, bench)
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test bench lint clean
+.PHONY: venv runtime demo test bench lint clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+runtime: $(RUNTIME_STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(STAMP)
 
-demo: venv
+demo: runtime
 	$(VENV)/bin/settlekit demo
 
 test: venv

@@ -57,8 +57,49 @@ def _admin() -> psycopg.Connection:
     return psycopg.connect(PG_ADMIN_URL, autocommit=True)
 
 
+REQUIRE_PG = os.environ.get("SETTLEKIT_REQUIRE_PG", "").strip().lower() in ("1", "true", "yes", "on")
+PG_HOWTO = ("start PostgreSQL on 127.0.0.1:5432 (trust auth for user postgres) or point SETTLEKIT_TEST_PG at an "
+            "admin URL to run them")
+
+
+@functools.cache
+def pg_unavailable() -> str | None:
+    """Why the admin URL does not connect (checked once per run), or None when it does."""
+    try:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return None
+
+
+_pg_skipped: list[str] = []
+
+
+def require_pg() -> None:
+    """Skip the test when PostgreSQL is unreachable, or fail it when SETTLEKIT_REQUIRE_PG is set (CI)."""
+    reason = pg_unavailable()
+    if reason is None:
+        return
+    if REQUIRE_PG:
+        pytest.fail(f"SETTLEKIT_REQUIRE_PG is set but PostgreSQL at {PG_ADMIN_URL} is unreachable: {reason}",
+                    pytrace=False)
+    _pg_skipped.append(reason)
+    pytest.skip(f"PostgreSQL unreachable ({reason}); {PG_HOWTO}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _pg_skipped:
+        return
+    skipped = sum(1 for report in terminalreporter.stats.get("skipped", [])
+                  if "PostgreSQL unreachable" in str(getattr(report, "longrepr", "")))
+    terminalreporter.write_line(f"{skipped} PostgreSQL tests skipped: {PG_ADMIN_URL} is unreachable; {PG_HOWTO}.",
+                                yellow=True, bold=True)
+
+
 @pytest.fixture(scope="session")
 def pg_template() -> Iterator[str]:
+    require_pg()
     name = f"sk_test_{_RUN}_tpl"
     with _admin() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')

@@ -11,7 +11,10 @@ import socket
 import threading
 import time
 import uuid
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +80,9 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     metrics_per_destination: bool = False  # destination ids as metric labels (tenant data)
+    # seconds between runs of the retention cleanups (expired deliveries, idempotency keys); 0 disables them
+    cleanup_interval: float = 300.0
+    log_level: str = "INFO"
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:
@@ -112,6 +118,8 @@ class Settings:
             max_rearm_count=_env_num("SETTLEKIT_MAX_REARM_COUNT", cls.max_rearm_count, int),
             metrics_host=env.get("SETTLEKIT_METRICS_HOST") or cls.metrics_host,
             metrics_port=_env_num("SETTLEKIT_METRICS_PORT", None, int),
+            cleanup_interval=_env_num("SETTLEKIT_CLEANUP_INTERVAL", cls.cleanup_interval, float),
+            log_level=(env.get("SETTLEKIT_LOG_LEVEL") or cls.log_level).strip().upper(),
         )
         if env.get("SETTLEKIT_INSTANCE_ID"):
             settings.instance_id = env["SETTLEKIT_INSTANCE_ID"]
@@ -124,6 +132,12 @@ class Settings:
             except ValueError as exc:
                 raise ConfigurationError("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS holds an invalid CIDR",
                                          network=net) from exc
+        if settings.cleanup_interval < 0:
+            raise ConfigurationError("SETTLEKIT_CLEANUP_INTERVAL must be 0 (off) or a positive number of seconds",
+                                     code="SETTINGS_INVALID", variable="SETTLEKIT_CLEANUP_INTERVAL")
+        from settlekit.logs import parse_level
+
+        settings.log_level = logging.getLevelName(parse_level(settings.log_level))
         return settings
 
 
@@ -174,6 +188,116 @@ def worker_config(settings: Settings) -> Any:
     )
 
 
+CLEANUP_LOCK_KEY = 0x5E77_C1EA  # PostgreSQL advisory lock: one cleanup tick at a time across processes
+CLEANUP_BATCH = 10_000  # expired deliveries deleted per transaction
+
+
+@dataclass
+class CleanupResult:
+    deliveries: int = 0
+    idempotency_keys: int = 0
+    skipped: bool = False  # another process held the cleanup lock: this tick did nothing
+
+
+class _CleanupMetrics:
+    def __init__(self, registry: Any):
+        from prometheus_client import Counter
+
+        self.deleted = Counter("settlekit_cleanup_deleted_rows", "Rows deleted by the retention cleanups",
+                               ["table"], registry=registry)
+        self.errors = Counter("settlekit_cleanup_errors", "Cleanup ticks that failed (logged with the error)",
+                              registry=registry)
+
+
+_CLEANUP_METRICS: weakref.WeakKeyDictionary[Any, _CleanupMetrics] = weakref.WeakKeyDictionary()
+_CLEANUP_METRICS_LOCK = threading.Lock()
+
+
+def _cleanup_metrics(registry: Any) -> _CleanupMetrics:
+    with _CLEANUP_METRICS_LOCK:
+        found = _CLEANUP_METRICS.get(registry)
+        if found is None:
+            found = _CLEANUP_METRICS[registry] = _CleanupMetrics(registry)
+        return found
+
+
+class CleanupScheduler:
+    """Deletes rows past their retention every `interval` seconds, on a thread of its own: delivered and failed
+    deliveries past `expires_at` (their attempt logs cascade) and idempotency keys past their TTL or lease.
+
+    Safe with many worker processes on one database: the deletes are idempotent, and on PostgreSQL a
+    transaction-scoped advisory lock lets one process run a tick at a time (the others skip theirs). A failed
+    tick is logged with its traceback and counted (`settlekit_cleanup_errors`); the next runs on schedule."""
+
+    def __init__(self, db: Database, *, interval: float, clock: Callable[[], datetime] | None = None,
+                 registry: Any = None, batch: int = CLEANUP_BATCH, max_batches: int = 100):
+        from prometheus_client import REGISTRY
+
+        self.db = db
+        self.interval = interval
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.batch = batch
+        self.max_batches = max_batches
+        self.metrics = _cleanup_metrics(REGISTRY if registry is None else registry)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def tick(self) -> CleanupResult:
+        """One cleanup pass now; raises what the database raises."""
+        from settlekit.delivery import store as delivery_store
+        from settlekit.store import idempotency
+
+        now = self.clock()
+        result = CleanupResult()
+        for batch_no in range(self.max_batches):
+            with self.db.transaction() as tx:
+                if tx.dialect == "postgres" and not tx.scalar("SELECT pg_try_advisory_xact_lock(?)",
+                                                              (CLEANUP_LOCK_KEY,)):
+                    result.skipped = True
+                    break
+                deleted = delivery_store.cleanup_expired(tx, now=now, limit=self.batch)
+                if batch_no == 0:
+                    result.idempotency_keys = idempotency.purge_expired_in(tx, now=now)
+            result.deliveries += deleted
+            if deleted < self.batch:
+                break
+        self.metrics.deleted.labels("deliveries").inc(result.deliveries)
+        self.metrics.deleted.labels("idempotency_keys").inc(result.idempotency_keys)
+        return result
+
+    def run_once(self) -> CleanupResult | None:
+        """`tick`, with the outcome logged; None when it failed (the error is logged with its traceback)."""
+        try:
+            result = self.tick()
+        except Exception:
+            self.metrics.errors.inc()
+            log.exception("retention cleanup failed; retrying in %s s", self.interval)
+            return None
+        if result.deliveries or result.idempotency_keys:
+            log.info("retention cleanup deleted %d deliveries and %d idempotency keys", result.deliveries,
+                     result.idempotency_keys)
+        return result
+
+    def start(self) -> None:
+        """Run a tick now and then every `interval` seconds until `stop` (no thread when the interval is 0)."""
+        if self.interval <= 0 or self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.run_once()
+                self._stop.wait(self.interval)
+
+        self._thread = threading.Thread(target=loop, name="settlekit-cleanup", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+
 class Workers:
     """The dispatcher (artifact consumer) and the delivery worker, each on its own thread."""
 
@@ -199,11 +323,16 @@ class Workers:
                                      rearm_cooldown=settings.rearm_cooldown,
                                      max_rearm_count=settings.max_rearm_count,
                                      **({"registry": registry} if registry is not None else {}))
+        self.cleanup = CleanupScheduler(db, interval=settings.cleanup_interval, registry=registry)
+        self._registry = registry
+        self._queue_gauges: Any = None
         self._delivery_thread: threading.Thread | None = None
         self._delivery_error: BaseException | None = None
 
     def start(self) -> None:
+        self._queue_gauges = register_queue_gauges(self.db, self._registry)
         self.dispatcher.start()
+        self.cleanup.start()
 
         def run_delivery() -> None:
             try:
@@ -235,9 +364,33 @@ class Workers:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the turn and the attempts in flight, release leases, join the threads."""
+        self.cleanup.stop(timeout)
         self.dispatcher.stop(timeout)
         self.delivery.stop()
         if self._delivery_thread is not None:
             self._delivery_thread.join(timeout)
+        if self._queue_gauges is not None:
+            unregister_queue_gauges(self._queue_gauges, self._registry)
+            self._queue_gauges = None
         if self._delivery_error is not None:
             raise ConfigurationError(f"delivery worker failed: {self._delivery_error}", code="WORKER_FAILED")
+
+
+def register_queue_gauges(db: Database, registry: Any = None) -> Any:
+    """Register the scrape-time delivery queue gauges (rows per state, DLQ size, oldest pending age) of `db` in
+    `registry` (default: the global one) and return the collector (None when that registry already has them)."""
+    from prometheus_client import REGISTRY
+
+    from settlekit.delivery.metrics import register_queue_collector
+
+    try:
+        return register_queue_collector(db, REGISTRY if registry is None else registry)
+    except ValueError:  # the registry already has these gauges (another Workers of this process registered them)
+        log.debug("delivery queue gauges already registered")
+        return None
+
+
+def unregister_queue_gauges(collector: Any, registry: Any = None) -> None:
+    from prometheus_client import REGISTRY
+
+    (REGISTRY if registry is None else registry).unregister(collector)

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api import routes_jobs, routes_ops
 from settlekit.api.auth import ApiKey
+from settlekit.api.request_log import RequestLogMiddleware
 from settlekit.api.deps import ApiContext, AuthMiddleware, require
 from settlekit.api.http import (
     BodyLimitMiddleware,
@@ -177,6 +178,7 @@ def create_app(
     app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)
     app.add_middleware(InputGuardMiddleware)
     app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
+    app.add_middleware(RequestLogMiddleware)
     return app
 
 

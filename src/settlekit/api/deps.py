@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from settlekit import logs
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.http import RateLimiter, check_text, error_headers, problem_from_error, retry_after_seconds
 from settlekit.delivery.service import DestinationPolicy
@@ -117,6 +118,7 @@ class AuthMiddleware:
                 await problem_from_error(exc, error_headers(exc))(scope, receive, send)
                 return
             scope.setdefault("state", {})["api_key"] = key
+            logs.bind(tenant=key.tenant_id, key_id=key.key_id)
         await self.app(scope, receive, send)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -10,13 +11,13 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from settlekit.errors import SettlekitError, VerificationError
+from settlekit.errors import DatabaseUnavailableError, SettlekitError, VerificationError
 from settlekit.events.canonical import parse_json
 from settlekit.events.envelope import parse_keys_file, verify_chain
 
 app = typer.Typer(help="settlekit: hash-chained job streams, ledger, artifacts and signed webhooks.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # one error, one line
 
 DbOption = Annotated[str, typer.Option("--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db")]
 
@@ -109,6 +110,7 @@ def export(
     from settlekit.store.db import connect
     from settlekit.store.event_store import EventStore
 
+    _require_existing_sqlite(db)
     database = connect(db)
     try:
         events = EventStore(database).read_stream(tenant, stream)
@@ -187,6 +189,15 @@ def import_stream(
         raise typer.Exit(code=1)
 
 
+def _require_existing_sqlite(url: str) -> None:
+    """Commands that only read refuse a SQLite path with no file (opening it would create an empty database)."""
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///"):])
+        if not path.is_file():
+            raise DatabaseUnavailableError(f"no SQLite database at {path} (create one with `settlekit migrate`)",
+                                           code="DATABASE_NOT_FOUND", path=str(path))
+
+
 contracts_app = typer.Typer(help="Contract documents (ContractDocument.v1) that jobs pin by hash.",
                             no_args_is_help=True)
 
@@ -263,6 +274,11 @@ def _graceful_server(config: Any) -> Any:
     return Server(config)
 
 
+CleanupIntervalOption = Annotated[float | None, typer.Option(
+    "--cleanup-interval", help="seconds between the retention cleanups of expired deliveries and idempotency "
+    "keys; 0 turns them off (env SETTLEKIT_CLEANUP_INTERVAL, default 300)")]
+
+
 @app.command()
 def serve(
     db: Annotated[str | None, typer.Option("--db", envvar="SETTLEKIT_DB", help="database URL")] = None,
@@ -280,31 +296,41 @@ def serve(
     allowed_webhook_network: Annotated[list[str] | None, typer.Option(
         "--allowed-webhook-network", help="CIDR destinations that opt in may reach (repeatable) "
         "[env SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS, comma separated]")] = None,
+    cleanup_interval: CleanupIntervalOption = None,
 ) -> None:
     """Run the HTTP API (uvicorn), with the workers embedded unless --no-workers. SIGTERM shuts down gracefully."""
     import uvicorn
 
     from settlekit.api.app import create_app
-    from settlekit.runtime import Settings, Workers, load_server_signer
+    from settlekit.logs import configure_logging
+    from settlekit.runtime import Settings, Workers, load_server_signer, register_queue_gauges, unregister_queue_gauges
     from settlekit.store.db import connect
 
     settings = Settings.from_env(db_url=db, host=host, port=port, server_key_file=server_key_file,
                                  allow_loopback_webhooks=allow_loopback_webhooks or None,
                                  allow_private_webhooks=allow_private_webhooks or None,
-                                 allowed_webhook_networks=tuple(allowed_webhook_network or ()) or None)
+                                 allowed_webhook_networks=tuple(allowed_webhook_network or ()) or None,
+                                 cleanup_interval=cleanup_interval)
     database = connect(settings.db_url)
-    database.migrate()
+    database.migrate()  # before logging is configured: an unreachable database is one line on stderr
+    configure_logging(settings.log_level)
     background = Workers(database, settings) if workers else None
+    gauges = None
     try:
         if background is not None:
             background.start()
+        else:
+            gauges = register_queue_gauges(database)
         app_ = create_app(database, server_signer=load_server_signer(settings.server_key_file), settings=settings)
-        config = uvicorn.Config(app_, host=settings.host, port=settings.port, log_level="info",
-                                timeout_graceful_shutdown=20)
+        # uvicorn logs through the JSON handler; the API logs one line per request itself (no access log)
+        config = uvicorn.Config(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+                                log_config=None, access_log=False, timeout_graceful_shutdown=20)
         _graceful_server(config).run()
     finally:
         if background is not None:
             background.stop()
+        if gauges is not None:
+            unregister_queue_gauges(gauges)
         database.close()
 
 
@@ -350,11 +376,13 @@ def worker(
     allowed_webhook_network: Annotated[list[str] | None, typer.Option(
         "--allowed-webhook-network", help="CIDR destinations that opt in may reach (repeatable) "
         "[env SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS, comma separated]")] = None,
+    cleanup_interval: CleanupIntervalOption = None,
 ) -> None:
     """Run the dispatcher consumers and the delivery worker until SIGTERM/SIGINT (finishes work in flight)."""
     import signal
     import threading
 
+    from settlekit.logs import configure_logging
     from settlekit.runtime import Settings, Workers
     from settlekit.store.db import connect
 
@@ -365,9 +393,11 @@ def worker(
         dispatch_max_attempts=dispatch_max_attempts, rearm_cooldown=rearm_cooldown, max_rearm_count=max_rearm_count,
         metrics_port=metrics_port, metrics_host=metrics_host,
         allow_private_webhooks=allow_private_webhooks or None,
-        allowed_webhook_networks=tuple(allowed_webhook_network or ()) or None)
+        allowed_webhook_networks=tuple(allowed_webhook_network or ()) or None,
+        cleanup_interval=cleanup_interval)
     database = connect(settings.db_url)
-    database.migrate()
+    database.migrate()  # before logging is configured: an unreachable database is one line on stderr
+    configure_logging(settings.log_level)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -376,9 +406,7 @@ def worker(
     if settings.metrics_port is not None:
         from prometheus_client import REGISTRY, start_http_server
 
-        from settlekit.delivery.metrics import register_queue_collector
-
-        register_queue_collector(database, REGISTRY)
+        # the delivery queue and DLQ gauges are registered by Workers.start
         server, _ = start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=REGISTRY)
         console.print(f"metrics on http://{settings.metrics_host}:{server.server_port}/metrics")
     background.start()
@@ -407,11 +435,27 @@ def demo(
     raise typer.Exit(code=code)
 
 
+class _ConnectionErrors(logging.Handler):
+    """Keeps the last connection error the PostgreSQL pool logged, so the one-line DATABASE_UNAVAILABLE message
+    can say why (refused, unknown database or role, unknown host) without the pool's own log lines."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        self.last = message.split(": ", 1)[-1].splitlines()[0].strip() if message else None
+
+
 def main() -> None:
+    errors = _ConnectionErrors()
+    logging.getLogger("psycopg.pool").addHandler(errors)
     try:
         app()
     except SettlekitError as exc:
-        console.print(f"[red]error[/red] {exc.code}: {exc.message}")
+        reason = f" ({errors.last})" if exc.code == "DATABASE_UNAVAILABLE" and errors.last else ""
+        console.print(f"[red]error[/red] {exc.code}: {exc.message}{reason}", highlight=False, markup=True)
         sys.exit(1)
 
 

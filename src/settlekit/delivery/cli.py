@@ -27,7 +27,7 @@ from settlekit.store.db import Database
 delivery_app = typer.Typer(help="Webhook delivery tools.", no_args_is_help=True)
 destinations_app = typer.Typer(help="Webhook destinations of a tenant.", no_args_is_help=True)
 delivery_app.add_typer(destinations_app, name="destinations")
-_err = Console(stderr=True)
+_err = Console(stderr=True, soft_wrap=True)
 
 TenantOption = Annotated[str, typer.Option("--tenant", "-t", help="tenant id")]
 LoopbackOption = Annotated[
@@ -328,6 +328,9 @@ def deliveries_run(
             await worker.run()
             _err.print("delivery worker stopped")
 
+    from settlekit.logs import configure_from_env
+
+    configure_from_env()
     run_with_db(db, lambda database: asyncio.run(main(database)))
 
 
@@ -366,6 +369,9 @@ def receive_command(
     ),
 ) -> None:
     """Receive signed artifact webhooks: verify, dedupe by webhook-id, store each artifact once."""
+    from settlekit.logs import configure_from_env
+
+    configure_from_env()
     server = ReceiverServer(
         secrets=_load_secrets(secret, secret_file),
         host=host,

@@ -16,7 +16,7 @@ from settlekit.errors import SettlekitError
 from settlekit.store.db import Database, connect
 
 consumers_app = typer.Typer(help="Durable consumers: state, lag and recovery.", no_args_is_help=True)
-_err = Console(stderr=True)
+_err = Console(stderr=True, soft_wrap=True)
 
 DbOption = Annotated[str, typer.Option("--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db")]
 InstanceOption = Annotated[str, typer.Option("--instance-id", help="state row shard (per-instance consumers)")]

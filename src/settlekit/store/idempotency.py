@@ -215,8 +215,12 @@ def run(db: Database, scope: KeyScope, hashed: str, action: Callable[[], tuple[i
 
 def purge_expired(db: Database, *, now: datetime | None = None) -> int:
     """Delete completed keys past their TTL and reservations past their lease."""
-    now = now or datetime.now(UTC)
     with db.transaction() as tx:
-        if tx.dialect == "postgres":
-            return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?::timestamptz", (now,))
-        return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?", (now.astimezone(UTC).isoformat(),))
+        return purge_expired_in(tx, now=now or datetime.now(UTC))
+
+
+def purge_expired_in(tx: Tx, *, now: datetime) -> int:
+    """`purge_expired` inside the caller's transaction (the cleanup scheduler runs it with other deletes)."""
+    if tx.dialect == "postgres":
+        return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?::timestamptz", (now,))
+    return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?", (now.astimezone(UTC).isoformat(),))

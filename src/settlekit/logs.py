@@ -1,0 +1,102 @@
+"""JSON logging for the long-running processes (`serve`, `worker`, `receive`).
+
+`configure_logging` routes every stdlib logger (each module's `logging.getLogger(__name__)`, uvicorn's and
+psycopg's too) through structlog's `ProcessorFormatter`: one JSON object per line with `timestamp`, `level`,
+`logger`, `event`, the `extra=` fields of the call, and whatever is bound in the context (`bind`), such as the
+API's request id, tenant, key id and error code. Nothing is configured on import: library users and tests keep
+stdlib logging as they set it up.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import IO, Any
+
+import structlog
+
+from settlekit.errors import ConfigurationError
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_HANDLER_NAME = "settlekit-json"
+
+
+def parse_level(name: str) -> int:
+    """The level number of DEBUG/INFO/WARNING/ERROR/CRITICAL (any case); ConfigurationError otherwise."""
+    value = name.strip().upper()
+    if value not in _LEVELS:
+        raise ConfigurationError(f"SETTLEKIT_LOG_LEVEL must be one of {', '.join(_LEVELS)}, not {name!r}",
+                                 code="SETTINGS_INVALID", variable="SETTLEKIT_LOG_LEVEL")
+    return int(getattr(logging, value))
+
+
+def _pre_chain() -> list[Any]:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.ExtraAdder(),
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+
+
+def json_formatter() -> logging.Formatter:
+    """The formatter turning a stdlib record into one JSON line."""
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=_pre_chain(),
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(default=str),
+        ],
+    )
+
+
+def configure_logging(level: str | int = "INFO", *, stream: IO[str] | None = None) -> logging.Handler:
+    """Send every log record at `level` or above to `stream` (default stderr) as JSON; idempotent (a second
+    call replaces the handler of the first). Returns the handler (`reset_logging` removes it)."""
+    number = parse_level(level) if isinstance(level, str) else level
+    structlog.configure(
+        processors=[*_pre_chain(), structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(json_formatter())
+    root = logging.getLogger()
+    reset_logging()
+    root.addHandler(handler)
+    root.setLevel(number)
+    # uvicorn's loggers keep no handlers of their own: their records come out here as JSON too
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+    return handler
+
+
+def reset_logging() -> None:
+    """Remove the JSON handler `configure_logging` installed (if any)."""
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        if existing.get_name() == _HANDLER_NAME:
+            root.removeHandler(existing)
+            existing.close()
+
+
+def bind(**fields: Any) -> None:
+    """Add fields to every log line of the current context (request, task); None values are skipped."""
+    structlog.contextvars.bind_contextvars(**{k: v for k, v in fields.items() if v is not None})
+
+
+def clear() -> None:
+    """Start a fresh logging context (each request does)."""
+    structlog.contextvars.clear_contextvars()
+
+
+def configure_from_env(default: str = "INFO") -> logging.Handler:
+    """`configure_logging` at SETTLEKIT_LOG_LEVEL (default INFO) for commands that run without Settings."""
+    import os
+
+    return configure_logging(os.environ.get("SETTLEKIT_LOG_LEVEL") or default)
