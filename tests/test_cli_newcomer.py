@@ -42,7 +42,8 @@ def test_the_line_says_why(pg_url: str) -> None:
     wrong_db = pg_url.rsplit("/", 1)[0] + "/settlekit_no_such_database"
     proc = run_cli("migrate", "--db", wrong_db)
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("error DATABASE_UNAVAILABLE:") and 'database "settlekit_no_such_database" does not exist' in line
+    assert line.startswith("error DATABASE_UNAVAILABLE:")
+    assert 'database "settlekit_no_such_database" does not exist' in line
     proc = run_cli("keys", "list", "--db", UNREACHABLE_PG)
     assert "Connection refused" in proc.stderr
 

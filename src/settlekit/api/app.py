@@ -25,7 +25,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api import routes_jobs, routes_ops
 from settlekit.api.auth import ApiKey
-from settlekit.api.request_log import RequestLogMiddleware
 from settlekit.api.deps import ApiContext, AuthMiddleware, require
 from settlekit.api.http import (
     BodyLimitMiddleware,
@@ -38,6 +37,7 @@ from settlekit.api.http import (
     unhandled_error_handler,
     validation_error_handler,
 )
+from settlekit.api.request_log import RequestLogMiddleware
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer

@@ -69,9 +69,8 @@ class RequestLogMiddleware:
                 content_type = next((v for k, v in headers if k.lower() == b"content-type"), b"")
                 if content_type.startswith(b"application/problem+json"):
                     problem = bytearray()
-            elif message["type"] == "http.response.body" and problem is not None:
-                if len(problem) < _MAX_PROBLEM_BYTES:
-                    problem.extend(message.get("body", b""))
+            elif message["type"] == "http.response.body" and problem is not None and len(problem) < _MAX_PROBLEM_BYTES:
+                problem.extend(message.get("body", b""))
             await send(message)
 
         try:
