@@ -243,3 +243,21 @@ def test_stdlib_loggers_come_out_as_json_with_the_bound_context(json_log: io.Str
     [line] = [json.loads(x) for x in json_log.getvalue().splitlines()]
     assert line["event"] == "hello world" and line["jobId"] == "job_1"
     assert (line["request_id"], line["tenant"], line["level"]) == ("r1", "t1", "info")
+
+
+def test_workers_register_the_queue_gauges_and_run_the_cleanup_while_started(db: Database) -> None:
+    from settlekit.runtime import Workers
+
+    seed_expired(db, pending=False)
+    registry = CollectorRegistry()
+    workers = Workers(db, Settings(db_url=db.url, cleanup_interval=0), registry=registry)  # ticks driven here
+    assert registry.get_sample_value("settlekit_delivery_dlq_size") is None
+    workers.start()
+    try:
+        assert registry.get_sample_value("settlekit_delivery_dlq_size") == 1
+        assert registry.get_sample_value("settlekit_deliveries_pending", {"state": "delivered"}) == 1
+        assert workers.cleanup.tick().deliveries == 2
+        assert registry.get_sample_value("settlekit_delivery_dlq_size") == 0
+    finally:
+        workers.stop()
+    assert registry.get_sample_value("settlekit_delivery_dlq_size") is None  # unregistered on stop

@@ -30,12 +30,19 @@ def parse_level(name: str) -> int:
     return int(getattr(logging, value))
 
 
+def _drop_color_message(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """uvicorn passes an ANSI-coloured copy of its message as an extra field: not wanted in JSON."""
+    event.pop("color_message", None)
+    return event
+
+
 def _pre_chain() -> list[Any]:
     return [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.stdlib.ExtraAdder(),
+        _drop_color_message,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
 
