@@ -261,3 +261,28 @@ def test_workers_register_the_queue_gauges_and_run_the_cleanup_while_started(db:
     finally:
         workers.stop()
     assert registry.get_sample_value("settlekit_delivery_dlq_size") is None  # unregistered on stop
+
+
+def test_an_unhandled_error_is_logged_with_its_request_id(sqlite_url: str, json_log: io.StringIO) -> None:
+    db = connect(sqlite_url)
+    db.migrate()
+    try:
+        app = make_app(db)
+
+        @app.get("/v1/boom")
+        def boom() -> None:
+            raise RuntimeError("boom")
+
+        api = client(app, key_for(db, TENANT_A), raise_server_exceptions=False)
+        r = api.get("/v1/boom", headers={"X-Request-Id": "req-boom"})
+        assert r.status_code == 500 and r.json()["code"] == "INTERNAL"
+        assert r.headers["x-request-id"] == "req-boom"
+    finally:
+        db.close()
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    [error] = [e for e in lines if e["logger"] == "settlekit.api"]
+    assert error["level"] == "error" and error["request_id"] == "req-boom"
+    assert "RuntimeError: boom" in error["exception"]
+    [request] = [e for e in lines if e.get("event") == "request"]
+    assert (request["status"], request["error_code"], request["level"]) == (500, "INTERNAL", "error")
+    assert request["request_id"] == "req-boom" and request["tenant"] == TENANT_A

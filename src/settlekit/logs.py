@@ -97,6 +97,11 @@ def bind(**fields: Any) -> None:
     structlog.contextvars.bind_contextvars(**{k: v for k, v in fields.items() if v is not None})
 
 
+def current(name: str) -> Any:
+    """A field bound in the current context (None when unbound)."""
+    return structlog.contextvars.get_contextvars().get(name)
+
+
 def clear() -> None:
     """Start a fresh logging context (each request does)."""
     structlog.contextvars.clear_contextvars()

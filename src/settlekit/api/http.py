@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from settlekit import logs
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.canonical import js_int
 
@@ -225,7 +226,11 @@ async def http_error_handler(request: Request, exc: Exception) -> Response:
 
 async def unhandled_error_handler(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return problem_response(500, "INTERNAL", "internal server error")
+    response = problem_response(500, "INTERNAL", "internal server error")
+    request_id = logs.current("request_id")  # this answer leaves outside the request-log middleware
+    if isinstance(request_id, str):
+        response.headers["x-request-id"] = request_id
+    return response
 
 
 class BodyLimitMiddleware:
