@@ -15,7 +15,7 @@ from settlekit.events.canonical import canonical_json, parse_json
 
 artifacts_app = typer.Typer(help="Build job artifacts (WorkCertificate.v1, SettlementStatement.v1, …) offline.",
                             no_args_is_help=True)
-_err = Console(stderr=True)
+_err = Console(stderr=True, soft_wrap=True)
 
 EventsOption = Annotated[Path, typer.Option("--events", help="stream file: a JSON array of events, or an object "
                                                                 "with an `events` array (e.g. a vector file)")]
