@@ -72,6 +72,7 @@ class Settings:
     delivery_max_attempts: int = 15
     delivery_backoff_base: float = 2.0
     delivery_backoff_cap: float = 3600.0
+    delivery_max_claims: int = 5  # claims without a recorded outcome before the DLQ (crash_loop)
     # dispatcher: attempts on a failing event before the consumer is dead, automatic re-arm of dead consumers
     dispatch_max_attempts: int = 10
     rearm_cooldown: float = 300.0
@@ -113,6 +114,7 @@ class Settings:
             delivery_max_attempts=_env_num("SETTLEKIT_DELIVERY_MAX_ATTEMPTS", cls.delivery_max_attempts, int),
             delivery_backoff_base=_env_num("SETTLEKIT_DELIVERY_BACKOFF_BASE", cls.delivery_backoff_base, float),
             delivery_backoff_cap=_env_num("SETTLEKIT_DELIVERY_BACKOFF_CAP", cls.delivery_backoff_cap, float),
+            delivery_max_claims=_env_num("SETTLEKIT_DELIVERY_MAX_CLAIMS", cls.delivery_max_claims, int),
             dispatch_max_attempts=_env_num("SETTLEKIT_DISPATCH_MAX_ATTEMPTS", cls.dispatch_max_attempts, int),
             rearm_cooldown=_env_num("SETTLEKIT_REARM_COOLDOWN", cls.rearm_cooldown, float),
             max_rearm_count=_env_num("SETTLEKIT_MAX_REARM_COUNT", cls.max_rearm_count, int),
@@ -173,6 +175,8 @@ def worker_config(settings: Settings) -> Any:
         raise ConfigurationError(f"delivery retry settings: {exc}", code="SETTINGS_INVALID") from None
     if settings.delivery_timeout <= 0 or settings.delivery_lease <= 0:
         raise ConfigurationError("delivery timeout and lease must be positive", code="SETTINGS_INVALID")
+    if settings.delivery_max_claims < 1:
+        raise ConfigurationError("delivery max claims must be at least 1", code="SETTINGS_INVALID")
     return WorkerConfig(
         allow_loopback=settings.allow_loopback_webhooks,
         allow_private_network=settings.allow_private_webhooks,
@@ -182,6 +186,7 @@ def worker_config(settings: Settings) -> Any:
         idle_sleep=0.05,
         lease=timedelta(seconds=settings.delivery_lease),
         lease_renew=settings.delivery_lease_renew,
+        max_claims=settings.delivery_max_claims,
         retry=retry,
         sender=SenderConfig(concurrency=settings.delivery_concurrency, timeout=settings.delivery_timeout,
                             connect_timeout=min(5.0, settings.delivery_timeout)),

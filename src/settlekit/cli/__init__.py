@@ -356,6 +356,9 @@ def worker(
     backoff_cap: Annotated[float | None, typer.Option(
         "--backoff-cap", help="longest retry delay, seconds (env SETTLEKIT_DELIVERY_BACKOFF_CAP, default "
         "3600)")] = None,
+    max_claims: Annotated[int | None, typer.Option(
+        "--max-claims", help="claims of one delivery without a recorded outcome (its worker crashed each time) "
+        "before it is dead-lettered as crash_loop (env SETTLEKIT_DELIVERY_MAX_CLAIMS, default 5)")] = None,
     dispatch_max_attempts: Annotated[int | None, typer.Option(
         "--dispatch-max-attempts", help="handler attempts on one event before its consumer is dead "
         "(env SETTLEKIT_DISPATCH_MAX_ATTEMPTS, default 10)")] = None,
@@ -389,7 +392,7 @@ def worker(
     settings = Settings.from_env(
         db_url=db, allow_loopback_webhooks=allow_loopback_webhooks or None, delivery_lease=lease,
         delivery_lease_renew=lease_renew, delivery_timeout=delivery_timeout, delivery_max_attempts=max_attempts,
-        delivery_backoff_base=backoff_base, delivery_backoff_cap=backoff_cap,
+        delivery_backoff_base=backoff_base, delivery_backoff_cap=backoff_cap, delivery_max_claims=max_claims,
         dispatch_max_attempts=dispatch_max_attempts, rearm_cooldown=rearm_cooldown, max_rearm_count=max_rearm_count,
         metrics_port=metrics_port, metrics_host=metrics_host,
         allow_private_webhooks=allow_private_webhooks or None,

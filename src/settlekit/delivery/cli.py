@@ -1,7 +1,8 @@
 """`settlekit deliveries …` (destinations, deliveries, requeue, worker) and `settlekit receive`.
 
-Secrets are write-only: commands take a secret *reference* (`file:`/`env:`) or generate a secret into a file
-(mode 0600) and print only its path.
+Secrets are write-only: commands take a secret file (its value is stored in the database), a reference
+(`secret:<id>`/`env:`) or generate a secret (stored, and written to a 0600 file whose path only is printed).
+`deliveries secrets migrate` imports legacy `file:` references.
 """
 
 from __future__ import annotations
@@ -88,13 +89,16 @@ def destinations_add(
     destination_id: Annotated[str, typer.Option("--id", help="destination id ([A-Za-z0-9._-])")],
     url: Annotated[str, typer.Option("--url", help="https:// endpoint")],
     secret_ref: Annotated[
-        str | None, typer.Option("--secret-ref", help="file:/abs/path or env:NAME (with --allow-env-secrets)")
+        str | None, typer.Option("--secret-ref", help="secret:<id> of this tenant, or env:NAME (with "
+                                 "--allow-env-secrets)")
     ] = None,
     secret_file: Annotated[
-        Path | None, typer.Option("--secret-file", dir_okay=False, help="file holding the secret(s)")
+        Path | None, typer.Option("--secret-file", dir_okay=False, help="file holding the secret: its value is "
+                                  "stored in the database (the file is not kept referenced)")
     ] = None,
     generate: Annotated[
-        bool, typer.Option("--generate-secret", help="create a new whsec_ secret file in --secret-dir")
+        bool, typer.Option("--generate-secret", help="create a new whsec_ secret (stored in the database, and "
+                           "written to a 0600 file in --secret-dir for the receiver)")
     ] = False,
     secret_dir: Annotated[Path, typer.Option("--secret-dir", help="where --generate-secret writes")] = Path(
         "secrets"
@@ -123,13 +127,13 @@ def destinations_add(
 
     def action(database: Database) -> dict[str, Any]:
         nonlocal generated
-        ref = secret_ref
-        if secret_file is not None:
-            ref = f"file:{secret_file.resolve()}"
+        ref = secret_ref or ""
+        value: str | None = None
+        if secret_file is not None:  # imported into the database: workers never read files
+            value = secret_file.read_text(encoding="utf-8").strip()
         if generate:
             generated = _write_secret(secret_dir, tenant, destination_id)
-            ref = f"file:{generated}"
-        assert ref is not None
+            value = generated.read_text(encoding="utf-8").strip()
         try:
             dest = service.add_destination(
                 database,
@@ -145,6 +149,7 @@ def destinations_add(
                                private=allow_private),
                 replace=replace,
                 actor="cli",
+                secret_value=value,
             )
         except BaseException:
             if generated is not None:
@@ -288,6 +293,8 @@ def deliveries_run(
     lease_renew: Annotated[float | None, typer.Option("--lease-renew", help="renewal interval seconds "
                                                       "(default 30 % of the lease)")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="HTTP timeout seconds")] = 15.0,
+    max_claims: Annotated[int, typer.Option("--max-claims", help="claims without a recorded outcome before a "
+                                            "delivery is dead-lettered (crash_loop)")] = 5,
     allow_loopback: LoopbackOption = False,
     allow_insecure_http: InsecureOption = False,
     allow_network: NetworksOption = None,
@@ -306,6 +313,7 @@ def deliveries_run(
         batch_size=batch,
         lease=timedelta(seconds=lease),
         lease_renew=lease_renew,
+        max_claims=max_claims,
         idle_sleep=idle_sleep,
         allow_loopback=allow_loopback,
         allow_insecure_http=allow_insecure_http,
@@ -332,6 +340,38 @@ def deliveries_run(
 
     configure_from_env()
     run_with_db(db, lambda database: asyncio.run(main(database)))
+
+
+secrets_app = typer.Typer(help="Webhook secrets kept in the database.", no_args_is_help=True)
+delivery_app.add_typer(secrets_app, name="secrets")
+
+
+@secrets_app.command("migrate")
+def secrets_migrate(
+    db: DbOption,
+    secrets_dir: Annotated[Path | None, typer.Option(
+        "--secrets-dir", envvar="SETTLEKIT_SECRETS_DIR", file_okay=False,
+        help="only files inside it, in the destination's own tenant area, are imported")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Import legacy file: secret references into the database (per tenant) and rewrite them; report what was
+    migrated and what was refused (exit 1 when anything was refused)."""
+    from settlekit.delivery.legacy_secrets import migrate_file_refs
+
+    report = run_with_db(db, lambda database: migrate_file_refs(database, secrets_dir, now=datetime.now(UTC)))
+    if as_json:
+        print(json.dumps(report.to_json()))
+    else:
+        for o in report.migrated:
+            typer.echo(f"migrated {o.tenant_id}/{o.destination_id} {o.field}: {o.path}")
+        for o in report.refused:
+            typer.echo(f"refused  {o.tenant_id}/{o.destination_id} {o.field}: {o.path} ({o.reason})")
+        for t, d in report.enabled:
+            typer.echo(f"enabled  {t}/{d} again")
+        typer.echo(f"{len(report.migrated)} migrated, {len(report.refused)} refused, {len(report.enabled)} "
+                   f"destinations enabled again, {report.requeued} deliveries requeued")
+    if report.refused:
+        raise typer.Exit(1)
 
 
 @delivery_app.callback()

@@ -36,6 +36,10 @@ SECRET_PROVIDER_FORBIDDEN: Final = "secret_provider_forbidden"
 MISSING_ARTIFACT: Final = "missing_artifact"
 UNKNOWN_DESTINATION: Final = "unknown_destination"
 EXCEPTION: Final = "exception"
+CRASH_LOOP: Final = "crash_loop"  # claimed too often without a recorded outcome: never sent again
+SECRET_FILE_REFUSED: Final = "secret_file_refused"  # a legacy file: secret ref; the destination is disabled
+TERMINAL: Final = frozenset({CRASH_LOOP})  # fail at once, whatever the attempts left
+DISABLING: Final = frozenset({GONE, SECRET_FILE_REFUSED})  # disable the destination, fail this delivery
 
 RETRY_AFTER_STATUSES: Final = frozenset({429, 503})
 
@@ -155,7 +159,8 @@ def decide(
 ) -> Decision:
     """Classify one attempt (`attempts` counts it) into delivered / disable / retry / failed.
 
-    - 2xx → delivered; 410 → disable the destination and fail this delivery (reason `gone`);
+    - 2xx → delivered; 410 → disable the destination and fail this delivery (reason `gone`); a refused legacy
+      `file:` secret reference likewise (reason `secret_file_refused`); a crash loop → failed at once;
     - anything else (3xx, 408, 429, other 4xx, 5xx, timeout, network error, SSRF refusal, secret errors) →
       retry after the backoff, or at least `Retry-After` (429/503, capped by `retry_after_max`);
     - once `attempts >= max_attempts` a retryable outcome fails the delivery (the DLQ) with its reason.
@@ -163,8 +168,10 @@ def decide(
     reason = failure_reason(status, error)
     if reason is None:
         return Decision("delivered")
-    if reason == GONE:
-        return Decision("disable", GONE)
+    if reason in DISABLING:
+        return Decision("disable", reason)
+    if reason in TERMINAL:
+        return Decision("failed", reason)
     if attempts >= policy.max_attempts:
         return Decision("failed", reason)
     delay = policy.backoff(attempts, rng=rng, previous=previous_delay)

@@ -3,12 +3,15 @@
 - `secret:<id>`: a secret the API received by value, stored per tenant in the database (`webhook_secrets`)
   under an opaque id the server issued (`sec_` + 32 hex). It is only ever looked up with the destination's own
   tenant, so a tenant cannot name another tenant's secret. This is the only form the HTTP API accepts.
-- `file:/abs/path`, `env:NAME` (opt-in), `inline:<s>` (dev): operator forms for the CLI, never from the API.
+- `env:NAME` (opt-in), `inline:<s>` (dev): operator forms for the CLI, never from the API.
+- `file:/abs/path`: a legacy form. It is never read (`secret_file_refused`, before the path is touched, so the
+  answer says nothing about the file); `settlekit deliveries secrets migrate` imports such files from the
+  secrets directory into `webhook_secrets` (see `migrate_file_refs`).
 
 A file holds one secret per line, oldest first; two lines means a rotation is in progress and both sign. A
 destination may also carry a rotated-out `previous_secret_ref` that keeps signing until its grace period ends.
 Failures carry the spec's `last_error` reasons: secret_ref_invalid, secret_not_found,
-secret_provider_forbidden.
+secret_provider_forbidden, secret_file_refused.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import re
 import secrets as pysecrets
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from settlekit.delivery.store import db_time
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
     from settlekit.delivery.store import Destination
 
 SECRET_ID_RE: Final = re.compile(r"^sec_[0-9a-f]{32}$")
+FILE_REFUSED_MESSAGE: Final = (
+    "file: secret references are no longer read; import them with `settlekit deliveries secrets migrate`"
+)
 DB_SCHEME: Final = "secret"
 
 
@@ -41,6 +46,7 @@ class SecretRefError(SettlekitError):
             "secret_ref_invalid": "SECRET_REF_INVALID",
             "secret_not_found": "SECRET_NOT_FOUND",
             "secret_provider_forbidden": "SECRET_PROVIDER_FORBIDDEN",
+            "secret_file_refused": "SECRET_FILE_REFUSED",
         }
         super().__init__(message, code=codes[reason], reason=reason, **details)
         self.reason = reason
@@ -104,14 +110,13 @@ class SecretResolver:
         """Check the form of a reference (when a destination is saved) without reading it."""
         scheme, _, rest = ref.partition(":")
         if not rest:
-            raise SecretRefError("secret_ref must be secret:<id>, file:/abs/path or env:NAME",
+            raise SecretRefError("secret_ref must be secret:<id> or env:NAME",
                                  reason="secret_ref_invalid")
         if scheme == DB_SCHEME:
             if not SECRET_ID_RE.match(rest):
                 raise SecretRefError("secret id is not one this server issued", reason="secret_ref_invalid")
-        elif scheme == "file":
-            if not Path(rest).is_absolute():
-                raise SecretRefError("file secret_ref needs an absolute path", reason="secret_ref_invalid")
+        elif scheme == "file":  # legacy: refused on save and never read
+            raise SecretRefError(FILE_REFUSED_MESSAGE, reason="secret_file_refused")
         elif scheme == "env":
             if not self.allow_env:
                 raise SecretRefError("env secret refs are not enabled", reason="secret_provider_forbidden")
@@ -134,15 +139,8 @@ class SecretResolver:
             if row is None:
                 raise SecretRefError("secret not found", reason="secret_not_found")
             text = str(row[0])
-        elif scheme == "file":
-            try:
-                text = Path(rest).read_text(encoding="utf-8")
-            except FileNotFoundError as exc:
-                raise SecretRefError("secret file not found", reason="secret_not_found", path=rest) from exc
-            except OSError as exc:
-                raise SecretRefError(
-                    f"secret file unreadable: {exc.strerror}", reason="secret_not_found", path=rest
-                ) from exc
+        elif scheme == "file":  # never read, whatever the path: the same answer for every file
+            raise SecretRefError(FILE_REFUSED_MESSAGE, reason="secret_file_refused")
         elif scheme == "env":
             value = os.environ.get(rest)
             if value is None:

@@ -139,6 +139,7 @@ class Delivery:
     delivered_at: datetime | None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    claims: int = 0  # claims since the last recorded outcome (crash-loop guard)
 
     def to_json(self) -> dict[str, Any]:
         """API/CLI view (timestamps as ISO-8601 UTC)."""
@@ -156,7 +157,7 @@ def _iso(dt: datetime) -> str:
 _DLV_COLS: Final = (
     "id, tenant_id, destination_id, artifact_type, artifact_id, artifact_hash, dedupe_key, message_id,"
     " scope_key, order_seq, priority, order_key, state, attempts, next_attempt_at, lease_owner,"
-    " lease_expires_at, last_status, last_error, delivered_at, created_at, updated_at"
+    " lease_expires_at, last_status, last_error, delivered_at, created_at, updated_at, claims"
 )
 
 
@@ -184,6 +185,7 @@ def _dlv(row: Sequence[Any]) -> Delivery:
         delivered_at=from_db_time(row[19]),
         created_at=from_db_time(row[20]),
         updated_at=from_db_time(row[21]),
+        claims=int(row[22]),
     )
 
 
@@ -323,7 +325,7 @@ def enqueue_artifact(
     return created
 
 
-_CLAIM_FILTER: Final = (
+_CLAIM_WHERE: Final = (
     " FROM deliveries d JOIN destinations t"
     " ON t.tenant_id = d.tenant_id AND t.destination_id = d.destination_id"
     " WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND t.status = 'active'"
@@ -331,8 +333,9 @@ _CLAIM_FILTER: Final = (
     " AND (t.ordering <> 'strict_scope' OR NOT EXISTS (SELECT 1 FROM deliveries e"
     " WHERE e.tenant_id = d.tenant_id AND e.destination_id = d.destination_id AND e.scope_key = d.scope_key"
     " AND e.state = 'pending' AND (e.order_seq, e.priority, e.id) < (d.order_seq, d.priority, d.id)))"
-    " ORDER BY d.next_attempt_at, d.scope_key, d.order_seq, d.priority, d.id LIMIT ?"
 )
+_CLAIM_ORDER: Final = " ORDER BY d.next_attempt_at, d.scope_key, d.order_seq, d.priority, d.id LIMIT ?"
+_CLAIM_FILTER: Final = _CLAIM_WHERE + _CLAIM_ORDER
 
 
 def claim(tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime) -> list[Delivery]:
@@ -340,28 +343,41 @@ def claim(tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime) -
     transaction is BEGIN IMMEDIATE, a single writer).
 
     A claim does not count an attempt: `attempts` grows when an outcome is recorded (`_finish`), so a worker
-    that dies mid-send costs the delivery no attempt. The attempt being made is `attempts + 1`."""
-    ts, until = db_time(tx, now), db_time(tx, now + lease)
-    if tx.dialect == "postgres":
-        rows = tx.fetchall(
-            f"WITH c AS (SELECT d.id{_CLAIM_FILTER} FOR UPDATE OF d SKIP LOCKED)"
-            " UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?,"
-            f" updated_at = ? FROM c WHERE deliveries.id = c.id RETURNING {_qualified('deliveries')}",
-            (ts, ts, limit, worker, until, ts),
-        )
-    else:
-        ids = [r[0] for r in tx.fetchall(f"SELECT d.id{_CLAIM_FILTER}", (ts, ts, limit))]
-        if not ids:
-            return []
-        marks = ", ".join("?" * len(ids))
-        rows = tx.fetchall(
-            "UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?,"
-            f" updated_at = ? WHERE id IN ({marks}) RETURNING {_DLV_COLS}",
-            (worker, until, ts, *ids),
-        )
+    that dies mid-send costs the delivery no attempt. The attempt being made is `attempts + 1`.
+
+    Every claim adds one to `claims` (reset by a recorded outcome, taken back by `release`). A due delivery
+    claimed before without an outcome (its worker died or lost the lease) is claimed alone, so a delivery that
+    crashes its worker cannot take a batch of others down with it; the caller dead-letters it once `claims`
+    passes its limit."""
+    rows = _claim(tx, worker=worker, limit=1, lease=lease, now=now, extra=" AND d.claims > 0")
+    if not rows:
+        rows = _claim(tx, worker=worker, limit=limit, lease=lease, now=now, extra=" AND d.claims = 0")
     out = [_dlv(r) for r in rows]
     out.sort(key=lambda d: (d.next_attempt_at or now, d.scope_key, d.order_seq, d.priority, d.id))
     return out
+
+
+def _claim(
+    tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime, extra: str
+) -> list[Sequence[Any]]:
+    ts, until = db_time(tx, now), db_time(tx, now + lease)
+    select = f"SELECT d.id{_CLAIM_WHERE}{extra}{_CLAIM_ORDER}"
+    if tx.dialect == "postgres":
+        return tx.fetchall(
+            f"WITH c AS ({select} FOR UPDATE OF d SKIP LOCKED)"
+            " UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, claims = deliveries.claims + 1,"
+            f" updated_at = ? FROM c WHERE deliveries.id = c.id RETURNING {_qualified('deliveries')}",
+            (ts, ts, limit, worker, until, ts),
+        )
+    ids = [r[0] for r in tx.fetchall(select, (ts, ts, limit))]
+    if not ids:
+        return []
+    marks = ", ".join("?" * len(ids))
+    return tx.fetchall(
+        "UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, claims = claims + 1,"
+        f" updated_at = ? WHERE id IN ({marks}) RETURNING {_DLV_COLS}",
+        (worker, until, ts, *ids),
+    )
 
 
 def _qualified(table: str) -> str:
@@ -443,8 +459,8 @@ def _finish(tx: Tx, delivery_id: int, worker: str, sets: str, params: Sequence[A
     """Apply a completion only while `worker` still holds the lease; False when the lease was lost.
     Every recorded outcome counts one attempt."""
     n = tx.execute(
-        f"UPDATE deliveries SET {sets}, attempts = attempts + 1, lease_owner = NULL, lease_expires_at = NULL,"
-        " updated_at = ? WHERE id = ? AND lease_owner = ? AND state = 'pending'",
+        f"UPDATE deliveries SET {sets}, attempts = attempts + 1, claims = 0, lease_owner = NULL,"
+        " lease_expires_at = NULL, updated_at = ? WHERE id = ? AND lease_owner = ? AND state = 'pending'",
         (*params, delivery_id, worker),
     )
     return n == 1
@@ -527,7 +543,7 @@ def requeue(
     if delivery_id is None and destination_id is None:
         raise ValidationError("requeue needs a delivery id or a destination id")
     sql = (
-        "UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?, acked_at = NULL,"
+        "UPDATE deliveries SET state = 'pending', attempts = 0, claims = 0, next_attempt_at = ?, acked_at = NULL,"
         " lease_owner = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = ?"
         " WHERE tenant_id = ? AND state = 'failed'"
     )
@@ -583,12 +599,13 @@ def count_due(tx: Tx, *, now: datetime) -> int:
 
 def release(tx: Tx, delivery_ids: Sequence[int], worker: str, *, now: datetime) -> int:
     """Hand claimed but unsent deliveries back (graceful shutdown, destination gone): lease cleared, no
-    attempt counted."""
+    attempt counted, the claim taken back (no crash happened)."""
     if not delivery_ids:
         return 0
     marks = ", ".join("?" * len(delivery_ids))
     return tx.execute(
-        "UPDATE deliveries SET lease_owner = NULL, lease_expires_at = NULL, updated_at = ?"
+        "UPDATE deliveries SET lease_owner = NULL, lease_expires_at = NULL,"
+        " claims = CASE WHEN claims > 0 THEN claims - 1 ELSE 0 END, updated_at = ?"
         f" WHERE id IN ({marks}) AND lease_owner = ? AND state = 'pending'",
         (db_time(tx, now), *delivery_ids, worker),
     )
@@ -665,7 +682,7 @@ def requeue_gone(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime
     410 disabled it): failed → pending, attempts reset, same message id."""
     ts = db_time(tx, now)
     return tx.execute(
-        "UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = ?, acked_at = NULL,"
+        "UPDATE deliveries SET state = 'pending', attempts = 0, claims = 0, next_attempt_at = ?, acked_at = NULL,"
         " lease_owner = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = ?"
         " WHERE tenant_id = ? AND destination_id = ? AND state = 'failed' AND last_error = 'gone'"
         " AND updated_at >= ?",

@@ -28,7 +28,9 @@ from settlekit.delivery import store
 from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.message import PreparedRequest
 from settlekit.delivery.retry import (
+    CRASH_LOOP,
     EXCEPTION,
+    GONE,
     MISSING_ARTIFACT,
     SECRET_REF_INVALID,
     UNKNOWN_DESTINATION,
@@ -81,6 +83,7 @@ class WorkerConfig:
     allow_private_network: bool = False  # deployment switch; a destination must also opt in
     allowed_networks: tuple[str, ...] = ()  # deployment CIDRs; a destination must also opt in
     per_destination_metrics: bool = False  # label attempts with destination ids (tenant data: off by default)
+    max_claims: int = 5  # claims without a recorded outcome before a delivery is dead-lettered (crash_loop)
     idle_sleep: float = 0.2  # poll interval while the queue is empty
     error_sleep: float = 1.0  # back-off after a pass failed unexpectedly (database down, …)
     sender: SenderConfig = field(default_factory=SenderConfig)
@@ -129,6 +132,9 @@ class DeliveryWorker:
         self.db = db
         self.config = config or WorkerConfig()
         renew = self.config.renew_interval
+        if self.config.max_claims < 1:
+            raise ConfigurationError("max_claims must be at least 1", code="SETTINGS_INVALID",
+                                     max_claims=self.config.max_claims)
         if renew <= 0 or self.config.lease.total_seconds() < renew + self.config.lease_margin:
             raise ConfigurationError(
                 "delivery lease must exceed the lease renewal interval plus the lease margin",
@@ -262,6 +268,13 @@ class DeliveryWorker:
                 if key not in dests:
                     dests[key] = store.get_destination(tx, *key)
                 dest = dests[key]
+                if d.claims > self.config.max_claims:  # each earlier claim ended without an outcome: a crash loop
+                    log.error("delivery %d (%s/%s) was claimed %d times without a recorded outcome: dead-lettered"
+                              " (crash_loop)", d.id, d.tenant_id, d.destination_id, d.claims - 1)
+                    early.append(_local_failure(
+                        d, CRASH_LOOP, f"claimed {d.claims - 1} times without a recorded outcome (worker crashes)",
+                        now))
+                    continue
                 try:
                     if dest is None:
                         early.append(_local_failure(d, UNKNOWN_DESTINATION, "destination not found", now))
@@ -319,6 +332,7 @@ class DeliveryWorker:
         now = self.clock()
         cfg = self.config
         counted: list[tuple[str, str, str | None]] = []  # (destination_id, outcome, failure reason)
+        disabled_reasons: list[str] = []
         with self.db.transaction() as tx:
             for i, out in enumerate(outcomes):
                 d: store.Delivery = out.tag
@@ -349,7 +363,7 @@ class DeliveryWorker:
                     result.delivered += ok
                     outcome = m.DELIVERED
                 elif dec.kind == "disable" and not store.disable_if_active(
-                    tx, d.tenant_id, d.destination_id, reason="gone", now=now
+                    tx, d.tenant_id, d.destination_id, reason=dec.reason or GONE, now=now
                 ):
                     # already disabled (an earlier 410 of this batch, another worker, an operator): wait for enable
                     assert dec.reason is not None
@@ -380,14 +394,16 @@ class DeliveryWorker:
                         now=now,
                         retention=cfg.retention,
                     )
-                    if dec.kind == "disable":  # this 410 disabled the destination (disable_if_active above)
+                    if dec.kind == "disable":  # this outcome disabled the destination (disable_if_active above)
                         result.disabled += 1
-                        outcome = m.GONE
+                        disabled_reasons.append(dec.reason)
+                        outcome = m.GONE if dec.reason == GONE else m.FAILED
                         log.warning(
-                            "destination %s/%s answered 410 Gone: disabled; delivery %d failed, its other"
-                            " deliveries wait until it is enabled",
+                            "destination %s/%s disabled (%s); delivery %d failed, its other deliveries wait"
+                            " until it is enabled",
                             d.tenant_id,
                             d.destination_id,
+                            dec.reason,
                             d.id,
                         )
                     else:
@@ -407,8 +423,8 @@ class DeliveryWorker:
                 self.metrics.dlq.inc()
             if i < sent:
                 self.metrics.duration.observe(out.duration_ms / 1000.0)
-        if result.disabled:
-            self.metrics.disabled.labels("gone").inc(result.disabled)
+        for reason in disabled_reasons:
+            self.metrics.disabled.labels(reason).inc()
         return result
 
     def _renew(self, ids: list[int]) -> int:
