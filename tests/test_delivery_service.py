@@ -56,7 +56,7 @@ def test_add_list_disable_enable(db: Database, secret_path: Path) -> None:
         "ten",
         "hooks",
         url="https://hooks.example/in",
-        secret_ref=f"file:{secret_path}",
+        secret_ref="", secret_value=SECRET,
         artifact_types=["SettlementStatement.v1"],
         ordering="strict_scope",
         policy=policy(),
@@ -65,10 +65,10 @@ def test_add_list_disable_enable(db: Database, secret_path: Path) -> None:
     assert (dest.status, dest.ordering, dest.artifact_types) == ("active", "strict_scope", ("SettlementStatement.v1",))
     with pytest.raises(ConflictError):
         service.add_destination(
-            db, "ten", "hooks", url="https://x.example/", secret_ref=f"file:{secret_path}", policy=policy()
+            db, "ten", "hooks", url="https://x.example/", secret_ref="", secret_value=SECRET, policy=policy()
         )
     replaced = service.add_destination(
-        db, "ten", "hooks", url="https://x.example/", secret_ref=f"file:{secret_path}", policy=policy(),
+        db, "ten", "hooks", url="https://x.example/", secret_ref="", secret_value=SECRET, policy=policy(),
         replace=True,
     )
     assert replaced.url == "https://x.example/" and replaced.artifact_types is None
@@ -103,28 +103,27 @@ def test_ssrf_refusals_on_save(
 ) -> None:
     pol = policy(resolver=(lambda h, p: dns) if dns else public_dns)
     with pytest.raises(DestinationForbiddenError) as exc:
-        service.add_destination(db, "ten", "d", url=url, secret_ref=f"file:{secret_path}", policy=pol)
+        service.add_destination(db, "ten", "d", url=url, secret_ref="", secret_value=SECRET, policy=pol)
     assert exc.value.code == "DESTINATION_URL_FORBIDDEN" and exc.value.details["category"] == category
     assert service.list_destinations(db, "ten") == []  # nothing saved
 
 
 def test_ssrf_policy_allowances_on_save(db: Database, secret_path: Path) -> None:
-    ref = f"file:{secret_path}"
     with pytest.raises(DestinationForbiddenError):  # plain http needs allow_insecure_http
-        service.add_destination(db, "ten", "a", url="http://hooks.example/", secret_ref=ref, policy=policy())
+        service.add_destination(db, "ten", "a", url="http://hooks.example/", secret_ref="", secret_value=SECRET, policy=policy())
     with pytest.raises(DestinationForbiddenError):  # loopback needs the local policy
-        service.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref=ref,
+        service.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref="", secret_value=SECRET,
                                 policy=policy(allow_insecure_http=True))
-    service.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref=ref,
+    service.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref="", secret_value=SECRET,
                             policy=service.DestinationPolicy.local())
     private = policy(resolver=lambda h, p: ["10.0.0.7"], allow_private_network=True)
-    service.add_destination(db, "ten", "b", url="https://internal.example/", secret_ref=ref, policy=private,
+    service.add_destination(db, "ten", "b", url="https://internal.example/", secret_ref="", secret_value=SECRET, policy=private,
                             allow_private_network=True)
     with pytest.raises(DestinationForbiddenError):  # metadata stays blocked even on a private destination
-        service.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref=ref,
+        service.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref="", secret_value=SECRET,
                                 policy=policy(allow_private_network=True), allow_private_network=True)
     with pytest.raises(DestinationForbiddenError):  # whatever the deployment lists
-        service.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref=ref,
+        service.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref="", secret_value=SECRET,
                                 policy=policy(allowed_networks=("169.254.169.254/32",)), allow_private_network=True)
     # enable re-runs the guard under the policy in force now
     service.disable_destination(db, "ten", "a")
@@ -135,12 +134,15 @@ def test_ssrf_policy_allowances_on_save(db: Database, secret_path: Path) -> None
 
 def test_secret_checks_on_save(db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def add(ref: str, **kw: Any) -> store.Destination:
-        return service.add_destination(db, "ten", "d", url="https://h.example/", secret_ref=ref,
+        return service.add_destination(db, "ten", "d", url="https://h.example/", secret_ref="", secret_value=SECRET,
                                        policy=policy(**kw), replace=True)
 
-    with pytest.raises(SecretRefError) as e1:
-        add(f"file:{tmp_path / 'missing'}")
-    assert e1.value.reason == "secret_not_found"
+    secret_file = tmp_path / "whsec.txt"
+    secret_file.write_text(SECRET + "\n", encoding="utf-8")
+    for ref in (f"file:{tmp_path / 'missing'}", f"file:{secret_file}", "file:/etc/shadow", "file:relative"):
+        with pytest.raises(SecretRefError) as e1:  # legacy file refs: refused alike, nothing read
+            add(ref)
+        assert e1.value.reason == "secret_file_refused" and e1.value.code == "SECRET_FILE_REFUSED"
     with pytest.raises(SecretRefError) as e2:
         add("inline:" + SECRET)
     assert e2.value.reason == "secret_provider_forbidden" and SECRET not in str(e2.value.to_problem())
@@ -150,20 +152,22 @@ def test_secret_checks_on_save(db: Database, tmp_path: Path, monkeypatch: pytest
     assert add("env:SK_DLV_SECRET", allow_env_secrets=True).secret_ref == "env:SK_DLV_SECRET"
     bad = tmp_path / "bad.txt"
     bad.write_text("not-a-whsec-secret\n", encoding="utf-8")
-    with pytest.raises(WebhookSecretError) as e3:
-        add(f"file:{bad}")
+    with pytest.raises(ValidationError) as e3:
+        service.add_destination(db, "ten", "d", url="https://h.example/", secret_ref="",
+                                secret_value="not-a-whsec-secret", policy=policy(), replace=True)
+    assert e3.value.code == "WEBHOOK_SECRET_INVALID"
     assert "not-a-whsec-secret" not in json.dumps(e3.value.to_problem())
     # legacy signing uses the raw string, so any non-empty secret is fine
-    legacy = service.add_destination(db, "ten", "legacy", url="https://h.example/", secret_ref=f"file:{bad}",
-                                     signing="settld_legacy", policy=policy())
+    legacy = service.add_destination(db, "ten", "legacy", url="https://h.example/", secret_ref="",
+                                     secret_value="not-a-whsec-secret", signing="settld_legacy", policy=policy())
     assert legacy.signing == "settld_legacy"
     inline = service.add_destination(db, "ten", "inl", url="https://h.example/", secret_ref="inline:" + SECRET,
                                      policy=policy(allow_inline_secrets=True))
     assert SECRET not in json.dumps(inline.to_json())
     for bad_id in ("", "a:b", "x" * 65, "-x", "a b"):
         with pytest.raises(ValidationError):
-            service.add_destination(db, "ten", bad_id, url="https://h.example/", secret_ref=f"file:{bad}",
-                                    signing="settld_legacy", policy=policy())
+            service.add_destination(db, "ten", bad_id, url="https://h.example/", secret_ref="",
+                                    secret_value="not-a-whsec-secret", signing="settld_legacy", policy=policy())
 
 
 # --- deliveries and requeue ---------------------------------------------------------------------------------
@@ -172,7 +176,7 @@ def test_secret_checks_on_save(db: Database, tmp_path: Path, monkeypatch: pytest
 def test_list_get_and_requeue(db: Database, secret_path: Path) -> None:
     arts = Artifacts()
     for dest_id in ("d1", "d2"):
-        service.add_destination(db, "ten", dest_id, url="https://h.example/", secret_ref=f"file:{secret_path}",
+        service.add_destination(db, "ten", dest_id, url="https://h.example/", secret_ref="", secret_value=SECRET,
                                 policy=policy())
     for i in range(3):
         enqueue(db, arts, artifact(f"j{i}", 1))
@@ -283,11 +287,10 @@ def test_cli_destinations_deliveries_and_requeue(
 def test_sink_enqueues_per_matching_destination_and_loader_reads_back(
     db: Database, secret_path: Path
 ) -> None:
-    ref = f"file:{secret_path}"
-    service.add_destination(db, "ten", "all", url="https://h.example/", secret_ref=ref, policy=policy())
-    service.add_destination(db, "ten", "settle", url="https://h.example/", secret_ref=ref, policy=policy(),
+    service.add_destination(db, "ten", "all", url="https://h.example/", secret_ref="", secret_value=SECRET, policy=policy())
+    service.add_destination(db, "ten", "settle", url="https://h.example/", secret_ref="", secret_value=SECRET, policy=policy(),
                             artifact_types=["SettlementStatement.v1"])
-    service.add_destination(db, "ten", "off", url="https://h.example/", secret_ref=ref, policy=policy())
+    service.add_destination(db, "ten", "off", url="https://h.example/", secret_ref="", secret_value=SECRET, policy=policy())
     service.disable_destination(db, "ten", "off")
     woken: list[int] = []
     sink = WebhookDeliverySink(clock=lambda: T0, on_enqueued=lambda: woken.append(1))
@@ -331,7 +334,7 @@ def test_sink_satisfies_the_artifacts_outbox_protocol() -> None:
 
 
 def test_sink_quota(db: Database, secret_path: Path) -> None:
-    service.add_destination(db, "ten", "a", url="https://h.example/", secret_ref=f"file:{secret_path}",
+    service.add_destination(db, "ten", "a", url="https://h.example/", secret_ref="", secret_value=SECRET,
                             policy=policy())
     sink = WebhookDeliverySink(max_pending=1)
     with db.transaction() as tx:
@@ -347,7 +350,7 @@ def test_metrics(db: Database, secret_path: Path) -> None:
     arts, clock = Artifacts(), Clock()
     registry = CollectorRegistry()
     with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as rx:
-        service.add_destination(db, "ten", "d1", url=rx.url, secret_ref=f"file:{secret_path}",
+        service.add_destination(db, "ten", "d1", url=rx.url, secret_ref="", secret_value=SECRET,
                                 policy=service.DestinationPolicy.local())
         for i in range(3):
             enqueue(db, arts, artifact(f"j{i}", 1))
