@@ -134,7 +134,7 @@ def test_ssrf_policy_allowances_on_save(db: Database, secret_path: Path) -> None
 
 def test_secret_checks_on_save(db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def add(ref: str, **kw: Any) -> store.Destination:
-        return service.add_destination(db, "ten", "d", url="https://h.example/", secret_ref="", secret_value=SECRET,
+        return service.add_destination(db, "ten", "d", url="https://h.example/", secret_ref=ref,
                                        policy=policy(**kw), replace=True)
 
     secret_file = tmp_path / "whsec.txt"
