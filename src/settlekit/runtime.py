@@ -64,6 +64,11 @@ class Settings:
     auth_failure_rate_per_second: float = 1.0  # failed authentications allowed per client address
     auth_failure_burst: int = 20
     operator_tenant: str = "system"
+    # behind a reverse proxy: the client address (per-address limit on invalid API keys) comes from
+    # X-Forwarded-For / X-Forwarded-Proto, trusted only from these proxy addresses (uvicorn's
+    # --proxy-headers / --forwarded-allow-ips; None: uvicorn's default, FORWARDED_ALLOW_IPS or 127.0.0.1)
+    proxy_headers: bool = True
+    forwarded_allow_ips: str | None = None
     allowed_webhook_networks: tuple[str, ...] = ()
     # delivery worker: lease (renewed every lease_renew s while sending; None = 30 % of the lease), retries
     delivery_lease: float = 10.0
@@ -105,6 +110,8 @@ class Settings:
                                                        cls.auth_failure_rate_per_second)),
             auth_failure_burst=int(env.get("SETTLEKIT_AUTH_FAILURE_BURST", cls.auth_failure_burst)),
             operator_tenant=env.get("SETTLEKIT_OPERATOR_TENANT", cls.operator_tenant),
+            proxy_headers=_env_bool("SETTLEKIT_PROXY_HEADERS", cls.proxy_headers),
+            forwarded_allow_ips=env.get("SETTLEKIT_FORWARDED_ALLOW_IPS") or None,
             metrics_per_destination=_env_bool("SETTLEKIT_METRICS_PER_DESTINATION", False),
             allowed_webhook_networks=tuple(n.strip() for n in env.get("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS", "")
                                            .split(",") if n.strip()),
@@ -157,6 +164,14 @@ def load_server_signer(path: str | None) -> Signer:
     with os.fdopen(fd, "w", encoding="ascii") as handle:
         handle.write(signer.private_key_pem())
     return signer
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn.Config keywords for `settlekit serve`: listen address and the trusted reverse proxies."""
+    options: dict[str, Any] = {"host": settings.host, "port": settings.port, "proxy_headers": settings.proxy_headers}
+    if settings.forwarded_allow_ips is not None:
+        options["forwarded_allow_ips"] = settings.forwarded_allow_ips
+    return options
 
 
 def worker_config(settings: Settings) -> Any:

@@ -297,16 +297,30 @@ def serve(
         "--allowed-webhook-network", help="CIDR destinations that opt in may reach (repeatable) "
         "[env SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS, comma separated]")] = None,
     cleanup_interval: CleanupIntervalOption = None,
+    proxy_headers: Annotated[bool | None, typer.Option(
+        "--proxy-headers/--no-proxy-headers", help="take the client address from X-Forwarded-For when the "
+        "connection comes from a trusted proxy [env SETTLEKIT_PROXY_HEADERS, default on]")] = None,
+    forwarded_allow_ips: Annotated[str | None, typer.Option(
+        "--forwarded-allow-ips", help="comma-separated addresses/CIDRs of the reverse proxies trusted for "
+        "X-Forwarded-* ('*' trusts all) [env SETTLEKIT_FORWARDED_ALLOW_IPS, default uvicorn's: 127.0.0.1]")] = None,
 ) -> None:
     """Run the HTTP API (uvicorn), with the workers embedded unless --no-workers. SIGTERM shuts down gracefully."""
     import uvicorn
 
     from settlekit.api.app import create_app
     from settlekit.logs import configure_logging
-    from settlekit.runtime import Settings, Workers, load_server_signer, register_queue_gauges, unregister_queue_gauges
+    from settlekit.runtime import (
+        Settings,
+        Workers,
+        load_server_signer,
+        register_queue_gauges,
+        unregister_queue_gauges,
+        uvicorn_options,
+    )
     from settlekit.store.db import connect
 
     settings = Settings.from_env(db_url=db, host=host, port=port, server_key_file=server_key_file,
+                                 proxy_headers=proxy_headers, forwarded_allow_ips=forwarded_allow_ips,
                                  allow_loopback_webhooks=allow_loopback_webhooks or None,
                                  allow_private_webhooks=allow_private_webhooks or None,
                                  allowed_webhook_networks=tuple(allowed_webhook_network or ()) or None,
@@ -323,8 +337,8 @@ def serve(
             gauges = register_queue_gauges(database)
         app_ = create_app(database, server_signer=load_server_signer(settings.server_key_file), settings=settings)
         # uvicorn logs through the JSON handler; the API logs one line per request itself (no access log)
-        config = uvicorn.Config(app_, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                                log_config=None, access_log=False, timeout_graceful_shutdown=20)
+        config = uvicorn.Config(app_, log_level=settings.log_level.lower(), log_config=None, access_log=False,
+                                timeout_graceful_shutdown=20, **uvicorn_options(settings))
         _graceful_server(config).run()
     finally:
         if background is not None:
