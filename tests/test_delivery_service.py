@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from settlekit.cli import app
 from settlekit.delivery import service, store
-from settlekit.delivery.errors import DestinationForbiddenError, WebhookSecretError
+from settlekit.delivery.errors import DestinationForbiddenError
 from settlekit.delivery.metrics import register_queue_collector
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.retry import RetryPolicy
@@ -65,10 +65,12 @@ def test_add_list_disable_enable(db: Database, secret_path: Path) -> None:
     assert (dest.status, dest.ordering, dest.artifact_types) == ("active", "strict_scope", ("SettlementStatement.v1",))
     with pytest.raises(ConflictError):
         service.add_destination(
-            db, "ten", "hooks", url="https://x.example/", secret_ref="", secret_value=SECRET, policy=policy()
+            db, "ten", "hooks", url="https://x.example/", secret_ref="", secret_value=SECRET,
+                            policy=policy()
         )
     replaced = service.add_destination(
-        db, "ten", "hooks", url="https://x.example/", secret_ref="", secret_value=SECRET, policy=policy(),
+        db, "ten", "hooks", url="https://x.example/", secret_ref="", secret_value=SECRET,
+                            policy=policy(),
         replace=True,
     )
     assert replaced.url == "https://x.example/" and replaced.artifact_types is None
@@ -103,21 +105,24 @@ def test_ssrf_refusals_on_save(
 ) -> None:
     pol = policy(resolver=(lambda h, p: dns) if dns else public_dns)
     with pytest.raises(DestinationForbiddenError) as exc:
-        service.add_destination(db, "ten", "d", url=url, secret_ref="", secret_value=SECRET, policy=pol)
+        service.add_destination(db, "ten", "d", url=url, secret_ref="", secret_value=SECRET,
+                            policy=pol)
     assert exc.value.code == "DESTINATION_URL_FORBIDDEN" and exc.value.details["category"] == category
     assert service.list_destinations(db, "ten") == []  # nothing saved
 
 
 def test_ssrf_policy_allowances_on_save(db: Database, secret_path: Path) -> None:
     with pytest.raises(DestinationForbiddenError):  # plain http needs allow_insecure_http
-        service.add_destination(db, "ten", "a", url="http://hooks.example/", secret_ref="", secret_value=SECRET, policy=policy())
+        service.add_destination(db, "ten", "a", url="http://hooks.example/", secret_ref="", secret_value=SECRET,
+                            policy=policy())
     with pytest.raises(DestinationForbiddenError):  # loopback needs the local policy
         service.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref="", secret_value=SECRET,
                                 policy=policy(allow_insecure_http=True))
     service.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref="", secret_value=SECRET,
                             policy=service.DestinationPolicy.local())
     private = policy(resolver=lambda h, p: ["10.0.0.7"], allow_private_network=True)
-    service.add_destination(db, "ten", "b", url="https://internal.example/", secret_ref="", secret_value=SECRET, policy=private,
+    service.add_destination(db, "ten", "b", url="https://internal.example/", secret_ref="", secret_value=SECRET,
+                            policy=private,
                             allow_private_network=True)
     with pytest.raises(DestinationForbiddenError):  # metadata stays blocked even on a private destination
         service.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref="", secret_value=SECRET,
@@ -287,10 +292,13 @@ def test_cli_destinations_deliveries_and_requeue(
 def test_sink_enqueues_per_matching_destination_and_loader_reads_back(
     db: Database, secret_path: Path
 ) -> None:
-    service.add_destination(db, "ten", "all", url="https://h.example/", secret_ref="", secret_value=SECRET, policy=policy())
-    service.add_destination(db, "ten", "settle", url="https://h.example/", secret_ref="", secret_value=SECRET, policy=policy(),
+    service.add_destination(db, "ten", "all", url="https://h.example/", secret_ref="", secret_value=SECRET,
+                            policy=policy())
+    service.add_destination(db, "ten", "settle", url="https://h.example/", secret_ref="", secret_value=SECRET,
+                            policy=policy(),
                             artifact_types=["SettlementStatement.v1"])
-    service.add_destination(db, "ten", "off", url="https://h.example/", secret_ref="", secret_value=SECRET, policy=policy())
+    service.add_destination(db, "ten", "off", url="https://h.example/", secret_ref="", secret_value=SECRET,
+                            policy=policy())
     service.disable_destination(db, "ten", "off")
     woken: list[int] = []
     sink = WebhookDeliverySink(clock=lambda: T0, on_enqueued=lambda: woken.append(1))

@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from settlekit.delivery import store
-from settlekit.delivery.secrets import store_secret
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.retry import RetryPolicy
-from settlekit.delivery.secrets import SecretRefError, SecretResolver
+from settlekit.delivery.secrets import SecretRefError, SecretResolver, store_secret
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.worker import DeliveryWorker, PassResult, WorkerConfig

@@ -359,7 +359,7 @@ def claim(tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime) -
 
 def _claim(
     tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime, extra: str
-) -> list[Sequence[Any]]:
+) -> list[tuple[Any, ...]]:
     ts, until = db_time(tx, now), db_time(tx, now + lease)
     select = f"SELECT d.id{_CLAIM_WHERE}{extra}{_CLAIM_ORDER}"
     if tx.dialect == "postgres":
