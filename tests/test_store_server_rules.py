@@ -84,8 +84,8 @@ def test_server_rules_refuse_exactly_the_reference_rejections(name: str) -> None
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def shared_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
-    """One database per backend for the whole module (every stream has its own job and event ids): one
-    PostgreSQL database instead of 204 keeps the test fast."""
+    """One database per backend for the whole module (each stream gets its own tenant): one PostgreSQL
+    database instead of 204 keeps the test fast."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('live') / 'settlekit.db'}"
         database = connect(url)
@@ -108,7 +108,7 @@ def shared_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 @pytest.mark.parametrize("name", STREAMS)
 def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database, name: str) -> None:
-    db, T = shared_db, "tenant_default"  # the corpus's tenant (TENANT_MISMATCH otherwise); ids are unique
+    db, T = shared_db, f"tenant_{name}"
     v = load_differential(name)
     events = v["events"]
     job_id = events[0]["streamId"]

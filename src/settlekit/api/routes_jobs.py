@@ -99,7 +99,7 @@ def create_job(body: CreateJob, request: Request, key: ApiKey = require("jobs:wr
     payload = dict(body.payload)
     payload.setdefault("tenantId", key.tenant_id)
     if payload["tenantId"] != key.tenant_id:
-        raise ValidationError("payload.tenantId must be the API key's tenant", code="TENANT_MISMATCH",
+        raise ValidationError("payload.tenantId must be the API key's tenant", code="SCHEMA_INVALID",
                               field="payload.tenantId")
     actor = body.actor.model_dump() if body.actor is not None else dict(DEFAULT_ACTOR)
     draft = {"type": "JOB_CREATED", "actor": actor, "payload": payload}

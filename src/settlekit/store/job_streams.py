@@ -7,7 +7,6 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from settlekit.errors import ValidationError
 from settlekit.jobs import (
     deserialize_state,
     process_job_events,
@@ -15,7 +14,6 @@ from settlekit.jobs import (
     required_signer_kind,
     settlement_proof_ref_for,
 )
-from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import contract_resolver
 from settlekit.store.db import Database, Tx
@@ -73,10 +71,8 @@ class JobStreamDomain:
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
                 events: list[Event], first_seq: int) -> DomainOutcome:
-        for index, event in enumerate(events):
+        for event in events:
             require_known_event_type(event["type"])
-            if event["type"] == "JOB_CREATED":
-                _require_own_tenant(tenant_id, event, index)
         is_job = (snapshot is not None and "snapshot" in snapshot) or (snapshot is None
                                                                        and events[0]["type"] == "JOB_CREATED")
         if not is_job:
@@ -111,21 +107,6 @@ class JobStreamDomain:
             ledger_rows.write_errors(tx, tenant_id, stream_id, result.ledger_errors, seq_by_event_id)
 
         return DomainOutcome(snapshot=result.state, write=write)
-
-
-def _require_own_tenant(tenant_id: str, event: Event, index: int) -> None:
-    """A job belongs to the tenant it is stored under: JOB_CREATED's `payload.tenantId` (the job's tenant in its
-    state and artifacts; settld's default tenant when absent) must be that tenant. Raises TENANT_MISMATCH."""
-    payload = event.get("payload")
-    if not isinstance(payload, dict):
-        return  # payload validation refuses it
-    claimed = payload.get("tenantId")
-    named = DEFAULT_TENANT_ID if claimed is None else claimed
-    if named != tenant_id:
-        what = "absent, so the job would belong to " + DEFAULT_TENANT_ID if claimed is None else repr(claimed)
-        raise ValidationError(f"event {index}: payload.tenantId is {what}, not the tenant it is stored under "
-                              f"({tenant_id!r})", code="TENANT_MISMATCH", index=index, tenantId=tenant_id,
-                              payloadTenantId=claimed)
 
 
 def job_store(db: Database, *, server_rules: bool = True, **options: Any) -> EventStore:
