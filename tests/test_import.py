@@ -1,7 +1,9 @@
-"""`settlekit import`: settld streams through the live append path, on both backends.
+"""`settlekit import`: settld streams through the live append path as recorded history, on both backends.
 
 The five scenario vectors import fully; every stream of the differential corpus imports up to its first
 `serverRejections` event, which is refused, with nothing of it written; re-runs resume; usage errors exit 2.
+History mode accepts (and counts) unsigned robot/operator events and lone surrogates; `--strict` refuses them,
+and so does the HTTP API.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from typer.testing import CliRunner
 
 from conftest import differential_corpus, load_differential, load_vector, pg_database_from, scenario_names
 from settlekit.cli import app
+from settlekit.errors import SettlekitError, ValidationError
+from settlekit.events.canonical import storable_json
 from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.importer import import_events, parse_import_keys, register_signers
 from settlekit.jobs import required_signer_kind
 from settlekit.store.db import Database, connect, opened
-from settlekit.store.event_store import EventStore
+from settlekit.store.event_store import HISTORY, EventStore
 from settlekit.store.job_streams import job_store
 
 runner = CliRunner()
@@ -58,6 +62,16 @@ def _stored(url: str, stream_id: str) -> list[dict[str, Any]]:
         return EventStore(db).read_stream(TENANT, stream_id)
 
 
+def _unsigned(events: list[dict[str, Any]]) -> int:
+    """Events a live append refuses for want of the robot's/operator's signature."""
+    return sum(e["signature"] is None and required_signer_kind(e["type"], e["actor"]["type"]) in ("robot", "operator")
+               for e in events)
+
+
+def _counts(events: list[dict[str, Any]]) -> dict[str, int]:
+    return {"unsigned": _unsigned(events), "loneSurrogates": sum(_has_lone_surrogate(e["payload"]) for e in events)}
+
+
 @pytest.mark.parametrize("name", scenario_names())
 def test_scenario_vectors_import_and_rerun_skips(name: str, db_url: str, tmp_path: Path) -> None:
     vector = load_vector(name)
@@ -67,12 +81,14 @@ def test_scenario_vectors_import_and_rerun_skips(name: str, db_url: str, tmp_pat
     code, out = _import(tmp_path, db_url, events, _signers(vector))
     if out["refused"] is not None:
         out["refused"].pop("message")
-    assert (code, out) == (0 if refused is None else 1, {"appended": stop, "skipped": 0, "refused": refused})
+    assert (code, out) == (0 if refused is None else 1, {"appended": stop, "skipped": 0, "refused": refused,
+                                                          **_counts(events[:stop])})
     assert _stored(db_url, events[0]["streamId"]) == events[:stop]
     code, out = _import(tmp_path, db_url, events, _signers(vector))
     if out["refused"] is not None:
         out["refused"].pop("message")
-    assert (code, out) == (0 if refused is None else 1, {"appended": 0, "skipped": stop, "refused": refused})
+    assert (code, out) == (0 if refused is None else 1, {"appended": 0, "skipped": stop, "refused": refused,
+                                                          "unsigned": 0, "loneSurrogates": 0})
     assert len(_stored(db_url, events[0]["streamId"])) == stop
 
 
@@ -80,9 +96,9 @@ def test_partial_import_resumes(db_url: str, tmp_path: Path) -> None:
     vector = load_vector("claim_adjust_paid.json")
     events = vector["events"]
     code, out = _import(tmp_path, db_url, events[:7], _signers(vector))
-    assert (code, out) == (0, {"appended": 7, "skipped": 0, "refused": None})
+    assert (code, out) == (0, {"appended": 7, "skipped": 0, "refused": None, **_counts(events[:7])})
     code, out = _import(tmp_path, db_url, events, _signers(vector))
-    assert (code, out) == (0, {"appended": len(events) - 7, "skipped": 7, "refused": None})
+    assert (code, out) == (0, {"appended": len(events) - 7, "skipped": 7, "refused": None, **_counts(events[7:])})
     assert _stored(db_url, events[0]["streamId"]) == events
 
 
@@ -91,46 +107,69 @@ def test_one_file_may_interleave_streams(db_url: str, tmp_path: Path) -> None:
     mixed = [e for pair in itertools.zip_longest(a["events"], b["events"]) for e in pair if e is not None]
     keys = _signers(a) + [s for s in _signers(b) if s["keyId"] not in {k["keyId"] for k in a["signers"]}]
     code, out = _import(tmp_path, db_url, mixed, keys)
-    assert (code, out) == (0, {"appended": len(mixed), "skipped": 0, "refused": None})
+    assert (code, out) == (0, {"appended": len(mixed), "skipped": 0, "refused": None, **_counts(mixed)})
     assert _stored(db_url, a["events"][0]["streamId"]) == a["events"]
     assert _stored(db_url, b["events"][0]["streamId"]) == b["events"]
 
 
-def test_bad_signature_is_refused_with_nothing_of_it_written(db_url: str, tmp_path: Path) -> None:
+def test_bad_signature_refuses_the_whole_file_up_front(db_url: str, tmp_path: Path) -> None:
+    """The file's chains and signatures are verified before anything is written."""
     vector = load_vector("settle_completed.json")
     events = vector["events"]
     events[5]["signature"] = events[6]["signature"]  # a valid signature of another event
     code, out = _import(tmp_path, db_url, events, _signers(vector))
     assert code == 1
-    assert out == {"appended": 5, "skipped": 0,
+    assert out == {"appended": 0, "skipped": 0,
                    "refused": {"index": 5, "eventId": events[5]["id"], "code": "SIG_INVALID",
-                               "message": out["refused"]["message"]}}
+                               "message": out["refused"]["message"]}, "unsigned": 0, "loneSurrogates": 0}
     assert "signature" in out["refused"]["message"]
-    assert _stored(db_url, events[0]["streamId"]) == events[:5]
+    assert _stored(db_url, events[0]["streamId"]) == []
 
 
-def test_tampered_payload_and_broken_chain_are_refused(db_url: str, tmp_path: Path) -> None:
+def test_tampered_payload_and_broken_chain_are_refused_up_front(db_url: str, tmp_path: Path) -> None:
     vector = load_vector("settle_completed.json")
     events = vector["events"]
     events[3]["payload"] = {**events[3]["payload"], "extra": 1}
     code, out = _import(tmp_path, db_url, events, _signers(vector))
-    assert code == 1 and out["appended"] == 3 and out["refused"]["code"] == "PAYLOAD_HASH_MISMATCH"
+    assert code == 1 and out["appended"] == 0 and out["refused"]["index"] == 3
+    assert out["refused"]["code"] == "PAYLOAD_HASH_MISMATCH"
     events = load_vector("settle_completed.json")["events"]
     del events[4]
     code, out = _import(tmp_path, db_url, events, _signers(vector))
-    assert code == 1 and out["appended"] == 1 and out["skipped"] == 3  # event 3 is intact this time
-    assert out["refused"]["index"] == 4 and out["refused"]["code"] == "PREV_CHAIN_HASH_MISMATCH"
+    assert code == 1 and out["appended"] == 0 and out["skipped"] == 0
+    assert out["refused"]["index"] == 4 and out["refused"]["code"] == "CHAIN_BREAK"
+    assert _stored(db_url, events[0]["streamId"]) == []
+    # a file that goes on from a stored stream is linked to the stored head by the append itself
+    full = load_vector("settle_completed.json")["events"]
+    assert _import(tmp_path, db_url, full[:3], _signers(vector))[0] == 0
+    code, out = _import(tmp_path, db_url, full[4:], _signers(vector))
+    assert code == 1 and out["appended"] == 0 and out["refused"]["index"] == 0
+    assert out["refused"]["code"] == "PREV_CHAIN_HASH_MISMATCH"
 
 
-def test_key_missing_from_keys_file_refuses_its_first_event(db_url: str, tmp_path: Path) -> None:
+def test_key_missing_from_keys_file_refuses_up_front(db_url: str, tmp_path: Path) -> None:
     vector = load_vector("settle_completed.json")
     events = vector["events"]
     keys = [s for s in _signers(vector) if s["role"] != "robot"]
     robot_key = next(s["keyId"] for s in vector["signers"] if s["role"] == "robot")
     first = next(i for i, e in enumerate(events) if e["signerKeyId"] == robot_key)
     code, out = _import(tmp_path, db_url, events, keys)
-    assert code == 1 and out["appended"] == first
+    assert code == 1 and out["appended"] == 0
     assert out["refused"]["index"] == first and out["refused"]["code"] == "SIGNER_UNKNOWN"
+    assert _stored(db_url, events[0]["streamId"]) == []
+
+
+def test_key_of_the_wrong_role_is_refused_at_its_event(db_url: str, tmp_path: Path) -> None:
+    """The signer policy (which role may sign which event) is the append's, event by event."""
+    vector = load_vector("settle_completed.json")
+    events = vector["events"]
+    robot = next(s for s in _signers(vector) if s["role"] == "robot")
+    keys = [s for s in _signers(vector) if s["role"] != "robot"] + [dict(robot, role="operator")]
+    first = next(i for i, e in enumerate(events) if e["signerKeyId"] == robot["keyId"])
+    code, out = _import(tmp_path, db_url, events, keys)
+    assert code == 1 and out["appended"] == first
+    assert out["refused"]["index"] == first and out["refused"]["code"] == "SIGNER_KEY_PURPOSE_MISMATCH"
+    assert _stored(db_url, events[0]["streamId"]) == events[:first]
 
 
 def test_diverged_stream_is_refused_on_rerun(db_url: str, tmp_path: Path) -> None:
@@ -164,7 +203,8 @@ def test_event_id_is_unique_within_a_tenant(db_url: str, tmp_path: Path) -> None
 @pytest.mark.parametrize("case", ["extra_field", "missing_v", "zoneless_at", "id_with_space", "payload_too_large",
                                   "lone_surrogate"])
 def test_live_path_rules_stricter_than_settld(case: str, sqlite_url: str, tmp_path: Path) -> None:
-    """The README's "Deliberate differences from settld": each rule refuses with nothing written."""
+    """The README's "Deliberate differences from settld": each rule refuses with nothing written (the lone
+    surrogate only under `--strict`: history mode takes it as recorded, see below)."""
     fields: dict[str, Any] = {"at": "2026-01-05T09:00:00.000Z", "id": "evt_strict_0001"}
     payload: dict[str, Any] = {"tenantId": TENANT, "templateId": "reset_lite"}
     if case == "zoneless_at":
@@ -182,7 +222,7 @@ def test_live_path_rules_stricter_than_settld(case: str, sqlite_url: str, tmp_pa
     if case == "lone_surrogate":
         event["payload"]["customerId"] = "cust_\ud800"  # hashed as settld would; refused as new input
         event = finalize(event, None)
-    code, out = _import(tmp_path, sqlite_url, [event], [])
+    code, out = _import(tmp_path, sqlite_url, [event], [], *(["--strict"] if case == "lone_surrogate" else []))
     expected = {"payload_too_large": "PAYLOAD_TOO_LARGE"}.get(case, "SCHEMA_INVALID")
     assert code == 1 and out["appended"] == 0 and out["refused"]["code"] == expected, out
     assert _stored(sqlite_url, "job_strict") == []
@@ -297,38 +337,150 @@ def _has_lone_surrogate(x: Any) -> bool:
     return False
 
 
-def expected_stop(v: dict[str, Any]) -> tuple[int, str | None]:
-    """Where the live path must stop on a corpus stream, and the code it must refuse with (None: the reference's
-    own rejection, whose code settlekit names its own way).
+def _first_rejection(v: dict[str, Any]) -> int:
+    """The issue's rule: the import stops at the first of `serverRejections` (all events when there is none)."""
+    return v["serverRejections"][0]["index"] if v["serverRejections"] else len(v["events"])
 
-    The first of `serverRejections` (the reference API's domain rules), except where the README's "Where
-    settlekit is stricter than settld" stops it earlier: an unsigned event of a robot- or operator-signed type
-    (settld's API refuses it too, by its signature policy, which `serverRejections` does not judge) and a string
-    holding a lone UTF-16 surrogate."""
+
+def _strict_stop(v: dict[str, Any]) -> tuple[int, str | None]:
+    """Where `--strict` (the rules for new input) stops: earlier than the first rejection at an unsigned event of
+    a robot- or operator-signed type or at a lone surrogate."""
     events = v["events"]
-    rejections = v["serverRejections"]
-    stop = rejections[0]["index"] if rejections else len(events)
+    stop = _first_rejection(v)
     for i, e in enumerate(events[:stop]):
-        if e["signature"] is None and required_signer_kind(e["type"], e["actor"]["type"]) in ("robot", "operator"):
+        if _unsigned([e]):
             return i, "SIGNER_POLICY_VIOLATION"
         if _has_lone_surrogate(e):
             return i, "SCHEMA_INVALID"
     return stop, None
 
 
-@pytest.mark.parametrize("name", list(differential_corpus()))
-def test_corpus_stream_imports_up_to_its_first_server_rejection(name: str, corpus_db: Database) -> None:
-    v = load_differential(name)
+def _check_import(corpus_db: Database, v: dict[str, Any], stop: int, *, strict: bool = False,
+                  tenant: str = TENANT) -> Any:
+    """Import a corpus stream; it must append exactly `events[:stop]` and refuse `events[stop]` (if any), with
+    nothing of that one written (no event row, no ledger row)."""
     events = v["events"]
     store = job_store(corpus_db)
-    register_signers(store, TENANT, parse_import_keys(v["signers"]))
-    stop, code = expected_stop(v)
-    result = import_events(store, TENANT, events)
-    stored = store.read_stream(TENANT, events[0]["streamId"])
+    register_signers(store, tenant, parse_import_keys(v["signers"]))
+    result = import_events(store, tenant, events, strict=strict)
     got = (result.appended, None if result.refused is None else (result.refused.index, result.refused.event_id))
     want = (stop, (stop, events[stop]["id"]) if stop < len(events) else None)
     assert got == want, result.refused
-    if code is not None:
-        assert result.refused is not None and result.refused.code == code
-    assert [e["id"] for e in stored] == [e["id"] for e in events[:stop]]
-    assert stored == events[:stop]
+    assert store.read_stream(tenant, events[0]["streamId"]) == events[:stop]
+    if stop < len(events):
+        with corpus_db.read() as tx:
+            for table, column in (("events", "event_id"), ("ledger_entries", "source_event_id"),
+                                  ("ledger_errors", "source_event_id")):
+                assert tx.scalar(f"SELECT COUNT(*) FROM {table} WHERE tenant_id = ? AND {column} = ?",
+                                 (tenant, events[stop]["id"])) == 0
+    return result
+
+
+@pytest.mark.parametrize("name", list(differential_corpus()))
+def test_corpus_stream_imports_up_to_its_first_server_rejection(name: str, corpus_db: Database) -> None:
+    """The issue's Done-when, literally: every event before the first of `serverRejections` is appended and that
+    one is refused with nothing of it written; a stream without rejections imports in full. Unsigned
+    robot/operator events and lone surrogates on the way are accepted as recorded, and counted."""
+    v = load_differential(name)
+    stop = _first_rejection(v)
+    result = _check_import(corpus_db, v, stop)
+    counts = _counts(v["events"][:stop])
+    assert (result.unsigned, result.lone_surrogates) == (counts["unsigned"], counts["loneSurrogates"])
+
+
+def _strict_cases() -> list[str]:
+    """The streams on which the rules for new input stop earlier (23 at an unsigned robot/operator event, 3 at
+    a lone surrogate)."""
+    return [name for name in differential_corpus() if _strict_stop(load_differential(name))[1] is not None]
+
+
+@pytest.mark.parametrize("name", _strict_cases())
+def test_strict_import_stops_at_the_rules_for_new_input(name: str, corpus_db: Database) -> None:
+    v = load_differential(name)
+    stop, code = _strict_stop(v)
+    assert stop < _first_rejection(v)
+    # a tenant of its own: the corpus test stores these streams (and their event ids) for tenant_default
+    result = _check_import(corpus_db, v, stop, strict=True, tenant="tenant_strict")
+    assert result.refused is not None and result.refused.code == code
+    assert (result.unsigned, result.lone_surrogates) == (0, 0)
+
+
+def test_strict_cases_are_the_known_ones() -> None:
+    codes = [_strict_stop(load_differential(name))[1] for name in _strict_cases()]
+    assert (codes.count("SIGNER_POLICY_VIOLATION"), codes.count("SCHEMA_INVALID")) == (23, 3)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_lone_surrogates_are_stored_and_read_back_exactly(backend: str, request: pytest.FixtureRequest,
+                                                          tmp_path: Path) -> None:
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
+    v = load_differential("d156_unicode")
+    events = v["events"][:_first_rejection(v)]
+    code, out = _import(tmp_path, url, events, v["signers"])
+    assert code == 0 and out["appended"] == len(events) and out["loneSurrogates"] == 5, out
+    assert _stored(url, events[0]["streamId"]) == events
+    with opened(url) as db, db.read() as tx:
+        rows = tx.fetchall("SELECT event_id, event_json FROM events WHERE tenant_id = ? ORDER BY seq", (TENANT,))
+    by_id = {e["id"]: e for e in events}
+    surrogate_rows = [text for event_id, text in rows if _has_lone_surrogate(by_id[event_id])]
+    assert len(surrogate_rows) == 5
+    for text in surrogate_rows:  # stored as the JSON escape, which reads back to the recorded string
+        assert "\\ud" in text and text.encode("utf-8")
+    # the chain still verifies offline from what was stored
+    stored = _write(tmp_path / "stored.json", _stored(url, events[0]["streamId"]))
+    verify = runner.invoke(app, ["verify", str(stored), "--keys", str(tmp_path / "keys.json")])
+    assert verify.exit_code == 0, verify.output
+
+
+def test_history_mode_refuses_lone_surrogates_outside_the_payload(sqlite_url: str, tmp_path: Path) -> None:
+    """Ids, type, at and actor are kept in columns and URLs: a lone surrogate there is refused cleanly."""
+    event = finalize(make_draft(stream_id="job_s", type="JOB_CREATED", actor={"type": "system", "id": "px\ud800"},
+                                payload={"tenantId": TENANT, "templateId": "reset_lite"},
+                                at="2026-01-05T09:00:00.000Z", id="evt_s_0001"), None)
+    code, out = _import(tmp_path, sqlite_url, [event], [])
+    assert code == 1 and out["refused"]["code"] == "SCHEMA_INVALID" and "$[0].actor.id" in out["refused"]["message"]
+    assert _stored(sqlite_url, "job_s") == []
+
+
+def test_history_policy_takes_client_finalized_envelopes_only(db: Database) -> None:
+    store = job_store(db)
+    with pytest.raises(ValidationError) as info:
+        store.append(TENANT, "job_h", [{"type": "JOB_CREATED", "actor": {"type": "system", "id": "p"},
+                                        "payload": {"templateId": "reset_lite"}}],
+                     expected_prev_chain_hash=None, policy=HISTORY)
+    assert info.value.code == "SCHEMA_INVALID"
+    assert store.head(TENANT, "job_h") is None
+
+
+def test_http_api_refuses_what_history_mode_accepts(db: Database) -> None:
+    """History mode is reachable from the importer and Python only: the API keeps the rules for new input."""
+    from test_api_support import client, key_for, make_app, tenant_rows
+
+    api = client(make_app(db), key_for(db, TENANT))
+    vector = load_vector("settle_completed.json")
+    events = vector["events"]
+    for signer in vector["signers"]:
+        assert api.post("/v1/keys", json={"publicKeyPem": signer["publicKeyPem"],
+                                          "purpose": signer["role"]}).status_code == 201
+    job_id = events[0]["streamId"]
+    k = next(i for i, e in enumerate(events) if _unsigned([dict(e, signature=None)]))
+    for event in events[:k]:
+        assert api.post(f"/v1/jobs/{job_id}/events", json=event).status_code == 201
+    before = tenant_rows(db, TENANT)
+    unsigned = dict(events[k], signature=None, signerKeyId=None)  # the chain does not cover the signature
+    r = api.post(f"/v1/jobs/{job_id}/events", json=unsigned)
+    assert r.status_code == 400 and r.json()["code"] == "SIGNER_POLICY_VIOLATION", r.text
+    lone = finalize(make_draft(stream_id=job_id, type="JOB_HEARTBEAT", actor={"type": "system", "id": "p"},
+                               payload={"note": "x\ud800"}, at=events[k]["at"], id="evt_api_lone"),
+                    events[k - 1]["chainHash"])
+    r = api.post(f"/v1/jobs/{job_id}/events", content=storable_json(lone).encode(),
+                 headers={"content-type": "application/json"})
+    assert 400 <= r.status_code < 500 and r.json()["code"] == "SCHEMA_INVALID", r.text
+    assert tenant_rows(db, TENANT) == before
+    # the same two through Python's append without a policy: the live rules
+    store = job_store(db)
+    for item, code in ((unsigned, "SIGNER_POLICY_VIOLATION"), (lone, "SCHEMA_INVALID")):
+        with pytest.raises(SettlekitError) as info:
+            store.append(TENANT, job_id, [item])
+        assert info.value.code == code
+    assert tenant_rows(db, TENANT) == before

@@ -1,19 +1,23 @@
-"""Import an exported settld stream through the live append path, event by event.
+"""Import an exported settld stream through the live append path, event by event, as recorded history.
 
 The events are client-finalized envelopes and are stored as they are (ids, chain hashes, signatures). The signer
-keys are registered for the tenant by role first (idempotent). The import stops at the first event the live path
-refuses. A re-run resumes: events already stored, identical, are skipped; the rest are appended.
+keys are registered for the tenant by role first (idempotent). The whole file's hash chains and every signature
+present are verified before anything is written. The events then go through the store's append with the HISTORY
+policy (AppendPolicy): a missing robot/operator signature and lone surrogates in payloads are accepted as
+recorded and counted; `strict=True` applies the rules for new input instead. The import stops at the first event
+the append refuses. A re-run resumes: events already stored, identical, are skipped; the rest are appended.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.envelope import Event, key_id_for_public_pem, load_public_key
-from settlekit.store.event_store import KEY_PURPOSES, EventStore
+from settlekit.store.event_store import HISTORY, KEY_PURPOSES, LIVE, AppendPolicy, EventStore
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,13 @@ class ImportResult:
     appended: int = 0
     skipped: int = 0
     refused: Refusal | None = None
+    unsigned: int = 0  # appended unsigned events of a robot/operator-signed type (history mode)
+    lone_surrogates: int = 0  # appended events whose payload holds a lone surrogate (history mode)
 
     def to_json(self) -> dict[str, Any]:
         return {"appended": self.appended, "skipped": self.skipped,
-                "refused": None if self.refused is None else self.refused.to_json()}
+                "refused": None if self.refused is None else self.refused.to_json(),
+                "unsigned": self.unsigned, "loneSurrogates": self.lone_surrogates}
 
 
 def parse_import_keys(data: Any) -> list[ImportSigner]:
@@ -101,8 +108,14 @@ def register_signers(store: EventStore, tenant_id: str, signers: Sequence[Import
 
 
 def import_events(store: EventStore, tenant_id: str, events: Sequence[Mapping[str, Any]], *,
-                  chunk_size: int = 64, progress: Callable[[int], None] | None = None) -> ImportResult:
+                  strict: bool = False, chunk_size: int = 64,
+                  progress: Callable[[int], None] | None = None) -> ImportResult:
     """Append `events` in file order to their streams, as event-by-event appends would; stop at the first refused.
+
+    First the whole file is verified (`EventStore.verify_history`: envelope shapes, each stream's hash chain,
+    every signature present against the tenant's keys by role); a failure there refuses that event and nothing
+    is written. The appends use the HISTORY policy (the events are recorded history, not new input); `strict`
+    uses the LIVE policy, so an unsigned robot/operator-signed event or a lone surrogate is refused.
 
     An event already stored in its stream, identical (same envelope, signature included), is skipped: a re-run
     resumes. Refusal = a SettlekitError with a 4xx status raised by the append path for that event (nothing of
@@ -116,14 +129,25 @@ def import_events(store: EventStore, tenant_id: str, events: Sequence[Mapping[st
     against the state after the ones before it, so the outcome is exactly that of appending one event at a time.
     """
     result = ImportResult()
+    for i, event in enumerate(events):
+        if not isinstance(event.get("streamId"), str):
+            result.refused = _refusal(i, event, ValidationError("streamId must be a string", code="SCHEMA_INVALID"))
+            return result
+    try:
+        store.verify_history(tenant_id, events)
+    except SettlekitError as exc:
+        if exc.status >= 500:
+            raise
+        index = _batch_index(exc, len(events))
+        if index is None:
+            raise
+        result.refused = _refusal(index, events[index], exc)
+        return result
+    policy = LIVE if strict else HISTORY
     stored: dict[str, dict[str, Mapping[str, Any]]] = {}
     i = 0
     while i < len(events):
-        stream_id = events[i].get("streamId")
-        if not isinstance(stream_id, str):
-            result.refused = _refusal(i, events[i], ValidationError("streamId must be a string",
-                                                                   code="SCHEMA_INVALID"))
-            return result
+        stream_id = str(events[i]["streamId"])
         known = stored.get(stream_id)
         if known is None:
             known = stored[stream_id] = _stored_by_id(store, tenant_id, stream_id)
@@ -137,7 +161,7 @@ def import_events(store: EventStore, tenant_id: str, events: Sequence[Mapping[st
         while (j < len(events) and j - i < chunk_size and events[j].get("streamId") == stream_id
                and not _already_stored(known, events[j])):
             j += 1
-        refused = _append_exact(store, tenant_id, stream_id, events, i, j, result)
+        refused = _append_exact(store, tenant_id, stream_id, events, i, j, result, policy)
         if refused is not None:
             result.refused = refused
             return result
@@ -148,14 +172,17 @@ def import_events(store: EventStore, tenant_id: str, events: Sequence[Mapping[st
 
 
 def _append_exact(store: EventStore, tenant_id: str, stream_id: str, events: Sequence[Mapping[str, Any]],
-                  lo: int, hi: int, result: ImportResult) -> Refusal | None:
+                  lo: int, hi: int, result: ImportResult, policy: AppendPolicy) -> Refusal | None:
     """Append events[lo:hi] in one go; when the store refuses, split and go on with each part (the left one
     first), down to the single refused event, which is returned. Counts what was stored in `result`."""
     try:
-        if _append(store, tenant_id, stream_id, events[lo:hi]):
-            result.appended += hi - lo
-        else:
+        appended = store.append(tenant_id, stream_id, events[lo:hi], policy=policy)
+        if appended.already_exists:  # another writer stored these very events since the stream was read
             result.skipped += hi - lo
+        else:
+            result.appended += hi - lo
+            result.unsigned += appended.unsigned
+            result.lone_surrogates += appended.lone_surrogates
         return None
     except SettlekitError as exc:
         if exc.status >= 500:
@@ -165,20 +192,14 @@ def _append_exact(store: EventStore, tenant_id: str, stream_id: str, events: Seq
         named = _batch_index(exc, hi - lo)
     # Split right before the event the refusal names (that one alone when it is the first), else in halves.
     mid = (lo + hi) // 2 if named is None else lo + max(named, 1)
-    return (_append_exact(store, tenant_id, stream_id, events, lo, mid, result)
-            or _append_exact(store, tenant_id, stream_id, events, mid, hi, result))
+    return (_append_exact(store, tenant_id, stream_id, events, lo, mid, result, policy)
+            or _append_exact(store, tenant_id, stream_id, events, mid, hi, result, policy))
 
 
 def _batch_index(exc: SettlekitError, size: int) -> int | None:
     """The position in the batch of the event a refusal names, when it names one."""
     index = exc.details.get("index")
     return index if type(index) is int and 0 <= index < size else None
-
-
-def _append(store: EventStore, tenant_id: str, stream_id: str, events: Sequence[Mapping[str, Any]]) -> bool:
-    """True when stored now, False when the store already held these very events (another writer stored them
-    since the stream was read)."""
-    return not store.append(tenant_id, stream_id, events).already_exists
 
 
 def _stored_by_id(store: EventStore, tenant_id: str, stream_id: str) -> dict[str, Mapping[str, Any]]:
@@ -203,5 +224,5 @@ def _refusal(index: int, event: Mapping[str, Any], exc: SettlekitError) -> Refus
 
 def _strip_batch_index(message: str) -> str:
     """The store numbers events within its batch; each batch here is one event, so `event 0: ` says nothing
-    (the refusal carries the index in the file)."""
-    return message.removeprefix("event 0: ").removeprefix("event[0].")
+    (the refusal carries the index in the file). The up-front check numbers them in the file: also dropped."""
+    return re.sub(r"^(event \d+: |event\[\d+\]\.)", "", message)

@@ -133,16 +133,21 @@ def import_stream(
     db: DbOption,
     keys: Annotated[Path, typer.Option("--keys", help="list of signers {role, keyId, publicKeyPem}")],
     tenant: Annotated[str, typer.Option("--tenant", envvar="SETTLEKIT_TENANT")] = "tenant_default",
+    strict: Annotated[bool, typer.Option("--strict", help="apply the rules for new input: refuse an unsigned "
+                                                           "robot/operator event and lone surrogates")] = False,
 ) -> None:
     """Import a settld stream through the live append path, event by event (ids, hashes and signatures kept).
 
-    Registers the keys for the tenant by role, skips events already imported (a re-run resumes), stops at the
-    first refused event. Prints {"appended", "skipped", "refused"} last on stdout; exit 0 when nothing was
-    refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys, database).
+    Registers the keys for the tenant by role, verifies the whole file's hash chains and signatures, skips events
+    already imported (a re-run resumes), stops at the first refused event. The export is recorded history: an
+    unsigned robot/operator event and lone surrogates are accepted and counted (`--strict` refuses them).
+    Prints {"appended", "skipped", "refused", "unsigned", "loneSurrogates"} last on stdout; exit 0 when nothing
+    was refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys, database).
     """
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from settlekit.events.canonical import storable_text
     from settlekit.importer import import_events, parse_import_keys, parse_import_stream, register_signers
     from settlekit.store.db import opened
     from settlekit.store.job_streams import job_store
@@ -175,7 +180,7 @@ def import_stream(
                           console=console, transient=True, disable=not show) as bar:
                 task = bar.add_task("import", total=len(events))
                 try:
-                    result = import_events(store, tenant, events, progress=advance)
+                    result = import_events(store, tenant, events, strict=strict, progress=advance)
                 except SettlekitError as exc:
                     stop(exc, f" (stopped after event {done}; a re-run resumes)")
     except SettlekitError as exc:  # the database could not be opened or migrated
@@ -183,8 +188,8 @@ def import_stream(
     if result.refused is not None:
         r = result.refused
         console.print(f"[red]refused[/red] event {r.index} ({escape(str(r.event_id))}): {r.code}: "
-                      f"{escape(r.message)}")
-    print(json.dumps(result.to_json(), ensure_ascii=False))
+                      f"{escape(storable_text(r.message))}")
+    print(storable_text(json.dumps(result.to_json(), ensure_ascii=False)))  # a refusal may quote a lone surrogate
     if result.refused is not None:
         raise typer.Exit(code=1)
 

@@ -183,6 +183,26 @@ def quote_string(s: str) -> str:
     return _SURROGATE.sub(_escape_surrogate, _encode_basestring(joined))
 
 
+_STORE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def storable_json(x: Any) -> str:
+    """Compact JSON text that any UTF-8 store takes: non-ASCII written as is, a lone surrogate (only ever inside
+    a JSON string) as its `\\udxxx` escape, which `parse_json` reads back to the same string."""
+    text = _STORE_ENCODER.encode(x)
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(_escape_surrogate, text)
+
+
+def storable_text(s: str) -> str:
+    """A plain text column's value: a lone surrogate becomes its six-character `\\udxxx` escape (UTF-8 has no
+    encoding for it); any other string is returned unchanged."""
+    if s.isascii() or _SURROGATE.search(s) is None:
+        return s
+    return _SURROGATE.sub(_escape_surrogate, s)
+
+
 def find_lone_surrogate(x: Any, path: str = "$") -> str | None:
     """JSON path of the first string (value or key) holding a lone surrogate, or None."""
     t = type(x)

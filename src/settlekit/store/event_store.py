@@ -8,7 +8,6 @@ record in ONE transaction. A failure anywhere leaves nothing stored.
 from __future__ import annotations
 
 import functools
-import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,7 +15,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from settlekit.errors import ConflictError, NotFoundError, SettlekitError, SignerPolicyError, ValidationError
-from settlekit.events.canonical import canonical_hash, canonical_json, parse_json, require_well_formed
+from settlekit.events.canonical import (
+    canonical_hash,
+    canonical_json,
+    find_lone_surrogate,
+    parse_json,
+    require_well_formed,
+    storable_json,
+)
 from settlekit.events.envelope import (
     Event,
     Signer,
@@ -39,7 +45,31 @@ SHARED_PRINCIPAL = "anon"
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    """Stored JSON text: exact, lone surrogates (history imports only) kept as their `\\udxxx` escape."""
+    return storable_json(value)
+
+
+@dataclass(frozen=True)
+class AppendPolicy:
+    """What an append demands of its input beyond the stream's rules.
+
+    `LIVE` (the default, and the only policy the HTTP API uses): new input, so a robot- or operator-signed event
+    type must carry its signature and no string may hold a lone UTF-16 surrogate. `HISTORY` (`settlekit import`
+    of a settld export, and Python callers that replay recorded history): client-finalized envelopes only; a
+    signature that is present is verified as ever, but its absence is not refused, and lone surrogates in the
+    payload are stored as recorded (hashed as JS does, kept as `\\udxxx` escapes in the stored JSON). Every
+    other rule (envelope, chain, payloads, transitions, server rules) applies unchanged."""
+
+    require_signatures: bool = True
+    allow_lone_surrogates: bool = False
+
+    @property
+    def is_live(self) -> bool:
+        return self.require_signatures and not self.allow_lone_surrogates
+
+
+LIVE = AppendPolicy()
+HISTORY = AppendPolicy(require_signatures=False, allow_lone_surrogates=True)
 
 
 @dataclass(frozen=True)
@@ -62,6 +92,10 @@ class AppendResult:
     snapshot: dict[str, Any] | None = None
     already_exists: bool = False
     replayed: bool = False
+    # events accepted only under a history policy: unsigned of a robot/operator-signed type, holding a lone
+    # surrogate (not part of the stored answer: an idempotent replay reports 0)
+    unsigned: int = 0
+    lone_surrogates: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -186,11 +220,13 @@ class EventStore:
         idempotency: Idempotency | None = None,
         correlation_id: str | None = None,
         causation_id: str | None = None,
+        policy: AppendPolicy = LIVE,
     ) -> AppendResult:
         """Append drafts (`{type, actor, payload}`) or client-finalized envelopes to one stream, atomically.
 
         Give the expected head as `expected_prev_chain_hash` (None = the stream must be empty) or
-        `expected_version` (0 = empty). Client-finalized events carry their own prevChainHash.
+        `expected_version` (0 = empty). Client-finalized events carry their own prevChainHash. `policy`: see
+        AppendPolicy (`HISTORY` takes client-finalized envelopes only).
         """
         _require_id("tenant_id", tenant_id)
         _require_id("stream_id", stream_id)
@@ -198,9 +234,15 @@ class EventStore:
             raise ValidationError("nothing to append", code="SCHEMA_INVALID")
         for i, item in enumerate(items):
             # stricter than settld on purpose: new input must be well-formed Unicode (README, "Deliberate
-            # differences"); streams that already hold lone surrogates are still verified and built offline
-            require_well_formed(item, f"$[{i}]")
+            # differences"); recorded history may hold lone surrogates in its payloads, never in the envelope
+            # fields the store keeps in columns (ids, type, at, actor, signer)
+            if policy.allow_lone_surrogates and isinstance(item, Mapping):
+                require_well_formed({k: v for k, v in item.items() if k != "payload"}, f"$[{i}]")
+            else:
+                require_well_formed(item, f"$[{i}]")
         client_finalized = any(not _FINALIZED_FIELDS.isdisjoint(item) for item in items)
+        if not policy.is_live and not client_finalized:
+            raise ValidationError("a history append takes client-finalized envelopes only", code="SCHEMA_INVALID")
         if idempotency is not None:
             if not idempotency.key or len(idempotency.key) > 500:
                 raise ValidationError("idempotency key must be 1..500 characters", code="SCHEMA_INVALID")
@@ -217,7 +259,7 @@ class EventStore:
         try:
             if client_finalized:
                 result = self._append_finalized(tenant_id, stream_id, items, idempotency, correlation_id,
-                                                causation_id)
+                                                causation_id, policy)
             else:
                 result = self._append_drafts(tenant_id, stream_id, items, expected_prev_chain_hash,
                                              expected_version, idempotency, correlation_id, causation_id)
@@ -288,7 +330,7 @@ class EventStore:
 
     def _append_finalized(self, tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]],
                           idempotency: Idempotency | None, correlation_id: str | None,
-                          causation_id: str | None) -> AppendResult:
+                          causation_id: str | None, policy: AppendPolicy = LIVE) -> AppendResult:
         events: list[Event] = []
         now = self.clock()
         for i, item in enumerate(items):
@@ -315,12 +357,37 @@ class EventStore:
             raise _hash_conflict(prev, current)
         keys = self._signer_keys(tenant_id, events)
         link = prev
+        unsigned = 0
         for i, event in enumerate(events):
             verify_link(event, link, i, lambda kid: _public_key(keys, kid))
-            self._check_signer_policy(event, i, keys)
+            unsigned += not self._check_signer_policy(event, i, keys, policy)
             link = event["chainHash"]
-        return self._commit(tenant_id, stream_id, events, prev, None, head, snapshot, idempotency,
-                            correlation_id, causation_id)
+        result = self._commit(tenant_id, stream_id, events, prev, None, head, snapshot, idempotency,
+                              correlation_id, causation_id)
+        if not policy.is_live and not result.already_exists:
+            result.unsigned = unsigned
+            result.lone_surrogates = sum(find_lone_surrogate(e["payload"]) is not None for e in events)
+        return result
+
+    def verify_history(self, tenant_id: str, events: Sequence[Mapping[str, Any]]) -> None:
+        """Check a whole exported file before anything of it is written: each envelope's shape, each stream's
+        hash chain in file order (the first event of a stream links to whatever it names; the append checks
+        that against the stored head), and every signature present, against the tenant's registered keys
+        (SIGNER_UNKNOWN, SIG_INVALID). Raises the first failure with `index` = the position in `events`. Whether
+        the key's role (purpose) and status fit the event is the signer policy, checked by the append of that
+        event, as for any append."""
+        checked: list[Event] = []
+        for i, item in enumerate(events):
+            event = {k: v for k, v in item.items() if k not in ("schemaVersion", "schema_version")}
+            check_envelope_shape(event, i)
+            checked.append(event)
+        keys = self._signer_keys(tenant_id, checked)
+        links: dict[str, str | None] = {}
+        for i, event in enumerate(checked):
+            stream_id = event["streamId"]
+            link = links.get(stream_id, event["prevChainHash"])
+            verify_link(event, link, i, lambda kid: _public_key(keys, kid))
+            links[stream_id] = event["chainHash"]
 
     def _domain_has_state(self) -> bool:
         return not isinstance(self.domain, PassThroughDomain)
@@ -491,15 +558,20 @@ class EventStore:
             keys[s.key_id] = SignerKey(tenant_id, s.key_id, s.public_key_pem, "server", "active")
         return keys
 
-    def _check_signer_policy(self, event: Event, index: int, keys: Mapping[str, SignerKey]) -> None:
+    def _check_signer_policy(self, event: Event, index: int, keys: Mapping[str, SignerKey],
+                             policy: AppendPolicy = LIVE) -> bool:
+        """Refuse what the signer policy forbids; False when the event is accepted only because `policy` does
+        not require the robot's/operator's signature (an unsigned event of a robot/operator-signed type)."""
         actor_type = event["actor"]["type"]
         required = self.domain.required_signer(event["type"], actor_type)
         key_id = event.get("signerKeyId")
         if event.get("signature") is None:
             if required in ("robot", "operator"):
+                if not policy.require_signatures:
+                    return False
                 raise SignerPolicyError(f"event {index}: {event['type']} must be signed by a {required} key",
                                         index=index, requiredSigner=required)
-            return
+            return True
         key = keys.get(key_id or "")
         if key is None:
             raise SignerPolicyError(f"event {index}: signer key {key_id} is not registered for this tenant",
@@ -514,6 +586,7 @@ class EventStore:
         if purpose in ("robot", "operator") and key.entity_id is not None and key.entity_id != event["actor"]["id"]:
             raise SignerPolicyError(f"event {index}: key {key_id} belongs to {key.entity_id}, not the actor",
                                     index=index)
+        return True
 
     # ------------------------------------------------------------------ reads
 

@@ -115,7 +115,8 @@ def job_store(db: Database, *, server_rules: bool = True, **options: Any) -> Eve
 
     The live append path, e.g. for importing an exported settld stream event by event:
     `store.register_key(tenant, publicKeyPem, role)` for each signer (role = purpose: server, robot or
-    operator), then `store.append(tenant, job_id, [envelope])` per client-finalized envelope. An append either
+    operator), then `store.append(tenant, job_id, [envelope], policy=HISTORY)` per client-finalized envelope
+    (recorded history: see `AppendPolicy`; without a policy, the rules for new input apply). An append either
     stores the event (with its journal entries, or with its posting error recorded in `ledger_errors`, see
     `settlekit.store.ledger.errors_for_job`) or raises a SettlekitError with a stable `code` (schema 400,
     INVALID_TRANSITION 409, signer policy, or a `server_rules.ServerRuleViolation` 409 carrying settld's message)

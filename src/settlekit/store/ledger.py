@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from settlekit.events.canonical import parse_json
+from settlekit.events.canonical import parse_json, storable_json, storable_text
 from settlekit.store.db import Database, Tx
 
 
@@ -28,7 +27,7 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
             " entry_index, at, memo, entry_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT DO NOTHING RETURNING entry_id",
             (tenant_id, entry["id"], job_id, item["eventId"], item["eventType"], seq_by_event_id[item["eventId"]],
-             index, entry["at"], entry.get("memo"), json.dumps(entry, ensure_ascii=False, separators=(",", ":"))))
+             index, entry["at"], _text(entry.get("memo")), storable_json(entry)))
         if row is None:
             continue
         inserted += 1
@@ -36,14 +35,14 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
             balance_deltas[posting["accountId"]] = balance_deltas.get(posting["accountId"], 0) + \
                 posting["amountCents"]
         for a in allocations_by_entry.get(entry["id"], ()):
-            new_allocations.append((tenant_id, a["entryId"], a["postingId"], a["accountId"], a["partyId"],
+            new_allocations.append((tenant_id, a["entryId"], a["postingId"], _text(a["accountId"]), _text(a["partyId"]),
                                     a["partyRole"], a["currency"], a["amountCents"]))
     if balance_deltas:
         tx.executemany(
             "INSERT INTO ledger_balances (tenant_id, account_id, balance_cents) VALUES (?, ?, ?)"
             " ON CONFLICT (tenant_id, account_id) DO UPDATE"
             " SET balance_cents = ledger_balances.balance_cents + excluded.balance_cents",
-            [(tenant_id, account, delta) for account, delta in sorted(balance_deltas.items())])
+            [(tenant_id, _text(account), delta) for account, delta in sorted(balance_deltas.items())])
     tx.executemany(
         "INSERT INTO ledger_allocations (tenant_id, entry_id, posting_id, account_id, party_id, party_role,"
         " currency, amount_cents) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", new_allocations)
@@ -59,7 +58,7 @@ def write_errors(tx: Tx, tenant_id: str, job_id: str, ledger_errors: Sequence[Ma
             "INSERT INTO ledger_errors (tenant_id, job_id, source_event_id, event_type, source_seq, code, message)"
             " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING source_event_id",
             (tenant_id, job_id, item["eventId"], item["eventType"], seq_by_event_id[item["eventId"]],
-             item["error"]["code"], item["error"]["message"]))
+             item["error"]["code"], _text(item["error"]["message"])))
         inserted += row is not None
     return inserted
 
@@ -104,3 +103,8 @@ def allocations_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[
             (tenant_id, job_id))
     return [{"tenantId": tenant_id, "entryId": r[0], "postingId": r[1], "accountId": r[2], "partyId": r[3],
              "partyRole": r[4], "currency": r[5], "amountCents": int(r[6])} for r in rows]
+
+
+def _text(value: Any) -> Any:
+    """A text column's value: a lone surrogate (only in imported history) is stored as its `\\udxxx` escape."""
+    return storable_text(value) if isinstance(value, str) else value
