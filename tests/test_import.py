@@ -18,12 +18,16 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import differential_corpus, load_differential, load_vector, pg_database_from, scenario_names
+from settlekit.artifacts.build import build_all
 from settlekit.cli import app
+from settlekit.dispatch import Dispatcher
 from settlekit.errors import SettlekitError, ValidationError
-from settlekit.events.canonical import storable_json
+from settlekit.events.canonical import canonical_json, storable_json
 from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.importer import import_events, parse_import_keys, register_signers
 from settlekit.jobs import required_signer_kind
+from settlekit.projections.artifacts import ArtifactConsumer
+from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect, opened
 from settlekit.store.event_store import HISTORY, EventStore
 from settlekit.store.job_streams import job_store
@@ -484,3 +488,22 @@ def test_http_api_refuses_what_history_mode_accepts(db: Database) -> None:
             store.append(TENANT, job_id, [item])
         assert info.value.code == code
     assert tenant_rows(db, TENANT) == before
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_artifact_consumer_builds_imported_history_with_lone_surrogates(backend: str, request: pytest.FixtureRequest,
+                                                                        tmp_path: Path) -> None:
+    """Recorded lone surrogates reach the artifact projection: its saved fold state and the artifacts are stored
+    (as escapes) and equal the offline build of the same stream."""
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
+    v = load_differential("d156_unicode")
+    events = v["events"][:_first_rejection(v)]
+    code, out = _import(tmp_path, url, events, v["signers"])
+    assert code == 0 and out["loneSurrogates"] == 5, out
+    with opened(url) as db:
+        Dispatcher(db, [ArtifactConsumer().consumer()], listen=False).drain()
+        with db.read() as tx:
+            page = ArtifactStore().list_for_job(tx, TENANT, events[0]["streamId"], limit=100)
+    stored = sorted(canonical_json(a.artifact) for a in page.items)
+    assert stored == sorted(canonical_json(a) for a in build_all(events))
+    assert any("\\ud" in text for text in stored)

@@ -17,7 +17,6 @@ RISK_SCORED appended in a later batch does not re-anchor.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from settlekit.artifacts.builders import BuildTask, artifact_id, build_artifact
 from settlekit.artifacts.state import FoldState
 from settlekit.artifacts.types import CONSUMER_EVENT_TYPES, TRIGGERS
 from settlekit.errors import SettlekitError
-from settlekit.events.canonical import iso_millis, parse_json
+from settlekit.events.canonical import iso_millis, parse_json, storable_json
 from settlekit.events.js import get, truthy
 from settlekit.projections.sinks import DeliverySink, OutboxTableSink
 from settlekit.store import artifacts as repo
@@ -251,7 +250,7 @@ class ArtifactConsumer:
             raise ArtifactStateInvalid(f"stream {job} has no event at seq {seq}", jobId=job, seq=seq)
 
     def _save(self, tx: Tx, tenant: str, job: str, fs: FoldState) -> None:
-        text = json.dumps(fs.to_json(), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = storable_json(fs.to_json())  # a lone surrogate (imported history) stored as its escape
         repo.save_job_state(tx, tenant, job, fs.count, text)
 
 

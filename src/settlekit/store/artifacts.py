@@ -8,7 +8,6 @@ ARTIFACT_SOURCE_EVENT_CONFLICT. The quota `max_artifacts_per_job_type` (0 = unli
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -16,7 +15,7 @@ from typing import Any, Final
 from settlekit.artifacts.builders import compute_artifact_hash
 from settlekit.artifacts.types import PROOF_RECEIPT, SETTLEMENT_STATEMENT, WORK_CERTIFICATE, require_artifact_type
 from settlekit.errors import ConflictError, SettlekitError, ValidationError
-from settlekit.events.canonical import parse_json
+from settlekit.events.canonical import parse_json, storable_json
 from settlekit.store.db import Row, Tx
 
 _COLUMNS: Final = (
@@ -80,7 +79,7 @@ def _row(r: Row) -> StoredArtifact:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return storable_json(value)  # a lone surrogate (imported history) stored as its escape
 
 
 def _require_str(artifact: Mapping[str, Any], key: str) -> str:
