@@ -28,6 +28,7 @@ from common import report, scratch_pg  # noqa: E402
 from settlekit.delivery import store  # noqa: E402
 from settlekit.delivery.message import prepare_request  # noqa: E402
 from settlekit.delivery.receiver import ReceiverServer  # noqa: E402
+from settlekit.delivery.secrets import store_secret  # noqa: E402
 from settlekit.delivery.sender import SenderConfig  # noqa: E402
 from settlekit.delivery.signing import generate_secret  # noqa: E402
 from settlekit.delivery.ssrf import SsrfPolicy  # noqa: E402
@@ -99,9 +100,10 @@ async def raw_loop(url: str, secret: str, docs: list[dict[str, Any]], concurrenc
         return len(reqs) / (time.perf_counter() - t0)
 
 
-def setup_db(db: Database, url: str, secret_ref: str, docs: list[dict[str, Any]], tenant: str) -> None:
+def setup_db(db: Database, url: str, secret: str, docs: list[dict[str, Any]], tenant: str) -> None:
     now = datetime.now(UTC)
     with db.transaction() as tx:
+        secret_ref = store_secret(tx, tenant, secret)
         store.put_destination(
             tx, store.Destination(tenant_id=tenant, destination_id="bench", url=url, secret_ref=secret_ref),
             now=now,
@@ -145,8 +147,6 @@ def main() -> None:
     secret = generate_secret()
     SsrfPolicy.for_local_testing()  # the worker uses the same allowances (loopback, http)
     with tempfile.TemporaryDirectory() as tmp, receiver_process(secret) as (url, stats):
-        secret_file = Path(tmp) / "whsec.txt"
-        secret_file.write_text(secret + "\n", encoding="utf-8")
         db_ctx = (
             scratch_pg("deliver") if args.db == "postgres" else contextlib.nullcontext(f"sqlite:///{tmp}/b.db")
         )
@@ -158,10 +158,10 @@ def main() -> None:
                 docs = [make_artifact(i, "ten") for i in range(args.n)]
                 by_key = {(d["tenantId"], d["artifactId"]): d for d in warm + docs}
                 asyncio.run(raw_loop(url, secret, warm, args.concurrency))  # warm-up
-                setup_db(db, url, f"file:{secret_file}", warm, "warm")
+                setup_db(db, url, secret, warm, "warm")
                 asyncio.run(worker_run(db, {k: v for k, v in by_key.items() if k[0] == "warm"},
                                        args.concurrency, args.batch))
-                setup_db(db, url, f"file:{secret_file}", docs, "ten")
+                setup_db(db, url, secret, docs, "ten")
                 raw1 = asyncio.run(raw_loop(url, secret, docs, args.concurrency))
                 sk = asyncio.run(worker_run(db, by_key, args.concurrency, args.batch))
                 raw_docs = [dict(d, payload={**d["payload"], "pass": 2}) for d in docs]
