@@ -115,14 +115,8 @@ def pg_template() -> Iterator[str]:
 
 @pytest.fixture
 def pg_url(pg_template: str) -> Iterator[str]:
-    name = f"sk_test_{_RUN}_{uuid.uuid4().hex[:8]}"
-    with _admin() as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    try:
-        yield _pg_url(name)
-    finally:
-        with _admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with pg_database_from(pg_template) as url:
+        yield url
 
 
 @pytest.fixture
@@ -158,3 +152,24 @@ def pg_database_from(template: str) -> Iterator[str]:
     finally:
         with _admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def backend_database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                     backend: str) -> Iterator[Database]:
+    """A migrated database of `backend` ("sqlite" or "postgres") for a module-scoped fixture, closed (and on
+    PostgreSQL dropped) on exit."""
+    if backend == "sqlite":
+        database = connect(f"sqlite:///{tmp_path_factory.mktemp('db') / 'settlekit.db'}")
+        database.migrate()
+        try:
+            yield database
+        finally:
+            database.close()
+        return
+    with pg_database_from(request.getfixturevalue("pg_template")) as url:
+        database = connect(url)
+        try:
+            yield database
+        finally:
+            database.close()

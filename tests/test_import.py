@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from conftest import differential_corpus, load_differential, load_vector, pg_database_from, scenario_names
+from conftest import backend_database, differential_corpus, load_differential, load_vector, scenario_names
 from settlekit.artifacts.build import build_all
 from settlekit.cli import app
 from settlekit.dispatch import Dispatcher
@@ -314,21 +314,8 @@ def test_progress_reaches_the_end(sqlite_url: str) -> None:
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def corpus_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
     """One database per backend for the whole corpus (every stream has its own job id)."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('corpus') / 'import.db'}"
-        db = connect(url)
-        db.migrate()
-        try:
-            yield db
-        finally:
-            db.close()
-        return
-    with pg_database_from(request.getfixturevalue("pg_template")) as url:
-        db = connect(url)
-        try:
-            yield db
-        finally:
-            db.close()
+    with backend_database(request, tmp_path_factory, request.param) as database:
+        yield database
 
 
 def _has_lone_surrogate(x: Any) -> bool:

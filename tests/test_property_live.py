@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conftest import pg_database_from
+from conftest import backend_database
 from settlekit.artifacts.build import build_all
 from settlekit.artifacts.state import fold
 from settlekit.errors import SettlekitError
@@ -26,7 +26,7 @@ from settlekit.importer import import_events
 from settlekit.jobs import deserialize_state, process_job_events, settlement_proof_ref_for
 from settlekit.jobs.zone_coverage import zone_coverage_facts
 from settlekit.store import ledger as ledger_rows
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore
 from settlekit.store.job_streams import job_store
 
@@ -256,20 +256,8 @@ def job_streams(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def live_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
-    if request.param == "sqlite":
-        db = connect(f"sqlite:///{tmp_path_factory.mktemp('prop') / 'live.db'}")
-        db.migrate()
-        try:
-            yield db
-        finally:
-            db.close()
-        return
-    with pg_database_from(request.getfixturevalue("pg_template")) as url:
-        db = connect(url)
-        try:
-            yield db
-        finally:
-            db.close()
+    with backend_database(request, tmp_path_factory, request.param) as database:
+        yield database
 
 
 def _check_live_stream(db: Database, events: list[dict[str, Any]]) -> None:

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from conftest import _admin, _pg_url, differential_corpus, load_differential
+from conftest import backend_database, differential_corpus, load_differential
 from settlekit.errors import SettlekitError, SignerPolicyError
 from settlekit.jobs import process_job_events, required_signer_kind
 from settlekit.jobs.server_rules import ServerRuleViolation
 from settlekit.store import ledger as ledger_rows
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from settlekit.store.job_streams import job_store
 
 T = "tenant_default"
@@ -86,24 +86,8 @@ def test_server_rules_refuse_exactly_the_reference_rejections(name: str) -> None
 def shared_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
     """One database per backend for the whole module (each stream gets its own tenant): one PostgreSQL
     database instead of 204 keeps the test fast."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('live') / 'settlekit.db'}"
-        database = connect(url)
-        database.migrate()
+    with backend_database(request, tmp_path_factory, request.param) as database:
         yield database
-        database.close()
-        return
-    template = request.getfixturevalue("pg_template")
-    name = f"{template}_live"
-    with _admin() as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    database = connect(_pg_url(name))
-    try:
-        yield database
-    finally:
-        database.close()
-        with _admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.mark.parametrize("name", STREAMS)

@@ -306,14 +306,20 @@ def _access_plan(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
         raise _refuse("STATUS_NOT_ALLOWED", "cannot issue access plan after execution start")
 
 
-def _access_result(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
-    s = st.snapshot
+def _current_access_plan(p: dict[str, Any], s: Mapping[str, Any], verb: str) -> Mapping[str, Any]:
+    """The job's access plan, which the event's payload must name (settld's wording for `verb`)."""
     _job_id(p, s)
     plan = s.get("accessPlan")
     if not plan:
-        raise _refuse("ACCESS_PLAN_REQUIRED", "access plan is required before access can be granted/denied")
+        raise _refuse("ACCESS_PLAN_REQUIRED", f"access plan is required before access can be {verb}")
     if p.get("accessPlanId") != plan.get("accessPlanId"):
         raise _refuse("ACCESS_PLAN_MISMATCH", "payload.accessPlanId does not match current access plan")
+    return plan
+
+
+def _access_result(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    s = st.snapshot
+    plan = _current_access_plan(p, s, "granted/denied")
     if not _within(e.get("at"), plan.get("validFrom"), plan.get("validTo")):
         raise _refuse("ACCESS_WINDOW", "access event is outside access plan window")
     if (s.get("access") or {}).get("status") in ("revoked", "expired"):
@@ -322,12 +328,7 @@ def _access_result(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
 
 def _access_revoked(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     s = st.snapshot
-    _job_id(p, s)
-    plan = s.get("accessPlan")
-    if not plan:
-        raise _refuse("ACCESS_PLAN_REQUIRED", "access plan is required before access can be revoked/expired")
-    if p.get("accessPlanId") != plan.get("accessPlanId"):
-        raise _refuse("ACCESS_PLAN_MISMATCH", "payload.accessPlanId does not match current access plan")
+    plan = _current_access_plan(p, s, "revoked/expired")
     if e.get("type") == "ACCESS_REVOKED" and plan.get("revocable") is False:
         raise _refuse("ACCESS_NOT_REVOCABLE", "access plan is not revocable")
 
