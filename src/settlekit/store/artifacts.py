@@ -17,6 +17,7 @@ from settlekit.artifacts.types import PROOF_RECEIPT, SETTLEMENT_STATEMENT, WORK_
 from settlekit.errors import ConflictError, SettlekitError, ValidationError
 from settlekit.events.canonical import parse_json, storable_json
 from settlekit.store.db import Row, Tx
+from settlekit.store.sql import statements
 
 _COLUMNS: Final = (
     "tenant_id, artifact_id, job_id, artifact_type, source_event_id, source_chain_hash, artifact_hash,"
@@ -323,11 +324,7 @@ def load_job_state(tx: Tx, tenant_id: str, job_id: str) -> Row | None:
 
 
 def save_job_state(tx: Tx, tenant_id: str, job_id: str, seq: int, state_json: str) -> None:
-    now = "now()" if tx.dialect == "postgres" else "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
-    tx.execute(
-        "INSERT INTO artifact_job_state (tenant_id, job_id, seq, state_json) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT (tenant_id, job_id) DO UPDATE SET seq = excluded.seq, state_json = excluded.state_json,"
-        f" updated_at = {now}", (tenant_id, job_id, seq, state_json))
+    tx.execute(statements("artifacts", tx.dialect)["save_job_state"], (tenant_id, job_id, seq, state_json))
 
 
 def insert_outbox(tx: Tx, tenant_id: str, artifact_row: Mapping[str, Any]) -> int:

@@ -1,0 +1,1 @@
+"""Named SQL statement files (see settlekit.store.sql)."""
