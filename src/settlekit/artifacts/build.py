@@ -11,7 +11,7 @@ from settlekit.artifacts import types as T
 from settlekit.artifacts.builders import BuildTask, ContractResolver, build_artifact
 from settlekit.artifacts.state import FoldState
 from settlekit.errors import NotFoundError, ValidationError
-from settlekit.events.js import get, is_safe_int, truthy
+from settlekit.events.js import get, js_is_safe_integer, truthy
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 
 Event = Mapping[str, Any]
@@ -37,7 +37,7 @@ def booking_wants_coverage(payload: Any) -> bool:
     tier: Any = get(cp, "coverageTierId")
     has_tier = type(tier) is str and tier.strip() != ""
     fee = get(cp, "feeCentsPerJob")
-    has_fee = is_safe_int(fee) and fee > 0
+    has_fee = js_is_safe_integer(fee) and fee > 0
     return required or has_fee or has_tier
 
 

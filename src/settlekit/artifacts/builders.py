@@ -18,7 +18,7 @@ from settlekit.events.canonical import canonical_hash, sha256_hex
 from settlekit.events.js import (
     coalesce,
     get,
-    is_safe_int,
+    js_is_safe_integer,
     js_sorted,
     js_string,
     locale_key,
@@ -365,7 +365,7 @@ def _credit_memo(fs: FoldState, source_event: Mapping[str, Any] | None) -> dict[
     model = get(cp, "creditFundingModel")
     insurer = get(cp, "insurerId") if model == "INSURER_RECOVERABLE" else None
     raw_pct = coalesce(get(cp, "recoverablePercent"), 100)
-    pct = min(max(int(raw_pct), 0), 100) if is_safe_int(raw_pct) else 100
+    pct = min(max(int(raw_pct), 0), 100) if js_is_safe_integer(raw_pct) else 100
     amount = get(p, "amountCents")
     credit_id = get(p, "creditId")
     ref_id = credit_id if nonblank(credit_id) else source_event.get("id")
@@ -384,7 +384,7 @@ def _credit_memo(fs: FoldState, source_event: Mapping[str, Any] | None) -> dict[
                 "model": model,
                 "insurerId": insurer,
                 "recoverablePercent": pct if has_insurer else None,
-                "recoverableCents": (int(amount) * pct) // 100 if has_insurer and is_safe_int(amount) else None,
+                "recoverableCents": (int(amount) * pct) // 100 if has_insurer and js_is_safe_integer(amount) else None,
                 "receivableRefId": f"recv_{s['id']}_{ref_id}" if has_insurer and truthy(ref_id) else None,
             },
         },
@@ -412,7 +412,7 @@ def settlement_rollup(
         for posting in entry.get("postings") or []:
             amount = posting.get("amountCents")
             account = posting.get("accountId")
-            if truthy(account) and is_safe_int(amount):
+            if truthy(account) and js_is_safe_integer(amount):
                 totals[account] = totals.get(account, 0) + int(amount)
         try:
             allocations.extend(allocations_for_entry(entry, s, tenant_id=tenant_id, contract_doc=contract_doc))
@@ -435,7 +435,7 @@ def settlement_rollup(
                 "netCents": 0,
                 "balanceDeltaCents": 0,
             }
-        amount = int(a["amountCents"]) if is_safe_int(a.get("amountCents")) else 0
+        amount = int(a["amountCents"]) if js_is_safe_integer(a.get("amountCents")) else 0
         row["balanceDeltaCents"] += amount
         account = a.get("accountId")
         if account in _FEE_ACCOUNTS:
@@ -456,7 +456,7 @@ def settlement_rollup(
     claims = _list(s, "claims")
     return {
         "currency": "USD",
-        "quoteAmountCents": int(quote_amount) if is_safe_int(quote_amount) else 0,
+        "quoteAmountCents": int(quote_amount) if js_is_safe_integer(quote_amount) else 0,
         "operatorCostCents": _sum_payload(s.get("operatorCosts"), "costCents"),
         "slaCreditsCents": _sum_payload(s.get("slaCredits"), "amountCents"),
         "claimsPaidCents": _claims_paid(claims),
@@ -471,7 +471,7 @@ def _claims_paid(claims: list[Any]) -> int:
     total = 0
     for c in claims:
         amount = get(get(c, "paid"), "amountCents")
-        if get(c, "status") == "PAID" and is_safe_int(amount):
+        if get(c, "status") == "PAID" and js_is_safe_integer(amount):
             total += int(amount)
     return total
 
@@ -482,7 +482,7 @@ def _sum_payload(items: Any, key: str) -> int:
     total = 0
     for item in items:
         v = get(get(item, "payload"), key)
-        if is_safe_int(v):
+        if js_is_safe_integer(v):
             total += int(v)
     return total
 

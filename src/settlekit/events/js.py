@@ -41,7 +41,7 @@ def nonblank(v: Any) -> bool:
     return type(v) is str and v.strip() != ""
 
 
-def is_safe_int(v: Any) -> bool:
+def js_is_safe_integer(v: Any) -> bool:
     """`Number.isSafeInteger(v)`; integral floats count, booleans do not."""
     if type(v) is int:
         return -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from settlekit.errors import ValidationError
-from settlekit.events.js import coalesce, get, is_safe_int, js_sorted, js_string, locale_key, nonblank, truthy
+from settlekit.events.js import coalesce, get, js_is_safe_integer, js_sorted, js_string, locale_key, nonblank, truthy
 
 DEFAULT_THRESHOLD_PCT: Final = 95
 DEFAULT_EXCUSE_TYPES: Final = ("BLOCKED_ZONE",)
@@ -74,7 +74,7 @@ def zone_coverage_facts(fs: CoverageFacts, booking: Any, anchor: str) -> dict[st
     proof_policy = coalesce(get(policy_snapshot, "proofPolicy"), get(policy_snapshot, "proof"))
     zc = coalesce(get(proof_policy, "zoneCoverage"), {})
     threshold = get(zc, "thresholdPct")
-    threshold_pct = threshold if is_safe_int(threshold) else DEFAULT_THRESHOLD_PCT
+    threshold_pct = threshold if js_is_safe_integer(threshold) else DEFAULT_THRESHOLD_PCT
     raw_types = get(zc, "excuseIncidentTypes")
     excuse_types = [js_string(t) for t in raw_types] if type(raw_types) is list else list(DEFAULT_EXCUSE_TYPES)
     excuse_sorted = js_sorted(set(excuse_types))
@@ -101,7 +101,7 @@ def zone_coverage_facts(fs: CoverageFacts, booking: Any, anchor: str) -> dict[st
         rows.append(
             {
                 "zoneId": zone_id,
-                "coveragePct": pct if is_safe_int(pct) else None,
+                "coveragePct": pct if js_is_safe_integer(pct) else None,
                 "window": report["window"],
                 "eventId": report["eventId"],
                 "chainHash": report["chainHash"],
