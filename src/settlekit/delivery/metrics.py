@@ -6,8 +6,6 @@ the DLQ and the oldest due delivery) are read from the database at scrape time b
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
@@ -16,10 +14,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from settlekit.delivery import store
+from settlekit.metrics import PerRegistry
 from settlekit.store.db import Database
-
-_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, DeliveryMetrics] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
 
 # attempt outcomes (label `outcome`)
 DELIVERED = "delivered"
@@ -80,14 +76,8 @@ class DeliveryMetrics:
         )
 
 
-def metrics_for(registry: CollectorRegistry | None = None) -> DeliveryMetrics:
-    """The metric set registered in `registry` (default: the global prometheus registry), created once."""
-    reg = REGISTRY if registry is None else registry
-    with _LOCK:
-        found = _BY_REGISTRY.get(reg)
-        if found is None:
-            found = _BY_REGISTRY[reg] = DeliveryMetrics(reg)
-        return found
+# the metric set registered in a registry (default: the global prometheus registry), created once
+metrics_for: PerRegistry[DeliveryMetrics] = PerRegistry(DeliveryMetrics)
 
 
 class DeliveryQueueCollector(Collector):

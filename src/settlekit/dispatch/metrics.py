@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-import weakref
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from settlekit.metrics import PerRegistry
 
-_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, DispatchMetrics] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
 _KEY = ["consumer", "instance_id"]
 
 
@@ -82,11 +79,5 @@ class DispatchMetrics:
         )
 
 
-def metrics_for(registry: CollectorRegistry | None = None) -> DispatchMetrics:
-    """The metric set registered in `registry` (default: the global prometheus registry), created once."""
-    reg = REGISTRY if registry is None else registry
-    with _LOCK:
-        found = _BY_REGISTRY.get(reg)
-        if found is None:
-            found = _BY_REGISTRY[reg] = DispatchMetrics(reg)
-        return found
+# the metric set registered in a registry (default: the global prometheus registry), created once
+metrics_for: PerRegistry[DispatchMetrics] = PerRegistry(DispatchMetrics)
