@@ -15,12 +15,16 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from settlekit.artifacts.build import build_all, derive_tasks
-from settlekit.jobs.testing import ROBOT_ACTOR, StreamBuilder, heartbeat, lifecycle_to_executing
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support.streams import ROBOT_ACTOR, StreamBuilder, heartbeat, lifecycle_to_executing  # noqa: E402
 
 SIZES = (300, 1_000, 3_000, 10_000)
 TARGET_MS_3000 = 50.0

@@ -16,6 +16,7 @@ import pytest
 
 from settlekit.events.canonical import parse_json
 from settlekit.store.db import Database, connect
+from support import failpoints as support_failpoints
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 PG_ADMIN_URL = os.environ.get("SETTLEKIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -173,3 +174,10 @@ def backend_database(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
             yield database
         finally:
             database.close()
+
+
+@pytest.fixture(autouse=True)
+def _disarm_failpoints() -> Iterator[None]:
+    """Every test starts and ends with no failpoint armed."""
+    yield
+    support_failpoints.reset()

@@ -13,7 +13,7 @@ import pytest
 from settlekit.artifacts.build import build_all, build_one, derive_tasks
 from settlekit.events.canonical import canonical_json
 from settlekit.events.js import locale_key
-from settlekit.jobs.testing import (
+from support.streams import (
     OPERATOR_ACTOR,
     ROBOT_ACTOR,
     StreamBuilder,

@@ -13,7 +13,7 @@ from settlekit.artifacts import state as fold_module
 from settlekit.artifacts.build import build_all
 from settlekit.artifacts.builders import compute_artifact_hash
 from settlekit.delivery.store import Destination, put_destination
-from settlekit.dispatch import Dispatcher, SimulatedCrash
+from settlekit.dispatch import Dispatcher
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json
 from settlekit.projections.artifacts import ArtifactConsumer
@@ -22,6 +22,7 @@ from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore, row_to_stored
 from settlekit.store.job_streams import job_store
+from support.failpoints import SimulatedCrash, crash_at
 
 T = "tenant_default"
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
@@ -147,17 +148,10 @@ def test_failpoint_crash_then_restart_yields_exactly_one(db: Database, point: st
     with db.transaction() as tx:
         for dest in ("d1", "d2"):
             put_destination(tx, Destination(T, dest, f"https://example.com/{dest}", "inline:s3cret"), now=NOW)
-    crashes = [0]
-
-    def crash_once(name: str) -> None:
-        if name == point and crashes[0] == 0:
-            crashes[0] += 1
-            raise SimulatedCrash(name)
-
-    crashing = ArtifactConsumer(sink=DeliveryQueueSink(clock=lambda: NOW), failpoint=crash_once)
-    with pytest.raises(SimulatedCrash):
+    crash_at(f"artifacts.{point}")
+    crashing = ArtifactConsumer(sink=DeliveryQueueSink(clock=lambda: NOW))
+    with pytest.raises(SimulatedCrash, match=point):
         _dispatcher(db, crashing).drain()
-    assert crashes[0] == 1
     assert _count(db, "artifacts") == 0 and _count(db, "deliveries") == 0
     # restart: a fresh dispatcher and consumer resume from the committed cursor
     _dispatcher(db, ArtifactConsumer(sink=DeliveryQueueSink(clock=lambda: NOW))).drain()
@@ -173,7 +167,7 @@ def test_dispatcher_crash_before_commit_is_exactly_once(db: Database) -> None:
     _load(db, "sla_credit.json", one_by_one=True)
     consumer = ArtifactConsumer(sink=OutboxTableSink())
     dispatcher = _dispatcher(db, consumer)
-    dispatcher.failpoints.crash_at("before_commit", consumer="settlekit:artifacts")
+    crash_at("dispatch.before_commit", subject="settlekit:artifacts")
     with pytest.raises(SimulatedCrash):
         dispatcher.drain()
     assert _count(db, "artifacts") == 0 and _count(db, "artifact_job_state") == 0

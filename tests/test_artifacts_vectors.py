@@ -17,7 +17,7 @@ from settlekit.artifacts.builders import compute_artifact_hash
 from settlekit.artifacts.verify import verify_artifact_against_stream
 from settlekit.cli import app
 from settlekit.events.canonical import canonical_json, sha256_hex
-from settlekit.jobs.testing import ROBOT_ACTOR, StreamBuilder, heartbeat, lifecycle_to_executing
+from support.streams import ROBOT_ACTOR, StreamBuilder, heartbeat, lifecycle_to_executing
 
 SCENARIOS = scenario_names()
 runner = CliRunner()

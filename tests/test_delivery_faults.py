@@ -25,12 +25,13 @@ from typing import Any
 import pytest
 
 from settlekit.delivery import store
-from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
-from settlekit.delivery.worker import DeliveryWorker, SimulatedCrash, WorkerConfig
+from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.store.db import Database, Tx, connect
+from support.failpoints import SimulatedCrash, on_worker
+from support.receiver import FaultyReceiver
 from test_delivery_worker import (
     SECRET,
     Artifacts,
@@ -56,6 +57,9 @@ def fast_worker(db: Database, arts: Any, clock: Any, worker_id: str, **kw: Any) 
     cfg = {**FAST, **kw.pop("config", {})}
     cfg.setdefault("sender", SenderConfig(timeout=1.0, connect_timeout=0.5))
     cfg.setdefault("retry", RetryPolicy(base=0.05, cap=0.2, max_attempts=50, jitter="none"))
+    failpoint = kw.pop("failpoint", None)
+    if failpoint is not None:
+        on_worker(worker_id, failpoint)
     return DeliveryWorker(
         db, artifact_loader=arts, config=WorkerConfig(**cfg), clock=clock, worker_id=worker_id, **kw
     )
@@ -82,7 +86,7 @@ def regenerate(tx: Tx, tenant_id: str, artifact_id: str) -> Mapping[str, Any] | 
     return artifact(job, int(version), tenant=tenant_id)
 
 
-def assert_exactly_once(db: Database, rx: ReceiverServer, n: int) -> None:
+def assert_exactly_once(db: Database, rx: FaultyReceiver, n: int) -> None:
     rows = deliveries(db, limit=10 * n)
     assert len(rows) == n
     assert {d.state for d in rows} == {"delivered"}
@@ -104,14 +108,14 @@ def secret_file(tmp_path: Path) -> str:
 
 @pytest.fixture
 def rx() -> Any:
-    with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as server:
+    with FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10) as server:
         yield server
 
 
 # --- nothing lost -------------------------------------------------------------------------------------------
 
 
-def test_crashes_at_random_failpoints_lose_nothing(db: Database, rx: ReceiverServer, secret_file: str) -> None:
+def test_crashes_at_random_failpoints_lose_nothing(db: Database, rx: FaultyReceiver, secret_file: str) -> None:
     n = 500
     arts, clock, rng = Artifacts(), RealClock(), random.Random(6)
     add_destination(db, rx.url, secret_file)
@@ -180,7 +184,7 @@ def test_sigkilled_worker_processes_lose_nothing(pg_url: str, secret_file: str) 
     db_url = pg_url
     db = connect(db_url)
     db.migrate()
-    rx = ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10).start()
+    rx = FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10).start()
     procs: list[subprocess.Popen[bytes]] = []
     try:
         add_destination(db, rx.url, secret_file)
@@ -221,7 +225,7 @@ def test_sigkilled_worker_processes_lose_nothing(pg_url: str, secret_file: str) 
 # --- lifecycle ----------------------------------------------------------------------------------------------
 
 
-def test_stop_finishes_in_flight_and_releases_unsent(db: Database, rx: ReceiverServer, secret_file: str) -> None:
+def test_stop_finishes_in_flight_and_releases_unsent(db: Database, rx: FaultyReceiver, secret_file: str) -> None:
     arts, clock = Artifacts(), RealClock()
     add_destination(db, rx.url, secret_file)
     for i in range(8):
@@ -249,7 +253,7 @@ def test_stop_finishes_in_flight_and_releases_unsent(db: Database, rx: ReceiverS
     assert len(rx.received) == 8
 
 
-def test_drain_and_prompt_wakeup(db: Database, rx: ReceiverServer, secret_file: str) -> None:
+def test_drain_and_prompt_wakeup(db: Database, rx: FaultyReceiver, secret_file: str) -> None:
     arts, clock = Artifacts(), RealClock()
     add_destination(db, rx.url, secret_file)
     for i in range(20):
@@ -283,7 +287,7 @@ def test_drain_and_prompt_wakeup(db: Database, rx: ReceiverServer, secret_file: 
 # --- attempt outcomes through the worker --------------------------------------------------------------------
 
 
-def test_timeout_then_retry_is_deduped(db: Database, rx: ReceiverServer, secret_file: str) -> None:
+def test_timeout_then_retry_is_deduped(db: Database, rx: FaultyReceiver, secret_file: str) -> None:
     arts, clock = Artifacts(), Clock()
     add_destination(db, rx.url, secret_file)
     enqueue(db, arts, artifact("a", 1))
@@ -312,7 +316,7 @@ def test_receiver_down_then_up(db: Database, secret_file: str) -> None:
     assert run(one_pass(fast_worker(db, arts, clock, "w"))).retried == 1
     (d,) = deliveries(db)
     assert (d.state, d.last_error) == ("pending", "network_error")
-    with ReceiverServer(secrets=[SECRET], port=port, tolerance_seconds=10**10) as rx:
+    with FaultyReceiver(secrets=[SECRET], port=port, tolerance_seconds=10**10) as rx:
         clock.advance(1)
         assert run(one_pass(fast_worker(db, arts, clock, "w"))).delivered == 1
         assert len(rx.received) == 1
@@ -321,7 +325,7 @@ def test_receiver_down_then_up(db: Database, secret_file: str) -> None:
 
 
 def test_lease_expiry_after_killed_worker_and_redelivery_dedupe(
-    db: Database, rx: ReceiverServer, secret_file: str
+    db: Database, rx: FaultyReceiver, secret_file: str
 ) -> None:
     arts, clock = Artifacts(), Clock()
     add_destination(db, rx.url, secret_file)
@@ -353,9 +357,9 @@ def test_rotated_secrets_end_to_end(db: Database, tmp_path: Path) -> None:
     f = tmp_path / "rotating.txt"
     f.write_text(f"{old}\n{new}\n", encoding="utf-8")
     with (
-        ReceiverServer(secrets=[old], tolerance_seconds=10**10) as rx_old,
-        ReceiverServer(secrets=[new], tolerance_seconds=10**10) as rx_new,
-        ReceiverServer(secrets=[generate_secret()], tolerance_seconds=10**10) as rx_other,
+        FaultyReceiver(secrets=[old], tolerance_seconds=10**10) as rx_old,
+        FaultyReceiver(secrets=[new], tolerance_seconds=10**10) as rx_new,
+        FaultyReceiver(secrets=[generate_secret()], tolerance_seconds=10**10) as rx_other,
     ):
         add_destination(db, rx_old.url, f"file:{f}", destination_id="old")
         add_destination(db, rx_new.url, f"file:{f}", destination_id="new")

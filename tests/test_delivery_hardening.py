@@ -23,12 +23,13 @@ from typer.testing import CliRunner
 
 from settlekit.delivery import service, store
 from settlekit.delivery.cli import delivery_app
-from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.events.canonical import canonical_json
 from settlekit.store.db import Database
+from support.failpoints import SimulatedCrash, on_worker
+from support.receiver import FaultyReceiver
 from test_api_support import client, key_for, make_app
 from test_delivery_worker import SECRET, Artifacts, Clock, add_destination, artifact, deliveries, enqueue, run
 
@@ -42,6 +43,8 @@ def secret_file(tmp_path: Path) -> str:
 
 def worker(db: Database, arts: Any, clock: Any, worker_id: str = "w", **cfg: Any) -> DeliveryWorker:
     failpoint = cfg.pop("failpoint", None)
+    if failpoint is not None:
+        on_worker(worker_id, failpoint)
     config = WorkerConfig(
         allow_insecure_http=True,
         allow_loopback=True,
@@ -53,7 +56,7 @@ def worker(db: Database, arts: Any, clock: Any, worker_id: str = "w", **cfg: Any
         **cfg,
     )
     return DeliveryWorker(db, artifact_loader=arts, config=config, clock=clock, worker_id=worker_id,
-                          registry=CollectorRegistry(), failpoint=failpoint)
+                          registry=CollectorRegistry())
 
 
 def store_artifact(db: Database, doc: dict[str, Any]) -> None:
@@ -73,8 +76,8 @@ def store_artifact(db: Database, doc: dict[str, Any]) -> None:
 
 def test_410_fails_only_its_delivery_and_enable_backfill_sends_the_rest(db: Database, secret_file: str) -> None:
     arts, clock = Artifacts(), Clock()
-    with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as gone, \
-            ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as fine:
+    with FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10) as gone, \
+            FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10) as fine:
         add_destination(db, gone.url, secret_file, destination_id="gone")
         add_destination(db, fine.url, secret_file, destination_id="fine")
         for i in range(12):  # distinct jobs: every delivery is its own group, sent concurrently
@@ -112,7 +115,7 @@ def test_410_from_a_destination_disabled_meanwhile_keeps_the_delivery_pending(db
     """An operator (or another worker's 410) disabled the destination while the request was in flight: this
     410 neither fails the delivery nor overwrites the reason."""
     arts, clock = Artifacts(), Clock()
-    with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as rx:
+    with FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10) as rx:
         add_destination(db, rx.url, secret_file)
         enqueue(db, arts, artifact("a", 1), now=clock())
         rx.inject(410)
@@ -198,7 +201,7 @@ def test_enable_offers_backfill_and_requeue_since_is_idempotent(db: Database, se
 
 def test_lease_is_renewed_while_the_send_is_in_flight(db: Database, secret_file: str) -> None:
     arts, clock = Artifacts(), Clock()
-    with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as rx:
+    with FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10) as rx:
         add_destination(db, rx.url, secret_file)
         enqueue(db, arts, artifact("slow", 1), now=clock())
         rx.inject(None, delay=6.0)  # the answer takes longer than the 2 s lease
@@ -235,10 +238,9 @@ def test_lease_is_renewed_while_the_send_is_in_flight(db: Database, secret_file:
 def test_crash_mid_send_then_reclaim_costs_no_attempt(db: Database, secret_file: str, point: str) -> None:
     """Failpoints: the worker dies as its requests start (`sending`) or once they were answered but nothing
     was recorded (`sent`). The lease expires, another worker sends again; the crash consumed no attempt."""
-    from settlekit.delivery.worker import SimulatedCrash
 
     arts, clock = Artifacts(), Clock()
-    with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as rx:
+    with FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10) as rx:
         add_destination(db, rx.url, secret_file)
         for i in range(3):
             enqueue(db, arts, artifact(f"c{i}", 1), now=clock())
@@ -274,7 +276,7 @@ def test_sigkilled_worker_mid_send_costs_no_attempt(db: Database, secret_file: s
     """`settlekit worker` (a subprocess, flags and env) is SIGKILLed while the receiver holds one request open
     (the failpoint); a restarted worker delivers it within a lease, attempts unchanged by the crash."""
     n = 20
-    rx = ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10).start()
+    rx = FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10).start()
     procs: list[subprocess.Popen[bytes]] = []
     metrics_port = _free_port()
     env = {**os.environ, "SETTLEKIT_DELIVERY_MAX_ATTEMPTS": "4", "SETTLEKIT_DELIVERY_BACKOFF_BASE": "0.5",

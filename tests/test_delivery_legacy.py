@@ -16,8 +16,8 @@ from settlekit.delivery.legacy_secrets import migrate_file_refs
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.secrets import secret_id_of
 from settlekit.delivery.signing import generate_secret
-from settlekit.delivery.worker import SimulatedCrash
 from settlekit.store.db import Database
+from support.failpoints import SimulatedCrash
 from test_delivery_faults import RealClock, fast_worker
 from test_delivery_worker import SECRET, Artifacts, add_destination, artifact, deliveries, run
 

@@ -22,6 +22,7 @@ from settlekit.delivery.receiver import (
 )
 from settlekit.delivery.signing import generate_secret, sign_legacy, standard_headers
 from settlekit.events.canonical import canonical_bytes, canonical_hash, parse_json
+from support.receiver import FaultyReceiver
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 NOW = 1_767_312_000
@@ -195,7 +196,7 @@ def test_server_rejects_bad_signature_and_conflicting_id(settlement: dict[str, A
 
 def test_server_faults(settlement: dict[str, Any]) -> None:
     secret = generate_secret()
-    with ReceiverServer(secrets=[secret]) as rx, httpx.Client(timeout=5) as client:
+    with FaultyReceiver(secrets=[secret]) as rx, httpx.Client(timeout=5) as client:
         r = prepare_request(
             url=rx.url, artifact=settlement, tenant_id="t", destination_id="d", secrets=[secret]
         )

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from settlekit.delivery.message import PreparedRequest, prepare_request
-from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.retry import RetryPolicy, decide
 from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
 from settlekit.delivery.signing import SigningMode, generate_secret
 from settlekit.delivery.ssrf import SsrfPolicy
 from settlekit.events.canonical import canonical_hash, parse_json
+from support.receiver import FaultyReceiver
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 LOCAL = SsrfPolicy.for_local_testing()
@@ -48,8 +48,8 @@ def synthetic(job: str, version: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-def rx() -> Iterator[ReceiverServer]:
-    with ReceiverServer(secrets=[SECRET], accept_legacy=True) as server:
+def rx() -> Iterator[FaultyReceiver]:
+    with FaultyReceiver(secrets=[SECRET], accept_legacy=True) as server:
         yield server
 
 
@@ -87,7 +87,7 @@ def run_one(request: PreparedRequest, config: SenderConfig = FAST) -> Outcome:
     return run_batch([request], config)[0]
 
 
-def test_success(rx: ReceiverServer) -> None:
+def test_success(rx: FaultyReceiver) -> None:
     doc = artifacts()[1]
     out = run_one(req(rx.url, doc))
     assert out.ok and out.status == 200 and out.error is None
@@ -98,13 +98,13 @@ def test_success(rx: ReceiverServer) -> None:
 
 
 @pytest.mark.parametrize("mode", ["settld_legacy", "both"])
-def test_legacy_modes_are_accepted(rx: ReceiverServer, mode: SigningMode) -> None:
+def test_legacy_modes_are_accepted(rx: FaultyReceiver, mode: SigningMode) -> None:
     out = run_one(req(rx.url, artifacts()[0], signing=mode))
     assert out.status == 200, out.response_snippet
     assert rx.requests[-1].headers.get("x-proxy-signature")
 
 
-def test_500_then_success_and_dedupe(rx: ReceiverServer) -> None:
+def test_500_then_success_and_dedupe(rx: FaultyReceiver) -> None:
     doc = artifacts()[0]
     rx.inject(500, count=2)
     policy = RetryPolicy(max_attempts=5)
@@ -125,7 +125,7 @@ def test_500_then_success_and_dedupe(rx: ReceiverServer) -> None:
     assert len({r.headers["webhook-id"] for r in rx.requests}) == 1
 
 
-def test_retry_after_seconds_and_http_date(rx: ReceiverServer) -> None:
+def test_retry_after_seconds_and_http_date(rx: FaultyReceiver) -> None:
     rx.inject(429, retry_after=7)
     out = run_one(req(rx.url, artifacts()[0]))
     assert (out.status, out.retry_after) == (429, 7.0)
@@ -138,7 +138,7 @@ def test_retry_after_seconds_and_http_date(rx: ReceiverServer) -> None:
     assert out.status == 503 and out.retry_after is not None and 110 <= out.retry_after <= 121
 
 
-def test_410_disables(rx: ReceiverServer) -> None:
+def test_410_disables(rx: FaultyReceiver) -> None:
     rx.inject(410)
     out = run_one(req(rx.url, artifacts()[0]))
     assert out.status == 410 and not out.ok
@@ -146,7 +146,7 @@ def test_410_disables(rx: ReceiverServer) -> None:
     assert (d.kind, d.reason) == ("disable", "gone")
 
 
-def test_timeout_then_retry_is_deduped(rx: ReceiverServer) -> None:
+def test_timeout_then_retry_is_deduped(rx: FaultyReceiver) -> None:
     doc = artifacts()[0]
     rx.inject(None, delay=0.8)  # slow, then processed normally
     out = run_one(req(rx.url, doc, timeout=0.2))
@@ -168,7 +168,7 @@ def test_receiver_down() -> None:
     assert "Connect" in (out.error_message or "")
 
 
-def test_ssrf_refused_statically_and_at_connect(rx: ReceiverServer) -> None:
+def test_ssrf_refused_statically_and_at_connect(rx: FaultyReceiver) -> None:
     doc = artifacts()[0]
     # IP literal: refused before any connection
     out = run_one(req(rx.url, doc, policy=SsrfPolicy(allow_insecure_http=True)))
@@ -187,7 +187,7 @@ def test_ssrf_refused_statically_and_at_connect(rx: ReceiverServer) -> None:
         assert run_one(req(url, doc)).status == 200
 
 
-def test_batch_groups_are_sequential_and_outcomes_in_input_order(rx: ReceiverServer) -> None:
+def test_batch_groups_are_sequential_and_outcomes_in_input_order(rx: FaultyReceiver) -> None:
     docs = [synthetic(f"job{j}", v) for v in range(1, 6) for j in range(3)]
     requests = [dataclasses.replace(req(rx.url, d), tag=i) for i, d in enumerate(docs)]
     outs = run_batch(requests)
@@ -240,7 +240,7 @@ def test_batch_concurrency_overlaps_groups() -> None:
     assert [o.status for o in outs] == [200, 200, 200, 200]
 
 
-def test_mixed_failures_in_one_batch(rx: ReceiverServer) -> None:
+def test_mixed_failures_in_one_batch(rx: FaultyReceiver) -> None:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     dead = s.getsockname()[1]
@@ -259,7 +259,7 @@ def test_mixed_failures_in_one_batch(rx: ReceiverServer) -> None:
     ]
 
 
-def test_closed_sender_reports_exception(rx: ReceiverServer) -> None:
+def test_closed_sender_reports_exception(rx: FaultyReceiver) -> None:
     async def go() -> Outcome:
         sender = WebhookSender(FAST)
         await sender.aclose()

@@ -18,7 +18,6 @@ from settlekit.cli import app
 from settlekit.delivery import service, store
 from settlekit.delivery.errors import DestinationForbiddenError
 from settlekit.delivery.metrics import register_queue_collector
-from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.secrets import SecretRefError
 from settlekit.delivery.sender import SenderConfig
@@ -26,6 +25,7 @@ from settlekit.delivery.sink import ArtifactRowError, WebhookDeliverySink, artif
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.store.db import Database
+from support.receiver import FaultyReceiver
 from test_delivery_worker import SECRET, T0, Artifacts, Clock, artifact, enqueue, one_pass, run
 
 PUBLIC = ["93.184.216.34"]
@@ -357,7 +357,7 @@ def test_sink_quota(db: Database, secret_path: Path) -> None:
 def test_metrics(db: Database, secret_path: Path) -> None:
     arts, clock = Artifacts(), Clock()
     registry = CollectorRegistry()
-    with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as rx:
+    with FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10) as rx:
         service.add_destination(db, "ten", "d1", url=rx.url, secret_ref="", secret_value=SECRET,
                                 policy=service.DestinationPolicy.local())
         for i in range(3):

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 
 from settlekit.delivery import store
-from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.secrets import SecretRefError, SecretResolver, store_secret
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
-from settlekit.delivery.worker import DeliveryWorker, PassResult, WorkerConfig
+from settlekit.delivery.worker import DeliveryPassResult, DeliveryWorker, WorkerConfig
 from settlekit.errors import ConfigurationError, ConflictError
 from settlekit.events.canonical import canonical_hash
 from settlekit.store.db import Database, Tx
+from support.receiver import FaultyReceiver
 
 T0 = datetime(2026, 1, 2, tzinfo=UTC)
 SECRET = generate_secret()
@@ -77,8 +77,8 @@ def secret_file(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def rx() -> Iterator[ReceiverServer]:
-    with ReceiverServer(secrets=[SECRET], tolerance_seconds=10**10) as server:
+def rx() -> Iterator[FaultyReceiver]:
+    with FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10) as server:
         yield server
 
 
@@ -123,7 +123,7 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-async def one_pass(worker: DeliveryWorker) -> PassResult:
+async def one_pass(worker: DeliveryWorker) -> DeliveryPassResult:
     async with worker:
         return await worker.run_once()
 
@@ -266,7 +266,7 @@ def test_requeue_and_cleanup(db: Database) -> None:
 # --- worker -------------------------------------------------------------------------------------------------
 
 
-def test_worker_delivers_retries_and_fails_to_dlq(db: Database, rx: ReceiverServer, secret_file: str) -> None:
+def test_worker_delivers_retries_and_fails_to_dlq(db: Database, rx: FaultyReceiver, secret_file: str) -> None:
     arts, clock = Artifacts(), Clock()
     add_destination(db, rx.url, secret_file)
     good, flaky = artifact("a", 1), artifact("b", 1)
@@ -275,7 +275,7 @@ def test_worker_delivers_retries_and_fails_to_dlq(db: Database, rx: ReceiverServ
     rx.inject(500, count=3)  # both fail on the first pass, one of them once more
     worker = make_worker(db, arts, clock)
 
-    async def scenario() -> list[PassResult]:
+    async def scenario() -> list[DeliveryPassResult]:
         results = []
         async with worker:
             results.append(await worker.run_once())
@@ -321,7 +321,7 @@ def test_worker_delivers_retries_and_fails_to_dlq(db: Database, rx: ReceiverServ
     assert rx.received[dead.message_id]["artifactId"] == "cert_c_evt_1"
 
 
-def test_worker_honours_retry_after(db: Database, rx: ReceiverServer, secret_file: str) -> None:
+def test_worker_honours_retry_after(db: Database, rx: FaultyReceiver, secret_file: str) -> None:
     arts, clock = Artifacts(), Clock()
     add_destination(db, rx.url, secret_file)
     enqueue(db, arts, artifact("a", 1))
@@ -332,7 +332,7 @@ def test_worker_honours_retry_after(db: Database, rx: ReceiverServer, secret_fil
     assert (d.last_status, d.last_error) == (429, "non_2xx")
 
 
-def test_worker_410_disables_destination(db: Database, rx: ReceiverServer, secret_file: str) -> None:
+def test_worker_410_disables_destination(db: Database, rx: FaultyReceiver, secret_file: str) -> None:
     arts, clock = Artifacts(), Clock()
     add_destination(db, rx.url, secret_file, ordering="strict_scope")
     enqueue(db, arts, artifact("a", 1))
@@ -352,7 +352,7 @@ def test_worker_410_disables_destination(db: Database, rx: ReceiverServer, secre
     assert run(one_pass(make_worker(db, arts, clock))).delivered == 1
 
 
-def test_worker_local_failures(db: Database, rx: ReceiverServer, tmp_path: Path) -> None:
+def test_worker_local_failures(db: Database, rx: FaultyReceiver, tmp_path: Path) -> None:
     arts, clock = Artifacts(), Clock()
     add_destination(db, rx.url, f"file:{tmp_path / 'missing.txt'}", destination_id="nosecret")
     add_destination(db, "http://10.0.0.1/", "inline:" + SECRET, destination_id="private")

@@ -24,9 +24,7 @@ from settlekit.dispatch import (
     DispatchedEvent,
     Dispatcher,
     ErrorPolicy,
-    Failpoints,
     Gap,
-    SimulatedCrash,
     dead_letters,
     disable_consumer,
     enable_consumer,
@@ -41,6 +39,7 @@ from settlekit.dispatch.gaps import dump_gaps
 from settlekit.errors import ConfigurationError, ValidationError
 from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore, StoredEvent
+from support.failpoints import SimulatedCrash, crash_at
 
 ACTOR = {"type": "system", "id": "test"}
 
@@ -411,9 +410,8 @@ def test_crash_mid_turn_loses_nothing_and_applies_once(db: Database, point: str)
     make_applied(db)
     positions = append(db, "s1", 3) + append(db, "s2", 2)
     seen: list[int] = []
-    failpoints = Failpoints()
-    failpoints.crash_at(point, times=1)
-    d = dispatcher(db, [Consumer("c", recording("c", seen))], failpoints=failpoints, batch_size=3)
+    crash_at(f"dispatch.{point}", times=1)
+    d = dispatcher(db, [Consumer("c", recording("c", seen))], batch_size=3)
     with pytest.raises(SimulatedCrash):
         d.run_once()
     assert applied(db, "c") == []

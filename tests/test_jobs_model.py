@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from settlekit.errors import SettlekitError
 from settlekit.jobs import TRANSITIONS, process_job_events
-from settlekit.jobs.testing import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload
+from support.streams import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload
 
 CANDIDATES: dict[str, tuple[dict[str, Any], dict[str, str] | None]] = {
     "QUOTE_PROPOSED": (

@@ -21,7 +21,7 @@ from settlekit.jobs import (
     serialize_state,
     settlement_proof_ref_for,
 )
-from settlekit.jobs.testing import (
+from support.streams import (
     OPERATOR_ACTOR,
     ROBOT_ACTOR,
     StreamBuilder,
@@ -314,7 +314,7 @@ def test_post_settlement_accounting_needs_settled_job() -> None:
 
 
 def test_strict_gate_settlement_needs_proof_ref_and_builds_one() -> None:
-    from settlekit.jobs.testing import booking_payload
+    from support.streams import booking_payload
 
     b = StreamBuilder()
     lifecycle_to_executing(b, booking=booking_payload(gate_mode="strict"))

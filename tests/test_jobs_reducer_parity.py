@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from settlekit.jobs import reduce
-from settlekit.jobs.testing import OPERATOR_ACTOR, ROBOT_ACTOR, SERVER_ACTOR, StreamBuilder, lifecycle_to_executing
+from support.streams import OPERATOR_ACTOR, ROBOT_ACTOR, SERVER_ACTOR, StreamBuilder, lifecycle_to_executing
 
 T_PAYLOAD = "2026-01-05T09:00:00.000Z"  # a payload time that differs from every event.at
 

@@ -11,13 +11,6 @@ from hypothesis import strategies as st
 
 from settlekit.events.canonical import canonical_hash
 from settlekit.jobs import process_job_events
-from settlekit.jobs.testing import (
-    OPERATOR_ACTOR,
-    ROBOT_ACTOR,
-    StreamBuilder,
-    booking_payload,
-    lifecycle_to_executing,
-)
 from settlekit.ledger import (
     ContractInvalid,
     allocate_split,
@@ -28,6 +21,13 @@ from settlekit.ledger import (
     normalize_contract_document,
     normalize_split_plan,
     split_plan_hash,
+)
+from support.streams import (
+    OPERATOR_ACTOR,
+    ROBOT_ACTOR,
+    StreamBuilder,
+    booking_payload,
+    lifecycle_to_executing,
 )
 
 PLAN = {

@@ -8,13 +8,6 @@ from typing import Any
 import pytest
 
 from settlekit.jobs import process_job_events, reduce
-from settlekit.jobs.testing import (
-    OPERATOR_ACTOR,
-    ROBOT_ACTOR,
-    StreamBuilder,
-    booking_payload,
-    lifecycle_to_executing,
-)
 from settlekit.ledger import (
     PostingPreconditionFailed,
     SplitsInvalid,
@@ -23,6 +16,13 @@ from settlekit.ledger import (
     entries_for_finance_event,
     entries_for_job_event,
     make_entry,
+)
+from support.streams import (
+    OPERATOR_ACTOR,
+    ROBOT_ACTOR,
+    StreamBuilder,
+    booking_payload,
+    lifecycle_to_executing,
 )
 
 

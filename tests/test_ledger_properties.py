@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from settlekit.jobs import process_job_events
-from settlekit.jobs.testing import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload, heartbeat
 from settlekit.ledger import balances_from_entries, trial_balance_total
+from support.streams import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload, heartbeat
 
 FUNDING = ["PLATFORM_EXPENSE", "COVERAGE_RESERVE", "OPERATOR_CHARGEBACK", "INSURER_RECOVERABLE"]
 

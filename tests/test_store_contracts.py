@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from settlekit.events.envelope import Signer, finalize, make_draft
-from settlekit.jobs.testing import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload
 from settlekit.ledger import ContractInvalid, compile_contract_policy, contract_hash
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import get_contract, put_contract
 from settlekit.store.db import Database
 from settlekit.store.job_streams import job_store
+from support.streams import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload
 
 T = "tenant_c"
 PLAN = {"type": "SplitPlan.v1", "v": 1, "currency": "USD", "rules": [

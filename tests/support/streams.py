@@ -1,4 +1,4 @@
-"""Deterministic job-stream builders for tests, benchmarks and demos (no randomness, no clock)."""
+"""Deterministic job-stream builders for tests and benchmarks (no randomness, no clock)."""
 
 from __future__ import annotations
 

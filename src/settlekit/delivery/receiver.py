@@ -1,8 +1,8 @@
 """Receiver side: verify a delivered webhook (spec 06 §10) and a small reference receiver server.
 
 `verify_webhook` is what users call in their own receivers. `ReceiverServer` is a threaded stdlib HTTP/1.1
-server (keep-alive) that verifies, dedupes by webhook-id, stores each artifact once and can inject faults for
-tests (`inject(...)`).
+server (keep-alive) that verifies, dedupes by webhook-id and stores each artifact once (tests step in through the
+`receiver.request` failpoint).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 
+from settlekit import failpoints
 from settlekit.delivery.errors import WebhookVerificationError
 from settlekit.delivery.signing import (
     DEFAULT_TOLERANCE_SECONDS,
@@ -157,16 +157,6 @@ def verify_legacy(
 # --- reference receiver server ------------------------------------------------------------------------------
 
 
-@dataclass
-class Fault:
-    """Applied to one incoming request: optional delay, then (if `status`) answer it instead of processing."""
-
-    status: int | None = 500
-    retry_after: str | None = None
-    delay: float = 0.0
-    body: bytes = b""
-
-
 @dataclass(frozen=True)
 class ReceivedRequest:
     """Log entry of one request: what came in and what the receiver answered."""
@@ -252,16 +242,8 @@ class _Handler(BaseHTTPRequestHandler):
             owner._count_incomplete()
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
-        fault = owner._next_fault()
-        if fault is not None:
-            if fault.delay > 0 and owner._stopping.wait(fault.delay):
-                self.close_connection = True
-                return
-            if fault.status is not None:
-                extra = {"retry-after": fault.retry_after} if fault.retry_after is not None else None
-                owner._log_request(ReceivedRequest(self.path, headers, body, fault.status, "fault"))
-                self._send_bytes(fault.status, fault.body, "text/plain", extra)
-                return
+        if failpoints.hit("receiver.request", self, headers, body):
+            return  # a test answered (or dropped) this request itself
         status, payload = owner.handle(headers, body, self.path)
         self._reply(status, payload)
 
@@ -315,7 +297,6 @@ class ReceiverServer:
         self.incomplete = 0  # requests whose body ended before its content-length (sender died mid-request)
         self.connections_opened = 0  # TCP connections accepted (keep-alive reuse keeps this low)
         self.requests: list[ReceivedRequest] = []
-        self._faults: deque[Fault] = deque()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._stopping = threading.Event()
@@ -380,34 +361,6 @@ class ReceiverServer:
                 self.connections_opened += 1
             else:
                 self._connections.discard(conn)
-
-    # fault injection
-
-    def inject(
-        self,
-        status: int | None = 500,
-        *,
-        count: int = 1,
-        retry_after: str | int | None = None,
-        delay: float = 0.0,
-        body: bytes = b"",
-    ) -> None:
-        """Queue `count` faults; each of the next requests consumes one (FIFO) before normal processing.
-
-        `status=None` with `delay` only slows the request down and then processes it normally.
-        """
-        ra = str(retry_after) if retry_after is not None else None
-        with self._lock:
-            for _ in range(count):
-                self._faults.append(Fault(status=status, retry_after=ra, delay=delay, body=body))
-
-    def clear_faults(self) -> None:
-        with self._lock:
-            self._faults.clear()
-
-    def _next_fault(self) -> Fault | None:
-        with self._lock:
-            return self._faults.popleft() if self._faults else None
 
     # processing
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from settlekit import failpoints
 from settlekit.delivery import metrics as m
 from settlekit.delivery import store
 from settlekit.delivery.errors import WebhookSecretError
@@ -50,17 +51,6 @@ ArtifactLoader = Callable[[Tx, str, str], Mapping[str, Any] | None]
 
 
 log = logging.getLogger("settlekit.delivery")
-
-Failpoint = Callable[[str], None]
-"""Test hook called at named points of a pass: `claimed` (claim committed, nothing sent), `sending` (the
-first request of the batch is about to start), `sent` (requests answered, nothing recorded), `completing`
-(inside the completion transaction, before commit), `completed`."""
-
-
-class SimulatedCrash(BaseException):
-    """Raised by test failpoints to stop a worker as abruptly as a killed process: nothing is cleaned up
-    (a BaseException, so the run loop does not treat it as a recoverable error)."""
-
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
@@ -96,7 +86,7 @@ class WorkerConfig:
 
 
 @dataclass
-class PassResult:
+class DeliveryPassResult:
     claimed: int = 0
     delivered: int = 0
     retried: int = 0
@@ -127,7 +117,6 @@ class DeliveryWorker:
         rng: random.Random | None = None,
         resolver: AsyncResolver | None = None,
         registry: CollectorRegistry | None = None,
-        failpoint: Failpoint | None = None,
     ):
         self.db = db
         self.config = config or WorkerConfig()
@@ -149,7 +138,6 @@ class DeliveryWorker:
         self.clock = clock
         self.rng = rng or random.Random()
         self.metrics = m.metrics_for(registry)
-        self._failpoint = failpoint
         self._sender = WebhookSender(self.config.sender, resolver=resolver)
         self._stop_requested = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -237,10 +225,6 @@ class DeliveryWorker:
         with self.db.read() as tx:
             return store.count_due(tx, now=self.clock())
 
-    def _fail(self, name: str) -> None:
-        if self._failpoint is not None:
-            self._failpoint(name)
-
     # --- one pass -------------------------------------------------------------------------------------------
 
     def _policy(self, dest: store.Destination) -> SsrfPolicy:
@@ -320,7 +304,7 @@ class DeliveryWorker:
             policy=self._policy(dest),
         )
 
-    def _complete(self, outcomes: list[Outcome], *, sent: int) -> PassResult:
+    def _complete(self, outcomes: list[Outcome], *, sent: int) -> DeliveryPassResult:
         """Apply every outcome in one transaction, each guarded by this worker's lease; metrics after commit.
 
         The first `sent` outcomes are real HTTP attempts, the rest failed before sending. Each recorded outcome
@@ -328,7 +312,7 @@ class DeliveryWorker:
         delivery only: further 410s from a destination that is already disabled (by this pass, another worker
         or an operator) leave their deliveries pending, to be sent once it is enabled again. The conditional
         disable takes the destination's row lock, so of concurrent workers exactly one fails its delivery."""
-        result = PassResult(claimed=len(outcomes))
+        result = DeliveryPassResult(claimed=len(outcomes))
         now = self.clock()
         cfg = self.config
         counted: list[tuple[str, str, str | None]] = []  # (destination_id, outcome, failure reason)
@@ -412,7 +396,7 @@ class DeliveryWorker:
                 result.lease_lost += not ok
                 counted.append((d.destination_id, outcome if ok else m.LEASE_LOST, dec.reason))
                 if i == 0:
-                    self._fail("completing")
+                    failpoints.hit("delivery.completing", self.worker_id)
         for i, out in enumerate(outcomes):
             dest_id, outcome, reason = counted[i]
             label = dest_id if self.config.per_destination_metrics else m.ALL_DESTINATIONS
@@ -450,15 +434,15 @@ class DeliveryWorker:
         with self.db.transaction() as tx:
             return store.release(tx, ids, self.worker_id, now=self.clock())
 
-    async def run_once(self) -> PassResult:
+    async def run_once(self) -> DeliveryPassResult:
         """Claim one batch, send it (leases renewed meanwhile), record the outcomes. After `stop()` no new
         request starts; claimed deliveries left unsent are released. Once a destination answers 410, the
         batch sends it nothing more."""
         if self.stopping:
-            return PassResult()
+            return DeliveryPassResult()
         requests, early = await asyncio.to_thread(self._claim_and_prepare)
         if requests or early:
-            self._fail("claimed")
+            failpoints.hit("delivery.claimed", self.worker_id)
         sent: list[Outcome] = []
         if requests:
             gone: set[tuple[str, str]] = set()
@@ -472,7 +456,7 @@ class DeliveryWorker:
 
             keeper = asyncio.create_task(self._keep_leases([r.tag.id for r in requests]))
             try:
-                self._fail("sending")
+                failpoints.hit("delivery.sending", self.worker_id)
                 sent = await self._sender.send_batch(
                     requests, should_stop=self._stop_requested.is_set, should_skip=skip, on_outcome=note
                 )
@@ -480,12 +464,12 @@ class DeliveryWorker:
                 keeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await keeper
-            self._fail("sent")
+            failpoints.hit("delivery.sent", self.worker_id)
         sent_ids = {o.tag.id for o in sent}
         unsent = [req.tag.id for req in requests if req.tag.id not in sent_ids]
         outcomes = sent + early
-        result = await asyncio.to_thread(self._complete, outcomes, sent=len(sent)) if outcomes else PassResult()
-        self._fail("completed")
+        result = await asyncio.to_thread(self._complete, outcomes, sent=len(sent)) if outcomes else DeliveryPassResult()
+        failpoints.hit("delivery.completed", self.worker_id)
         if unsent:
             released = await asyncio.to_thread(self._release, unsent)
             self.metrics.released.inc(released)

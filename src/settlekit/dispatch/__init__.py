@@ -15,9 +15,7 @@ from settlekit.dispatch.model import (
     DispatchedEvent,
     DrainTimeout,
     ErrorPolicy,
-    Failpoints,
     Gap,
-    SimulatedCrash,
 )
 from settlekit.dispatch.ops import (
     ConsumerProgress,
@@ -51,10 +49,8 @@ __all__ = [
     "Dispatcher",
     "DrainTimeout",
     "ErrorPolicy",
-    "Failpoints",
     "Gap",
     "PassResult",
-    "SimulatedCrash",
     "SkipResult",
     "dead_letters",
     "disable_consumer",

@@ -18,6 +18,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from settlekit import failpoints
 from settlekit.dispatch import sql as q
 from settlekit.dispatch.gaps import holes, merge, oldest_seen_at, settle
 from settlekit.dispatch.metrics import DispatchMetrics, metrics_for
@@ -29,7 +30,6 @@ from settlekit.dispatch.model import (
     ConsumerState,
     DispatchedEvent,
     DrainTimeout,
-    Failpoints,
     Gap,
 )
 from settlekit.errors import ConfigurationError
@@ -139,7 +139,7 @@ class Dispatcher:
     `max_rearm_count`, `backoff_base`/`backoff_max` (s, capped exponential delay between retries of a failing
     event), `instance_id` (required for per-instance consumers), `max_pending_gap_ranges`, `listen` (use
     LISTEN/NOTIFY wake-ups), `gap_log_interval` (s, at most one "gap list full" warning per consumer per
-    interval), `registry` (prometheus; default global), `failpoints` (tests).
+    interval), `registry` (prometheus; default global).
 
     A turn that made no progress never asks for an immediate follow-up: the loop then waits for a wake-up or
     `poll_interval`, so a consumer blocked behind a long-running transaction costs a turn per poll, not a busy
@@ -163,7 +163,6 @@ class Dispatcher:
         listen: bool = True,
         gap_log_interval: float = 30.0,
         registry: CollectorRegistry | None = None,
-        failpoints: Failpoints | None = None,
         logger: logging.Logger | None = None,
     ):
         names = [c.name for c in consumers]
@@ -195,7 +194,6 @@ class Dispatcher:
         self.gap_log_interval = gap_log_interval
         self._gap_logged: dict[tuple[str, str], float] = {}
         self.metrics: DispatchMetrics = metrics_for(registry)
-        self.failpoints = failpoints or Failpoints()
         self.log = logger or log
         self._pass_lock = threading.Lock()
         self._registered = False
@@ -406,7 +404,7 @@ class Dispatcher:
         horizon = q.horizon(tx) if postgres else sys.maxsize
         start_cursor, gaps = state.cursor, state.pending_gaps
         rows = q.fetch_events(tx, start_cursor, gaps, self.batch_size)
-        self.failpoints.hit("after_fetch", name)
+        failpoints.hit("dispatch.after_fetch", name)
         fetched = [r.position for r in rows]
         complete_upto = sys.maxsize if len(rows) < self.batch_size else fetched[-1]
         bounded = self._bound(rows, start_cursor, len(gaps))
@@ -414,7 +412,7 @@ class Dispatcher:
         rows = bounded
 
         outcome = self._deliver(tx, consumer, inst, state, rows)
-        self.failpoints.hit("after_deliver", name)
+        failpoints.hit("dispatch.after_deliver", name)
 
         new_cursor = max((p for p in outcome.resolved if p > start_cursor), default=start_cursor)
         remaining, n_resolved, n_retired = settle(
@@ -469,7 +467,7 @@ class Dispatcher:
             if row is not None:
                 m.lag_events.labels(name, inst).set(max(0, int(row[0]) - new_cursor))
                 m.lag_seconds.labels(name, inst).set(float(row[1] or 0.0))
-        self.failpoints.hit("before_commit", name)
+        failpoints.hit("dispatch.before_commit", name)
         return ConsumerResult(
             processed=outcome.processed,
             failed=outcome.failed,

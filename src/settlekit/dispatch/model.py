@@ -1,4 +1,4 @@
-"""Consumer definitions, the handler context, state rows, failpoints and the dispatcher's errors."""
+"""Consumer definitions, the handler context, state rows and the dispatcher's errors."""
 
 from __future__ import annotations
 
@@ -215,44 +215,6 @@ class ConsumerState:
             "skippedCount": self.skipped_count,
             "updatedAt": self.updated_at,
         }
-
-
-class SimulatedCrash(BaseException):  # noqa: N818 - it is a crash, not an error
-    """Raised by a failpoint to simulate a process dying mid-turn. Not a turn error: the turn does not record
-    it, it escapes `run_once`, and in the background thread it ends the thread (kept as `last_error`)."""
-
-
-class Failpoints:
-    """Named hooks the dispatcher calls inside a turn: `after_fetch`, `after_deliver`, `before_commit`."""
-
-    NAMES = ("after_fetch", "after_deliver", "before_commit")
-
-    def __init__(self) -> None:
-        self._hooks: dict[str, Callable[[str, str], None]] = {}
-
-    def set(self, name: str, hook: Callable[[str, str], None]) -> None:
-        if name not in self.NAMES:
-            raise ValueError(f"unknown failpoint {name!r}")
-        self._hooks[name] = hook
-
-    def crash_at(self, name: str, consumer: str | None = None, times: int = 1) -> None:
-        """Raise SimulatedCrash at `name` (for `consumer` only when given), `times` times."""
-        left = [times]
-
-        def hook(point: str, consumer_name: str) -> None:
-            if (consumer is None or consumer == consumer_name) and left[0] > 0:
-                left[0] -= 1
-                raise SimulatedCrash(f"failpoint {point} ({consumer_name})")
-
-        self.set(name, hook)
-
-    def clear(self) -> None:
-        self._hooks.clear()
-
-    def hit(self, name: str, consumer_name: str) -> None:
-        hook = self._hooks.get(name)
-        if hook is not None:
-            hook(name, consumer_name)
 
 
 class ConsumerNotFound(NotFoundError):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, Protocol
 
+from settlekit import failpoints
 from settlekit.artifacts.build import booking_wants_coverage, tasks_for_event
 from settlekit.artifacts.builders import BuildTask, artifact_id, build_artifact
 from settlekit.artifacts.state import FoldState
@@ -38,7 +39,6 @@ from settlekit.store.db import Tx
 log = logging.getLogger("settlekit.artifacts")
 
 CONSUMER_NAME: Final = "settlekit:artifacts"
-FAILPOINTS: Final = ("after_build_before_store", "after_store_before_deliveries")
 TxContractResolver = Callable[[Tx, str, str], Mapping[str, Any] | None]
 
 
@@ -86,7 +86,6 @@ class ArtifactConsumer:
         generated_at: Literal["source", "wall_clock"] = "source",
         clock: Callable[[], datetime] | None = None,
         contract_resolver: TxContractResolver | None = None,
-        failpoint: Callable[[str], None] | None = None,
         incremental: bool = True,
     ):
         if generated_at not in ("source", "wall_clock"):
@@ -96,7 +95,6 @@ class ArtifactConsumer:
         self.generated_at_policy = generated_at
         self.clock = clock or (lambda: datetime.now(UTC))
         self.contract_resolver = contract_resolver
-        self.failpoint = failpoint
         self.incremental = incremental
 
     def __call__(self, event: _SourceEvent, ctx: Any) -> None:
@@ -205,16 +203,12 @@ class ArtifactConsumer:
 
         generated = iso_millis(self.clock()) if self.generated_at_policy == "wall_clock" else None
         artifact = build_artifact(fold(), task, source, generated_at=generated, contract_resolver=resolver)
-        self._hit("after_build_before_store")
+        failpoints.hit("artifacts.after_build_before_store")
         result = self.store.put(tx, tenant, artifact)
-        self._hit("after_store_before_deliveries")
+        failpoints.hit("artifacts.after_store_before_deliveries")
         enqueued = self.sink.enqueue(tx, tenant, result.stored.artifact)
         log.info("artifact.built %s %s %s (%d enqueued)", tenant, a_id, artifact["artifactHash"], enqueued)
         return TaskOutcome(a_id, task.artifact_type, task.source_event_id, result.created, enqueued)
-
-    def _hit(self, name: str) -> None:
-        if self.failpoint is not None:
-            self.failpoint(name)
 
     # ------------------------------------------------------------------ per-job fold
 

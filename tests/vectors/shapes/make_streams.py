@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import random
 import sys
+from pathlib import Path
 from typing import Any
 
 from settlekit.artifacts.build import stream_identity
-from settlekit.jobs.testing import StreamBuilder
 from settlekit.jobs.types import TRANSITIONS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from support.streams import StreamBuilder  # noqa: E402
 
 TYPES = sorted(set(TRANSITIONS) | {
     "ACCESS_PLAN_ISSUED", "ACCESS_DENIED", "JOB_HEARTBEAT", "ASSIST_REQUESTED", "ASSIST_QUEUED", "ASSIST_ASSIGNED",

@@ -1,0 +1,1 @@
+"""Test support: failpoint arming, fault injection into the reference receiver and job-stream builders."""
