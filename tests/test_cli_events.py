@@ -44,7 +44,7 @@ def test_verify_names_first_bad_index(tmp_path: Path) -> None:
     result = runner.invoke(app, ["verify", str(_write(tmp_path / "ok.json", load_vector("settle_completed.json")
                                                       ["events"]))])
     assert result.exit_code == 1
-    assert json.loads(result.stdout)["code"] == "UNKNOWN_SIGNER_KEY"
+    assert json.loads(result.stdout)["code"] == "SIGNER_UNKNOWN"
 
 
 def test_migrate_and_export_round_trip(tmp_path: Path) -> None:

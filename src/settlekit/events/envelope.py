@@ -299,7 +299,7 @@ def _lookup_from(keys: Mapping[str, Any] | PublicKeyLookup | None) -> PublicKeyL
 
 
 def verify_link(event: Mapping[str, Any], prev_chain_hash: str | None, index: int,
-                lookup: PublicKeyLookup, *, unknown_key_code: str = "SIGNER_UNKNOWN") -> None:
+                lookup: PublicKeyLookup) -> None:
     """Verify one event against the chain hash before it (§5, steps 1-5)."""
     if event.get("v") != ENVELOPE_VERSION:
         raise VerificationError(f"event {index}: envelope version {event.get('v')!r} is not supported",
@@ -326,14 +326,13 @@ def verify_link(event: Mapping[str, Any], prev_chain_hash: str | None, index: in
         key = lookup(key_id)
         if key is None:
             raise VerificationError(f"event {index}: signer key {key_id} is unknown",
-                                    code=unknown_key_code, index=index, signerKeyId=key_id)
+                                    code="SIGNER_UNKNOWN", index=index, signerKeyId=key_id)
         if not verify_signature(key, payload_hash, signature):
             raise VerificationError(f"event {index}: signature is not valid", code="SIG_INVALID", index=index)
 
 
 def verify_chain(events: Sequence[Mapping[str, Any]],
-                 public_keys: Mapping[str, Any] | PublicKeyLookup | None = None,
-                 *, unknown_key_code: str = "SIGNER_UNKNOWN") -> None:
+                 public_keys: Mapping[str, Any] | PublicKeyLookup | None = None) -> None:
     """Verify a whole stream in order; raises VerificationError at the first bad index."""
     lookup = _lookup_from(public_keys)
     prev: str | None = None
@@ -341,7 +340,7 @@ def verify_chain(events: Sequence[Mapping[str, Any]],
         if not isinstance(event, Mapping):
             raise VerificationError(f"event {i} is not an object", code="SCHEMA_INVALID", index=i)
         try:
-            verify_link(event, prev, i, lookup, unknown_key_code=unknown_key_code)
+            verify_link(event, prev, i, lookup)
         except KeyError as exc:
             raise VerificationError(f"event {i}: missing field {exc}", code="SCHEMA_INVALID", index=i) from exc
         prev = event.get("chainHash")
