@@ -63,3 +63,10 @@ def test_storage_importing_the_api_breaks_the_lint(package_copy: Path) -> None:
     result = _lint_imports(package_copy)
     assert result.returncode == 1, result.stdout
     assert "Storage never imports the HTTP API, the CLI or the runtime BROKEN" in result.stdout
+
+
+def test_the_bottom_helpers_importing_the_package_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "failpoints.py", "import settlekit.dispatch.model as _model  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert "settlekit.failpoints -> settlekit.dispatch.model" in result.stdout

@@ -41,7 +41,7 @@ MAX_BODY_BYTES: Final = 10 * 1024 * 1024
 # --- verification -------------------------------------------------------------------------------------------
 
 
-def parse_body(body: bytes) -> Any:
+def parse_webhook_body(body: bytes) -> Any:
     try:
         return parse_json(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -116,7 +116,7 @@ def verify_webhook(
         verify_legacy_signature(lowered, body, secret, tolerance_seconds=tolerance_seconds, now=now)
     else:
         verify_standard_signature(lowered, body, secret, tolerance_seconds=tolerance_seconds, now=now)
-    doc = parse_body(body)
+    doc = parse_webhook_body(body)
     if not isinstance(doc, dict):
         raise WebhookVerificationError("webhook body is not a JSON object", reason="bad_json")
     if verify_artifact_body:
@@ -148,7 +148,7 @@ def verify_legacy(
 ) -> dict[str, Any]:
     """Verify settld `x-proxy-*` headers and return the parsed body."""
     verify_legacy_signature(headers, body, secret, tolerance_seconds=tolerance, now=now)
-    doc = parse_body(body)
+    doc = parse_webhook_body(body)
     if not isinstance(doc, dict):
         raise WebhookVerificationError("webhook body is not a JSON object", reason="bad_json")
     return doc

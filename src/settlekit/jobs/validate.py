@@ -13,11 +13,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from settlekit.events.canonical import MAX_SAFE_INTEGER, is_safe_int
+from settlekit.events.canonical import is_safe_int
 from settlekit.jobs.errors import PayloadInvalid
+from settlekit.ledger.accounts import MAX_AMOUNT_CENTS
 
-# Every JS safe integer is a valid amount, as in settld 0.1.0 (no business cap below 2**53 - 1).
-MAX_AMOUNT_CENTS: Final = MAX_SAFE_INTEGER
 ENVIRONMENT_TIERS: Final = frozenset(
     {"ENV_MANAGED_BUILDING", "ENV_HOSPITALITY", "ENV_OFFICE_AFTER_HOURS", "ENV_IN_HOME"}
 )

@@ -11,7 +11,7 @@ AccountType = Literal["asset", "liability", "revenue", "reserve", "expense"]
 NormalSide = Literal["debit", "credit"]
 
 # Amounts may use the whole JS safe-integer range, as settld 0.1.0 accepts (no lower business cap).
-MAX_AMOUNT_CENTS: Final = 2**53 - 1
+MAX_AMOUNT_CENTS: Final = 2**53 - 1  # every JS safe integer is an amount, as in settld 0.1.0 (no business cap)
 CURRENCY: Final = "USD"
 
 CASH: Final = "acct_cash"
