@@ -7,37 +7,30 @@ with a stable `code`; stack traces are never returned.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
-import anyio.to_thread
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from settlekit.api import routes_jobs, routes_ops
-from settlekit.api.auth import ApiKey
-from settlekit.api.deps import ApiContext, AuthMiddleware, require
+from settlekit.api.deps import ApiContext, AuthMiddleware
 from settlekit.api.http import (
     BodyLimitMiddleware,
     InputGuardMiddleware,
-    JsonResponse,
     RateLimiter,
     http_error_handler,
-    problem_response,
     settlekit_error_handler,
     unhandled_error_handler,
     validation_error_handler,
 )
 from settlekit.api.request_log import RequestLogMiddleware
+from settlekit.api.routes import ROUTERS
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
@@ -48,7 +41,6 @@ from settlekit.store.job_streams import job_store
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_OPERATOR_TENANT = "system"
-READY_TIMEOUT_SECONDS = 0.5  # /readyz answers within this, reachable or not
 
 
 class _ApiMetrics:
@@ -171,8 +163,7 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     app.add_exception_handler(Exception, unhandled_error_handler)
     # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
-    app.router.routes.extend([*routes_jobs.router.routes, *routes_ops.router.routes])
-    _health_routes(app, ctx)
+    app.router.routes.extend(route for router in ROUTERS for route in router.routes)
     _document_security(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=body_limit)
     app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)
@@ -180,36 +171,6 @@ def create_app(
     app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
     app.add_middleware(RequestLogMiddleware)
     return app
-
-
-def _health_routes(app: FastAPI, ctx: ApiContext) -> None:
-    @app.get("/healthz", tags=["health"], summary="Liveness")
-    def healthz() -> JsonResponse:
-        return JsonResponse({"status": "ok"})
-
-    # Readiness runs on threads of its own, so it answers even when every API thread waits on the database.
-    ready_threads = anyio.CapacityLimiter(2)
-
-    @app.get("/readyz", tags=["health"], summary="Readiness: database reachable and migrations current")
-    async def readyz() -> Response:
-        try:
-            with anyio.fail_after(READY_TIMEOUT_SECONDS):
-                pending = await anyio.to_thread.run_sync(ctx.db.pending_migrations, limiter=ready_threads,
-                                                         abandon_on_cancel=True)
-        except Exception as exc:  # any driver error or the deadline means not ready; the detail goes to the log
-            logging.getLogger("settlekit.api").warning("readiness check failed: %s", exc,
-                                                       exc_info=not isinstance(exc, TimeoutError))
-            return problem_response(503, "DATABASE_UNAVAILABLE", "the database is not reachable",
-                                    retryAfterSeconds=1)
-        if pending:
-            return problem_response(503, "MIGRATIONS_PENDING", "database migrations are pending",
-                                    pendingMigrations=pending)
-        return JsonResponse({"status": "ready"})
-
-    @app.get("/metrics", tags=["health"],
-             summary="Prometheus metrics (deployment-wide: an `ops` key of the operator tenant)")
-    def metrics(request: Request, key: ApiKey = require("ops", operator=True)) -> Response:
-        return Response(generate_latest(ctx.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def _document_security(app: FastAPI) -> None:

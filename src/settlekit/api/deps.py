@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -15,15 +16,16 @@ from settlekit import logs
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.http import RateLimiter, check_text, error_headers, problem_from_error, retry_after_seconds
 from settlekit.delivery.service import DestinationPolicy
-from settlekit.errors import SettlekitError, ValidationError
+from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
-from settlekit.store.event_store import EventStore
+from settlekit.store.event_store import EventStore, StreamHead
 
 # Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_INT64 = 2**63 - 1
 IdPath = Annotated[int, Path(ge=0, le=MAX_INT64)]
 PositionQuery = Annotated[int, Query(ge=0, le=MAX_INT64)]
+MAX_PAGE = 500  # the largest `limit` of a paged listing
 
 
 @dataclass
@@ -38,12 +40,22 @@ class ApiContext:
     registry: Any = None
     idempotency_wait: float = 15.0  # seconds a request waits for a concurrent one holding its idempotency key
     auth_failures: RateLimiter = field(default_factory=lambda: RateLimiter(1.0, 20, max_entries=50_000))
+    # /readyz runs on threads of its own, so it answers even when every API thread waits on the database
+    ready_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def context(request: Request) -> ApiContext:
     ctx: ApiContext = request.app.state.settlekit
     return ctx
+
+
+def job_head(ctx: ApiContext, tenant: str, job_id: str) -> tuple[StreamHead, dict[str, Any] | None]:
+    """The job's stream head and stored state; JOB_NOT_FOUND unless `job_id` is a job of `tenant`."""
+    head, state = ctx.store.head_and_snapshot(tenant, job_id)
+    if head is None or head.stream_type != "job":
+        raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
+    return head, state
 
 
 def _token(headers: Headers) -> str | None:

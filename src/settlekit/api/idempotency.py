@@ -1,5 +1,5 @@
 """`Idempotency-Key` on every API write, through `settlekit.store.idempotency` (the one implementation):
-appends reserve the key inside their event transaction (routes_jobs), every other write runs `run` (reserve,
+appends reserve the key inside their event transaction (routes/jobs.py), every other write runs `write` (reserve,
 act, complete). A replay returns the stored status and body with `Idempotent-Replayed: true`."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import context, idempotency_key
 from settlekit.api.http import JsonResponse, dumps
 from settlekit.store import idempotency as keys
 from settlekit.store.db import Database
@@ -38,3 +40,11 @@ def run(db: Database, *, tenant_id: str, principal_id: str, method: str, path: s
     status, out, was_replayed = keys.run(db, scope, hashed, action, lambda v: dumps(v).decode("utf-8"),
                                          wait_seconds=wait_seconds)
     return replayed(status, out) if was_replayed else JsonResponse(out, status_code=status)
+
+
+def write(request: Request, key: ApiKey, body: Any, action: Callable[[], tuple[int, Any]]) -> JsonResponse:
+    """Run a route's write `action` under the request's `Idempotency-Key` (if any), for the key's tenant."""
+    ctx = context(request)
+    return run(ctx.db, tenant_id=key.tenant_id, principal_id=key.key_id, method=request.method,
+               path=request_target(request), key=idempotency_key(request), body=body, action=action,
+               wait_seconds=ctx.idempotency_wait)

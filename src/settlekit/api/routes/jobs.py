@@ -1,5 +1,7 @@
-"""Job routes: create, append (server-draft or client-finalized), snapshot, list, events, export; the job's
-ledger rows and artifacts."""
+"""Jobs: create, append events (server-draft or client-finalized), list, snapshot, read and export the stream.
+
+A job's events are a sub-resource of the job, and creating a job is an append of JOB_CREATED: both go through
+`_append` here."""
 
 from __future__ import annotations
 
@@ -13,13 +15,21 @@ from starlette.concurrency import run_in_threadpool
 
 from settlekit.api import queries
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import ApiContext, PositionQuery, context, idempotency_key, require, require_scopes
+from settlekit.api.deps import (
+    MAX_PAGE,
+    ApiContext,
+    PositionQuery,
+    context,
+    idempotency_key,
+    job_head,
+    require,
+    require_scopes,
+)
 from settlekit.api.http import JsonResponse, content_disposition, parse_body
 from settlekit.api.idempotency import request_hash, request_target
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.events.canonical import parse_json
-from settlekit.store import ledger as ledger_rows
-from settlekit.store.event_store import AppendResult, Idempotency, StreamHead
+from settlekit.store.event_store import AppendResult, Idempotency
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -29,7 +39,6 @@ FINANCE_TYPES = frozenset({"SETTLED", "JOB_ADJUSTED", "SLA_CREDIT_ISSUED", "OPER
 FINANCE_PREFIXES = ("CLAIM_",)
 PREV_HEADERS = ("x-expected-prev-chain-hash", "x-proxy-expected-prev-chain-hash")
 DEFAULT_ACTOR = {"type": "system", "id": "api"}
-MAX_PAGE = 500
 
 
 def is_finance_type(event_type: Any) -> bool:
@@ -50,13 +59,6 @@ class CreateJob(BaseModel):
     jobId: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^\S+$")
     actor: Actor | None = None
     payload: dict[str, Any]
-
-
-def _job_head(ctx: ApiContext, tenant: str, job_id: str) -> tuple[StreamHead, dict[str, Any] | None]:
-    head, state = ctx.store.head_and_snapshot(tenant, job_id)
-    if head is None or head.stream_type != "job":
-        raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
-    return head, state
 
 
 def _append_body(result: AppendResult) -> dict[str, Any]:
@@ -210,7 +212,7 @@ def _decode_cursor(cursor: str) -> str:
 
 @router.get("/jobs/{job_id}", summary="A job's snapshot")
 def get_job(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
-    head, state = _job_head(context(request), key.tenant_id, job_id)
+    head, state = job_head(context(request), key.tenant_id, job_id)
     snap = state.get("snapshot") if isinstance(state, dict) else None
     return JsonResponse({"jobId": job_id, "version": head.seq, "headChainHash": head.chain_hash, "job": snap})
 
@@ -220,7 +222,7 @@ def get_events(job_id: str, request: Request, key: ApiKey = require("jobs:read")
                throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
                afterSeq: PositionQuery = 0) -> JsonResponse:
     ctx = context(request)
-    _job_head(ctx, key.tenant_id, job_id)
+    job_head(ctx, key.tenant_id, job_id)
     events = ctx.store.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash, after_seq=afterSeq)
     return JsonResponse({"jobId": job_id, "events": events})
 
@@ -229,77 +231,6 @@ def get_events(job_id: str, request: Request, key: ApiKey = require("jobs:read")
 def export_job(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
                throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None) -> JsonResponse:
     ctx = context(request)
-    _job_head(ctx, key.tenant_id, job_id)
+    job_head(ctx, key.tenant_id, job_id)
     events = ctx.store.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash)
     return JsonResponse(events, headers={"Content-Disposition": content_disposition(f"{job_id}.json")})
-
-
-# ---------------------------------------------------------------- ledger
-
-
-@router.get("/ledger/balances", summary="Ledger balances per account for the tenant")
-def balances(request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
-    values = ledger_rows.balances(context(request).db, key.tenant_id).get(key.tenant_id, {})
-    return JsonResponse({"tenantId": key.tenant_id, "balances": values, "totalCents": sum(values.values())})
-
-
-@router.get("/jobs/{job_id}/ledger/entries", summary="Journal entries of a job")
-def ledger_entries(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
-    ctx = context(request)
-    _job_head(ctx, key.tenant_id, job_id)
-    return JsonResponse({"jobId": job_id, "entries": ledger_rows.entries_for_job(ctx.db, key.tenant_id, job_id)})
-
-
-@router.get("/jobs/{job_id}/ledger/allocations", summary="Party allocations of a job")
-def ledger_allocations(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
-    ctx = context(request)
-    _job_head(ctx, key.tenant_id, job_id)
-    return JsonResponse({"jobId": job_id,
-                         "allocations": ledger_rows.allocations_for_job(ctx.db, key.tenant_id, job_id)})
-
-
-# ---------------------------------------------------------------- artifacts
-
-
-def _artifact_summary(a: Any) -> dict[str, Any]:
-    return {"artifactId": a.artifact_id, "artifactType": a.artifact_type, "artifactHash": a.artifact_hash,
-            "jobId": a.job_id, "jobVersion": a.job_version, "sourceEventId": a.source_event_id,
-            "sourceChainHash": a.source_chain_hash, "generatedAt": a.generated_at}
-
-
-@router.get("/jobs/{job_id}/artifacts", summary="A job's artifacts in stream order")
-def list_artifacts(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
-                   type: Annotated[str | None, Query(max_length=64)] = None,
-                   sourceEventId: Annotated[str | None, Query(max_length=200)] = None,
-                   limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-                   cursor: Annotated[str | None, Query(max_length=400)] = None) -> JsonResponse:
-    ctx = context(request)
-    _job_head(ctx, key.tenant_id, job_id)
-    with ctx.db.read() as tx:
-        page = ctx.artifacts.list_for_job(tx, key.tenant_id, job_id, artifact_type=type,
-                                          source_event_id=sourceEventId, after=cursor, limit=limit)
-    return JsonResponse({"jobId": job_id, "artifacts": [_artifact_summary(a) for a in page.items],
-                         "nextCursor": page.next_cursor})
-
-
-@router.get("/jobs/{job_id}/artifacts/effective", summary="The effective artifact of a type for a job")
-def effective_artifact(job_id: str, request: Request, type: Annotated[str, Query(max_length=64)],
-                       key: ApiKey = require("jobs:read")) -> JsonResponse:
-    ctx = context(request)
-    _job_head(ctx, key.tenant_id, job_id)
-    with ctx.db.read() as tx:
-        found = ctx.artifacts.effective(tx, key.tenant_id, job_id, type)
-    if found is None:
-        raise NotFoundError(f"job {job_id} has no effective {type}", code="ARTIFACT_NOT_FOUND", jobId=job_id,
-                            artifactType=type)
-    return JsonResponse(found.artifact)
-
-
-@router.get("/artifacts/{artifact_id}", summary="One artifact document")
-def get_artifact(artifact_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
-    ctx = context(request)
-    with ctx.db.read() as tx:
-        found = ctx.artifacts.get(tx, key.tenant_id, artifact_id)
-    if found is None:
-        raise NotFoundError(f"artifact {artifact_id} not found", code="ARTIFACT_NOT_FOUND", artifactId=artifact_id)
-    return JsonResponse(found.artifact)

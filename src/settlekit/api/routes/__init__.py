@@ -1,0 +1,28 @@
+"""The API's routes, one module per resource, each with its own APIRouter. `ROUTERS` is the order `create_app`
+includes them in (the order of the OpenAPI document)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from settlekit.api.routes import (
+    artifacts,
+    consumers,
+    deliveries,
+    destinations,
+    health,
+    jobs,
+    ledger,
+    signer_keys,
+)
+
+ROUTERS: tuple[APIRouter, ...] = (
+    jobs.router,
+    ledger.router,
+    artifacts.router,
+    destinations.router,
+    deliveries.router,
+    signer_keys.router,
+    consumers.router,
+    health.router,
+)

@@ -1,0 +1,58 @@
+"""Artifacts: a job's artifacts in stream order, the effective artifact of a type, one artifact document."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import MAX_PAGE, context, job_head, require
+from settlekit.api.http import JsonResponse
+from settlekit.errors import NotFoundError
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+
+def _artifact_summary(a: Any) -> dict[str, Any]:
+    return {"artifactId": a.artifact_id, "artifactType": a.artifact_type, "artifactHash": a.artifact_hash,
+            "jobId": a.job_id, "jobVersion": a.job_version, "sourceEventId": a.source_event_id,
+            "sourceChainHash": a.source_chain_hash, "generatedAt": a.generated_at}
+
+
+@router.get("/jobs/{job_id}/artifacts", summary="A job's artifacts in stream order")
+def list_artifacts(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
+                   type: Annotated[str | None, Query(max_length=64)] = None,
+                   sourceEventId: Annotated[str | None, Query(max_length=200)] = None,
+                   limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+                   cursor: Annotated[str | None, Query(max_length=400)] = None) -> JsonResponse:
+    ctx = context(request)
+    job_head(ctx, key.tenant_id, job_id)
+    with ctx.db.read() as tx:
+        page = ctx.artifacts.list_for_job(tx, key.tenant_id, job_id, artifact_type=type,
+                                          source_event_id=sourceEventId, after=cursor, limit=limit)
+    return JsonResponse({"jobId": job_id, "artifacts": [_artifact_summary(a) for a in page.items],
+                         "nextCursor": page.next_cursor})
+
+
+@router.get("/jobs/{job_id}/artifacts/effective", summary="The effective artifact of a type for a job")
+def effective_artifact(job_id: str, request: Request, type: Annotated[str, Query(max_length=64)],
+                       key: ApiKey = require("jobs:read")) -> JsonResponse:
+    ctx = context(request)
+    job_head(ctx, key.tenant_id, job_id)
+    with ctx.db.read() as tx:
+        found = ctx.artifacts.effective(tx, key.tenant_id, job_id, type)
+    if found is None:
+        raise NotFoundError(f"job {job_id} has no effective {type}", code="ARTIFACT_NOT_FOUND", jobId=job_id,
+                            artifactType=type)
+    return JsonResponse(found.artifact)
+
+
+@router.get("/artifacts/{artifact_id}", summary="One artifact document")
+def get_artifact(artifact_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+    ctx = context(request)
+    with ctx.db.read() as tx:
+        found = ctx.artifacts.get(tx, key.tenant_id, artifact_id)
+    if found is None:
+        raise NotFoundError(f"artifact {artifact_id} not found", code="ARTIFACT_NOT_FOUND", artifactId=artifact_id)
+    return JsonResponse(found.artifact)

@@ -1,0 +1,91 @@
+"""Dispatcher consumers, deployment-wide (an `admin` key of the operator tenant): progress and lag, restart,
+disable, enable, skip the blocking event, reset the cursor, dead letters."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from settlekit import dispatch
+from settlekit.api import idempotency
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import MAX_INT64, context, require
+from settlekit.api.http import JsonResponse
+
+router = APIRouter(prefix="/v1", tags=["ops"])
+
+
+class ResetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    to: Annotated[int, Field(le=MAX_INT64)] | Literal["now"]
+
+
+Instance = Annotated[str, Query(min_length=1, max_length=200)]
+
+
+@router.get("/ops/consumers", summary="Consumers with progress and lag")
+def list_consumers(request: Request, key: ApiKey = require("admin", operator=True)) -> JsonResponse:
+    ctx = context(request)
+    found = dispatch.list_consumers(ctx.db, ctx.registered_consumers)
+    return JsonResponse({"consumers": [p.to_json() for p in found]})
+
+
+@router.get("/ops/consumers/{name}", summary="One consumer's state")
+def consumer_status(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                    instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    return JsonResponse(dispatch.require_state(context(request).db, name, instanceId).to_json())
+
+
+@router.post("/ops/consumers/{name}/restart", summary="Revive a dead consumer")
+def restart_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                     instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+    return idempotency.write(request, key, {"instanceId": instanceId},
+                 lambda: (200, dispatch.restart_consumer(db, name, instanceId).to_json()))
+
+
+@router.post("/ops/consumers/{name}/disable", summary="Disable a consumer")
+def disable_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                     instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+    return idempotency.write(request, key, {"instanceId": instanceId},
+                 lambda: (200, dispatch.disable_consumer(db, name, instanceId).to_json()))
+
+
+@router.post("/ops/consumers/{name}/enable", summary="Enable a disabled consumer")
+def enable_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                    instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+    return idempotency.write(request, key, {"instanceId": instanceId},
+                 lambda: (200, dispatch.enable_consumer(db, name, instanceId).to_json()))
+
+
+@router.post("/ops/consumers/{name}/skip", summary="Skip the event blocking a consumer (dead-lettered)")
+def skip_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                  instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+
+    def action() -> tuple[int, Any]:
+        result = dispatch.skip_poison(db, name, instanceId)
+        return 200, {"consumer": result.state.to_json(), "skippedPosition": result.skipped_position}
+
+    return idempotency.write(request, key, {"instanceId": instanceId}, action)
+
+
+@router.post("/ops/consumers/{name}/reset", summary="Move a consumer's cursor (0 = replay all, 'now')")
+def reset_consumer(name: str, body: ResetIn, request: Request, key: ApiKey = require("admin", operator=True),
+                   instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+    return idempotency.write(request, key, {"instanceId": instanceId, "to": body.to},
+                 lambda: (200, dispatch.reset_consumer(db, name, body.to, instanceId).to_json()))
+
+
+@router.get("/ops/consumers/{name}/dead-letters", summary="A consumer's dead letters")
+def dead_letters(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                 instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+    db = context(request).db
+    dispatch.require_state(db, name, instanceId)
+    return JsonResponse({"consumer": name, "instanceId": instanceId,
+                         "deadLetters": dispatch.dead_letters(db, name, instanceId)})

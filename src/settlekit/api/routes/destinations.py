@@ -1,0 +1,202 @@
+"""Webhook destinations of the tenant (scope `ops`): create, list, read, update (a new secret is a rotation with
+a grace period), disable, enable (with an optional backfill), requeue their failed deliveries."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from settlekit.api import idempotency
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import context, require
+from settlekit.api.http import JsonResponse
+from settlekit.delivery import service as delivery
+from settlekit.delivery import store as delivery_store
+from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of
+from settlekit.errors import ValidationError
+
+router = APIRouter(prefix="/v1", tags=["ops"])
+MAX_GRACE_SECONDS = 30 * 24 * 3600
+
+
+SECRET_FIELD = Field(default=None, min_length=1, max_length=4096,
+                     description="A whsec_ secret, write-only: stored by the server, never returned.")
+SECRET_REF_FIELD = Field(default=None, min_length=1, max_length=4096,
+                         description="The id (sec_…) of a secret this tenant stored earlier, as returned in "
+                                     "`secretRef`. Paths and other references are refused.")
+
+
+class DestinationIn(BaseModel):
+    """A webhook destination. Give either `secret` (a whsec_ value the server stores for this tenant) or
+    `secretRef` (the id of one of this tenant's stored secrets). Secret values are never returned."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    destinationId: str = Field(min_length=1, max_length=64)
+    url: str = Field(min_length=1, max_length=2048)
+    secret: str | None = SECRET_FIELD
+    secretRef: str | None = SECRET_REF_FIELD
+    signing: Literal["standard", "settld_legacy", "both"] = "standard"
+    artifactTypes: list[str] | None = None
+    ordering: Literal["best_effort", "strict_scope"] = "best_effort"
+    allowPrivateNetwork: bool = False
+
+
+class DestinationUpdate(BaseModel):
+    """Omitted fields are kept. A new `secret`/`secretRef` is a rotation: the old secret keeps signing (two
+    signatures per delivery) for `secretGraceSeconds` (default 86400; 0 ends it at once)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    url: str | None = Field(default=None, min_length=1, max_length=2048)
+    secret: str | None = SECRET_FIELD
+    secretRef: str | None = SECRET_REF_FIELD
+    secretGraceSeconds: int | None = Field(default=None, ge=0, le=MAX_GRACE_SECONDS)
+    signing: Literal["standard", "settld_legacy", "both"] | None = None
+    artifactTypes: list[str] | None = None
+    ordering: Literal["best_effort", "strict_scope"] | None = None
+    allowPrivateNetwork: bool | None = None
+
+
+class DisableIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reason: str = Field(default="operator", min_length=1, max_length=200)
+
+
+def _public_ref(ref: str | None) -> str | None:
+    """What a tenant may see of a reference: the id of a stored secret, an env name; never a path or value."""
+    if ref is None:
+        return None
+    sid = secret_id_of(ref)
+    if sid is not None:
+        return sid
+    return None if ref.startswith(("inline:", "file:")) else ref
+
+
+def _destination_json(dest: delivery_store.Destination) -> dict[str, Any]:
+    until = dest.previous_secret_expires_at
+    rotating = dest.previous_secret_ref is not None and until is not None and until > datetime.now(UTC)
+    return {"destinationId": dest.destination_id, "kind": dest.kind, "url": dest.url, "signing": dest.signing,
+            "artifactTypes": list(dest.artifact_types) if dest.artifact_types else None,
+            "ordering": dest.ordering, "allowPrivateNetwork": dest.allow_private_network, "status": dest.status,
+            "disabledReason": dest.disabled_reason, "secretRef": _public_ref(dest.secret_ref),
+            "previousSecretRef": _public_ref(dest.previous_secret_ref) if rotating else None,
+            "previousSecretExpiresAt": until.astimezone(UTC).isoformat().replace("+00:00", "Z")
+            if rotating and until is not None else None}
+
+
+def _secret_input(secret: str | None, secret_ref: str | None) -> tuple[str | None, str | None]:
+    """(secret value, `secret:<id>` reference) from a request, refusing anything but a server-issued id as a
+    reference. The refusal never echoes the reference and never looks at the file system."""
+    if secret is not None and secret_ref is not None:
+        raise ValidationError("give secret or secretRef, not both", code="SCHEMA_INVALID", field="secret")
+    if secret_ref is None:
+        return secret, None
+    if not SECRET_ID_RE.match(secret_ref):
+        raise ValidationError("secretRef must be the id of a secret this tenant stored (sec_…); paths and other "
+                              "references are not accepted", code="SECRET_REF_FORBIDDEN", field="secretRef")
+    return None, db_ref(secret_ref)
+
+
+@router.post("/destinations", status_code=201, summary="Create a webhook destination")
+def create_destination(body: DestinationIn, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+    value, ref = _secret_input(body.secret, body.secretRef)
+    if value is None and ref is None:
+        raise ValidationError("secret or secretRef is required", code="SCHEMA_INVALID", field="secret")
+
+    def action() -> tuple[int, Any]:
+        dest = delivery.add_destination(
+            ctx.db, key.tenant_id, body.destinationId, url=body.url, secret_ref=ref or "", secret_value=value,
+            signing=body.signing, artifact_types=body.artifactTypes, ordering=body.ordering,
+            allow_private_network=body.allowPrivateNetwork, policy=ctx.destination_policy, actor=key.key_id)
+        return 201, _destination_json(dest)
+
+    return idempotency.write(request, key, body.model_dump(), action)
+
+
+@router.get("/destinations", summary="The tenant's destinations")
+def list_destinations(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    found = delivery.list_destinations(context(request).db, key.tenant_id)
+    return JsonResponse({"destinations": [_destination_json(d) for d in found]})
+
+
+@router.get("/destinations/{destination_id}", summary="One destination")
+def get_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    return JsonResponse(_destination_json(delivery.get_destination(context(request).db, key.tenant_id,
+                                                                   destination_id)))
+
+
+@router.patch("/destinations/{destination_id}", summary="Update a destination (omitted fields are kept)")
+def update_destination(destination_id: str, body: DestinationUpdate, request: Request,
+                       key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+
+    value, ref = _secret_input(body.secret, body.secretRef)
+    grace = timedelta(seconds=body.secretGraceSeconds) if body.secretGraceSeconds is not None \
+        else delivery.DEFAULT_ROTATION_GRACE
+
+    def action() -> tuple[int, Any]:
+        current = delivery.get_destination(ctx.db, key.tenant_id, destination_id)
+        types = current.artifact_types if body.artifactTypes is None else (tuple(body.artifactTypes) or None)
+        updated = delivery_store.Destination(
+            tenant_id=key.tenant_id, destination_id=destination_id, url=body.url or current.url,
+            secret_ref=ref or current.secret_ref, signing=body.signing or current.signing, artifact_types=types,
+            ordering=body.ordering or current.ordering,
+            allow_private_network=current.allow_private_network if body.allowPrivateNetwork is None
+            else body.allowPrivateNetwork,
+            status=current.status, disabled_reason=current.disabled_reason, kind=current.kind)
+        saved = delivery.save_destination(ctx.db, updated, policy=ctx.destination_policy, replace=True,
+                                          actor=key.key_id, secret_value=value, rotation_grace=grace)
+        return 200, _destination_json(saved)
+
+    return idempotency.write(request, key, body.model_dump(), action)
+
+
+@router.post("/destinations/{destination_id}/disable", summary="Disable a destination")
+def disable_destination(destination_id: str, request: Request, body: DisableIn | None = None,
+                        key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+    reason = body.reason if body is not None else "operator"
+
+    def action() -> tuple[int, Any]:
+        return 200, _destination_json(delivery.disable_destination(ctx.db, key.tenant_id, destination_id,
+                                                                   reason=reason, actor=key.key_id))
+
+    return idempotency.write(request, key, {"reason": reason}, action)
+
+
+class EnableIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    backfill: bool = False
+
+
+@router.post("/destinations/{destination_id}/enable", summary="Re-enable a destination",
+             description="The answer's `backfill` reports the artifacts built while the destination was disabled "
+                         "that have no delivery to it (`missing`, `since`). With `{\"backfill\": true}` those "
+                         "deliveries are created and the delivery its 410 failed is requeued (`created`, "
+                         "`requeued`); otherwise `POST /v1/deliveries/requeue` with `since` does it later.")
+def enable_destination(destination_id: str, request: Request, body: EnableIn | None = None,
+                       key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+    backfill = body.backfill if body is not None else False
+
+    def action() -> tuple[int, Any]:
+        dest, report = delivery.enable_destination_with_backfill(ctx.db, key.tenant_id, destination_id,
+                                                                 policy=ctx.destination_policy, actor=key.key_id,
+                                                                 backfill=backfill)
+        return 200, {**_destination_json(dest), "backfill": report.to_json()}
+
+    return idempotency.write(request, key, {"backfill": backfill}, action)
+
+
+@router.post("/destinations/{destination_id}/requeue", summary="Requeue a destination's failed deliveries")
+def requeue_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        n = delivery.requeue_destination(ctx.db, key.tenant_id, destination_id, actor=key.key_id)
+        return 200, {"destinationId": destination_id, "requeued": n}
+
+    return idempotency.write(request, key, None, action)

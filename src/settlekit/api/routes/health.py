@@ -1,0 +1,46 @@
+"""Health: liveness and readiness (open, no key) and the Prometheus metrics (an `ops` key of the operator
+tenant)."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import anyio.to_thread
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import context, require
+from settlekit.api.http import JsonResponse, problem_response
+
+router = APIRouter(tags=["health"])
+READY_TIMEOUT_SECONDS = 0.5  # /readyz answers within this, reachable or not
+
+
+@router.get("/healthz", summary="Liveness")
+def healthz() -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@router.get("/readyz", summary="Readiness: database reachable and migrations current")
+async def readyz(request: Request) -> Response:
+    ctx = context(request)
+    try:
+        with anyio.fail_after(READY_TIMEOUT_SECONDS):
+            pending = await anyio.to_thread.run_sync(ctx.db.pending_migrations, limiter=ctx.ready_threads,
+                                                     abandon_on_cancel=True)
+    except Exception as exc:  # any driver error or the deadline means not ready; the detail goes to the log
+        logging.getLogger("settlekit.api").warning("readiness check failed: %s", exc,
+                                                   exc_info=not isinstance(exc, TimeoutError))
+        return problem_response(503, "DATABASE_UNAVAILABLE", "the database is not reachable", retryAfterSeconds=1)
+    if pending:
+        return problem_response(503, "MIGRATIONS_PENDING", "database migrations are pending",
+                                pendingMigrations=pending)
+    return JsonResponse({"status": "ready"})
+
+
+@router.get("/metrics", summary="Prometheus metrics (deployment-wide: an `ops` key of the operator tenant)")
+def metrics(request: Request, key: ApiKey = require("ops", operator=True)) -> Response:
+    return Response(generate_latest(context(request).registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,87 @@
+"""Signer keys of the tenant (the public keys events are signed with; not API keys): register, list, rotate,
+revoke. Changes need `admin`, reading needs `ops`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from settlekit.api import idempotency
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import ApiContext, context, require
+from settlekit.api.http import JsonResponse
+from settlekit.errors import NotFoundError
+
+router = APIRouter(prefix="/v1", tags=["ops"])
+
+
+class KeyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    publicKeyPem: str = Field(min_length=1, max_length=10_000)
+    purpose: Literal["robot", "operator", "server"]
+    entityId: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class RotateIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    publicKeyPem: str | None = Field(default=None, min_length=1, max_length=10_000)
+
+
+def _key_json(k: Any) -> dict[str, Any]:
+    return {"keyId": k.key_id, "purpose": k.purpose, "status": k.status, "entityId": k.entity_id,
+            "publicKeyPem": k.public_key_pem}
+
+
+def _find_key(ctx: ApiContext, tenant: str, key_id: str) -> Any:
+    for k in ctx.store.list_keys(tenant):
+        if k.key_id == key_id:
+            return k
+    raise NotFoundError(f"signer key {key_id} is not registered", code="SIGNER_KEY_NOT_FOUND", keyId=key_id)
+
+
+@router.post("/keys", status_code=201, summary="Register a signer public key")
+def register_key(body: KeyIn, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        key_id = ctx.store.register_key(key.tenant_id, body.publicKeyPem, body.purpose, entity_id=body.entityId)
+        return 201, _key_json(_find_key(ctx, key.tenant_id, key_id))
+
+    return idempotency.write(request, key, body.model_dump(), action)
+
+
+@router.get("/keys", summary="The tenant's signer keys")
+def list_keys(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    return JsonResponse({"keys": [_key_json(k) for k in context(request).store.list_keys(key.tenant_id)]})
+
+
+@router.post("/keys/{key_id}/rotate", summary="Mark a key rotated (optionally registering its successor)")
+def rotate_key(key_id: str, request: Request, body: RotateIn | None = None,
+               key: ApiKey = require("admin")) -> JsonResponse:
+    ctx = context(request)
+    new_pem = body.publicKeyPem if body is not None else None
+
+    def action() -> tuple[int, Any]:
+        old = _find_key(ctx, key.tenant_id, key_id)
+        successor = None
+        if new_pem is not None:
+            successor = ctx.store.register_key(key.tenant_id, new_pem, old.purpose, entity_id=old.entity_id)
+        ctx.store.set_key_status(key.tenant_id, key_id, "rotated")
+        out = {"rotated": _key_json(_find_key(ctx, key.tenant_id, key_id)),
+               "successor": _key_json(_find_key(ctx, key.tenant_id, successor)) if successor else None}
+        return 200, out
+
+    return idempotency.write(request, key, {"publicKeyPem": new_pem}, action)
+
+
+@router.post("/keys/{key_id}/revoke", summary="Revoke a signer key")
+def revoke_key(key_id: str, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
+    ctx = context(request)
+
+    def action() -> tuple[int, Any]:
+        ctx.store.set_key_status(key.tenant_id, key_id, "revoked")
+        return 200, _key_json(_find_key(ctx, key.tenant_id, key_id))
+
+    return idempotency.write(request, key, None, action)
