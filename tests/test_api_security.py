@@ -271,12 +271,12 @@ def test_rate_limit(sqlite_url: str) -> None:
 
 
 def test_unhandled_errors_never_leak_a_trace(world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from settlekit.api import queries
+    from settlekit.store import streams
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("secret internals /path/to/file.py line 42")
 
-    monkeypatch.setattr(queries, "job_rows", boom)
+    monkeypatch.setattr(streams, "job_page", boom)
     api = client(world["app"], world["b_key"], raise_server_exceptions=False)
     r = api.get("/v1/jobs")
     assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.events.canonical import sha256_hex
+from settlekit.store import api_keys
 from settlekit.store.db import Database
 
 SCOPES = ("jobs:read", "jobs:write", "finance:write", "ops", "admin")
@@ -73,34 +74,18 @@ def create_api_key(db: Database, tenant: str, scopes: Iterable[str] | str, *,
     scope_set = parse_scopes(scopes)
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
-    with db.transaction() as tx:
-        tx.execute("INSERT INTO api_keys (key_id, tenant_id, secret_hash, scopes, label) VALUES (?, ?, ?, ?, ?)",
-                   (key_id, tenant, _hash_secret(secret), ",".join(sorted(scope_set)), label))
+    api_keys.insert(db, key_id, tenant, _hash_secret(secret), scope_set, label)
     return key_id, f"{KEY_PREFIX}{key_id}_{secret}"
 
 
 def revoke_api_key(db: Database, key_id: str, *, tenant: str | None = None) -> None:
     """Revoke a key (optionally only if it belongs to `tenant`); NotFoundError when unknown."""
-    now = "now()" if db.dialect == "postgres" else "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
-    sql = f"UPDATE api_keys SET status = 'revoked', revoked_at = {now} WHERE key_id = ?"
-    params: list[str] = [key_id]
-    if tenant is not None:
-        sql += " AND tenant_id = ?"
-        params.append(tenant)
-    with db.transaction() as tx:
-        if tx.execute(sql, params) == 0:
-            raise NotFoundError(f"API key {key_id} not found", code="API_KEY_NOT_FOUND")
+    if not api_keys.revoke(db, key_id, tenant_id=tenant):
+        raise NotFoundError(f"API key {key_id} not found", code="API_KEY_NOT_FOUND")
 
 
 def list_api_keys(db: Database, tenant: str | None = None) -> list[ApiKey]:
-    sql = "SELECT key_id, tenant_id, scopes, status, label FROM api_keys"
-    params: tuple[str, ...] = ()
-    if tenant is not None:
-        sql += " WHERE tenant_id = ?"
-        params = (tenant,)
-    with db.read() as tx:
-        rows = tx.fetchall(sql + " ORDER BY tenant_id, key_id", params)
-    return [ApiKey(r[0], r[1], frozenset(r[2].split(",")), r[3], r[4]) for r in rows]
+    return [ApiKey(k.key_id, k.tenant_id, k.scopes, k.status, k.label) for k in api_keys.list_keys(db, tenant)]
 
 
 def authenticate(db: Database, token: str | None) -> ApiKey:
@@ -114,9 +99,7 @@ def authenticate(db: Database, token: str | None) -> ApiKey:
     key_id, sep, secret = token[len(KEY_PREFIX):].partition("_")
     if not sep or not secret or not _KEY_ID_RE.match(key_id):
         raise bad
-    with db.query() as tx:
-        row = tx.fetchone("SELECT tenant_id, secret_hash, scopes, status, label FROM api_keys WHERE key_id = ?",
-                          (key_id,))
-    if row is None or not hmac.compare_digest(row[1], _hash_secret(secret)) or row[3] != "active":
+    found = api_keys.find(db, key_id)
+    if found is None or not hmac.compare_digest(found.secret_hash, _hash_secret(secret)) or found.status != "active":
         raise bad
-    return ApiKey(key_id, row[0], frozenset(row[2].split(",")), row[3], row[4])
+    return ApiKey(key_id, found.tenant_id, found.scopes, found.status, found.label)

@@ -13,7 +13,6 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from settlekit.api import queries
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import (
     MAX_PAGE,
@@ -28,7 +27,7 @@ from settlekit.api.deps import (
 from settlekit.api.http import JsonResponse, content_disposition, parse_body
 from settlekit.api.idempotency import request_hash, request_target
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
-from settlekit.events.canonical import parse_json
+from settlekit.store import streams
 from settlekit.store.event_store import AppendResult, Idempotency
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -174,26 +173,17 @@ def list_jobs(request: Request, key: ApiKey = require("jobs:read"),
               cursor: Annotated[str | None, Query(max_length=400)] = None) -> JsonResponse:
     ctx = context(request)
     after = _decode_cursor(cursor) if cursor else None
+    # With a status filter at most this many jobs are looked at per request; the cursor continues the scan.
+    scan = max(limit * 10, 200)
+    page = streams.job_page(ctx.db, key.tenant_id, after=after, limit=limit, status=status, scan=scan)
     items: list[dict[str, Any]] = []
-    budget = max(limit * 10, 200)  # rows read per request when filtering; the cursor continues the scan
-    while len(items) < limit and budget > 0:
-        batch = min(200, budget)
-        rows = queries.job_rows(ctx.db, key.tenant_id, after=after, limit=batch)
-        for job_id, seq, chain_hash, updated_at, snapshot_json in rows:
-            after = job_id
-            budget -= 1
-            snap = (parse_json(snapshot_json) or {}).get("snapshot") if snapshot_json else None
-            job_status = snap.get("status") if isinstance(snap, dict) else None
-            if status is not None and job_status != status:
-                continue
-            items.append({"jobId": job_id, "status": job_status, "version": seq, "headChainHash": chain_hash,
-                          "updatedAt": str(updated_at), "job": snap})
-            if len(items) == limit:
-                break
-        if len(rows) < batch:
-            break
-    more = after is not None and bool(queries.job_rows(ctx.db, key.tenant_id, after=after, limit=1))
-    return JsonResponse({"jobs": items, "nextCursor": _encode_cursor(after) if more and after else None})
+    for row in page.jobs:
+        snap = (row.state or {}).get("snapshot")
+        job_status = snap.get("status") if isinstance(snap, dict) else None
+        items.append({"jobId": row.job_id, "status": job_status, "version": row.version,
+                      "headChainHash": row.head_chain_hash, "updatedAt": str(row.updated_at), "job": snap})
+    next_cursor = _encode_cursor(page.last_seen) if page.more and page.last_seen else None
+    return JsonResponse({"jobs": items, "nextCursor": next_cursor})
 
 
 def _encode_cursor(job_id: str) -> str:

@@ -1,0 +1,21 @@
+-- Read models of the streams table (store/streams.py), PostgreSQL form.
+
+-- name: job_page_with_status
+-- At most `scan` job streams of a tenant after a stream id, in stream id order; of these, the ones whose stored
+-- snapshot has the given status, and the last one looked at (`matched` false unless it matches too), at most
+-- `limit` rows. Lone-surrogate and U+0000 escapes (imported history) are neutralised first: PostgreSQL's JSON
+-- parser refuses them anywhere in a document, and they never occur in a status.
+-- Parameters: status, tenant_id, after, scan, limit.
+SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json, matched
+  FROM (SELECT scanned.*, row_number() OVER (ORDER BY stream_id DESC) AS from_end
+          FROM (SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json,
+                       COALESCE((regexp_replace(snapshot_json, '\\u([dD][89a-fA-F][0-9a-fA-F]{2}|0000)',
+                                                '\\u003f', 'g')::json -> 'snapshot' ->> 'status') = ?,
+                                FALSE) AS matched
+                  FROM streams
+                 WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ?
+                 ORDER BY stream_id
+                 LIMIT ?) AS scanned) AS numbered
+ WHERE matched OR from_end = 1
+ ORDER BY stream_id
+ LIMIT ?
