@@ -4,14 +4,15 @@
 -- At most `scan` job streams of a tenant after a stream id, in stream id order; of these, the ones whose stored
 -- snapshot has the given status, and the last one looked at (`matched` false unless it matches too), at most
 -- `limit` rows. Lone-surrogate and U+0000 escapes (imported history) are neutralised first: PostgreSQL's JSON
--- parser refuses them anywhere in a document, and they never occur in a status.
+-- parser refuses them anywhere in a document, and they never occur in a status. The status is read only for
+-- the streams of the window (outside its LIMIT), never for the tenant's other streams.
 -- Parameters: status, tenant_id, after, scan, limit.
 SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json, matched
-  FROM (SELECT scanned.*, row_number() OVER (ORDER BY stream_id DESC) AS from_end
-          FROM (SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json,
-                       COALESCE((regexp_replace(snapshot_json, '\\u([dD][89a-fA-F][0-9a-fA-F]{2}|0000)',
-                                                '\\u003f', 'g')::json -> 'snapshot' ->> 'status') = ?,
-                                FALSE) AS matched
+  FROM (SELECT scanned.*,
+               COALESCE((regexp_replace(snapshot_json, '\\u([dD][89a-fA-F][0-9a-fA-F]{2}|0000)', '\\u003f',
+                                        'g')::json -> 'snapshot' ->> 'status') = ?, FALSE) AS matched,
+               row_number() OVER (ORDER BY stream_id DESC) AS from_end
+          FROM (SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json
                   FROM streams
                  WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ?
                  ORDER BY stream_id
