@@ -13,7 +13,7 @@ from urllib.parse import unquote
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from settlekit.api.http import RateLimiter
+from settlekit.api.ratelimit import RateLimiter
 from settlekit.delivery import store
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.sender import SenderConfig

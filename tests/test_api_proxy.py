@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from settlekit.api.http import RateLimiter
+from settlekit.api.ratelimit import RateLimiter
 from settlekit.runtime import Settings, uvicorn_options
 from settlekit.store.db import Database
 from test_api_support import make_app

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from conftest import load_vector
 from settlekit.api.app import create_app
 from settlekit.api.auth import create_api_key
-from settlekit.api.http import RateLimiter
+from settlekit.api.ratelimit import RateLimiter
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.sink import WebhookDeliverySink

@@ -20,15 +20,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api.deps import ApiContext, AuthMiddleware
-from settlekit.api.http import (
-    BodyLimitMiddleware,
-    InputGuardMiddleware,
-    RateLimiter,
+from settlekit.api.guards import BodyLimitMiddleware, InputGuardMiddleware
+from settlekit.api.problems import (
     http_error_handler,
     settlekit_error_handler,
     unhandled_error_handler,
     validation_error_handler,
 )
+from settlekit.api.ratelimit import RateLimiter
 from settlekit.api.request_log import RequestLogMiddleware
 from settlekit.api.routes import ROUTERS
 from settlekit.delivery.service import DestinationPolicy

@@ -14,7 +14,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from settlekit import logs
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
-from settlekit.api.http import RateLimiter, check_text, error_headers, problem_from_error, retry_after_seconds
+from settlekit.api.guards import check_text
+from settlekit.api.problems import error_headers, problem_from_error
+from settlekit.api.ratelimit import RateLimiter, retry_after_seconds
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.store.artifacts import ArtifactStore

@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, idempotency_key
-from settlekit.api.http import JsonResponse, dumps
+from settlekit.api.responses import JsonResponse, dumps
 from settlekit.store import idempotency as keys
 from settlekit.store.db import Database
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import MAX_PAGE, context, job_head, require
-from settlekit.api.http import JsonResponse
+from settlekit.api.responses import JsonResponse
 from settlekit.errors import NotFoundError
 
 router = APIRouter(prefix="/v1", tags=["jobs"])

@@ -12,7 +12,7 @@ from settlekit import dispatch
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import MAX_INT64, context, require
-from settlekit.api.http import JsonResponse
+from settlekit.api.responses import JsonResponse
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 

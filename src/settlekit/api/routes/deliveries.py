@@ -11,7 +11,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import MAX_INT64, IdPath, context, require
-from settlekit.api.http import JsonResponse
+from settlekit.api.responses import JsonResponse
 from settlekit.delivery import service as delivery
 
 router = APIRouter(prefix="/v1", tags=["ops"])

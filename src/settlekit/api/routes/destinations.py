@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
-from settlekit.api.http import JsonResponse
+from settlekit.api.responses import JsonResponse
 from settlekit.delivery import service as delivery
 from settlekit.delivery import store as delivery_store
 from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of

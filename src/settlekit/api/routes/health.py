@@ -13,7 +13,8 @@ from starlette.responses import Response
 
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
-from settlekit.api.http import JsonResponse, problem_response
+from settlekit.api.problems import problem_response
+from settlekit.api.responses import JsonResponse
 
 router = APIRouter(tags=["health"])
 READY_TIMEOUT_SECONDS = 0.5  # /readyz answers within this, reachable or not

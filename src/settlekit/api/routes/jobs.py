@@ -24,8 +24,9 @@ from settlekit.api.deps import (
     require,
     require_scopes,
 )
-from settlekit.api.http import JsonResponse, content_disposition, parse_body
+from settlekit.api.guards import parse_body
 from settlekit.api.idempotency import request_hash, request_target
+from settlekit.api.responses import JsonResponse, content_disposition
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.store import streams
 from settlekit.store.event_store import AppendResult, Idempotency

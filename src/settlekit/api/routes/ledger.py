@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, job_head, require
-from settlekit.api.http import JsonResponse
+from settlekit.api.responses import JsonResponse
 from settlekit.store import ledger as ledger_rows
 
 router = APIRouter(prefix="/v1", tags=["jobs"])

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import ApiContext, context, require
-from settlekit.api.http import JsonResponse
+from settlekit.api.responses import JsonResponse
 from settlekit.errors import NotFoundError
 
 router = APIRouter(prefix="/v1", tags=["ops"])

@@ -1,30 +1,17 @@
-"""HTTP plumbing: JSON rendering, RFC 9457 problem responses and handlers, the raw body size limit and the
-per-key token bucket."""
+"""Request guards, before a route sees a request: the raw body size limit, no U+0000 or lone surrogate in the
+path, query, headers or JSON body, and the JavaScript-like body parser of the append route."""
 
 from __future__ import annotations
 
 import json
-import logging
-import math
 import re
-import threading
-import time
-from collections import OrderedDict
 from typing import Any
-from urllib.parse import quote
 
-from fastapi import Request
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from settlekit import logs
+from settlekit.api.problems import problem_from_error, problem_response
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.canonical import js_int
-
-log = logging.getLogger("settlekit.api")
-PROBLEM_TYPE = "application/problem+json"
 
 
 def _no_constant(name: str) -> Any:
@@ -43,7 +30,7 @@ def parse_body(raw: bytes) -> Any:
     return value
 
 
-# --- input guard ---------------------------------------------------------------------------------------------
+
 # Every string a request brings (path, query, headers, JSON body) must be storable text on both backends:
 # PostgreSQL refuses U+0000 in text and JSON, and a lone surrogate cannot be encoded as UTF-8.
 
@@ -140,98 +127,6 @@ def _ignore(text: str) -> None:
     return None
 
 
-def dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-
-
-class JsonResponse(Response):
-    """JSON without FastAPI's encoder pass: event payloads are rendered exactly as parsed."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return dumps(content)
-
-
-_UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def content_disposition(filename: str) -> str:
-    """An RFC 6266 attachment header: a quoted ASCII fallback with every other character replaced, and the
-    exact name as an RFC 8187 `filename*` (percent-encoded UTF-8), so no name can inject parameters."""
-    fallback = _UNSAFE_FILENAME.sub("_", filename).lstrip(".") or "download"
-    encoded = quote(filename.encode("utf-8", "surrogatepass"), safe="")
-    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{encoded}"
-
-
-def problem_response(status: int, code: str, detail: str, **details: Any) -> Response:
-    exc = SettlekitError(detail, code=code, status=status, **details)
-    return problem_from_error(exc, error_headers(exc))
-
-
-def problem_from_error(exc: SettlekitError, headers: dict[str, str] | None = None) -> Response:
-    return Response(dumps(exc.to_problem()), status_code=exc.status, media_type=PROBLEM_TYPE, headers=headers)
-
-
-_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 401: "UNAUTHENTICATED", 403: "FORBIDDEN",
-               413: "PAYLOAD_TOO_LARGE", 415: "UNSUPPORTED_MEDIA_TYPE"}
-
-
-def _loc_path(loc: tuple[Any, ...] | list[Any]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def error_headers(exc: SettlekitError) -> dict[str, str] | None:
-    retry = exc.details.get("retryAfterSeconds")
-    if retry is not None:
-        return {"Retry-After": str(retry)}
-    if exc.status == 401:
-        return {"WWW-Authenticate": "Bearer"}
-    return None
-
-
-async def settlekit_error_handler(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, SettlekitError)
-    return problem_from_error(exc, error_headers(exc))
-
-
-async def validation_error_handler(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
-    errors = [{"path": _loc_path(e.get("loc", ())), "message": str(e.get("msg", "")), "type": str(e.get("type", ""))}
-              for e in exc.errors()]
-    if any(e["type"] == "json_invalid" for e in errors):
-        return problem_response(400, "JSON_INVALID", "the request body is not valid JSON", errors=errors)
-    first = errors[0] if errors else {"path": "", "message": "invalid request"}
-    return problem_response(400, "SCHEMA_INVALID", f"{first['path']}: {first['message']}", field=first["path"],
-                            errors=errors)
-
-
-async def http_error_handler(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, StarletteHTTPException)
-    code = _HTTP_CODES.get(exc.status_code, f"HTTP_{exc.status_code}")
-    detail = exc.detail if isinstance(exc.detail, str) else code
-    if exc.status_code == 400 and detail.startswith("There was an error parsing the body"):
-        # FastAPI's parse failure of a model body (too deep, not UTF-8, too many digits): as parse_body says it
-        code, detail = "JSON_INVALID", "the request body is not valid JSON"
-    if exc.status_code == 404 and detail == "Not Found":
-        detail = f"no route for {request.method} {request.url.path}"
-    response = problem_response(exc.status_code, code, detail)
-    for name, value in (exc.headers or {}).items():
-        response.headers[name] = value
-    return response
-
-
-async def unhandled_error_handler(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    response = problem_response(500, "INTERNAL", "internal server error")
-    request_id = logs.current("request_id")  # this answer leaves outside the request-log middleware
-    if isinstance(request_id, str):
-        response.headers["x-request-id"] = request_id
-    return response
-
 
 class BodyLimitMiddleware:
     """Reads the raw request body (up to the limit) before any parsing; larger bodies get 413
@@ -292,54 +187,3 @@ class BodyLimitMiddleware:
                                     limitBytes=self.max_body_bytes, sizeBytes=size)
         await response(scope, receive, send)
 
-
-class RateLimiter:
-    """In-process token bucket per key (an API key id, a client address): `rate` tokens per second, at most
-    `burst` saved. At most `max_entries` buckets are kept (least recently used dropped first): memory is bounded
-    whatever the number of keys or addresses seen."""
-
-    def __init__(self, rate: float, burst: int, clock: Any = time.monotonic, max_entries: int = 100_000):
-        self.rate = float(rate)
-        self.burst = max(1, int(burst))
-        self.clock = clock
-        self.max_entries = max(1, int(max_entries))
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _tokens(self, key: str, now: float) -> float:
-        tokens, last = self._buckets.get(key, (float(self.burst), now))
-        return min(float(self.burst), tokens + (now - last) * self.rate)
-
-    def _put(self, key: str, tokens: float, now: float) -> None:
-        self._buckets[key] = (tokens, now)
-        self._buckets.move_to_end(key)
-        while len(self._buckets) > self.max_entries:
-            self._buckets.popitem(last=False)
-
-    def take(self, key: str) -> float:
-        """0.0 when a request may go ahead, else the seconds until a token is available."""
-        if self.rate <= 0:
-            return 0.0
-        now = self.clock()
-        with self._lock:
-            tokens = self._tokens(key, now)
-            if tokens >= 1.0:
-                self._put(key, tokens - 1.0, now)
-                return 0.0
-            self._put(key, tokens, now)
-            return (1.0 - tokens) / self.rate
-
-    def peek(self, key: str) -> float:
-        """Like `take` without spending a token."""
-        if self.rate <= 0:
-            return 0.0
-        with self._lock:
-            tokens = self._tokens(key, self.clock())
-        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
-
-    def __len__(self) -> int:
-        return len(self._buckets)
-
-
-def retry_after_seconds(wait: float) -> int:
-    return max(1, math.ceil(wait))

@@ -1,0 +1,36 @@
+"""JSON answers: rendered without FastAPI's encoder pass (event payloads come back exactly as parsed), and the
+attachment header of a download."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+from urllib.parse import quote
+
+from starlette.responses import Response
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+class JsonResponse(Response):
+    """JSON without FastAPI's encoder pass: event payloads are rendered exactly as parsed."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
+_UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def content_disposition(filename: str) -> str:
+    """An RFC 6266 attachment header: a quoted ASCII fallback with every other character replaced, and the
+    exact name as an RFC 8187 `filename*` (percent-encoded UTF-8), so no name can inject parameters."""
+    fallback = _UNSAFE_FILENAME.sub("_", filename).lstrip(".") or "download"
+    encoded = quote(filename.encode("utf-8", "surrogatepass"), safe="")
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{encoded}"
+
