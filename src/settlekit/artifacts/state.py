@@ -6,7 +6,7 @@ v1 artifacts need:
 - `entries`: every journal entry of the slice so far, each posted from the state just before its event
   (postings that raise are left out, as settld does, 04-artifacts.md §9);
 - `coverage` / `excused`: ZONE_COVERAGE_REPORTED and excuse-incident facts with settld's proof-verifier
-  semantics (trimmed zone ids, `Date.parse` comparison of `window.endAt`, excuse types resolved at build time);
+  semantics (`jobs.zone_coverage`, shared with the server rules; excuse types resolved at build time);
 - `proof_match` / `proof_match_policy`: the latest PROOF_EVALUATED per `(anchor, factsHash)` and per
   `(anchor, factsHash, customerPolicyHash)`, so the effective-proof lookup (§7 step 3) is O(1).
 
@@ -16,12 +16,10 @@ slice is O(n). The state serializes to JSON so the artifact consumer can resume 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, Final
 
 from settlekit.errors import ValidationError
-from settlekit.events.js import date_parse_ms, utf16_key
 from settlekit.jobs.reducer import (
     JobState,
     deserialize_state,
@@ -29,6 +27,7 @@ from settlekit.jobs.reducer import (
     serialize_state,
     validate_and_apply,
 )
+from settlekit.jobs.zone_coverage import observe_coverage_report, observe_excuse_incident
 from settlekit.ledger.errors import LedgerError
 from settlekit.ledger.postings import JOB_POSTING_RULES
 
@@ -96,51 +95,11 @@ class FoldState:
         }
         t = event.get("type")
         if t == "ZONE_COVERAGE_REPORTED":
-            self._zone_coverage(event)
+            observe_coverage_report(self.coverage, event)
         elif t == "INCIDENT_REPORTED" or t == "INCIDENT_DETECTED":
-            self._incident(event)
+            observe_excuse_incident(self.excused, event)
         elif t == "PROOF_EVALUATED":
             self._proof(event)
-
-    def _zone_coverage(self, event: Event) -> None:
-        p = event.get("payload")
-        zone: Any = p.get("zoneId") if type(p) is dict else None
-        zone_id = zone.strip() if type(zone) is str else ""
-        if not zone_id:
-            return
-        assert isinstance(p, dict)
-        window: Any = p.get("window")
-        report = {
-            "eventId": event.get("id"),
-            "chainHash": event.get("chainHash"),
-            "at": event.get("at"),
-            "coveragePct": p.get("coveragePct"),
-            "window": window,
-        }
-        prev = self.coverage.get(zone_id)
-        if prev is None:
-            self.coverage[zone_id] = report
-            return
-        end = date_parse_ms(window.get("endAt") if type(window) is dict else None)
-        prev_window = prev["window"]
-        prev_end = date_parse_ms(prev_window.get("endAt") if type(prev_window) is dict else None)
-        if math.isfinite(end) and (not math.isfinite(prev_end) or end > prev_end):
-            self.coverage[zone_id] = report
-        elif end == prev_end:
-            new_id = _id_text(event.get("id"))
-            prev_id = _id_text(prev["eventId"])
-            if new_id and (not prev_id or utf16_key(new_id) > utf16_key(prev_id)):
-                self.coverage[zone_id] = report
-
-    def _incident(self, event: Event) -> None:
-        p = event.get("payload")
-        if type(p) is not dict:
-            return
-        itype: Any = p.get("type")
-        zone: Any = p.get("zoneId")
-        zone_id = zone.strip() if type(zone) is str else ""
-        if type(itype) is str and itype and zone_id:
-            self.excused.setdefault(itype, {})[zone_id] = True
 
     def _proof(self, event: Event) -> None:
         p = event.get("payload")
@@ -190,10 +149,6 @@ class FoldState:
 
 def match_key(*parts: str) -> str:
     return "\x00".join(parts)
-
-
-def _id_text(v: Any) -> str:
-    return "" if v is None else str(v)
 
 
 def _postings(job: JobState, event: Event) -> list[dict[str, Any]]:

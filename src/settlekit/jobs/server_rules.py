@@ -26,10 +26,10 @@ from typing import Any, Final
 
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_hash, canonical_json, is_safe_int
-from settlekit.events.js import date_parse_ms, utf16_key
+from settlekit.events.js import date_parse_ms
 from settlekit.jobs.errors import DomainRuleViolation
 from settlekit.jobs.reducer import JobState
-from settlekit.jobs.zone_coverage import zone_coverage_facts
+from settlekit.jobs.zone_coverage import observe_coverage_report, observe_excuse_incident, zone_coverage_facts
 from settlekit.ledger.postings import gate_mode
 
 STATE_KEY: Final = "serverRules"
@@ -103,12 +103,9 @@ def observe(facts: Facts, event: Event) -> None:
         inc = p.get("incidentId")
         if inc is not None:
             facts["incidents"][str(inc)] = {"type": p.get("type"), "severity": p.get("severity")}
-        itype, zone = p.get("type"), p.get("zoneId")
-        zone_id = zone.strip() if type(zone) is str else ""
-        if type(itype) is str and itype and zone_id:
-            facts["excused"].setdefault(itype, {})[zone_id] = True
+        observe_excuse_incident(facts["excused"], event)
     elif t == "ZONE_COVERAGE_REPORTED":
-        _observe_coverage(facts, event, p)
+        observe_coverage_report(facts["coverage"], event)
     elif t == "QUOTE_PROPOSED":
         facts["lastQuoteEventId"] = event.get("id")
     elif t == "BOOKED":
@@ -208,36 +205,6 @@ def _observe_hold(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
             "forfeitEventChainHash": event.get("chainHash"),
             "forfeitEventPayloadHash": event.get("payloadHash"),
         }
-
-
-def _observe_coverage(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
-    """Latest coverage report per zone, with the proof verifier's ordering (see artifacts.state)."""
-
-    zone = p.get("zoneId")
-    zone_id = zone.strip() if type(zone) is str else ""
-    if not zone_id:
-        return
-    window = p.get("window")
-    report = {
-        "eventId": event.get("id"),
-        "chainHash": event.get("chainHash"),
-        "at": event.get("at"),
-        "coveragePct": p.get("coveragePct"),
-        "window": window,
-    }
-    prev = facts["coverage"].get(zone_id)
-    if prev is None:
-        facts["coverage"][zone_id] = report
-        return
-    end = date_parse_ms(window.get("endAt") if type(window) is dict else None)
-    pw = prev["window"]
-    prev_end = date_parse_ms(pw.get("endAt") if type(pw) is dict else None)
-    if end == end and (prev_end != prev_end or end > prev_end):  # NaN-safe "is finite and later"
-        facts["coverage"][zone_id] = report
-    elif end == prev_end:
-        new_id, prev_id = str(event.get("id") or ""), str(prev["eventId"] or "")
-        if new_id and (not prev_id or utf16_key(new_id) > utf16_key(prev_id)):
-            facts["coverage"][zone_id] = report
 
 
 # ------------------------------------------------------------------ checks

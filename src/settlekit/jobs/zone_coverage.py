@@ -1,14 +1,27 @@
 """The ZoneCoverageFacts.v1 document (settld's proof verifier): which zones a booking requires, the latest
 coverage report per zone and the zones excused by incidents. Used by the server rules (the settlement proof
-gate) and by the artifact builders (effective proof)."""
+gate) and by the artifact builders (effective proof); both fold the stream into the same two accumulators with
+`observe_coverage_report` and `observe_excuse_incident` (settld has one proof verifier for both)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from settlekit.errors import ValidationError
-from settlekit.events.js import coalesce, get, js_is_safe_integer, js_sorted, js_string, locale_key, nonblank, truthy
+from settlekit.events.js import (
+    coalesce,
+    date_parse_ms,
+    get,
+    js_is_safe_integer,
+    js_sorted,
+    js_string,
+    locale_key,
+    nonblank,
+    truthy,
+    utf16_key,
+)
 
 DEFAULT_THRESHOLD_PCT: Final = 95
 DEFAULT_EXCUSE_TYPES: Final = ("BLOCKED_ZONE",)
@@ -27,6 +40,65 @@ class CoverageFacts(Protocol):
 
     @property
     def excused(self) -> Mapping[str, Mapping[str, bool]]: ...
+
+
+def _zone_id(v: Any) -> str:
+    """The trimmed zone id of a payload field ("" when it is not a string)."""
+    return v.strip() if type(v) is str else ""
+
+
+def _end_ms(window: Any) -> float:
+    """`Date.parse` of `window.endAt`: milliseconds, or NaN when absent or unparseable (never infinite)."""
+    return date_parse_ms(window.get("endAt") if type(window) is dict else None)
+
+
+def _id_text(v: Any) -> str:
+    """`String(id ?? "")`: only a missing id is empty (an id 0 or False is text, not "no id")."""
+    return "" if v is None else str(v)
+
+
+def observe_coverage_report(coverage: dict[str, dict[str, Any]], event: Mapping[str, Any]) -> None:
+    """Fold a ZONE_COVERAGE_REPORTED event into `coverage` (trimmed zone id -> latest report), as settld's proof
+    verifier picks the latest report: a parseable `window.endAt` later than the kept one (or replacing an
+    unparseable one) wins; on equal ends the greater event id (UTF-16 order) wins, and a missing id never does.
+    A payload without a zone id is ignored."""
+    p = event.get("payload")
+    if type(p) is not dict:
+        return
+    zone_id = _zone_id(p.get("zoneId"))
+    if not zone_id:
+        return
+    window = p.get("window")
+    report = {
+        "eventId": event.get("id"),
+        "chainHash": event.get("chainHash"),
+        "at": event.get("at"),
+        "coveragePct": p.get("coveragePct"),
+        "window": window,
+    }
+    prev = coverage.get(zone_id)
+    if prev is None:
+        coverage[zone_id] = report
+        return
+    end, prev_end = _end_ms(window), _end_ms(prev["window"])
+    if math.isfinite(end) and (not math.isfinite(prev_end) or end > prev_end):
+        coverage[zone_id] = report
+    elif end == prev_end:
+        new_id, prev_id = _id_text(event.get("id")), _id_text(prev["eventId"])
+        if new_id and (not prev_id or utf16_key(new_id) > utf16_key(prev_id)):
+            coverage[zone_id] = report
+
+
+def observe_excuse_incident(excused: dict[str, dict[str, bool]], event: Mapping[str, Any]) -> None:
+    """Fold an INCIDENT_REPORTED / INCIDENT_DETECTED event into `excused` (incident type -> trimmed zone ids);
+    which types excuse a zone is the booking's policy, applied when the document is built."""
+    p = event.get("payload")
+    if type(p) is not dict:
+        return
+    itype = p.get("type")
+    zone_id = _zone_id(p.get("zoneId"))
+    if type(itype) is str and itype and zone_id:
+        excused.setdefault(itype, {})[zone_id] = True
 
 
 def _validate_zone_set(zone_set: Any) -> list[str]:
