@@ -10,18 +10,8 @@ from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from settlekit.errors import ValidationError
-from settlekit.events.js import (
-    coalesce,
-    date_parse_ms,
-    get,
-    js_is_safe_integer,
-    js_sorted,
-    js_string,
-    locale_key,
-    nonblank,
-    truthy,
-    utf16_key,
-)
+from settlekit.events import js
+from settlekit.events.js import coalesce, get, js_is_safe_integer, js_sorted, js_string, locale_key, nonblank, truthy
 
 DEFAULT_THRESHOLD_PCT: Final = 95
 DEFAULT_EXCUSE_TYPES: Final = ("BLOCKED_ZONE",)
@@ -49,7 +39,7 @@ def _zone_id(v: Any) -> str:
 
 def _end_ms(window: Any) -> float:
     """`Date.parse` of `window.endAt`: milliseconds, or NaN when absent or unparseable (never infinite)."""
-    return date_parse_ms(window.get("endAt") if type(window) is dict else None)
+    return js.date_parse_ms(window.get("endAt") if type(window) is dict else None)
 
 
 def _id_text(v: Any) -> str:
@@ -85,7 +75,7 @@ def observe_coverage_report(coverage: dict[str, dict[str, Any]], event: Mapping[
         coverage[zone_id] = report
     elif end == prev_end:
         new_id, prev_id = _id_text(event.get("id")), _id_text(prev["eventId"])
-        if new_id and (not prev_id or utf16_key(new_id) > utf16_key(prev_id)):
+        if new_id and (not prev_id or js.utf16_key(new_id) > js.utf16_key(prev_id)):
             coverage[zone_id] = report
 
 
