@@ -19,8 +19,6 @@ from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.store.db import Dialect, Tx
 from settlekit.store.sql import fragment, from_timestamp, timestamp
 
-from_db_time = from_timestamp
-
 
 def db_time(tx: Tx, dt: datetime) -> Any:
     """A timestamp parameter for this transaction's dialect."""
@@ -97,7 +95,7 @@ def _dest(row: Sequence[Any]) -> Destination:
         disabled_reason=row[9],
         kind=row[10],
         previous_secret_ref=row[11],
-        previous_secret_expires_at=from_db_time(row[12]),
+        previous_secret_expires_at=from_timestamp(row[12]),
     )
 
 
@@ -163,14 +161,14 @@ def _dlv(row: Sequence[Any]) -> Delivery:
         order_key=row[11],
         state=row[12],
         attempts=int(row[13]),
-        next_attempt_at=from_db_time(row[14]),
+        next_attempt_at=from_timestamp(row[14]),
         lease_owner=row[15],
-        lease_expires_at=from_db_time(row[16]),
+        lease_expires_at=from_timestamp(row[16]),
         last_status=row[17],
         last_error=row[18],
-        delivered_at=from_db_time(row[19]),
-        created_at=from_db_time(row[20]),
-        updated_at=from_db_time(row[21]),
+        delivered_at=from_timestamp(row[19]),
+        created_at=from_timestamp(row[20]),
+        updated_at=from_timestamp(row[21]),
         claims=int(row[22]),
     )
 
@@ -561,7 +559,7 @@ def pending_counts(tx: Tx) -> dict[str, int]:
 
 def oldest_pending_created_at(tx: Tx) -> datetime | None:
     """Creation time of the oldest pending delivery (all tenants), for the oldest-pending gauge."""
-    return from_db_time(tx.scalar("SELECT min(created_at) FROM deliveries WHERE state = 'pending'"))
+    return from_timestamp(tx.scalar("SELECT min(created_at) FROM deliveries WHERE state = 'pending'"))
 
 
 _DUE_FILTER: Final = _CLAIM_FILTER.replace(
@@ -594,7 +592,7 @@ def release(tx: Tx, delivery_ids: Sequence[int], worker: str, *, now: datetime) 
 
 def destination_disabled_at(tx: Tx, tenant_id: str, destination_id: str) -> datetime | None:
     """When the destination was disabled (None when active or unknown)."""
-    return from_db_time(
+    return from_timestamp(
         tx.scalar(
             "SELECT disabled_at FROM destinations WHERE tenant_id = ? AND destination_id = ?",
             (tenant_id, destination_id),
