@@ -21,14 +21,11 @@ import re
 import secrets as pysecrets
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from settlekit.errors import SettlekitError
 from settlekit.store import deliveries, webhook_secrets
 from settlekit.store.db import Tx
-
-if TYPE_CHECKING:
-    from settlekit.store.deliveries import Destination
 
 SECRET_ID_RE: Final = re.compile(r"^sec_[0-9a-f]{32}$")
 FILE_REFUSED_MESSAGE: Final = (
@@ -147,7 +144,7 @@ class SecretResolver:
             raise SecretRefError("secret is empty", reason="secret_not_found")
         return secrets
 
-    def for_destination(self, tx: Tx, dest: Destination, now: datetime) -> list[str]:
+    def for_destination(self, tx: Tx, dest: deliveries.Destination, now: datetime) -> list[str]:
         """Every secret a delivery to `dest` signs with at `now`, oldest first: the rotated-out one while its
         grace period lasts, then the current one(s)."""
         out: list[str] = []
