@@ -25,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import report, scratch_pg  # noqa: E402
-from settlekit.delivery import store  # noqa: E402
+from settlekit.delivery.enqueue import enqueue_artifact  # noqa: E402
 from settlekit.delivery.message import prepare_request  # noqa: E402
 from settlekit.delivery.receiver import ReceiverServer  # noqa: E402
 from settlekit.delivery.secrets import store_secret  # noqa: E402
@@ -34,6 +34,7 @@ from settlekit.delivery.signing import generate_secret  # noqa: E402
 from settlekit.delivery.ssrf import SsrfPolicy  # noqa: E402
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig  # noqa: E402
 from settlekit.events.canonical import canonical_hash  # noqa: E402
+from settlekit.store import deliveries as store  # noqa: E402
 from settlekit.store.db import Database, connect  # noqa: E402
 
 
@@ -109,7 +110,7 @@ def setup_db(db: Database, url: str, secret: str, docs: list[dict[str, Any]], te
             now=now,
         )
         for d in docs:
-            store.enqueue_artifact(tx, tenant, d, now=now)
+            enqueue_artifact(tx, tenant, d, now=now)
 
 
 async def worker_run(db: Database, docs: dict[tuple[str, str], dict[str, Any]], concurrency: int,

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from settlekit.api.ratelimit import RateLimiter
-from settlekit.delivery import store
+from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
@@ -58,7 +58,7 @@ def test_destination_ids_are_not_metric_labels_by_default(db: Database, per_dest
                                                "secret": secret})
         assert r.status_code == 201, r.text
         with db.transaction() as tx:
-            store.enqueue_artifact(tx, TENANT_A, doc, now=datetime.now(UTC))
+            enqueue_artifact(tx, TENANT_A, doc, now=datetime.now(UTC))
         worker = DeliveryWorker(db, artifact_loader=lambda tx, t, a: doc, registry=registry,
                                 config=WorkerConfig(allow_insecure_http=True, allow_loopback=True,
                                                     sender=SenderConfig(timeout=5.0),

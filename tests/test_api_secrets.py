@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from settlekit.delivery import store
+from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.secrets import SecretResolver
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.events.canonical import canonical_hash
+from settlekit.store import deliveries as store
 from settlekit.store.db import Database, connect
 from test_api_support import TENANT_A, TENANT_B, client, key_for, make_app
 
@@ -232,7 +233,7 @@ def test_deliveries_during_a_rotation_verify_with_either_secret(env: tuple[Datab
         doc = _artifact(TENANT_A, 1)
         docs[(TENANT_A, doc["artifactId"])] = doc
         with db.transaction() as tx:
-            assert store.enqueue_artifact(tx, TENANT_A, doc, now=datetime.now(UTC)) == 1
+            assert enqueue_artifact(tx, TENANT_A, doc, now=datetime.now(UTC)) == 1
         _deliver(db, docs)
         assert len(rx.requests) == 1 and rx.requests[0].status == 200
         req = rx.requests[0]
@@ -248,7 +249,7 @@ def test_deliveries_during_a_rotation_verify_with_either_secret(env: tuple[Datab
         doc2 = _artifact(TENANT_A, 2)
         docs[(TENANT_A, doc2["artifactId"])] = doc2
         with db.transaction() as tx:
-            assert store.enqueue_artifact(tx, TENANT_A, doc2, now=datetime.now(UTC)) == 1
+            assert enqueue_artifact(tx, TENANT_A, doc2, now=datetime.now(UTC)) == 1
         _deliver(db, docs)
         assert len(rx.requests) == 2
         req = rx.requests[1]

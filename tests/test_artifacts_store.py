@@ -12,7 +12,6 @@ from conftest import load_vector
 from settlekit.artifacts import state as fold_module
 from settlekit.artifacts.build import build_all
 from settlekit.artifacts.builders import compute_artifact_hash
-from settlekit.delivery.store import Destination, put_destination
 from settlekit.dispatch import Dispatcher
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json
@@ -20,6 +19,7 @@ from settlekit.projections.artifacts import ArtifactConsumer
 from settlekit.projections.sinks import DeliveryQueueSink, OutboxTableSink
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
+from settlekit.store.deliveries import Destination, put_destination
 from settlekit.store.event_store import EventStore, row_to_stored
 from settlekit.store.job_streams import job_store
 from support.failpoints import SimulatedCrash, crash_at

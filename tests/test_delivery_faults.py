@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from settlekit.delivery import store
+from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
@@ -122,7 +122,7 @@ def test_crashes_at_random_failpoints_lose_nothing(db: Database, rx: FaultyRecei
     with db.transaction() as tx:
         for i in range(n):
             doc = arts.add(artifact(f"j{i // 5}", i % 5 + 1))
-            store.enqueue_artifact(tx, "ten", doc, now=clock())
+            enqueue_artifact(tx, "ten", doc, now=clock())
     crashes: list[str] = []
     points = ["claimed", "sent", "completing", "completed"]
 
@@ -190,7 +190,7 @@ def test_sigkilled_worker_processes_lose_nothing(pg_url: str, secret_file: str) 
         add_destination(db, rx.url, secret_file)
         with db.transaction() as tx:
             for i in range(n):
-                store.enqueue_artifact(tx, "ten", artifact(f"j{i // 5}", i % 5 + 1), now=RealClock()())
+                enqueue_artifact(tx, "ten", artifact(f"j{i // 5}", i % 5 + 1), now=RealClock()())
 
         def spawn() -> subprocess.Popen[bytes]:
             p = subprocess.Popen([sys.executable, __file__, db_url], stderr=subprocess.PIPE)

@@ -21,12 +21,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
-from settlekit.delivery import service, store
+from settlekit.delivery import service
 from settlekit.delivery.cli import delivery_app
+from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.events.canonical import canonical_json
+from settlekit.store import deliveries as store
 from settlekit.store.db import Database
 from support.failpoints import SimulatedCrash, on_worker
 from support.receiver import FaultyReceiver
@@ -147,7 +149,7 @@ def test_enable_offers_backfill_and_requeue_since_is_idempotent(db: Database, se
     def build(doc: dict[str, Any]) -> None:
         store_artifact(db, doc)
         with db.transaction() as tx:
-            store.enqueue_artifact(tx, "ten", doc, now=datetime.now(UTC))
+            enqueue_artifact(tx, "ten", doc, now=datetime.now(UTC))
 
     build(artifact("before", 1))
     service.disable_destination(db, "ten", "d1", now=now - timedelta(seconds=1))
@@ -296,7 +298,7 @@ def test_sigkilled_worker_mid_send_costs_no_attempt(db: Database, secret_file: s
             doc = artifact(f"k{i}", 1)
             store_artifact(db, doc)
             with db.transaction() as tx:
-                store.enqueue_artifact(tx, "ten", doc, now=datetime.now(UTC))
+                enqueue_artifact(tx, "ten", doc, now=datetime.now(UTC))
         rx.inject(None, delay=120.0)  # failpoint: the first request gets no answer
         first = spawn(1, "--metrics-port", str(metrics_port))
         assert rx.wait_for(lambda r: len(r.received) >= n - 1, timeout=60), (rx.stats(), _log(tmp_path, 1))

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from settlekit.delivery import store
+from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.legacy_secrets import migrate_file_refs
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.secrets import secret_id_of
 from settlekit.delivery.signing import generate_secret
+from settlekit.store import deliveries as store
 from settlekit.store.db import Database
 from support.failpoints import SimulatedCrash
 from test_delivery_faults import RealClock, fast_worker
@@ -31,7 +32,7 @@ def test_send_that_crashes_every_claim_is_dead_lettered_and_others_flow(db: Data
         del dest
         with db.transaction() as tx:
             for i in range(8):
-                store.enqueue_artifact(tx, "ten", arts.add(artifact(f"j{i}", 1)), now=clock())
+                enqueue_artifact(tx, "ten", arts.add(artifact(f"j{i}", 1)), now=clock())
         poison = deliveries(db)[0]
         crashes: list[int] = []
 
@@ -75,7 +76,7 @@ def test_graceful_release_takes_the_claim_back(db: Database) -> None:
     arts = Artifacts()
     now = datetime.now(UTC)
     with db.transaction() as tx:
-        store.enqueue_artifact(tx, "ten", arts.add(artifact("a", 1)), now=now)
+        enqueue_artifact(tx, "ten", arts.add(artifact("a", 1)), now=now)
     for _ in range(MAX_CLAIMS + 2):
         with db.transaction() as tx:
             (d,) = store.claim(tx, worker="w", limit=5, lease=timedelta(seconds=5), now=now)
@@ -103,7 +104,7 @@ def test_worker_refuses_file_refs_and_flags_the_destination(db: Database, tmp_pa
         _legacy(db, "ten", dest_id, ref)
     with db.transaction() as tx:
         for i in range(2):
-            store.enqueue_artifact(tx, "ten", arts.add(artifact(f"j{i}", 1)), now=clock())
+            enqueue_artifact(tx, "ten", arts.add(artifact(f"j{i}", 1)), now=clock())
     run(fast_worker(db, arts, clock, "w").drain(timeout=10))
     rows = deliveries(db)
     by_dest: dict[str, list[tuple[str, str | None]]] = {}
@@ -149,7 +150,7 @@ def test_migrate_imports_own_tenant_files_and_refuses_the_rest(db: Database, tmp
     for dest_id, ref in refused.items():
         _legacy(db, "ten", dest_id, ref)
     with db.transaction() as tx:  # a delivery failed by the refusal, to requeue once migrated
-        store.enqueue_artifact(tx, "ten", artifact("j", 1), now=datetime.now(UTC))
+        enqueue_artifact(tx, "ten", artifact("j", 1), now=datetime.now(UTC))
         tx.execute("UPDATE deliveries SET state = 'failed', last_error = 'secret_file_refused'"
                    " WHERE destination_id = 'cli'")
         tx.execute("DELETE FROM deliveries WHERE destination_id <> 'cli'")

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
 from settlekit.cli import app
-from settlekit.delivery import service, store
-from settlekit.delivery.errors import DestinationForbiddenError
+from settlekit.delivery import service
+from settlekit.delivery.errors import DestinationForbiddenError, QuotaExceededError
 from settlekit.delivery.metrics import register_queue_collector
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.secrets import SecretRefError
@@ -24,6 +24,7 @@ from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.sink import ArtifactRowError, WebhookDeliverySink, artifact_loader
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
+from settlekit.store import deliveries as store
 from settlekit.store.db import Database
 from support.receiver import FaultyReceiver
 from test_delivery_worker import SECRET, T0, Artifacts, Clock, artifact, enqueue, one_pass, run
@@ -347,7 +348,7 @@ def test_sink_quota(db: Database, secret_path: Path) -> None:
     sink = WebhookDeliverySink(max_pending=1)
     with db.transaction() as tx:
         sink.enqueue(tx, "ten", artifact("a", 1))
-    with db.transaction() as tx, pytest.raises(store.QuotaExceededError):
+    with db.transaction() as tx, pytest.raises(QuotaExceededError):
         sink.enqueue(tx, "ten", artifact("b", 1))
 
 

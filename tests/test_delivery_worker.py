@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from settlekit.delivery import store
+from settlekit.delivery.enqueue import enqueue_artifact
+from settlekit.delivery.errors import QuotaExceededError
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.secrets import SecretRefError, SecretResolver, store_secret
 from settlekit.delivery.sender import SenderConfig
@@ -19,6 +20,7 @@ from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.worker import DeliveryPassResult, DeliveryWorker, WorkerConfig
 from settlekit.errors import ConfigurationError, ConflictError
 from settlekit.events.canonical import canonical_hash
+from settlekit.store import deliveries as store
 from settlekit.store.db import Database, Tx
 from support.receiver import FaultyReceiver
 
@@ -105,7 +107,7 @@ def add_destination(db: Database, url: str, secret_ref: str, **kw: Any) -> store
 def enqueue(db: Database, arts: Artifacts, doc: dict[str, Any], now: datetime = T0) -> int:
     arts.add(doc)
     with db.transaction() as tx:
-        return store.enqueue_artifact(tx, doc["tenantId"], doc, now=now)
+        return enqueue_artifact(tx, doc["tenantId"], doc, now=now)
 
 
 def make_worker(db: Database, arts: Artifacts, clock: Clock, **cfg: Any) -> DeliveryWorker:
@@ -162,8 +164,8 @@ def test_enqueue_filters_and_is_idempotent(db: Database) -> None:
     assert r.dedupe_key == f"ten:all:SettlementStatement.v1:{settle['artifactId']}:{settle['artifactHash']}"
     assert r.message_id.startswith("dlv_") and len(r.message_id) == 36
     assert (r.scope_key, r.order_seq, r.priority, r.state, r.attempts) == ("j1", 3, 40, "pending", 0)
-    with db.transaction() as tx, pytest.raises(store.QuotaExceededError):
-        store.enqueue_artifact(tx, "ten", artifact("j2", 1), now=T0, max_pending=3)
+    with db.transaction() as tx, pytest.raises(QuotaExceededError):
+        enqueue_artifact(tx, "ten", artifact("j2", 1), now=T0, max_pending=3)
 
 
 def test_claim_lease_expiry_and_guarded_completion(db: Database) -> None:
@@ -360,7 +362,7 @@ def test_worker_local_failures(db: Database, rx: FaultyReceiver, tmp_path: Path)
     enqueue(db, arts, doc)
     orphan = artifact("b", 1)
     with db.transaction() as tx:
-        store.enqueue_artifact(tx, "ten", orphan, now=T0)  # never stored: missing artifact
+        enqueue_artifact(tx, "ten", orphan, now=T0)  # never stored: missing artifact
     worker = DeliveryWorker(
         db,
         artifact_loader=arts,

@@ -20,10 +20,10 @@ import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from settlekit.delivery import store as delivery_store
 from settlekit.errors import ConfigurationError
 from settlekit.logs import configure_logging, reset_logging
 from settlekit.runtime import CLEANUP_LOCK_KEY, CleanupScheduler, Settings
+from settlekit.store import deliveries as delivery_store
 from settlekit.store import idempotency
 from settlekit.store.db import Database, connect
 from test_api_support import TENANT_A, client, key_for, make_app

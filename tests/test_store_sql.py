@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
 
 from settlekit.errors import ConfigurationError
-from settlekit.store.sql import DIALECTS, fragment, parse_named, statements, subsystems
+from settlekit.store.sql import DIALECTS, fragment, from_timestamp, parse_named, statements, subsystems, timestamp
 
 
 @pytest.mark.parametrize("subsystem", subsystems())
@@ -39,3 +41,11 @@ def test_fragments_differ_per_dialect() -> None:
 def test_unknown_subsystem_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="no SQL statements"):
         statements("no_such_subsystem", "sqlite")
+
+
+def test_timestamps_keep_each_dialects_stored_form() -> None:
+    at = datetime(2026, 1, 2, 4, 4, 5, 678901, tzinfo=timezone(timedelta(hours=1)))
+    assert timestamp("sqlite", at) == "2026-01-02T03:04:05.678Z"  # the text existing SQLite databases hold
+    assert timestamp("postgres", at) == at and timestamp("postgres", at).tzinfo == UTC
+    assert from_timestamp("2026-01-02T03:04:05.678Z") == datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+    assert from_timestamp(at) == at and from_timestamp(None) is None

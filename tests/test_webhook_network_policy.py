@@ -14,11 +14,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from settlekit.api.app import create_app
-from settlekit.delivery import store
 from settlekit.delivery.signing import generate_secret
 from settlekit.errors import ConfigurationError
 from settlekit.events.envelope import Signer
 from settlekit.runtime import Settings, Workers
+from settlekit.store import deliveries as store
 from settlekit.store.db import Database, connect
 from test_api_support import TENANT_A, client, key_for
 

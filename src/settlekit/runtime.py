@@ -264,7 +264,7 @@ class CleanupScheduler:
 
     def tick(self) -> CleanupResult:
         """One cleanup pass now; raises what the database raises."""
-        from settlekit.delivery import store as delivery_store
+        from settlekit.store import deliveries as delivery_store
         from settlekit.store import idempotency
 
         now = self.clock()
@@ -367,7 +367,7 @@ class Workers:
     def drain(self, timeout: float = 60.0) -> bool:
         """True once every committed event is processed and no pending delivery is due (False on timeout).
         The delivery thread does the sending; this only watches the queue."""
-        from settlekit.delivery import store as delivery_store
+        from settlekit.store import deliveries as delivery_store
 
         deadline = time.monotonic() + timeout
         self.dispatcher.drain(timeout)

@@ -45,3 +45,10 @@ class DestinationForbiddenError(SettlekitError):
 
     code = "DESTINATION_URL_FORBIDDEN"
     status = 400
+
+
+class QuotaExceededError(SettlekitError):
+    """A tenant already has as many pending deliveries as its quota allows."""
+
+    code = "TENANT_QUOTA_EXCEEDED"
+    status = 429

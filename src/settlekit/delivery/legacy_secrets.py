@@ -26,11 +26,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from settlekit.delivery import store
 from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.retry import SECRET_FILE_REFUSED
 from settlekit.delivery.secrets import store_secret
 from settlekit.delivery.signing import decode_secret
+from settlekit.store import deliveries as store
 from settlekit.store.db import Database, Tx
 
 audit = logging.getLogger("settlekit.delivery.audit")
@@ -146,10 +146,7 @@ def migrate_file_refs(db: Database, secrets_dir: Path | None, *, now: datetime) 
             root = None
     report = MigrationReport()
     with db.transaction() as tx:
-        rows = tx.fetchall(
-            "SELECT tenant_id, destination_id, signing, secret_ref, previous_secret_ref FROM destinations"
-            " WHERE secret_ref LIKE 'file:%' OR previous_secret_ref LIKE 'file:%'"
-            " ORDER BY tenant_id, destination_id")
+        rows = store.destinations_with_ref_scheme(tx, "file")
         located: list[tuple[str, str, str, str, str, Path | None, str]] = []
         tenants_of: dict[Path, set[str]] = defaultdict(set)
         for tenant_id, destination_id, signing, current, previous in rows:
@@ -178,9 +175,7 @@ def migrate_file_refs(db: Database, secrets_dir: Path | None, *, now: datetime) 
                 report.outcomes.append(RefOutcome(tenant_id, destination_id, name, raw, False, exc.reason))
                 continue
             new_ref = store_secret(tx, tenant_id, value)
-            tx.execute(f"UPDATE destinations SET {name} = ?, updated_at = ? WHERE tenant_id = ?"
-                       f" AND destination_id = ? AND {name} = ?",
-                       (new_ref, store.db_time(tx, now), tenant_id, destination_id, ref))
+            store.replace_secret_ref(tx, tenant_id, destination_id, name, old=ref, new=new_ref, now=now)
             report.outcomes.append(RefOutcome(tenant_id, destination_id, name, raw, True, "migrated"))
             touched.add((tenant_id, destination_id))
         for tenant_id, destination_id in sorted(touched):
@@ -199,10 +194,6 @@ def _enable_if_refused(tx: Tx, tenant_id: str, destination_id: str, now: datetim
     if any(r is not None and r.startswith("file:") for r in (dest.secret_ref, dest.previous_secret_ref)):
         return
     store.set_destination_status(tx, tenant_id, destination_id, status="active", reason=None, now=now)
-    ts = store.db_time(tx, now)
-    report.requeued += tx.execute(
-        "UPDATE deliveries SET state = 'pending', attempts = 0, claims = 0, next_attempt_at = ?, acked_at = NULL,"
-        " lease_owner = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = ?"
-        " WHERE tenant_id = ? AND destination_id = ? AND state = 'failed' AND last_error = ?",
-        (ts, ts, tenant_id, destination_id, SECRET_FILE_REFUSED))
+    report.requeued += store.requeue_failed_with_error(tx, tenant_id, destination_id, error=SECRET_FILE_REFUSED,
+                                                       now=now)
     report.enabled.append((tenant_id, destination_id))

@@ -13,8 +13,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from settlekit.delivery import store
 from settlekit.metrics import PerRegistry
+from settlekit.store import deliveries as store
 from settlekit.store.db import Database
 
 # attempt outcomes (label `outcome`)

@@ -21,14 +21,11 @@ import re
 import secrets as pysecrets
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from settlekit.delivery.store import db_time
 from settlekit.errors import SettlekitError
+from settlekit.store import deliveries, webhook_secrets
 from settlekit.store.db import Tx
-
-if TYPE_CHECKING:
-    from settlekit.delivery.store import Destination
 
 SECRET_ID_RE: Final = re.compile(r"^sec_[0-9a-f]{32}$")
 FILE_REFUSED_MESSAGE: Final = (
@@ -71,33 +68,28 @@ def secret_id_of(ref: str | None) -> str | None:
 def store_secret(tx: Tx, tenant_id: str, value: str) -> str:
     """Keep a secret for a tenant; returns its `secret:<id>` reference."""
     secret_id = new_secret_id()
-    tx.execute("INSERT INTO webhook_secrets (tenant_id, secret_id, secret) VALUES (?, ?, ?)",
-               (tenant_id, secret_id, value))
+    webhook_secrets.insert(tx, tenant_id, secret_id, value)
     return db_ref(secret_id)
 
 
 def secret_exists(tx: Tx, tenant_id: str, secret_id: str) -> bool:
-    return tx.fetchone("SELECT 1 FROM webhook_secrets WHERE tenant_id = ? AND secret_id = ?",
-                       (tenant_id, secret_id)) is not None
+    return webhook_secrets.exists(tx, tenant_id, secret_id)
 
 
 def delete_unreferenced(tx: Tx, tenant_id: str, now: datetime) -> int:
     """End the tenant's rotations whose grace is over, then drop the stored secrets no destination uses any
     more (current, or previous within its grace)."""
-    tx.execute("UPDATE destinations SET previous_secret_ref = NULL, previous_secret_expires_at = NULL"
-               " WHERE tenant_id = ? AND previous_secret_expires_at IS NOT NULL AND previous_secret_expires_at <= ?",
-               (tenant_id, db_time(tx, now)))
+    deliveries.end_expired_rotations(tx, tenant_id, now=now)
     used: set[str] = set()
-    for current, previous in tx.fetchall(
-            "SELECT secret_ref, previous_secret_ref FROM destinations WHERE tenant_id = ?", (tenant_id,)):
+    for current, previous in deliveries.secret_refs(tx, tenant_id):
         for ref in (current, previous):
             sid = secret_id_of(ref)
             if sid is not None:
                 used.add(sid)
     gone = 0
-    for (sid,) in tx.fetchall("SELECT secret_id FROM webhook_secrets WHERE tenant_id = ?", (tenant_id,)):
+    for sid in webhook_secrets.list_ids(tx, tenant_id):
         if sid not in used:
-            gone += tx.execute("DELETE FROM webhook_secrets WHERE tenant_id = ? AND secret_id = ?", (tenant_id, sid))
+            gone += webhook_secrets.delete(tx, tenant_id, sid)
     return gone
 
 
@@ -134,11 +126,10 @@ class SecretResolver:
         if scheme == DB_SCHEME:
             if tx is None or tenant_id is None:
                 raise SecretRefError("stored secrets are resolved with their tenant", reason="secret_ref_invalid")
-            row = tx.fetchone("SELECT secret FROM webhook_secrets WHERE tenant_id = ? AND secret_id = ?",
-                              (tenant_id, rest))
-            if row is None:
+            stored = webhook_secrets.get(tx, tenant_id, rest)
+            if stored is None:
                 raise SecretRefError("secret not found", reason="secret_not_found")
-            text = str(row[0])
+            text = stored
         elif scheme == "file":  # never read, whatever the path: the same answer for every file
             raise SecretRefError(FILE_REFUSED_MESSAGE, reason="secret_file_refused")
         elif scheme == "env":
@@ -153,7 +144,7 @@ class SecretResolver:
             raise SecretRefError("secret is empty", reason="secret_not_found")
         return secrets
 
-    def for_destination(self, tx: Tx, dest: Destination, now: datetime) -> list[str]:
+    def for_destination(self, tx: Tx, dest: deliveries.Destination, now: datetime) -> list[str]:
         """Every secret a delivery to `dest` signs with at `now`, oldest first: the rotated-out one while its
         grace period lasts, then the current one(s)."""
         out: list[str] = []

@@ -19,18 +19,21 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry
 
-from settlekit.delivery import store
+from settlekit.delivery import enqueue
 from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.metrics import metrics_for
 from settlekit.delivery.secrets import SecretResolver, delete_unreferenced, secret_id_of, store_secret
 from settlekit.delivery.signing import SIGNING_MODES, decode_secret
 from settlekit.delivery.ssrf import Resolver, SsrfPolicy, VettedDestination, vet_url
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
+from settlekit.store import deliveries as store
 from settlekit.store.db import Database
 
 audit = logging.getLogger("settlekit.delivery.audit")
 
 DELIVERY_STATES: Final = ("pending", "delivered", "failed")
+DESTINATION_STATUSES: Final = ("active", "disabled")
+ORDERINGS: Final = ("best_effort", "strict_scope")
 DEFAULT_ROTATION_GRACE: Final = timedelta(hours=24)  # as Svix: the old secret keeps signing for a day
 _ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # no ':' (dedupe_key separator)
 
@@ -104,7 +107,7 @@ def check_destination(dest: store.Destination, policy: DestinationPolicy, *,
         raise ValidationError(f"unknown destination kind {dest.kind!r}", field="kind")
     if dest.signing not in SIGNING_MODES:
         raise ValidationError(f"unknown signing mode {dest.signing!r}", field="signing")
-    if dest.ordering not in store.ORDERINGS:
+    if dest.ordering not in ORDERINGS:
         raise ValidationError(f"unknown ordering {dest.ordering!r}", field="ordering")
     for t in dest.artifact_types or ():
         if not t or not isinstance(t, str):
@@ -165,6 +168,8 @@ def save_destination(
             previous, until = existing.previous_secret_ref, existing.previous_secret_expires_at
         if until is not None and until <= ts:
             previous, until = None, None
+        if dest.status not in DESTINATION_STATUSES:
+            raise ValidationError(f"unknown status {dest.status!r}", field="status")
         store.put_destination(tx, dataclasses.replace(dest, secret_ref=ref, previous_secret_ref=previous,
                                                       previous_secret_expires_at=until), now=ts)
         delete_unreferenced(tx, dest.tenant_id, ts)
@@ -322,7 +327,7 @@ def enable_destination_with_backfill(
             missing = store.count_missing(tx, dest, since=since)
             report = Backfill(since, missing)
             if backfill:
-                report = Backfill(since, missing, store.backfill(tx, dest, since=since, now=ts),
+                report = Backfill(since, missing, enqueue.backfill(tx, dest, since=since, now=ts),
                                   store.requeue_gone(tx, tenant_id, destination_id, since=since, now=ts))
     audit.info(
         "destination enabled",
@@ -360,7 +365,7 @@ def backfill_deliveries(
         else:
             targets = store.list_destinations(tx, tenant_id, active_only=True)
         for dest in targets:
-            created += store.backfill(tx, dest, since=since, now=ts)
+            created += enqueue.backfill(tx, dest, since=since, now=ts)
             requeued += store.requeue_gone(tx, tenant_id, dest.destination_id, since=since, now=ts)
     report = Backfill(since, created=created, requeued=requeued)
     audit.info(

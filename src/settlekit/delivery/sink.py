@@ -17,9 +17,10 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from settlekit.delivery import store
+from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.canonical import parse_json
+from settlekit.store.artifacts import load_artifact_json
 from settlekit.store.db import Tx
 
 
@@ -91,7 +92,7 @@ class WebhookDeliverySink:
 
     def enqueue(self, tx: Tx, tenant_id: str, artifact_row: Any) -> int:
         doc = artifact_document(artifact_row)
-        created = store.enqueue_artifact(tx, tenant_id, doc, now=self.clock(), max_pending=self.max_pending)
+        created = enqueue_artifact(tx, tenant_id, doc, now=self.clock(), max_pending=self.max_pending)
         if created and self.on_enqueued is not None:
             self.on_enqueued()
         return created
@@ -99,7 +100,5 @@ class WebhookDeliverySink:
 
 def artifact_loader(tx: Tx, tenant_id: str, artifact_id: str) -> dict[str, Any] | None:
     """The stored artifact document, or None (the worker then fails the attempt with `missing_artifact`)."""
-    row = tx.fetchone(
-        "SELECT artifact_json FROM artifacts WHERE tenant_id = ? AND artifact_id = ?", (tenant_id, artifact_id)
-    )
-    return None if row is None else _as_doc(row[0])
+    stored = load_artifact_json(tx, tenant_id, artifact_id)
+    return None if stored is None else _as_doc(stored)

@@ -25,7 +25,6 @@ from prometheus_client import CollectorRegistry
 
 from settlekit import failpoints
 from settlekit.delivery import metrics as m
-from settlekit.delivery import store
 from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.message import PreparedRequest
 from settlekit.delivery.retry import (
@@ -44,6 +43,7 @@ from settlekit.delivery.signing import SigningMode, delivery_headers
 from settlekit.delivery.ssrf import AsyncResolver, SsrfPolicy
 from settlekit.errors import ConfigurationError, SettlekitError
 from settlekit.events.canonical import canonical_bytes
+from settlekit.store import deliveries as store
 from settlekit.store.db import Database, Tx
 
 ArtifactLoader = Callable[[Tx, str, str], Mapping[str, Any] | None]

@@ -41,6 +41,6 @@ class DeliveryQueueSink:
         self.max_pending = max_pending
 
     def enqueue(self, tx: Tx, tenant_id: str, artifact_row: Mapping[str, Any]) -> int:
-        from settlekit.delivery.store import enqueue_artifact
+        from settlekit.delivery.enqueue import enqueue_artifact
 
         return enqueue_artifact(tx, tenant_id, artifact_row, now=self.clock(), max_pending=self.max_pending)

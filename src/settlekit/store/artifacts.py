@@ -334,3 +334,9 @@ def insert_outbox(tx: Tx, tenant_id: str, artifact_row: Mapping[str, Any]) -> in
         " ON CONFLICT (tenant_id, artifact_id) DO NOTHING",
         (tenant_id, artifact_row["artifactId"], artifact_row["artifactType"], artifact_row["artifactHash"]),
     )
+
+
+def load_artifact_json(tx: Tx, tenant_id: str, artifact_id: str) -> Any:
+    """The stored `artifact_json` of one artifact as the driver returns it (JSONB or text), or None."""
+    return tx.scalar("SELECT artifact_json FROM artifacts WHERE tenant_id = ? AND artifact_id = ?",
+                     (tenant_id, artifact_id))

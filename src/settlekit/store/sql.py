@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from importlib import resources
 from types import MappingProxyType
+from typing import Any
 
 from settlekit.errors import ConfigurationError
 from settlekit.store.db import Dialect
@@ -29,12 +31,27 @@ FRAGMENTS: Mapping[Dialect, Mapping[str, str]] = {
         "now": "now()",
         "json": "?::jsonb",
         "seconds_since_updated_at": "EXTRACT(EPOCH FROM (clock_timestamp() - updated_at))::float8",
+        "claim_lock": "FOR UPDATE OF d SKIP LOCKED",
     },
     "sqlite": {
         "now": "strftime('%Y-%m-%dT%H:%M:%fZ','now')",
         "json": "?",
         "seconds_since_updated_at": "((julianday('now') - julianday(updated_at)) * 86400.0)",
+        "claim_lock": "",
     },
+}
+# `claim_lock` ends a claim query whose claimed table is aliased `d`: PostgreSQL locks the claimed rows and
+# concurrent claimers skip them; SQLite needs nothing (its write transactions are BEGIN IMMEDIATE, one writer).
+
+
+def _utc_millis_text(dt: datetime) -> str:
+    dt = dt.astimezone(UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+TIMESTAMP_PARAMS: Mapping[Dialect, Callable[[datetime], Any]] = {
+    "postgres": lambda dt: dt.astimezone(UTC),  # TIMESTAMPTZ, full precision
+    "sqlite": _utc_millis_text,  # ISO-8601 UTC text with milliseconds: string order is time order
 }
 
 _NAME = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*$", re.MULTILINE)
@@ -110,3 +127,17 @@ def subsystems() -> list[str]:
 def fragment(dialect: Dialect, key: str) -> str:
     """One dialect fragment (`now`, `json`, …) for SQL that a repository has to assemble at run time."""
     return _expand("${" + key + "}", dialect, "fragment")
+
+
+def timestamp(dialect: Dialect, dt: datetime) -> Any:
+    """A timestamp parameter in the form `dialect` stores it (see TIMESTAMP_PARAMS)."""
+    return TIMESTAMP_PARAMS[dialect](dt)
+
+
+def from_timestamp(value: Any) -> datetime | None:
+    """A stored timestamp read back as an aware UTC datetime (TIMESTAMPTZ or ISO-8601 text); None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))

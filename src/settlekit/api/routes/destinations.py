@@ -14,9 +14,9 @@ from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
 from settlekit.api.responses import JsonResponse
 from settlekit.delivery import service as delivery
-from settlekit.delivery import store as delivery_store
 from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of
 from settlekit.errors import ValidationError
+from settlekit.store import deliveries as delivery_store
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 MAX_GRACE_SECONDS = 30 * 24 * 3600

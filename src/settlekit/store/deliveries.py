@@ -1,44 +1,28 @@
 """Destinations and deliveries repository (spec 06 §1-2, §4-5, §7) over the shared `Tx` interface.
 
-Timestamps come from the caller's clock (`now` arguments) so both backends and tests agree; SQLite stores them
-as ISO-8601 UTC text with milliseconds (string order = time order), PostgreSQL as TIMESTAMPTZ.
+Rows in, rows out: the rules (which destinations an artifact goes to, quotas, delivery keys, retry policy,
+signing) live in `settlekit.delivery`. Timestamps come from the caller's clock (`now` arguments) so both backends
+and tests agree; SQLite stores them as ISO-8601 UTC text with milliseconds (string order = time order),
+PostgreSQL as TIMESTAMPTZ (`store.sql.timestamp`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from settlekit.delivery.message import DeliveryKeys
-from settlekit.delivery.signing import SIGNING_MODES
-from settlekit.errors import ConflictError, NotFoundError, SettlekitError, ValidationError
-from settlekit.store.db import Tx
-
-ORDERINGS: Final = ("best_effort", "strict_scope")
-
-
-class QuotaExceededError(SettlekitError):
-    code = "TENANT_QUOTA_EXCEEDED"
-    status = 429
+from settlekit.errors import ConflictError, NotFoundError, ValidationError
+from settlekit.store.db import Dialect, Tx
+from settlekit.store.sql import fragment, from_timestamp, timestamp
 
 
 def db_time(tx: Tx, dt: datetime) -> Any:
-    """A timestamp parameter for this dialect."""
-    dt = dt.astimezone(UTC)
-    if tx.dialect == "postgres":
-        return dt
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
-
-
-def from_db_time(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.astimezone(UTC)
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    """A timestamp parameter for this transaction's dialect."""
+    return timestamp(tx.dialect, dt)
 
 
 @dataclass(frozen=True)
@@ -111,7 +95,7 @@ def _dest(row: Sequence[Any]) -> Destination:
         disabled_reason=row[9],
         kind=row[10],
         previous_secret_ref=row[11],
-        previous_secret_expires_at=from_db_time(row[12]),
+        previous_secret_expires_at=from_timestamp(row[12]),
     )
 
 
@@ -177,14 +161,14 @@ def _dlv(row: Sequence[Any]) -> Delivery:
         order_key=row[11],
         state=row[12],
         attempts=int(row[13]),
-        next_attempt_at=from_db_time(row[14]),
+        next_attempt_at=from_timestamp(row[14]),
         lease_owner=row[15],
-        lease_expires_at=from_db_time(row[16]),
+        lease_expires_at=from_timestamp(row[16]),
         last_status=row[17],
         last_error=row[18],
-        delivered_at=from_db_time(row[19]),
-        created_at=from_db_time(row[20]),
-        updated_at=from_db_time(row[21]),
+        delivered_at=from_timestamp(row[19]),
+        created_at=from_timestamp(row[20]),
+        updated_at=from_timestamp(row[21]),
         claims=int(row[22]),
     )
 
@@ -193,13 +177,7 @@ def _dlv(row: Sequence[Any]) -> Delivery:
 
 
 def put_destination(tx: Tx, dest: Destination, *, now: datetime) -> None:
-    """Insert or replace a destination; the caller vets URL (SSRF guard) and secret_ref (SecretResolver)."""
-    if dest.signing not in SIGNING_MODES:
-        raise ValidationError(f"unknown signing mode {dest.signing!r}", field="signing")
-    if dest.ordering not in ORDERINGS:
-        raise ValidationError(f"unknown ordering {dest.ordering!r}", field="ordering")
-    if dest.status not in ("active", "disabled"):
-        raise ValidationError(f"unknown status {dest.status!r}", field="status")
+    """Insert or replace a destination; the caller checks its fields, URL (SSRF guard) and secret_ref."""
     types = json.dumps(sorted(dest.artifact_types)) if dest.artifact_types else None
     ts = db_time(tx, now)
     tx.execute(
@@ -277,52 +255,53 @@ def disable_if_active(tx: Tx, tenant_id: str, destination_id: str, *, reason: st
 # --- deliveries ---------------------------------------------------------------------------------------------
 
 
-def enqueue_artifact(
-    tx: Tx, tenant_id: str, artifact: Mapping[str, Any], *, now: datetime, max_pending: int | None = None
-) -> int:
-    """Create one delivery per active destination accepting the artifact's type; returns rows created.
+@dataclass(frozen=True)
+class NewDelivery:
+    """A delivery row to create, with the keys `settlekit.delivery` derived for it."""
 
-    Called in the transaction that stores the artifact. Re-enqueueing the same artifact is a no-op.
-    """
-    a_type = str(artifact["artifactType"])
-    targets = [d for d in list_destinations(tx, tenant_id, active_only=True) if d.accepts(a_type)]
-    if not targets:
-        return 0
-    if max_pending is not None:
-        pending = tx.scalar(
-            "SELECT count(*) FROM deliveries WHERE tenant_id = ? AND state = 'pending'", (tenant_id,)
-        )
-        if int(pending) + len(targets) > max_pending:
-            raise QuotaExceededError(
-                "too many pending deliveries", tenant_id=tenant_id, limit=max_pending, pending=int(pending)
-            )
+    tenant_id: str
+    destination_id: str
+    artifact_type: str
+    artifact_id: str
+    artifact_hash: str
+    dedupe_key: str
+    message_id: str
+    scope_key: str
+    order_seq: int
+    priority: int
+    order_key: str
+
+
+def count_pending(tx: Tx, tenant_id: str) -> int:
+    """Pending deliveries of a tenant."""
+    return int(tx.scalar("SELECT count(*) FROM deliveries WHERE tenant_id = ? AND state = 'pending'", (tenant_id,)))
+
+
+def insert_delivery(tx: Tx, row: NewDelivery, *, now: datetime) -> int:
+    """Create a pending delivery due at `now`; 0 when the tenant already has one with its dedupe key."""
     ts = db_time(tx, now)
-    created = 0
-    for dest in targets:
-        k = DeliveryKeys.for_job_artifact(tenant_id, dest.destination_id, artifact)
-        created += tx.execute(
-            "INSERT INTO deliveries (tenant_id, destination_id, artifact_type, artifact_id, artifact_hash,"
-            " dedupe_key, message_id, scope_key, order_seq, priority, order_key, next_attempt_at, created_at,"
-            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (tenant_id, dedupe_key) DO NOTHING",
-            (
-                tenant_id,
-                dest.destination_id,
-                a_type,
-                str(artifact["artifactId"]),
-                str(artifact["artifactHash"]),
-                k.dedupe_key,
-                k.message_id,
-                k.scope_key,
-                k.order_seq,
-                k.priority,
-                k.order_key,
-                ts,
-                ts,
-                ts,
-            ),
-        )
-    return created
+    return tx.execute(
+        "INSERT INTO deliveries (tenant_id, destination_id, artifact_type, artifact_id, artifact_hash,"
+        " dedupe_key, message_id, scope_key, order_seq, priority, order_key, next_attempt_at, created_at,"
+        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (tenant_id, dedupe_key) DO NOTHING",
+        (
+            row.tenant_id,
+            row.destination_id,
+            row.artifact_type,
+            row.artifact_id,
+            row.artifact_hash,
+            row.dedupe_key,
+            row.message_id,
+            row.scope_key,
+            row.order_seq,
+            row.priority,
+            row.order_key,
+            ts,
+            ts,
+            ts,
+        ),
+    )
 
 
 _CLAIM_WHERE: Final = (
@@ -349,34 +328,29 @@ def claim(tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime) -
     claimed before without an outcome (its worker died or lost the lease) is claimed alone, so a delivery that
     crashes its worker cannot take a batch of others down with it; the caller dead-letters it once `claims`
     passes its limit."""
-    rows = _claim(tx, worker=worker, limit=1, lease=lease, now=now, extra=" AND d.claims > 0")
+    rows = _claim(tx, worker=worker, limit=1, lease=lease, now=now, claimed_before=True)
     if not rows:
-        rows = _claim(tx, worker=worker, limit=limit, lease=lease, now=now, extra=" AND d.claims = 0")
+        rows = _claim(tx, worker=worker, limit=limit, lease=lease, now=now, claimed_before=False)
     out = [_dlv(r) for r in rows]
     out.sort(key=lambda d: (d.next_attempt_at or now, d.scope_key, d.order_seq, d.priority, d.id))
     return out
 
 
 def _claim(
-    tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime, extra: str
+    tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime, claimed_before: bool
 ) -> list[tuple[Any, ...]]:
     ts, until = db_time(tx, now), db_time(tx, now + lease)
-    select = f"SELECT d.id{_CLAIM_WHERE}{extra}{_CLAIM_ORDER}"
-    if tx.dialect == "postgres":
-        return tx.fetchall(
-            f"WITH c AS ({select} FOR UPDATE OF d SKIP LOCKED)"
-            " UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, claims = deliveries.claims + 1,"
-            f" updated_at = ? FROM c WHERE deliveries.id = c.id RETURNING {_qualified('deliveries')}",
-            (ts, ts, limit, worker, until, ts),
-        )
-    ids = [r[0] for r in tx.fetchall(select, (ts, ts, limit))]
-    if not ids:
-        return []
-    marks = ", ".join("?" * len(ids))
-    return tx.fetchall(
-        "UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, claims = claims + 1,"
-        f" updated_at = ? WHERE id IN ({marks}) RETURNING {_DLV_COLS}",
-        (worker, until, ts, *ids),
+    return tx.fetchall(_claim_sql(tx.dialect, claimed_before), (ts, ts, limit, worker, until, ts))
+
+
+@functools.cache
+def _claim_sql(dialect: Dialect, claimed_before: bool) -> str:
+    extra = " AND d.claims > 0" if claimed_before else " AND d.claims = 0"
+    lock = fragment(dialect, "claim_lock")
+    return (
+        f"WITH c AS (SELECT d.id{_CLAIM_WHERE}{extra}{_CLAIM_ORDER}{' ' + lock if lock else ''})"
+        " UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, claims = deliveries.claims + 1,"
+        f" updated_at = ? FROM c WHERE deliveries.id = c.id RETURNING {_qualified('deliveries')}"
     )
 
 
@@ -531,6 +505,12 @@ def mark_failed(
     )
 
 
+_REQUEUE_SET: Final = (
+    "UPDATE deliveries SET state = 'pending', attempts = 0, claims = 0, next_attempt_at = ?, acked_at = NULL,"
+    " lease_owner = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = ?"
+)
+
+
 def requeue(
     tx: Tx,
     tenant_id: str,
@@ -542,11 +522,7 @@ def requeue(
     """Ops: failed → pending with attempts reset (same message id). Returns rows requeued."""
     if delivery_id is None and destination_id is None:
         raise ValidationError("requeue needs a delivery id or a destination id")
-    sql = (
-        "UPDATE deliveries SET state = 'pending', attempts = 0, claims = 0, next_attempt_at = ?, acked_at = NULL,"
-        " lease_owner = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = ?"
-        " WHERE tenant_id = ? AND state = 'failed'"
-    )
+    sql = f"{_REQUEUE_SET} WHERE tenant_id = ? AND state = 'failed'"
     ts = db_time(tx, now)
     params: list[Any] = [ts, ts, tenant_id]
     if delivery_id is not None:
@@ -583,7 +559,7 @@ def pending_counts(tx: Tx) -> dict[str, int]:
 
 def oldest_pending_created_at(tx: Tx) -> datetime | None:
     """Creation time of the oldest pending delivery (all tenants), for the oldest-pending gauge."""
-    return from_db_time(tx.scalar("SELECT min(created_at) FROM deliveries WHERE state = 'pending'"))
+    return from_timestamp(tx.scalar("SELECT min(created_at) FROM deliveries WHERE state = 'pending'"))
 
 
 _DUE_FILTER: Final = _CLAIM_FILTER.replace(
@@ -616,7 +592,7 @@ def release(tx: Tx, delivery_ids: Sequence[int], worker: str, *, now: datetime) 
 
 def destination_disabled_at(tx: Tx, tenant_id: str, destination_id: str) -> datetime | None:
     """When the destination was disabled (None when active or unknown)."""
-    return from_db_time(
+    return from_timestamp(
         tx.scalar(
             "SELECT disabled_at FROM destinations WHERE tenant_id = ? AND destination_id = ?",
             (tenant_id, destination_id),
@@ -626,7 +602,8 @@ def destination_disabled_at(tx: Tx, tenant_id: str, destination_id: str) -> date
 
 def _missing_sql(dest: Destination) -> tuple[str, list[Any]]:
     """Artifacts of `dest`'s tenant created at or after a bound parameter (first `?`) that the destination
-    accepts and has no delivery row for (the dedupe key matches the unique index)."""
+    accepts and has no delivery row for (the dedupe key, `tenant:destination:type:id:hash` as
+    `settlekit.delivery.message.dedupe_key` builds it, matches the unique index)."""
     sql = (
         " FROM artifacts a WHERE a.tenant_id = ? AND a.created_at >= ?"
         " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.tenant_id = a.tenant_id AND d.dedupe_key ="
@@ -646,45 +623,91 @@ def count_missing(tx: Tx, dest: Destination, *, since: datetime) -> int:
     return int(tx.scalar(f"SELECT count(*){sql}", params))
 
 
-def backfill(tx: Tx, dest: Destination, *, since: datetime, now: datetime, page: int = 500) -> int:
-    """Create the missing delivery rows of `dest` for the artifacts built at or after `since` (due now).
-    Idempotent: an artifact that already has a row for the destination is skipped. Returns rows created."""
+@dataclass(frozen=True)
+class MissingArtifact:
+    artifact_id: str
+    artifact_type: str
+    artifact_hash: str
+    job_id: str
+    job_version: int
+
+
+def missing_artifacts(
+    tx: Tx, dest: Destination, *, since: datetime, after: str = "", limit: int = 500
+) -> list[MissingArtifact]:
+    """One page, in artifact id order after `after`, of the artifacts built at or after `since` that have no
+    delivery to `dest`."""
     sql, params = _missing_sql(dest)
     params[1] = db_time(tx, since)
+    rows = tx.fetchall(
+        f"SELECT a.artifact_id, a.artifact_type, a.artifact_hash, a.job_id, a.job_version{sql}"
+        " AND a.artifact_id > ? ORDER BY a.artifact_id LIMIT ?",
+        (*params, after, limit),
+    )
+    return [MissingArtifact(str(r[0]), r[1], r[2], r[3], int(r[4])) for r in rows]
+
+
+def requeue_failed_with_error(
+    tx: Tx, tenant_id: str, destination_id: str, *, error: str, now: datetime, since: datetime | None = None
+) -> int:
+    """Requeue the deliveries of a destination that failed with `last_error = error` (and, given `since`, were
+    last updated at or after it): failed → pending, attempts reset, due now, same message id."""
     ts = db_time(tx, now)
-    created = 0
-    after = ""
-    while True:
-        rows = tx.fetchall(
-            f"SELECT a.artifact_id, a.artifact_type, a.artifact_hash, a.job_id, a.job_version{sql}"
-            " AND a.artifact_id > ? ORDER BY a.artifact_id LIMIT ?",
-            (*params, after, page),
-        )
-        for artifact_id, a_type, a_hash, job_id, job_version in rows:
-            doc = {"artifactId": artifact_id, "artifactType": a_type, "artifactHash": a_hash, "jobId": job_id,
-                   "jobVersion": int(job_version)}
-            k = DeliveryKeys.for_job_artifact(dest.tenant_id, dest.destination_id, doc)
-            created += tx.execute(
-                "INSERT INTO deliveries (tenant_id, destination_id, artifact_type, artifact_id, artifact_hash,"
-                " dedupe_key, message_id, scope_key, order_seq, priority, order_key, next_attempt_at, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (tenant_id, dedupe_key) DO NOTHING",
-                (dest.tenant_id, dest.destination_id, a_type, artifact_id, a_hash, k.dedupe_key, k.message_id,
-                 k.scope_key, k.order_seq, k.priority, k.order_key, ts, ts, ts),
-            )
-        if len(rows) < page:
-            return created
-        after = str(rows[-1][0])
+    sql = f"{_REQUEUE_SET} WHERE tenant_id = ? AND destination_id = ? AND state = 'failed' AND last_error = ?"
+    params: list[Any] = [ts, ts, tenant_id, destination_id, error]
+    if since is not None:
+        sql += " AND updated_at >= ?"
+        params.append(db_time(tx, since))
+    return tx.execute(sql, params)
 
 
 def requeue_gone(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime, now: datetime) -> int:
     """Requeue the deliveries of a destination that failed with `gone` at or after `since` (the one whose
     410 disabled it): failed → pending, attempts reset, same message id."""
-    ts = db_time(tx, now)
+    return requeue_failed_with_error(tx, tenant_id, destination_id, error="gone", now=now, since=since)
+
+
+# --- secret references (rotation clean-up, legacy migration) ----------------------------------------------------
+
+_SECRET_REF_COLUMNS: Final = ("secret_ref", "previous_secret_ref")
+
+
+def end_expired_rotations(tx: Tx, tenant_id: str, *, now: datetime) -> int:
+    """Forget the tenant's rotated-out secrets whose grace period is over at `now`."""
     return tx.execute(
-        "UPDATE deliveries SET state = 'pending', attempts = 0, claims = 0, next_attempt_at = ?, acked_at = NULL,"
-        " lease_owner = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = ?"
-        " WHERE tenant_id = ? AND destination_id = ? AND state = 'failed' AND last_error = 'gone'"
-        " AND updated_at >= ?",
-        (ts, ts, tenant_id, destination_id, db_time(tx, since)),
+        "UPDATE destinations SET previous_secret_ref = NULL, previous_secret_expires_at = NULL"
+        " WHERE tenant_id = ? AND previous_secret_expires_at IS NOT NULL AND previous_secret_expires_at <= ?",
+        (tenant_id, db_time(tx, now)),
+    )
+
+
+def secret_refs(tx: Tx, tenant_id: str) -> list[tuple[str, str | None]]:
+    """(secret_ref, previous_secret_ref) of every destination of the tenant."""
+    return [(r[0], r[1]) for r in tx.fetchall(
+        "SELECT secret_ref, previous_secret_ref FROM destinations WHERE tenant_id = ?", (tenant_id,))]
+
+
+def destinations_with_ref_scheme(tx: Tx, scheme: str) -> list[tuple[str, str, str, str, str | None]]:
+    """(tenant_id, destination_id, signing, secret_ref, previous_secret_ref) of every destination, all tenants,
+    whose current or previous secret reference starts with `scheme:`, in (tenant, destination) order."""
+    if not scheme.isalpha():
+        raise ValidationError(f"not a secret reference scheme: {scheme!r}", field="scheme")
+    rows = tx.fetchall(
+        "SELECT tenant_id, destination_id, signing, secret_ref, previous_secret_ref FROM destinations"
+        " WHERE secret_ref LIKE ? OR previous_secret_ref LIKE ? ORDER BY tenant_id, destination_id",
+        (f"{scheme}:%", f"{scheme}:%"),
+    )
+    return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+
+def replace_secret_ref(
+    tx: Tx, tenant_id: str, destination_id: str, column: str, *, old: str, new: str, now: datetime
+) -> int:
+    """Set `column` (secret_ref or previous_secret_ref) to `new` where it still holds `old`; rows changed."""
+    if column not in _SECRET_REF_COLUMNS:
+        raise ValidationError(f"not a secret reference column: {column!r}", field="column")
+    return tx.execute(
+        f"UPDATE destinations SET {column} = ?, updated_at = ? WHERE tenant_id = ?"
+        f" AND destination_id = ? AND {column} = ?",
+        (new, db_time(tx, now), tenant_id, destination_id, old),
     )
