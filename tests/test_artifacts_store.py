@@ -12,11 +12,11 @@ from conftest import load_vector
 from settlekit.artifacts import state as fold_module
 from settlekit.artifacts.build import build_all
 from settlekit.artifacts.builders import compute_artifact_hash
+from settlekit.delivery.sink import WebhookDeliverySink
 from settlekit.dispatch import Dispatcher
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json
 from settlekit.projections.artifacts import ArtifactConsumer
-from settlekit.projections.sinks import DeliveryQueueSink, OutboxTableSink
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.deliveries import Destination, put_destination
@@ -43,6 +43,12 @@ def _load(db: Database, name: str, *, one_by_one: bool) -> tuple[EventStore, dic
     else:
         store.append(T, events[0]["streamId"], events)
     return store, vector
+
+
+def _one_destination(db: Database) -> None:
+    """One active destination for every artifact type: each stored artifact gets exactly one delivery."""
+    with db.transaction() as tx:
+        put_destination(tx, Destination(T, "d0", "https://example.com/d0", "inline:s3cret"), now=NOW)
 
 
 def _dispatcher(db: Database, consumer: ArtifactConsumer) -> Dispatcher:
@@ -72,12 +78,13 @@ def _handle_all(db: Database, consumer: ArtifactConsumer, store: EventStore) -> 
 @pytest.mark.parametrize("name", ["claim_adjust_paid.json", "assist_coverage_royalty.json", "sla_credit.json"])
 def test_dispatcher_builds_vector_artifacts(db: Database, name: str) -> None:
     _, vector = _load(db, name, one_by_one=False)
+    _one_destination(db)
     consumer = ArtifactConsumer(generated_at="wall_clock", clock=lambda: VECTOR_TIME)
     _dispatcher(db, consumer).drain()
     stored = _stored(db, vector["events"][0]["streamId"])
     by_id = {a["artifactId"]: canonical_json(a) for a in stored}
     assert by_id == {a["artifactId"]: canonical_json(a) for a in vector["artifacts"]}
-    assert _count(db, "artifact_outbox") == len(vector["artifacts"])
+    assert _count(db, "deliveries") == len(vector["artifacts"])
 
 
 def test_one_by_one_appends_anchor_coverage_at_the_booking(db: Database) -> None:
@@ -96,13 +103,14 @@ def test_one_by_one_appends_anchor_coverage_at_the_booking(db: Database) -> None
 
 def test_handler_reuses_and_never_duplicates(db: Database) -> None:
     store, vector = _load(db, "claim_adjust_paid.json", one_by_one=True)
+    _one_destination(db)
     consumer = ArtifactConsumer()
     first = _handle_all(db, consumer, store)
     assert [o.created for o in first] == [True] * 10
     again = _handle_all(db, consumer, store)  # e.g. a consumer reset: every task is a reuse
     assert [o.created for o in again] == [False] * 10
     assert [o.artifact_id for o in again] == [o.artifact_id for o in first]
-    assert _count(db, "artifacts") == 10 and _count(db, "artifact_outbox") == 10
+    assert _count(db, "artifacts") == 10 and _count(db, "deliveries") == 10
 
 
 def test_incremental_fold_applies_each_event_once(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,6 +136,7 @@ def test_incremental_fold_applies_each_event_once(db: Database, monkeypatch: pyt
 
 def test_direct_handler_with_minimal_ctx(db: Database) -> None:
     store, vector = _load(db, "sla_credit.json", one_by_one=False)
+    _one_destination(db)
 
     class Ctx:
         def __init__(self, tx: Any) -> None:
@@ -139,7 +148,7 @@ def test_direct_handler_with_minimal_ctx(db: Database) -> None:
         consumer(credit, Ctx(tx))
     ids = sorted(a["artifactId"] for a in _stored(db, credit.stream_id))
     assert ids == ["credit_job_sla_credit_cred_1", f"settlement_job_sla_credit_{credit.event_id}"]
-    assert _count(db, "artifact_outbox") == 2
+    assert _count(db, "deliveries") == 2
 
 
 @pytest.mark.parametrize("point", ["after_build_before_store", "after_store_before_deliveries"])
@@ -149,12 +158,12 @@ def test_failpoint_crash_then_restart_yields_exactly_one(db: Database, point: st
         for dest in ("d1", "d2"):
             put_destination(tx, Destination(T, dest, f"https://example.com/{dest}", "inline:s3cret"), now=NOW)
     crash_at(f"artifacts.{point}")
-    crashing = ArtifactConsumer(sink=DeliveryQueueSink(clock=lambda: NOW))
+    crashing = ArtifactConsumer(sink=WebhookDeliverySink(clock=lambda: NOW))
     with pytest.raises(SimulatedCrash, match=point):
         _dispatcher(db, crashing).drain()
     assert _count(db, "artifacts") == 0 and _count(db, "deliveries") == 0
     # restart: a fresh dispatcher and consumer resume from the committed cursor
-    _dispatcher(db, ArtifactConsumer(sink=DeliveryQueueSink(clock=lambda: NOW))).drain()
+    _dispatcher(db, ArtifactConsumer(sink=WebhookDeliverySink(clock=lambda: NOW))).drain()
     stored = _stored(db, vector["events"][0]["streamId"])
     assert len(stored) == len(vector["artifacts"]) == _count(db, "artifacts")
     with db.read() as tx:
@@ -165,14 +174,15 @@ def test_failpoint_crash_then_restart_yields_exactly_one(db: Database, point: st
 
 def test_dispatcher_crash_before_commit_is_exactly_once(db: Database) -> None:
     _load(db, "sla_credit.json", one_by_one=True)
-    consumer = ArtifactConsumer(sink=OutboxTableSink())
+    _one_destination(db)
+    consumer = ArtifactConsumer()
     dispatcher = _dispatcher(db, consumer)
     crash_at("dispatch.before_commit", subject="settlekit:artifacts")
     with pytest.raises(SimulatedCrash):
         dispatcher.drain()
     assert _count(db, "artifacts") == 0 and _count(db, "artifact_job_state") == 0
     _dispatcher(db, ArtifactConsumer()).drain()
-    assert _count(db, "artifacts") == 4 and _count(db, "artifact_outbox") == 4
+    assert _count(db, "artifacts") == 4 and _count(db, "deliveries") == 4
 
 
 # ------------------------------------------------------------------ repository

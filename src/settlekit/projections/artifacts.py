@@ -28,10 +28,11 @@ from settlekit.artifacts.build import booking_wants_coverage, tasks_for_event
 from settlekit.artifacts.builders import BuildTask, artifact_id, build_artifact
 from settlekit.artifacts.state import FoldState
 from settlekit.artifacts.types import CONSUMER_EVENT_TYPES, TRIGGERS
+from settlekit.delivery.sink import WebhookDeliverySink
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import iso_millis, parse_json, storable_json
 from settlekit.events.js import get, truthy
-from settlekit.projections.sinks import DeliverySink, OutboxTableSink
+from settlekit.projections.sinks import DeliverySink
 from settlekit.store import artifacts as repo
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Tx
@@ -91,7 +92,7 @@ class ArtifactConsumer:
         if generated_at not in ("source", "wall_clock"):
             raise ValueError("generated_at must be 'source' or 'wall_clock'")
         self.store = store or ArtifactStore()
-        self.sink: DeliverySink = sink or OutboxTableSink()
+        self.sink: DeliverySink = sink or WebhookDeliverySink()
         self.generated_at_policy = generated_at
         self.clock = clock or (lambda: datetime.now(UTC))
         self.contract_resolver = contract_resolver

@@ -327,14 +327,6 @@ def save_job_state(tx: Tx, tenant_id: str, job_id: str, seq: int, state_json: st
     tx.execute(statements("artifacts", tx.dialect)["save_job_state"], (tenant_id, job_id, seq, state_json))
 
 
-def insert_outbox(tx: Tx, tenant_id: str, artifact_row: Mapping[str, Any]) -> int:
-    """One `artifact_outbox` row per artifact (a second call for the same artifact inserts nothing)."""
-    return tx.execute(
-        "INSERT INTO artifact_outbox (tenant_id, artifact_id, artifact_type, artifact_hash) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT (tenant_id, artifact_id) DO NOTHING",
-        (tenant_id, artifact_row["artifactId"], artifact_row["artifactType"], artifact_row["artifactHash"]),
-    )
-
 
 def load_artifact_json(tx: Tx, tenant_id: str, artifact_id: str) -> Any:
     """The stored `artifact_json` of one artifact as the driver returns it (JSONB or text), or None."""
