@@ -35,8 +35,8 @@ from settlekit.dispatch import (
     skip_poison,
 )
 from settlekit.dispatch.cli import consumers_app
-from settlekit.dispatch.gaps import dump_gaps
 from settlekit.errors import ConfigurationError, ValidationError
+from settlekit.store.consumers import dump_gaps
 from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore, StoredEvent
 from support.failpoints import SimulatedCrash, crash_at

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from settlekit.dispatch.gaps import dump_gaps, holes, merge, parse_gaps, remove_position, settle
-from settlekit.dispatch.model import Gap
+from settlekit.dispatch.gaps import holes, merge, remove_position, settle
+from settlekit.store.consumers import Gap, dump_gaps, parse_gaps
 
 
 def test_holes_between_fetched_positions_below_the_new_cursor() -> None:

@@ -11,11 +11,8 @@ from settlekit.dispatch.model import (
     ConsumerNotDisabled,
     ConsumerNotFound,
     ConsumerProcessing,
-    ConsumerState,
-    DispatchedEvent,
     DrainTimeout,
     ErrorPolicy,
-    Gap,
 )
 from settlekit.dispatch.ops import (
     ConsumerProgress,
@@ -31,6 +28,7 @@ from settlekit.dispatch.ops import (
     skip_poison,
     wait_for,
 )
+from settlekit.store.consumers import ConsumerState, DispatchedEvent, Gap
 
 __all__ = [
     "SHARED_INSTANCE",

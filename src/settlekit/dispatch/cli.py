@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from settlekit.dispatch import ops
-from settlekit.dispatch.model import SHARED_INSTANCE, ConsumerState
+from settlekit.dispatch.model import SHARED_INSTANCE
 from settlekit.errors import SettlekitError
+from settlekit.store.consumers import ConsumerState
 from settlekit.store.db import Database, connect
 
 consumers_app = typer.Typer(help="Durable consumers: state, lag and recovery.", no_args_is_help=True)

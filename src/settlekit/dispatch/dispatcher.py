@@ -7,19 +7,16 @@ cursor, attempts and gaps before COMMIT. A crash anywhere before COMMIT re-deliv
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from settlekit import failpoints
-from settlekit.dispatch import sql as q
 from settlekit.dispatch.gaps import holes, merge, oldest_seen_at, settle
 from settlekit.dispatch.metrics import DispatchMetrics, metrics_for
 from settlekit.dispatch.model import (
@@ -27,13 +24,12 @@ from settlekit.dispatch.model import (
     Consumer,
     ConsumerContext,
     ConsumerDead,
-    ConsumerState,
-    DispatchedEvent,
     DrainTimeout,
-    Gap,
 )
 from settlekit.errors import ConfigurationError
-from settlekit.store.db import Database, Row, Tx
+from settlekit.store.consumers import ConsumerRepository, ConsumerState, DispatchedEvent, Gap
+from settlekit.store.db import Database, Tx
+from settlekit.store.scoped_tx import ScopedTx
 
 log = logging.getLogger("settlekit.dispatch")
 
@@ -74,58 +70,6 @@ class _Outcome:
     failed: int = 0
     skipped: int = 0
     dead: bool = False
-
-
-class _ScopedTx(Tx):
-    """The turn transaction as a handler sees it: a savepoint is opened lazily before the handler's first
-    statement, so handlers that never touch the database cost no round trips."""
-
-    def __init__(self, tx: Tx, name: str):
-        self._tx = tx
-        self.dialect = tx.dialect
-        self._name = name
-        self._open = False
-
-    def _enter(self) -> None:
-        if not self._open:
-            self._tx.execute(f"SAVEPOINT {self._name}")
-            self._open = True
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        self._enter()
-        return self._tx.execute(sql, params)
-
-    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        self._enter()
-        return self._tx.fetchall(sql, params)
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._enter()
-        self._tx.executemany(sql, rows)
-
-    def savepoint(self) -> contextlib.AbstractContextManager[None]:
-        self._enter()
-        return self._tx.savepoint()
-
-    @property
-    def raw(self) -> Any:
-        self._enter()
-        return self._tx.raw
-
-    def notify(self) -> None:
-        self._enter()
-        self._tx.notify()
-
-    def release(self) -> None:
-        if self._open:
-            self._open = False
-            self._tx.execute(f"RELEASE SAVEPOINT {self._name}")
-
-    def rollback(self) -> None:
-        if self._open:
-            self._open = False
-            self._tx.execute(f"ROLLBACK TO SAVEPOINT {self._name}")
-            self._tx.execute(f"RELEASE SAVEPOINT {self._name}")
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:
@@ -180,6 +124,7 @@ class Dispatcher:
                 code="DISPATCH_OPTIONS_INVALID",
             )
         self.db = db
+        self.repo = ConsumerRepository(db)
         self.consumers = list(consumers)
         self.instance_id = instance_id
         self.batch_size = batch_size
@@ -215,18 +160,7 @@ class Dispatcher:
         """Create a state row per consumer shard if missing; never touches an existing cursor."""
         with self.db.transaction() as tx:
             for c in self.consumers:
-                if c.start_from == "now":
-                    tx.execute(
-                        "INSERT INTO consumer_state (name, instance_id, last_processed_position)"
-                        " SELECT ?, ?, COALESCE(MAX(position), 0) FROM events WHERE 1 = 1"
-                        " ON CONFLICT DO NOTHING",
-                        (c.name, self.shard(c)),
-                    )
-                else:
-                    tx.execute(
-                        "INSERT INTO consumer_state (name, instance_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                        (c.name, self.shard(c)),
-                    )
+                self.repo.register(tx, c.name, self.shard(c), at_head=c.start_from == "now")
         self._registered = True
 
     def start(self) -> None:
@@ -302,28 +236,18 @@ class Dispatcher:
     def _precheck(self) -> set[tuple[str, str]]:
         """Consumers provably without work (no writes); also refreshes every lag gauge."""
         keys = {(c.name, self.shard(c)) for c in self.consumers}
-        names = sorted({k[0] for k in keys})
-        marks = ",".join("?" for _ in names)
-        empty = "c.pending_gaps = '[]'::jsonb" if self.db.dialect == "postgres" else "c.pending_gaps = '[]'"
-        age = q.age_sql(self.db.dialect, "e.recorded_at")
         with self.db.read() as tx:
-            rows = tx.fetchall(
-                f"SELECT c.name, c.instance_id, c.status, c.last_processed_position, {empty},"
-                f" (SELECT {age} FROM events e WHERE e.position > c.last_processed_position"
-                f"   ORDER BY e.position LIMIT 1),"
-                f" (SELECT COALESCE(MAX(position), 0) FROM events)"
-                f" FROM consumer_state c WHERE c.name IN ({marks})",
-                names,
-            )
+            rows = self.repo.precheck(tx, (k[0] for k in keys))
         idle: set[tuple[str, str]] = set()
-        for name, inst, status, cursor, no_gaps, next_age, hwm in rows:
+        for row in rows:
+            name, inst = row.name, row.instance_id
             if (name, inst) not in keys:
                 continue
-            self.metrics.lag_events.labels(name, inst).set(max(0, int(hwm) - int(cursor)))
-            self.metrics.lag_seconds.labels(name, inst).set(float(next_age or 0.0))
-            if no_gaps:
+            self.metrics.lag_events.labels(name, inst).set(max(0, row.high_water_mark - row.cursor))
+            self.metrics.lag_seconds.labels(name, inst).set(float(row.next_event_age or 0.0))
+            if row.no_gaps:
                 self.metrics.oldest_gap_age.labels(name, inst).set(0.0)
-            if status == "disabled" or (status != "dead" and no_gaps and next_age is None):
+            if row.status == "disabled" or (row.status != "dead" and row.no_gaps and row.next_event_age is None):
                 idle.add((name, inst))
         return idle
 
@@ -334,7 +258,7 @@ class Dispatcher:
         name, inst = consumer.name, self.shard(consumer)
         started = time.perf_counter()
         try:
-            with self.db.transaction() as tx, self._mark(name, inst):
+            with self.db.transaction() as tx, self.repo.turn(name, inst):
                 result = self._turn_in_tx(tx, consumer, inst)
         except Exception as exc:
             cls, msg = _describe(exc)
@@ -342,10 +266,7 @@ class Dispatcher:
             self.log.exception("turn of %s (%s) rolled back", name, inst)
             try:
                 with self.db.transaction() as tx:
-                    tx.execute(
-                        "UPDATE consumer_state SET last_error = ? WHERE name = ? AND instance_id = ?",
-                        (f"turn error: {cls}: {msg}", name, inst),
-                    )
+                    self.repo.record_error(tx, name, inst, f"turn error: {cls}: {msg}")
             except Exception:
                 self.log.exception("could not record the turn error of %s (%s)", name, inst)
             return ConsumerResult(outcome="error")
@@ -360,29 +281,21 @@ class Dispatcher:
                                  " transaction", name, inst, exc_info=True)
         return result
 
-    @contextlib.contextmanager
-    def _mark(self, name: str, inst: str) -> Iterator[None]:
-        if self.db.dialect == "sqlite":
-            with q.local_turn(self.db, name, inst):
-                yield
-        else:
-            yield
-
     def _turn_in_tx(self, tx: Tx, consumer: Consumer, inst: str) -> ConsumerResult:
         name = consumer.name
-        got = q.read_state(tx, name, inst, "skip")
+        repo = self.repo
+        got = repo.read_state(tx, name, inst, "skip")
         if got is None:
-            reason = "locked_by_other_instance" if q.row_exists(tx, name, inst) else "not_registered"
+            reason = "locked_by_other_instance" if repo.exists(tx, name, inst) else "not_registered"
             return ConsumerResult(outcome=reason)
         state, age = got
-        postgres = tx.dialect == "postgres"
         if state.status == "disabled":
             return ConsumerResult(outcome="disabled")
         if state.status == "dead":
             if age >= self.rearm_cooldown and state.rearm_count < self.max_rearm_count:
                 state.status, state.attempts, state.last_error = "idle", 0, None
                 state.rearm_count += 1
-                q.write_state(tx, state)
+                repo.write_state(tx, state)
                 self.metrics.rearm.labels(name, inst).inc()
                 self._exhausted.discard((name, inst))
                 self.log.warning(
@@ -401,9 +314,9 @@ class Dispatcher:
             return ConsumerResult(outcome="backoff")
 
         # S1 (horizon) precedes S2 (fetch): a writer that ended before S1 is visible to S2 if it committed.
-        horizon = q.horizon(tx) if postgres else sys.maxsize
+        horizon = repo.horizon(tx)
         start_cursor, gaps = state.cursor, state.pending_gaps
-        rows = q.fetch_events(tx, start_cursor, gaps, self.batch_size)
+        rows = repo.fetch_events(tx, start_cursor, gaps, self.batch_size)
         failpoints.hit("dispatch.after_fetch", name)
         fetched = [r.position for r in rows]
         complete_upto = sys.maxsize if len(rows) < self.batch_size else fetched[-1]
@@ -422,9 +335,11 @@ class Dispatcher:
             horizon=horizon,
             complete_upto=complete_upto,
         )
-        new_holes = holes(start_cursor, new_cursor, [p for p in fetched if p > start_cursor]) if postgres else []
+        # where positions commit out of order, one skipped now may still commit: it becomes a pending gap
+        above = [p for p in fetched if p > start_cursor]
+        new_holes = holes(start_cursor, new_cursor, above) if repo.commits_out_of_order else []
         if new_holes:
-            xid = q.observation_xid(self.db)
+            xid = repo.observation_xid()
             seen = time.time()
             remaining = merge([*remaining, *(Gap(lo, hi, xid, seen) for lo, hi in new_holes)])
 
@@ -437,7 +352,7 @@ class Dispatcher:
             state.pending_gaps = remaining
             if outcome.processed:
                 state.rearm_count = 0
-            q.write_state(tx, state, skipped=outcome.skipped)
+            repo.write_state(tx, state, skipped=outcome.skipped)
             if outcome.dead:
                 self.metrics.dead.labels(name, inst).inc()
                 self.log.error(
@@ -458,15 +373,9 @@ class Dispatcher:
         oldest = oldest_seen_at(remaining)
         m.oldest_gap_age.labels(name, inst).set(0.0 if oldest is None else max(0.0, time.time() - oldest))
         if changed:
-            age_sql = q.age_sql(tx.dialect, "recorded_at")
-            row = tx.fetchone(
-                f"SELECT (SELECT COALESCE(MAX(position), 0) FROM events),"
-                f" (SELECT {age_sql} FROM events WHERE position > ? ORDER BY position LIMIT 1)",
-                (new_cursor,),
-            )
-            if row is not None:
-                m.lag_events.labels(name, inst).set(max(0, int(row[0]) - new_cursor))
-                m.lag_seconds.labels(name, inst).set(float(row[1] or 0.0))
+            hwm, next_age = repo.lag(tx, new_cursor)
+            m.lag_events.labels(name, inst).set(max(0, hwm - new_cursor))
+            m.lag_seconds.labels(name, inst).set(float(next_age or 0.0))
         failpoints.hit("dispatch.before_commit", name)
         return ConsumerResult(
             processed=outcome.processed,
@@ -500,7 +409,7 @@ class Dispatcher:
         if last is not None and now - last < self.gap_log_interval:
             return
         self._gap_logged[key] = now
-        blocker = q.oldest_writer(self.db) if self.db.dialect == "postgres" else None
+        blocker = self.repo.oldest_writer()
         if blocker is None:
             self.log.warning(
                 "consumer %s (%s): %d pending gap ranges, the limit; waiting for the writers holding them to end",
@@ -529,7 +438,7 @@ class Dispatcher:
         types = consumer.event_types
         matching = rows if types is None else [r for r in rows if r.type in types]
         if consumer.batch_handler is not None and matching:
-            scoped = _ScopedTx(tx, "sk_batch")
+            scoped = ScopedTx(tx, "sk_batch")
             batch_ctx = ConsumerContext(scoped, name, inst, self.log, self.metrics, matching[-1])
             try:
                 consumer.batch_handler(matching, batch_ctx)
@@ -551,7 +460,7 @@ class Dispatcher:
                 return out
         policy = consumer.error_policy
         max_attempts = policy.max_attempts or self.max_attempts
-        scoped = _ScopedTx(tx, "sk_event")
+        scoped = ScopedTx(tx, "sk_event")
         handler = consumer.handler
         resolved = out.resolved
         ctx: ConsumerContext | None = None
@@ -572,7 +481,7 @@ class Dispatcher:
                 out.failed += 1
                 self.metrics.failed.labels(name, inst, cls).inc()
                 if policy.skip_apply_errors:
-                    q.insert_dead_letter(tx, name, inst, row.position, "skip_apply_error", cls, msg)
+                    self.repo.insert_dead_letter(tx, name, inst, row.position, "skip_apply_error", cls, msg)
                     self.metrics.skipped.labels(name, inst, "skip_apply_error").inc()
                     self.log.warning("consumer %s: skipped event at position %d (%s: %s)", name, row.position, cls, msg)
                     out.skipped += 1
@@ -585,7 +494,7 @@ class Dispatcher:
                 out.dead = out.attempts >= max_attempts
                 halted = True
                 break
-            if scoped._open:
+            if scoped.is_open:
                 scoped.release()
             resolved.append(row.position)
             out.processed += 1
@@ -600,7 +509,7 @@ class Dispatcher:
         high-water mark taken at call time. Raises ConsumerDead or DrainTimeout."""
         deadline = time.monotonic() + timeout
         with self.db.read() as tx:
-            target = q.high_water_mark(tx)
+            target = self.repo.high_water_mark(tx)
         total = PassResult()
         while True:
             result = self.run_once()
@@ -637,14 +546,14 @@ class Dispatcher:
         out = []
         with self.db.read() as tx:
             for c in self.consumers:
-                got = q.read_state(tx, c.name, self.shard(c))
+                got = self.repo.read_state(tx, c.name, self.shard(c))
                 if got is None:
                     continue
                 state = got[0]
                 if state.status == "disabled":
                     continue
                 low = [g for g in state.pending_gaps if g.lo <= target]
-                if state.cursor < target or q.smallest_visible_in(tx, low) is not None:
+                if state.cursor < target or self.repo.smallest_visible_in(tx, low) is not None:
                     out.append(state)
         return out
 

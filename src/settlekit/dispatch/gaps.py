@@ -1,22 +1,11 @@
-"""Pending-gap bookkeeping (05-dispatcher.md §6): pure functions over inclusive position ranges."""
+"""Pending-gap bookkeeping (05-dispatcher.md §6): pure functions over inclusive position ranges
+(stored as JSON by settlekit.store.consumers)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-from settlekit.dispatch.model import Gap
-
-
-def parse_gaps(value: Any) -> list[Gap]:
-    """Gaps from the stored JSON (text or already decoded)."""
-    items = json.loads(value) if isinstance(value, str | bytes) else (value or [])
-    return [Gap(int(g["from"]), int(g["to"]), int(g.get("xmax") or 0), float(g.get("at") or 0.0)) for g in items]
-
-
-def dump_gaps(gaps: Sequence[Gap]) -> str:
-    return json.dumps([g.to_json() for g in gaps], separators=(",", ":"))
+from settlekit.store.consumers import Gap
 
 
 def _earliest(a: float, b: float) -> float:

@@ -1,4 +1,5 @@
-"""Consumer definitions, the handler context, state rows and the dispatcher's errors."""
+"""Consumer definitions, the handler context and the dispatcher's errors (the state rows and the dispatched
+event are the store's: settlekit.store.consumers)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,10 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from settlekit.errors import ConflictError, NotFoundError, SettlekitError, ValidationError
-from settlekit.events.canonical import parse_json
-from settlekit.store.event_store import StoredEvent
+from settlekit.store.consumers import DispatchedEvent
 
 if TYPE_CHECKING:
     from settlekit.dispatch.metrics import DispatchMetrics
@@ -21,8 +21,8 @@ Delivery = Literal["shared", "per_instance"]
 StartFrom = Literal["beginning", "now"]
 Status = Literal["idle", "processing", "dead", "disabled"]
 
-Handler = Callable[["DispatchedEvent", "ConsumerContext"], None]
-BatchHandler = Callable[[Sequence["DispatchedEvent"], "ConsumerContext"], None]
+Handler = Callable[[DispatchedEvent, "ConsumerContext"], None]
+BatchHandler = Callable[[Sequence[DispatchedEvent], "ConsumerContext"], None]
 
 
 @dataclass(frozen=True)
@@ -58,60 +58,6 @@ class Consumer:
             )
         if self.event_types is not None and not isinstance(self.event_types, frozenset):
             object.__setattr__(self, "event_types", frozenset(self.event_types))
-
-
-class DispatchedEvent(StoredEvent):
-    """A StoredEvent read by the dispatcher; the envelope JSON is parsed on first access of `event`."""
-
-    def __init__(
-        self,
-        position: int,
-        tenant_id: str,
-        stream_id: str,
-        stream_type: str,
-        seq: int,
-        raw: str,
-        txid: int | None,
-        event_id: str,
-        event_type: str,
-        correlation_id: str | None,
-    ):
-        object.__setattr__(
-            self,
-            "__dict__",
-            {
-                "position": position,
-                "tenant_id": tenant_id,
-                "stream_id": stream_id,
-                "stream_type": stream_type,
-                "seq": seq,
-                "txid": txid,
-                "raw_json": raw,
-                "_event_id": event_id,
-                "_type": event_type,
-                "correlation_id": correlation_id,
-                "_parsed": None,
-            },
-        )
-
-    raw_json: str
-    correlation_id: str | None
-
-    @property
-    def event(self) -> dict[str, Any]:
-        parsed = self.__dict__["_parsed"]
-        if parsed is None:
-            parsed = parse_json(self.raw_json)
-            object.__setattr__(self, "_parsed", parsed)
-        return parsed
-
-    @property
-    def event_id(self) -> str:
-        return str(self.__dict__["_event_id"])
-
-    @property
-    def type(self) -> str:
-        return str(self.__dict__["_type"])
 
 
 class ConsumerContext:
@@ -157,64 +103,6 @@ class ConsumerContext:
         if self._correlation_id is None:
             self._correlation_id = uuid.uuid4().hex
         return self._correlation_id
-
-
-@dataclass(frozen=True)
-class Gap:
-    """An inclusive range of positions below the cursor that were invisible when observed.
-
-    `seen_at` (unix seconds, 0 = unknown) is when the range was first recorded; it only feeds the oldest-gap
-    gauge and takes no part in equality."""
-
-    lo: int
-    hi: int
-    xmax: int
-    seen_at: float = field(default=0.0, compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"from": self.lo, "to": self.hi, "xmax": str(self.xmax)}
-        if self.seen_at:
-            out["at"] = round(self.seen_at, 3)
-        return out
-
-    @property
-    def size(self) -> int:
-        return self.hi - self.lo + 1
-
-
-@dataclass
-class ConsumerState:
-    name: str
-    instance_id: str
-    status: str
-    cursor: int
-    attempts: int
-    rearm_count: int
-    pending_gaps: list[Gap]
-    last_error: str | None
-    skipped_count: int
-    updated_at: str
-    processing: bool = False
-
-    @property
-    def pending_gap_positions(self) -> int:
-        return sum(g.size for g in self.pending_gaps)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "instanceId": self.instance_id,
-            "status": "processing" if self.processing else self.status,
-            "storedStatus": self.status,
-            "processing": self.processing,
-            "lastProcessedPosition": self.cursor,
-            "attempts": self.attempts,
-            "rearmCount": self.rearm_count,
-            "pendingGaps": [g.to_json() for g in self.pending_gaps],
-            "lastError": self.last_error,
-            "skippedCount": self.skipped_count,
-            "updatedAt": self.updated_at,
-        }
 
 
 class ConsumerNotFound(NotFoundError):

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from settlekit.dispatch import sql as q
 from settlekit.dispatch.gaps import merge, remove_position
 from settlekit.dispatch.model import (
     SHARED_INSTANCE,
@@ -19,10 +18,9 @@ from settlekit.dispatch.model import (
     ConsumerNotDisabled,
     ConsumerNotFound,
     ConsumerProcessing,
-    ConsumerState,
-    Gap,
 )
 from settlekit.errors import SettlekitError, ValidationError
+from settlekit.store.consumers import ConsumerRepository, ConsumerRowLocked, ConsumerState, Gap
 from settlekit.store.db import Database, Tx
 
 
@@ -69,27 +67,31 @@ def _processing(name: str, instance_id: str) -> ConsumerProcessing:
     )
 
 
-def _locked(tx: Tx, db: Database, name: str, instance_id: str, *, nowait: bool = False) -> ConsumerState:
-    got = q.read_state(tx, name, instance_id, "nowait" if nowait else "wait")
+def _locked(repo: ConsumerRepository, tx: Tx, name: str, instance_id: str, *, nowait: bool = False) -> ConsumerState:
+    try:
+        got = repo.read_state(tx, name, instance_id, "nowait" if nowait else "wait")
+    except ConsumerRowLocked:
+        raise _processing(name, instance_id) from None
     if got is None:
         raise _not_found(name, instance_id)
     return got[0]
 
 
-def _reread(tx: Tx, name: str, instance_id: str) -> ConsumerState:
-    got = q.read_state(tx, name, instance_id)
+def _reread(repo: ConsumerRepository, tx: Tx, name: str, instance_id: str) -> ConsumerState:
+    got = repo.read_state(tx, name, instance_id)
     assert got is not None
     return got[0]
 
 
 def get_state(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState | None:
     """The row plus a `processing` flag (a turn holds its lock right now), or None."""
+    repo = ConsumerRepository(db)
     with db.read() as tx:
-        got = q.read_state(tx, name, instance_id)
+        got = repo.read_state(tx, name, instance_id)
         if got is None:
             return None
         state = got[0]
-        state.processing = (name, instance_id) in q.processing_keys(tx, db, [(name, instance_id)])
+        state.processing = (name, instance_id) in repo.processing_keys(tx, [(name, instance_id)])
     return state
 
 
@@ -106,17 +108,11 @@ def list_consumers(db: Database, registered: Sequence[str] | None = None) -> lis
     With `registered` given, rows of other names are flagged `registered=False` (stale); without it
     (the CLI: consumers live in code) `registered` is None.
     """
-    age = q.age_sql(db.dialect, "e.recorded_at")
+    repo = ConsumerRepository(db)
     with db.read() as tx:
-        hwm = q.high_water_mark(tx)
-        rows = tx.fetchall(
-            f"SELECT {q.state_select(tx.dialect)},"
-            f" (SELECT {age} FROM events e WHERE e.position > consumer_state.last_processed_position"
-            f"  ORDER BY e.position LIMIT 1)"
-            f" FROM consumer_state ORDER BY name, instance_id"
-        )
-        states = [(q.row_to_state(r)[0], float(r[11] or 0.0)) for r in rows]
-        busy = q.processing_keys(tx, db, [(s.name, s.instance_id) for s, _ in states])
+        hwm = repo.high_water_mark(tx)
+        states = repo.list_states(tx)
+        busy = repo.processing_keys(tx, [(s.name, s.instance_id) for s, _ in states])
     known = set(registered) if registered is not None else None
     out: list[ConsumerProgress] = []
     for state, lag_seconds in states:
@@ -149,16 +145,17 @@ def list_consumers(db: Database, registered: Sequence[str] | None = None) -> lis
     return out
 
 
-def _write(tx: Tx, state: ConsumerState, **changes: Any) -> None:
+def _write(repo: ConsumerRepository, tx: Tx, state: ConsumerState, **changes: Any) -> None:
     for key, value in changes.items():
         setattr(state, key, value)
-    q.write_state(tx, state)
+    repo.write_state(tx, state)
 
 
 def restart_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
     """dead → idle, keeping the cursor and gaps (the next turn retries the poison event)."""
+    repo = ConsumerRepository(db)
     with db.transaction() as tx:
-        state = _locked(tx, db, name, instance_id)
+        state = _locked(repo, tx, name, instance_id)
         if state.status != "dead":
             raise ConsumerNotDead(
                 f"consumer {name!r} is {state.status}, not dead; restart only revives a dead"
@@ -166,20 +163,22 @@ def restart_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE
                 consumer=name,
                 consumerStatus=state.status,
             )
-        _write(tx, state, status="idle", attempts=0, last_error=None, rearm_count=0)
-        return _reread(tx, name, instance_id)
+        _write(repo, tx, state, status="idle", attempts=0, last_error=None, rearm_count=0)
+        return _reread(repo, tx, name, instance_id)
 
 
 def disable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
+    repo = ConsumerRepository(db)
     with db.transaction() as tx:
-        state = _locked(tx, db, name, instance_id)
-        _write(tx, state, status="disabled", attempts=0, last_error=None, rearm_count=0)
-        return _reread(tx, name, instance_id)
+        state = _locked(repo, tx, name, instance_id)
+        _write(repo, tx, state, status="disabled", attempts=0, last_error=None, rearm_count=0)
+        return _reread(repo, tx, name, instance_id)
 
 
 def enable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
+    repo = ConsumerRepository(db)
     with db.transaction() as tx:
-        state = _locked(tx, db, name, instance_id)
+        state = _locked(repo, tx, name, instance_id)
         if state.status != "disabled":
             raise ConsumerNotDisabled(
                 f"consumer {name!r} is {state.status}, not disabled; enable only applies to"
@@ -187,39 +186,39 @@ def enable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE)
                 consumer=name,
                 consumerStatus=state.status,
             )
-        _write(tx, state, status="idle", attempts=0, last_error=None, rearm_count=0)
-        return _reread(tx, name, instance_id)
+        _write(repo, tx, state, status="idle", attempts=0, last_error=None, rearm_count=0)
+        return _reread(repo, tx, name, instance_id)
 
 
 def skip_poison(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> SkipResult:
     """Skip the event blocking the consumer: the lowest visible pending-gap position first (halt-on-poison
     walks gaps first), else the next visible position after the cursor. Writes an `operator_skip` dead letter.
     """
+    repo = ConsumerRepository(db)
     with db.transaction() as tx:
-        state = _locked(tx, db, name, instance_id)
-        position = q.smallest_visible_in(tx, state.pending_gaps)
+        state = _locked(repo, tx, name, instance_id)
+        position = repo.smallest_visible_in(tx, state.pending_gaps)
         if position is not None:
             gaps = remove_position(state.pending_gaps, position)
             cursor = state.cursor
         else:
-            position = q.next_position_after(tx, state.cursor)
+            position = repo.next_position_after(tx, state.cursor)
             if position is None:
                 return SkipResult(state, None)
             gaps = list(state.pending_gaps)
-            if tx.dialect == "postgres" and position > state.cursor + 1:
+            if repo.commits_out_of_order and position > state.cursor + 1:
                 # Positions between the cursor and the skipped event may belong to writers still in flight.
-                gaps = merge([*gaps, Gap(state.cursor + 1, position - 1, q.observation_xid(db),
-                                           time.time())])
+                gaps = merge([*gaps, Gap(state.cursor + 1, position - 1, repo.observation_xid(), time.time())])
             cursor = position
         error = state.last_error
-        q.insert_dead_letter(
+        repo.insert_dead_letter(
             tx, name, instance_id, position, "operator_skip", error.split(":", 1)[0] if error else None, error
         )
         status = "disabled" if state.status == "disabled" else "idle"
         state.status, state.cursor, state.pending_gaps = status, cursor, gaps
         state.attempts, state.last_error, state.rearm_count = 0, None, 0
-        q.write_state(tx, state, skipped=1)
-        return SkipResult(_reread(tx, name, instance_id), position)
+        repo.write_state(tx, state, skipped=1)
+        return SkipResult(_reread(repo, tx, name, instance_id), position)
 
 
 def reset_consumer(
@@ -227,12 +226,13 @@ def reset_consumer(
 ) -> ConsumerState:
     """Move the cursor to a position (0 = replay everything) or `now` (the high-water mark); clears gaps,
     attempts and errors. Refused while a turn holds the row."""
-    if db.dialect == "sqlite" and q.in_local_turn(db, name, instance_id):
-        # Checked before BEGIN IMMEDIATE, which would otherwise just wait for the turn to commit.
+    repo = ConsumerRepository(db)
+    if repo.turn_in_process(name, instance_id):
+        # Checked before the transaction, which would otherwise just wait for the turn to commit (SQLite).
         raise _processing(name, instance_id)
     with db.transaction() as tx:
-        state = _locked(tx, db, name, instance_id, nowait=True)
-        hwm = q.high_water_mark(tx)
+        state = _locked(repo, tx, name, instance_id, nowait=True)
+        hwm = repo.high_water_mark(tx)
         if to == "now":
             position = hwm
         elif isinstance(to, int) and not isinstance(to, bool) and 0 <= to <= hwm:
@@ -246,6 +246,7 @@ def reset_consumer(
             )
         status = "disabled" if state.status == "disabled" else "idle"
         _write(
+            repo,
             tx,
             state,
             status=status,
@@ -255,7 +256,7 @@ def reset_consumer(
             last_error=None,
             rearm_count=0,
         )
-        return _reread(tx, name, instance_id)
+        return _reread(repo, tx, name, instance_id)
 
 
 def wait_for(
@@ -285,10 +286,6 @@ def wait_for(
 
 def dead_letters(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> list[dict[str, Any]]:
     with db.read() as tx:
-        rows = tx.fetchall(
-            "SELECT id, position, event_id, event_type, reason, error_class, error_message, created_at"
-            " FROM consumer_dead_letters WHERE consumer_name = ? AND instance_id = ? ORDER BY id",
-            (name, instance_id),
-        )
+        rows = ConsumerRepository(db).dead_letters(tx, name, instance_id)
     keys = ("id", "position", "eventId", "eventType", "reason", "errorClass", "errorMessage", "createdAt")
     return [{k: (str(v) if k == "createdAt" else v) for k, v in zip(keys, r, strict=True)} for r in rows]

@@ -32,12 +32,14 @@ FRAGMENTS: Mapping[Dialect, Mapping[str, str]] = {
         "json": "?::jsonb",
         "seconds_since_updated_at": "EXTRACT(EPOCH FROM (clock_timestamp() - updated_at))::float8",
         "claim_lock": "FOR UPDATE OF d SKIP LOCKED",
+        "seconds_since_recorded_at": "EXTRACT(EPOCH FROM (clock_timestamp() - recorded_at))::float8",
     },
     "sqlite": {
         "now": "strftime('%Y-%m-%dT%H:%M:%fZ','now')",
         "json": "?",
         "seconds_since_updated_at": "((julianday('now') - julianday(updated_at)) * 86400.0)",
         "claim_lock": "",
+        "seconds_since_recorded_at": "((julianday('now') - julianday(recorded_at)) * 86400.0)",
     },
 }
 # `claim_lock` ends a claim query whose claimed table is aliased `d`: PostgreSQL locks the claimed rows and

@@ -1,0 +1,407 @@
+"""Consumer repository (05-dispatcher.md §2): consumer_state, consumer_dead_letters and the dispatcher's reads of
+the global event order, written once for both backends.
+
+Statements live in `store/queries/consumers.sql` (portable) and `store/<dialect>/queries/consumers.sql`; what the
+two databases do differently (row locks, PostgreSQL's transaction-id horizon, SQLite's in-process turn marks) is a
+`ConsumerDialect` in `store/postgres/consumers.py` and `store/sqlite/consumers.py`, picked once per repository.
+Every method runs in the caller's transaction unless it says otherwise; transaction boundaries are the caller's.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from settlekit.errors import ConflictError
+from settlekit.events.canonical import parse_json
+from settlekit.store.db import Database, Dialect, Row, Tx
+from settlekit.store.event_store import StoredEvent
+from settlekit.store.sql import statements
+
+LockMode = Literal["none", "skip", "wait", "nowait"]
+"""How a state read locks the row: not at all, skipping a locked row, waiting for it, or failing at once."""
+
+# ---------------------------------------------------------------------------------------------------- row types
+
+
+@dataclass(frozen=True)
+class Gap:
+    """An inclusive range of positions below the cursor that were invisible when observed.
+
+    `seen_at` (unix seconds, 0 = unknown) is when the range was first recorded; it only feeds the oldest-gap
+    gauge and takes no part in equality."""
+
+    lo: int
+    hi: int
+    xmax: int
+    seen_at: float = field(default=0.0, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"from": self.lo, "to": self.hi, "xmax": str(self.xmax)}
+        if self.seen_at:
+            out["at"] = round(self.seen_at, 3)
+        return out
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo + 1
+
+
+def parse_gaps(value: Any) -> list[Gap]:
+    """Gaps from the stored JSON (text or already decoded)."""
+    items = json.loads(value) if isinstance(value, str | bytes) else (value or [])
+    return [Gap(int(g["from"]), int(g["to"]), int(g.get("xmax") or 0), float(g.get("at") or 0.0)) for g in items]
+
+
+def dump_gaps(gaps: Sequence[Gap]) -> str:
+    return json.dumps([g.to_json() for g in gaps], separators=(",", ":"))
+
+
+@dataclass
+class ConsumerState:
+    name: str
+    instance_id: str
+    status: str
+    cursor: int
+    attempts: int
+    rearm_count: int
+    pending_gaps: list[Gap]
+    last_error: str | None
+    skipped_count: int
+    updated_at: str
+    processing: bool = False
+
+    @property
+    def pending_gap_positions(self) -> int:
+        return sum(g.size for g in self.pending_gaps)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "instanceId": self.instance_id,
+            "status": "processing" if self.processing else self.status,
+            "storedStatus": self.status,
+            "processing": self.processing,
+            "lastProcessedPosition": self.cursor,
+            "attempts": self.attempts,
+            "rearmCount": self.rearm_count,
+            "pendingGaps": [g.to_json() for g in self.pending_gaps],
+            "lastError": self.last_error,
+            "skippedCount": self.skipped_count,
+            "updatedAt": self.updated_at,
+        }
+
+
+class DispatchedEvent(StoredEvent):
+    """A StoredEvent read by the dispatcher; the envelope JSON is parsed on first access of `event`."""
+
+    def __init__(
+        self,
+        position: int,
+        tenant_id: str,
+        stream_id: str,
+        stream_type: str,
+        seq: int,
+        raw: str,
+        txid: int | None,
+        event_id: str,
+        event_type: str,
+        correlation_id: str | None,
+    ):
+        object.__setattr__(
+            self,
+            "__dict__",
+            {
+                "position": position,
+                "tenant_id": tenant_id,
+                "stream_id": stream_id,
+                "stream_type": stream_type,
+                "seq": seq,
+                "txid": txid,
+                "raw_json": raw,
+                "_event_id": event_id,
+                "_type": event_type,
+                "correlation_id": correlation_id,
+                "_parsed": None,
+            },
+        )
+
+    raw_json: str
+    correlation_id: str | None
+
+    @property
+    def event(self) -> dict[str, Any]:
+        parsed = self.__dict__["_parsed"]
+        if parsed is None:
+            parsed = parse_json(self.raw_json)
+            object.__setattr__(self, "_parsed", parsed)
+        return parsed
+
+    @property
+    def event_id(self) -> str:
+        return str(self.__dict__["_event_id"])
+
+    @property
+    def type(self) -> str:
+        return str(self.__dict__["_type"])
+
+
+@dataclass(frozen=True)
+class Writer:
+    """An open transaction that holds a transaction id (PostgreSQL, from pg_stat_activity)."""
+
+    pid: int
+    database: str | None
+    state: str | None
+    age_seconds: float
+
+
+@dataclass(frozen=True)
+class PrecheckRow:
+    """One consumer row as the dispatcher's idle pre-check sees it."""
+
+    name: str
+    instance_id: str
+    status: str
+    cursor: int
+    no_gaps: bool
+    next_event_age: float | None  # seconds since the first event past the cursor was recorded; None: none
+    high_water_mark: int
+
+
+class ConsumerRowLocked(ConflictError):
+    """A `nowait` state read met a row another transaction holds (a turn in progress)."""
+
+    code = "CONSUMER_ROW_LOCKED"
+
+
+# ---------------------------------------------------------------------------------------------------- dialects
+
+
+class ConsumerDialect(abc.ABC):
+    """What PostgreSQL and SQLite do differently for consumers."""
+
+    commits_out_of_order: bool
+    """True when a lower position can become visible after a higher one (concurrent writers), so positions the
+    fetch skipped must be kept as pending gaps."""
+
+    row_locks: Mapping[LockMode, str]
+    """The clause appended to a state read for each lock mode."""
+
+    @abc.abstractmethod
+    def fetchone_locking(self, tx: Tx, sql: str, params: Sequence[Any]) -> Row | None:
+        """Run a locking read; a row held elsewhere under `nowait` raises ConsumerRowLocked."""
+
+    @abc.abstractmethod
+    def fetch_events(self, tx: Tx, after: str, cursor: int, gaps: Sequence[Gap], limit: int) -> list[Row]:
+        """Event rows in a pending gap or past the cursor (`after` is the statement without gaps)."""
+
+    @abc.abstractmethod
+    def horizon(self, tx: Tx) -> int:
+        """A transaction id below which every writer has ended (taken before the turn's fetch)."""
+
+    @abc.abstractmethod
+    def observation_xid(self, db: Database) -> int:
+        """A transaction id assigned now: once the horizon passes it, every writer that drew a position before
+        this call has ended."""
+
+    @abc.abstractmethod
+    def oldest_writer(self, db: Database) -> Writer | None:
+        """The open transaction that keeps the horizon from moving on, when the database can tell."""
+
+    @abc.abstractmethod
+    def turn(self, db: Database, name: str, instance_id: str) -> AbstractContextManager[None]:
+        """Held around a turn's transaction, so that other threads of this process can see the turn."""
+
+    @abc.abstractmethod
+    def turn_in_process(self, db: Database, name: str, instance_id: str) -> bool:
+        """True when a turn of this process holds the row and only this process can tell."""
+
+    @abc.abstractmethod
+    def processing_keys(self, tx: Tx, db: Database, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """The (name, instance_id) rows a turn holds right now."""
+
+
+def _postgres() -> ConsumerDialect:
+    from settlekit.store.postgres.consumers import PostgresConsumers
+
+    return PostgresConsumers()
+
+
+def _sqlite() -> ConsumerDialect:
+    from settlekit.store.sqlite.consumers import SqliteConsumers
+
+    return SqliteConsumers()
+
+
+_DIALECTS: Mapping[Dialect, Callable[[], ConsumerDialect]] = {"postgres": _postgres, "sqlite": _sqlite}
+
+
+@functools.cache
+def consumer_dialect(dialect: Dialect) -> ConsumerDialect:
+    return _DIALECTS[dialect]()
+
+
+# ---------------------------------------------------------------------------------------------------- repository
+
+
+def _state(row: Sequence[Any]) -> tuple[ConsumerState, float]:
+    """(state, seconds since updated_at) from a row of the `state` columns."""
+    updated = row[9]
+    updated_at = updated.isoformat() if isinstance(updated, datetime) else str(updated)
+    state = ConsumerState(
+        name=row[0],
+        instance_id=row[1],
+        status=row[2],
+        cursor=int(row[3]),
+        attempts=int(row[4]),
+        rearm_count=int(row[5]),
+        pending_gaps=parse_gaps(row[6]),
+        last_error=row[7],
+        skipped_count=int(row[8]),
+        updated_at=updated_at,
+    )
+    return state, float(row[10] or 0.0)
+
+
+def gap_ranges(gaps: Sequence[Gap]) -> tuple[str, list[int]]:
+    """`position BETWEEN ? AND ? OR …` over the gaps, with its parameters."""
+    return " OR ".join("position BETWEEN ? AND ?" for _ in gaps), [v for g in gaps for v in (g.lo, g.hi)]
+
+
+class ConsumerRepository:
+    """The only code that reads or writes consumer rows, for one database."""
+
+    def __init__(self, db: Database):
+        self.db = db
+        self._dialect = consumer_dialect(db.dialect)
+        self._sql = sql = statements("consumers", db.dialect)
+        self._read_state = {mode: sql["state"] + clause for mode, clause in self._dialect.row_locks.items()}
+        self.commits_out_of_order = self._dialect.commits_out_of_order
+
+    # ------------------------------------------------------------------ consumer_state
+
+    def register(self, tx: Tx, name: str, instance_id: str, *, at_head: bool) -> None:
+        """Create the state row if missing (cursor 0, or the high-water mark with `at_head`); never moves an
+        existing cursor."""
+        tx.execute(self._sql["register_at_head" if at_head else "register"], (name, instance_id))
+
+    def precheck(self, tx: Tx, names: Iterable[str]) -> list[PrecheckRow]:
+        """Every state row of these consumer names with what decides whether a turn can have work."""
+        rows = tx.fetchall(self._sql["precheck"], (json.dumps(sorted(set(names))),))
+        return [PrecheckRow(r[0], r[1], r[2], int(r[3]), bool(r[4]), r[5], int(r[6])) for r in rows]
+
+    def read_state(
+        self, tx: Tx, name: str, instance_id: str, lock: LockMode = "none"
+    ) -> tuple[ConsumerState, float] | None:
+        """(state, seconds since its last update), or None when there is no row (or it is locked under `skip`)."""
+        row = self._dialect.fetchone_locking(tx, self._read_state[lock], (name, instance_id))
+        return None if row is None else _state(row)
+
+    def exists(self, tx: Tx, name: str, instance_id: str) -> bool:
+        return tx.fetchone(self._sql["exists"], (name, instance_id)) is not None
+
+    def list_states(self, tx: Tx) -> list[tuple[ConsumerState, float]]:
+        """Every state row, in (name, instance_id) order, with the seconds since the first event past its cursor
+        was recorded (0 when there is none)."""
+        return [(_state(r)[0], float(r[11] or 0.0)) for r in tx.fetchall(self._sql["list_states"])]
+
+    def write_state(self, tx: Tx, state: ConsumerState, *, skipped: int = 0) -> None:
+        """Store cursor, attempts, status, error, gaps and re-arm count; `skipped` adds to the skipped count."""
+        tx.execute(
+            self._sql["write_state"],
+            (
+                state.cursor,
+                state.attempts,
+                state.status,
+                state.last_error,
+                dump_gaps(state.pending_gaps),
+                state.rearm_count,
+                skipped,
+                state.name,
+                state.instance_id,
+            ),
+        )
+
+    def record_error(self, tx: Tx, name: str, instance_id: str, message: str) -> None:
+        tx.execute(self._sql["record_error"], (message, name, instance_id))
+
+    # ------------------------------------------------------------------ turns
+
+    def turn(self, name: str, instance_id: str) -> AbstractContextManager[None]:
+        """Hold around a turn's transaction (see `turn_in_process` and `processing_keys`)."""
+        return self._dialect.turn(self.db, name, instance_id)
+
+    def turn_in_process(self, name: str, instance_id: str) -> bool:
+        """True when a turn of this process holds the row where the database cannot report it (SQLite: a writer
+        would just wait for the turn to commit). Always False on PostgreSQL, where a `nowait` read tells."""
+        return self._dialect.turn_in_process(self.db, name, instance_id)
+
+    def processing_keys(self, tx: Tx, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """The (name, instance_id) rows currently held by a turn."""
+        if not keys:
+            return set()
+        return self._dialect.processing_keys(tx, self.db, keys)
+
+    def horizon(self, tx: Tx) -> int:
+        return self._dialect.horizon(tx)
+
+    def observation_xid(self) -> int:
+        """A transaction id assigned now, in its own committed transaction."""
+        return self._dialect.observation_xid(self.db)
+
+    def oldest_writer(self) -> Writer | None:
+        """The open transaction holding gap retirement back (in its own read), or None."""
+        return self._dialect.oldest_writer(self.db)
+
+    # ------------------------------------------------------------------ events
+
+    def fetch_events(self, tx: Tx, cursor: int, gaps: Sequence[Gap], limit: int) -> list[DispatchedEvent]:
+        """Rows in a pending gap or past the cursor, in position order, at most `limit`."""
+        rows = self._dialect.fetch_events(tx, self._sql["events_after"], cursor, gaps, limit)
+        # Both drivers already return ints for the integer columns (txid is cast to bigint on PostgreSQL).
+        return [DispatchedEvent(*r) for r in rows]
+
+    def high_water_mark(self, tx: Tx) -> int:
+        return int(tx.scalar(self._sql["high_water_mark"]))
+
+    def lag(self, tx: Tx, cursor: int) -> tuple[int, float | None]:
+        """(high-water mark, seconds since the first event past `cursor` was recorded or None)."""
+        row = tx.fetchone(self._sql["lag"], (cursor,))
+        return (0, None) if row is None else (int(row[0]), row[1])
+
+    def smallest_visible_in(self, tx: Tx, gaps: Sequence[Gap]) -> int | None:
+        if not gaps:
+            return None
+        ranges, params = gap_ranges(gaps)
+        value = tx.scalar(f"SELECT MIN(position) FROM events WHERE {ranges}", params)
+        return None if value is None else int(value)
+
+    def next_position_after(self, tx: Tx, cursor: int) -> int | None:
+        value = tx.scalar(self._sql["next_position_after"], (cursor,))
+        return None if value is None else int(value)
+
+    # ------------------------------------------------------------------ consumer_dead_letters
+
+    def insert_dead_letter(
+        self,
+        tx: Tx,
+        name: str,
+        instance_id: str,
+        position: int,
+        reason: str,
+        error_class: str | None,
+        message: str | None,
+    ) -> None:
+        """Copy the event at `position` into the consumer's dead letters."""
+        tx.execute(self._sql["insert_dead_letter"], (name, instance_id, reason, error_class, message, position))
+
+    def dead_letters(self, tx: Tx, name: str, instance_id: str) -> list[Row]:
+        """(id, position, event_id, event_type, reason, error_class, error_message, created_at), oldest first."""
+        return tx.fetchall(self._sql["dead_letters"], (name, instance_id))
