@@ -43,8 +43,7 @@ class PostgresConsumers(ConsumerDialect):
         try:
             return tx.fetchone(sql, params)
         except psycopg.errors.LockNotAvailable:
-            raise ConsumerRowLocked("the consumer state row is locked by a turn", consumer=params[0],
-                                    instanceId=params[1]) from None
+            raise ConsumerRowLocked("the consumer state row is held by another transaction") from None
 
     def fetch_events(self, tx: Tx, after: str, cursor: int, gaps: Sequence[Gap], limit: int) -> list[Row]:
         if not gaps:
