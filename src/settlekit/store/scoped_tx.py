@@ -17,16 +17,12 @@ class ScopedTx(Tx):
         self._tx = tx
         self.dialect = tx.dialect
         self._name = name
-        self._open = False
-
-    @property
-    def is_open(self) -> bool:
-        return self._open
+        self.is_open = False  # a plain attribute: the dispatcher reads it once per event
 
     def _enter(self) -> None:
-        if not self._open:
+        if not self.is_open:
             self._tx.execute(f"SAVEPOINT {self._name}")
-            self._open = True
+            self.is_open = True
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         self._enter()
@@ -54,12 +50,12 @@ class ScopedTx(Tx):
         self._tx.notify()
 
     def release(self) -> None:
-        if self._open:
-            self._open = False
+        if self.is_open:
+            self.is_open = False
             self._tx.execute(f"RELEASE SAVEPOINT {self._name}")
 
     def rollback(self) -> None:
-        if self._open:
-            self._open = False
+        if self.is_open:
+            self.is_open = False
             self._tx.execute(f"ROLLBACK TO SAVEPOINT {self._name}")
             self._tx.execute(f"RELEASE SAVEPOINT {self._name}")
