@@ -176,9 +176,10 @@ class PrecheckRow:
 
 
 class ConsumerRowLocked(ConflictError):
-    """A `nowait` state read met a row another transaction holds (a turn in progress)."""
+    """A `nowait` state read met a row another transaction holds: the consumer is in a turn (the dispatcher's
+    ConsumerProcessing names the consumer; the code is the same)."""
 
-    code = "CONSUMER_ROW_LOCKED"
+    code = "CONSUMER_PROCESSING"
 
 
 # ---------------------------------------------------------------------------------------------------- dialects
