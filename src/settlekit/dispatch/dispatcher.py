@@ -237,13 +237,13 @@ class Dispatcher:
         """Consumers provably without work (no writes); also refreshes every lag gauge."""
         keys = {(c.name, self.shard(c)) for c in self.consumers}
         with self.db.read() as tx:
-            rows = self.repo.precheck(tx, (k[0] for k in keys))
+            rows = self.repo.precheck(tx, sorted({k[0] for k in keys}))
         idle: set[tuple[str, str]] = set()
         for row in rows:
             name, inst = row.name, row.instance_id
             if (name, inst) not in keys:
                 continue
-            self.metrics.lag_events.labels(name, inst).set(max(0, row.high_water_mark - row.cursor))
+            self.metrics.lag_events.labels(name, inst).set(max(0, int(row.high_water_mark) - int(row.cursor)))
             self.metrics.lag_seconds.labels(name, inst).set(float(row.next_event_age or 0.0))
             if row.no_gaps:
                 self.metrics.oldest_gap_age.labels(name, inst).set(0.0)

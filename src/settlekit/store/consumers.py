@@ -12,11 +12,11 @@ from __future__ import annotations
 import abc
 import functools
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from settlekit.errors import ConflictError
 from settlekit.events.canonical import parse_json
@@ -162,15 +162,14 @@ class Writer:
     age_seconds: float
 
 
-@dataclass(frozen=True)
-class PrecheckRow:
-    """One consumer row as the dispatcher's idle pre-check sees it."""
+class PrecheckRow(NamedTuple):
+    """One consumer row as the dispatcher's idle pre-check sees it (the driver's values, unconverted)."""
 
     name: str
     instance_id: str
     status: str
     cursor: int
-    no_gaps: bool
+    no_gaps: bool | int  # truthy when the row has no pending gaps
     next_event_age: float | None  # seconds since the first event past the cursor was recorded; None: none
     high_water_mark: int
 
@@ -284,6 +283,7 @@ class ConsumerRepository:
         self._dialect = consumer_dialect(db.dialect)
         self._sql = sql = statements("consumers", db.dialect)
         self._read_state = {mode: sql["state"] + clause for mode, clause in self._dialect.row_locks.items()}
+        self._precheck: dict[int, str] = {}  # by the number of names
         self.commits_out_of_order = self._dialect.commits_out_of_order
 
     # ------------------------------------------------------------------ consumer_state
@@ -293,10 +293,12 @@ class ConsumerRepository:
         existing cursor."""
         tx.execute(self._sql["register_at_head" if at_head else "register"], (name, instance_id))
 
-    def precheck(self, tx: Tx, names: Iterable[str]) -> list[PrecheckRow]:
+    def precheck(self, tx: Tx, names: Sequence[str]) -> list[PrecheckRow]:
         """Every state row of these consumer names with what decides whether a turn can have work."""
-        rows = tx.fetchall(self._sql["precheck"], (json.dumps(sorted(set(names))),))
-        return [PrecheckRow(r[0], r[1], r[2], int(r[3]), bool(r[4]), r[5], int(r[6])) for r in rows]
+        sql = self._precheck.get(len(names))
+        if sql is None:
+            sql = self._precheck[len(names)] = f"{self._sql['precheck']} ({','.join('?' for _ in names)})"
+        return [PrecheckRow._make(r) for r in tx.fetchall(sql, names)]
 
     def read_state(
         self, tx: Tx, name: str, instance_id: str, lock: LockMode = "none"

@@ -9,6 +9,16 @@ INSERT INTO consumer_state (name, instance_id, last_processed_position)
 SELECT ?, ?, COALESCE(MAX(position), 0) FROM events WHERE 1 = 1
 ON CONFLICT DO NOTHING
 
+-- name: precheck
+-- Per state row of some consumer names: whether it has no pending gaps, the age of the first event past its
+-- cursor (NULL: none) and the high-water mark. The repository appends the name list `(?, ...)`.
+-- (On PostgreSQL the untyped '[]' is read as jsonb.)
+SELECT c.name, c.instance_id, c.status, c.last_processed_position, c.pending_gaps = '[]',
+    (SELECT ${seconds_since_recorded_at} FROM events e WHERE e.position > c.last_processed_position
+     ORDER BY e.position LIMIT 1),
+    (SELECT COALESCE(MAX(position), 0) FROM events)
+FROM consumer_state c WHERE c.name IN
+
 -- name: exists
 SELECT 1 FROM consumer_state WHERE name = ? AND instance_id = ?
 
