@@ -245,6 +245,7 @@ _DIALECTS: Mapping[Dialect, Callable[[], ConsumerDialect]] = {"postgres": _postg
 
 @functools.cache
 def consumer_dialect(dialect: Dialect) -> ConsumerDialect:
+    """The consumer part of a dialect (one instance each)."""
     return _DIALECTS[dialect]()
 
 
