@@ -1,15 +1,26 @@
-"""Helpers shared by the benchmarks: throwaway PostgreSQL databases and threaded timing loops."""
+"""Helpers shared by the benchmarks: throwaway PostgreSQL databases, threaded timing loops and the HTTP load
+generator of load.py and ceiling.py."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import socket
+import statistics
+import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import httpx
 import psycopg
+
+from settlekit.simulate import Fleet, job_stream, scenario_for
 
 PG_ADMIN_URL = os.environ.get("SETTLEKIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -73,3 +84,124 @@ def report(name: str, value: float, unit: str, *, anchor: float | None = None, a
     if target:
         line += f"  (target {target})"
     print(line, flush=True)
+
+
+# ---------------------------------------------------------------- the HTTP load generator (load.py, ceiling.py)
+
+LOAD_CLIENTS = int(os.environ.get("LOAD_CLIENTS", "50"))
+LOAD_SECONDS = float(os.environ.get("LOAD_SECONDS", "20"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> bool:
+    """Poll `url` until it answers 200; False (after printing the log's tail) if `proc` exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            print(log.read_text()[-3000:])
+            return False
+        time.sleep(0.2)
+
+
+def stop_process(name: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """SIGTERM, then report how the process ended (killed if it outlives `timeout`)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=timeout)
+        print(f"{name} stopped on SIGTERM with exit status {code}")
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        print(f"{name} did not stop within {timeout:.0f} s of SIGTERM")
+
+
+@dataclass
+class LoadResult:
+    """What one load run measured: every request's latency and status, and the events each job accepted."""
+
+    clients: int
+    seconds: float
+    elapsed: float
+    latencies: list[float]
+    statuses: dict[int, int]
+    accepted: dict[str, list[dict[str, Any]]]
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.elapsed
+
+    def quantile_ms(self, q: int) -> float:
+        return statistics.quantiles(self.latencies, n=100)[q - 1] * 1000
+
+    @property
+    def errors_4xx(self) -> int:
+        return sum(c for s, c in self.statuses.items() if 400 <= s < 500)
+
+    @property
+    def errors_5xx(self) -> int:
+        return sum(c for s, c in self.statuses.items() if s >= 500)
+
+    def print(self, name: str, *, anchor: LoadResult | None = None, anchor_name: str = "") -> None:
+        report(f"{name}, {self.clients} concurrent clients, {self.seconds:.0f} s", self.rate, "requests/s",
+               anchor=anchor.rate if anchor else None, anchor_name=anchor_name)
+        p50, p99 = self.quantile_ms(50), self.quantile_ms(99)
+        if anchor:
+            print(f"latency p50: {p50:,.1f} ms (vs {anchor.quantile_ms(50):,.1f})  "
+                  f"p99: {p99:,.1f} ms (vs {anchor.quantile_ms(99):,.1f})", flush=True)
+        else:
+            print(f"latency p50: {p50:,.1f} ms  p99: {p99:,.1f} ms", flush=True)
+        print(f"status counts: {dict(sorted(self.statuses.items()))}  5xx={self.errors_5xx}  "
+              f"4xx={self.errors_4xx}", flush=True)
+
+
+def run_job_load(base_url: str, headers: Mapping[str, str], fleet: Fleet, *, clients: int = LOAD_CLIENTS,
+                 seconds: float = LOAD_SECONDS) -> LoadResult:
+    """`clients` keep-alive clients, each appending signed, client-finalized job events for `seconds`, one event
+    per `POST /v1/jobs/{job_id}/events`; a client moves to its next job after a non-2xx answer."""
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    accepted: dict[str, list[dict[str, Any]]] = {}
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def client(index: int) -> None:
+        n = 0
+        with httpx.Client(base_url=base_url, headers=dict(headers), timeout=30) as http:
+            while time.monotonic() < stop_at:
+                job_id = f"job_load_{index:03d}_{n:04d}"
+                events = job_stream(scenario_for(index + n), job_id, fleet, index + n)
+                n += 1
+                ok: list[dict[str, Any]] = []
+                for event in events:
+                    if time.monotonic() >= stop_at:
+                        break
+                    t0 = time.perf_counter()
+                    resp = http.post(f"/v1/jobs/{job_id}/events", json=event)
+                    dt = time.perf_counter() - t0
+                    with lock:
+                        latencies.append(dt)
+                        statuses[resp.status_code] = statuses.get(resp.status_code, 0) + 1
+                    if resp.status_code not in (200, 201):
+                        break
+                    ok.append(event)
+                if ok:
+                    with lock:
+                        accepted[job_id] = ok
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return LoadResult(clients, seconds, time.perf_counter() - started, latencies, statuses, accepted)

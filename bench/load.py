@@ -1,9 +1,10 @@
-"""Bounded loopback load test of the HTTP API (issue 7).
+"""Bounded loopback load test of the HTTP API (issue 7), as a ratio of the framework ceiling (issue 13).
 
-`settlekit serve --no-workers` and `settlekit worker` run as subprocesses on a scratch PostgreSQL database; 50
-clients append client-finalized, signed job events for 20 s (LOAD_CLIENTS, LOAD_SECONDS override), one event per
-request. Reports
-requests/s, p50/p99 latency and the 4xx/5xx counts; then waits for the deliveries and checks that nothing was lost:
+First the framework ceiling (ceiling.py: a minimal FastAPI app inserting each body as one row) is measured. Then
+`settlekit serve --no-workers` and `settlekit worker` run as subprocesses on a scratch PostgreSQL database and the
+same generator (`common.run_job_load`: 50 clients appending client-finalized, signed job events for 20 s, one event
+per request; LOAD_CLIENTS, LOAD_SECONDS override) loads the API. Reports requests/s (and its ratio to the
+ceiling's), p50/p99 latency and the 4xx/5xx counts; then waits for the deliveries and checks that nothing was lost:
 every accepted event is in the exported stream at its index, and every artifact built was received by the local
 webhook receiver. Finally SIGTERM must stop the server cleanly. Only 127.0.0.1 is contacted.
 """
@@ -11,13 +12,9 @@ webhook receiver. Finally SIGTERM must stop the server cleanly. Only 127.0.0.1 i
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -25,25 +22,23 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import report, scratch_pg  # noqa: E402
+import ceiling  # noqa: E402
+from common import free_port, run_job_load, scratch_pg, stop_process, wait_ready  # noqa: E402
 from settlekit.api.auth import create_api_key  # noqa: E402
 from settlekit.delivery.receiver import ReceiverServer  # noqa: E402
 from settlekit.delivery.signing import generate_secret  # noqa: E402
-from settlekit.simulate import Fleet, job_stream, scenario_for  # noqa: E402
+from settlekit.simulate import Fleet  # noqa: E402
 from settlekit.store.db import connect  # noqa: E402
 
-CLIENTS = int(os.environ.get("LOAD_CLIENTS", "50"))
-SECONDS = float(os.environ.get("LOAD_SECONDS", "20"))
 TENANT = "tenant_load"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+TARGET_RATIO = 0.6
 
 
 def main() -> int:
+    anchor = ceiling.measure()
+    if anchor is None:
+        print("the framework ceiling did not start")
+        return 1
     with scratch_pg("load") as url, tempfile.TemporaryDirectory() as tmp:
         db = connect(url)
         db.migrate()
@@ -64,17 +59,8 @@ def main() -> int:
                                   stdout=(Path(tmp) / "worker.log").open("wb"), stderr=subprocess.STDOUT)
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or server.poll() is not None:
-                    print(log.read_text()[-3000:])
-                    return 1
-                time.sleep(0.2)
+            if not wait_ready(f"{base}/readyz", server, log):
+                return 1
             headers = {"authorization": f"Bearer {api_key}"}
             fleet = Fleet.create(robots=8, operators=4)
             with httpx.Client(base_url=base, headers=headers, timeout=30) as admin:
@@ -87,51 +73,11 @@ def main() -> int:
                                                      "secret": secret, "allowPrivateNetwork": True}
                            ).raise_for_status()
 
-            latencies: list[float] = []
-            statuses: dict[int, int] = {}
-            accepted: dict[str, list[dict]] = {}
-            lock = threading.Lock()
-            stop_at = time.monotonic() + SECONDS
-
-            def client(index: int) -> None:
-                n = 0
-                with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
-                    while time.monotonic() < stop_at:
-                        job_id = f"job_load_{index:03d}_{n:04d}"
-                        events = job_stream(scenario_for(index + n), job_id, fleet, index + n)
-                        n += 1
-                        ok: list[dict] = []
-                        for event in events:
-                            if time.monotonic() >= stop_at:
-                                break
-                            t0 = time.perf_counter()
-                            resp = http.post(f"/v1/jobs/{job_id}/events", json=event)
-                            dt = time.perf_counter() - t0
-                            with lock:
-                                latencies.append(dt)
-                                statuses[resp.status_code] = statuses.get(resp.status_code, 0) + 1
-                            if resp.status_code not in (200, 201):
-                                break
-                            ok.append(event)
-                        if ok:
-                            with lock:
-                                accepted[job_id] = ok
-
-            started = time.perf_counter()
-            threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            elapsed = time.perf_counter() - started
-            total = len(latencies)
-            five = sum(c for s, c in statuses.items() if s >= 500)
-            four = sum(c for s, c in statuses.items() if 400 <= s < 500)
-            qs = statistics.quantiles(latencies, n=100)
-            report(f"API appends, {CLIENTS} concurrent clients, {SECONDS:.0f} s", total / elapsed, "requests/s")
-            report("latency p50", qs[49] * 1000, "ms")
-            report("latency p99", qs[98] * 1000, "ms")
-            print(f"status counts: {dict(sorted(statuses.items()))}  5xx={five}  4xx={four}")
+            result = run_job_load(base, headers, fleet)
+            result.print("API appends", anchor=anchor, anchor_name="framework ceiling")
+            print(f"framework ceiling in this run: {anchor.rate:,.1f} requests/s; "
+                  f"target ratio >= {TARGET_RATIO}x, p99 <= 150 ms, 0 errors", flush=True)
+            accepted = result.accepted
 
             # Nothing lost: accepted events are readable, every artifact built is delivered.
             deadline = time.monotonic() + 300
@@ -160,13 +106,7 @@ def main() -> int:
                   f"{receiver.duplicates}")
         finally:
             for name, proc in (("serve", server), ("worker", worker)):
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    code = proc.wait(timeout=60)
-                    print(f"{name} stopped on SIGTERM with exit status {code}")
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    print(f"{name} did not stop within 60 s of SIGTERM")
+                stop_process(name, proc)
             receiver.stop()
             db.close()
     return 0
