@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from settlekit.api.cli import api_keys_app
+from settlekit.cli.api_keys import api_keys_app
 from settlekit.delivery.signing import generate_secret
 from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.store.db import Database, connect

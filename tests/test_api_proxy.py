@@ -39,10 +39,10 @@ def test_forwarded_header_from_an_untrusted_peer_is_ignored(db: Database) -> Non
 def test_serve_options(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SETTLEKIT_FORWARDED_ALLOW_IPS", raising=False)
     monkeypatch.delenv("SETTLEKIT_PROXY_HEADERS", raising=False)
-    assert uvicorn_options(Settings.from_env()) == {"host": "127.0.0.1", "port": 8080, "proxy_headers": True}
+    assert uvicorn_options(Settings()) == {"host": "127.0.0.1", "port": 8080, "proxy_headers": True}
     monkeypatch.setenv("SETTLEKIT_FORWARDED_ALLOW_IPS", "10.0.0.5,10.0.1.0/24")
     monkeypatch.setenv("SETTLEKIT_PROXY_HEADERS", "true")
-    opts = uvicorn_options(Settings.from_env(port=9000))
+    opts = uvicorn_options(Settings(port=9000))
     assert opts == {"host": "127.0.0.1", "port": 9000, "proxy_headers": True,
                     "forwarded_allow_ips": "10.0.0.5,10.0.1.0/24"}
-    assert uvicorn_options(Settings.from_env(proxy_headers=False))["proxy_headers"] is False
+    assert uvicorn_options(Settings(proxy_headers=False))["proxy_headers"] is False

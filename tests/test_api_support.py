@@ -19,6 +19,7 @@ from settlekit.delivery.sink import WebhookDeliverySink
 from settlekit.dispatch import Dispatcher
 from settlekit.events.envelope import Signer
 from settlekit.projections.artifacts import artifacts_consumer
+from settlekit.runtime.settings import Settings
 from settlekit.store.db import Database
 
 with warnings.catch_warnings():
@@ -31,11 +32,14 @@ ALL_SCOPES = ["jobs:read", "jobs:write", "finance:write", "ops", "admin"]
 
 
 def make_app(db: Database, **options: Any) -> Any:
-    options.setdefault("destination_policy", DestinationPolicy.local())
-    options.setdefault("registry", CollectorRegistry())
+    """The API on `db`; `options` are settings (`Settings` fields) or live objects of `create_app`."""
+    live = {name: options.pop(name) for name in ("destination_policy", "registered_consumers", "registry")
+            if name in options}
+    live.setdefault("destination_policy", DestinationPolicy.local())
+    live.setdefault("registry", CollectorRegistry())
     options.setdefault("rate_limit_per_second", 1e6)
     options.setdefault("rate_limit_burst", 1_000_000)
-    app = create_app(db, server_signer=Signer.generate(), **options)
+    app = create_app(db, Settings(**options), server_signer=Signer.generate(), **live)
     app.state.settlekit.auth_failures = RateLimiter(1e6, 1_000_000)  # tests share one client address
     return app
 

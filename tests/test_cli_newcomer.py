@@ -23,7 +23,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     ["migrate"],
     ["export", "--stream", "job_1"],
     ["ledger", "balances", "--tenant", "t"],
-    ["keys", "list"],
+    ["api-keys", "list"],
     ["consumers", "list"],
     ["deliveries", "list", "--tenant", "t"],
     ["worker"],

@@ -21,8 +21,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
+from settlekit.cli.deliveries import delivery_app
 from settlekit.delivery import service
-from settlekit.delivery.cli import delivery_app
 from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.sender import SenderConfig
@@ -360,15 +360,16 @@ def test_worker_settings_from_flags_and_env(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("SETTLEKIT_DELIVERY_MAX_ATTEMPTS", "7")
     monkeypatch.setenv("SETTLEKIT_REARM_COOLDOWN", "12.5")
     monkeypatch.setenv("SETTLEKIT_METRICS_PORT", "9105")
-    s = Settings.from_env(delivery_lease=30.0, delivery_backoff_cap=90.0)  # flags win over the environment
+    s = Settings(delivery_lease=30.0, delivery_backoff_cap=90.0)  # flags win over the environment
     assert (s.delivery_lease, s.delivery_max_attempts, s.rearm_cooldown, s.metrics_port) == (30.0, 7, 12.5, 9105)
     cfg = worker_config(s)
     assert cfg.lease == timedelta(seconds=30) and cfg.renew_interval == 9.0
     assert (cfg.retry.max_attempts, cfg.retry.base, cfg.retry.cap) == (7, 2.0, 90.0)
     monkeypatch.setenv("SETTLEKIT_DELIVERY_BACKOFF_BASE", "soon")
     with pytest.raises(ConfigurationError) as exc:
-        Settings.from_env()
+        Settings()
     assert exc.value.code == "SETTINGS_INVALID"
+    monkeypatch.delenv("SETTLEKIT_DELIVERY_BACKOFF_BASE")
     with pytest.raises(ConfigurationError):
         worker_config(Settings(delivery_backoff_base=10.0, delivery_backoff_cap=1.0))
     assert json.dumps(Settings().metrics_host) == '"127.0.0.1"'

@@ -247,7 +247,7 @@ def test_cli_receive_command(tmp_path: Path, settlement: dict[str, Any]) -> None
     import sys
 
     secret = generate_secret()
-    code = "from settlekit.delivery.cli import delivery_app; delivery_app()"
+    code = "from settlekit.cli.deliveries import delivery_app; delivery_app()"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "receive", "--port", "0", "--secret", secret, "--out", str(tmp_path)],
         stderr=subprocess.PIPE,

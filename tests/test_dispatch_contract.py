@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
+from settlekit.cli.consumers import consumers_app
 from settlekit.dispatch import (
     SHARED_INSTANCE,
     Consumer,
@@ -34,7 +35,7 @@ from settlekit.dispatch import (
     restart_consumer,
     skip_poison,
 )
-from settlekit.dispatch.cli import consumers_app
+from settlekit.cli.consumers import consumers_app
 from settlekit.errors import ConfigurationError, ValidationError
 from settlekit.store.consumers import dump_gaps
 from settlekit.store.db import Database

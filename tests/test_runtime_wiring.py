@@ -21,8 +21,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from settlekit.errors import ConfigurationError
-from settlekit.logs import configure_logging, reset_logging
 from settlekit.runtime import CLEANUP_LOCK_KEY, CleanupScheduler, Settings
+from settlekit.runtime.logging import configure_logging, reset_logging
 from settlekit.store import deliveries as delivery_store
 from settlekit.store import idempotency
 from settlekit.store.db import Database, connect
@@ -115,19 +115,19 @@ def test_failed_cleanup_is_logged_and_counted(sqlite_url: str, caplog: pytest.Lo
 
 
 def test_cleanup_and_log_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings.from_env().cleanup_interval == 300.0 and Settings.from_env().log_level == "INFO"
+    assert Settings().cleanup_interval == 300.0 and Settings().log_level == "INFO"
     monkeypatch.setenv("SETTLEKIT_CLEANUP_INTERVAL", "15")
     monkeypatch.setenv("SETTLEKIT_LOG_LEVEL", "debug")
-    settings = Settings.from_env()
+    settings = Settings()
     assert (settings.cleanup_interval, settings.log_level) == (15.0, "DEBUG")
-    assert Settings.from_env(cleanup_interval=0.0).cleanup_interval == 0.0  # the flag wins over the env
+    assert Settings(cleanup_interval=0.0).cleanup_interval == 0.0  # the flag wins over the env
     monkeypatch.setenv("SETTLEKIT_CLEANUP_INTERVAL", "-1")
     with pytest.raises(ConfigurationError, match="SETTLEKIT_CLEANUP_INTERVAL"):
-        Settings.from_env()
+        Settings()
     monkeypatch.setenv("SETTLEKIT_CLEANUP_INTERVAL", "60")
     monkeypatch.setenv("SETTLEKIT_LOG_LEVEL", "chatty")
     with pytest.raises(ConfigurationError, match="SETTLEKIT_LOG_LEVEL"):
-        Settings.from_env()
+        Settings()
 
 
 def _poll(url: str, pattern: str, deadline_s: float = 60.0) -> str:
@@ -231,7 +231,7 @@ def test_api_request_log_line_is_json_with_request_id_tenant_key_and_code(
 
 
 def test_stdlib_loggers_come_out_as_json_with_the_bound_context(json_log: io.StringIO) -> None:
-    from settlekit import logs
+    from settlekit.runtime import logging as logs
 
     logs.clear()
     logs.bind(request_id="r1", tenant="t1")

@@ -43,7 +43,7 @@ def db(db_url: str) -> Iterator[Database]:
 def _api(db: Database, **settings: Any) -> Any:
     s = Settings(db_url=db.url, allow_insecure_http=True, rate_limit_per_second=1e6, rate_limit_burst=10**6,
                  **settings)
-    app = create_app(db, server_signer=Signer.generate(), settings=s, registry=CollectorRegistry())
+    app = create_app(db, s, server_signer=Signer.generate(), registry=CollectorRegistry())
     return client(app, key_for(db, TENANT_A))
 
 
@@ -101,10 +101,10 @@ def test_settings_are_read_from_the_environment_and_reach_api_and_worker(
         db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS", "true")
     monkeypatch.setenv("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS", "10.20.0.0/16, fd12::/16")
-    settings = Settings.from_env(db_url=db.url)
+    settings = Settings(db_url=db.url)
     assert settings.allow_private_webhooks is True
     assert settings.allowed_webhook_networks == ("10.20.0.0/16", "fd12::/16")
-    app = create_app(db, server_signer=Signer.generate(), settings=settings, registry=CollectorRegistry())
+    app = create_app(db, settings, server_signer=Signer.generate(), registry=CollectorRegistry())
     policy = app.state.settlekit.destination_policy
     assert policy.allow_private_network is True and policy.allowed_networks == ("10.20.0.0/16", "fd12::/16")
     workers = Workers(db, settings, registry=CollectorRegistry())  # not started
@@ -118,8 +118,8 @@ def test_settings_are_read_from_the_environment_and_reach_api_and_worker(
     assert pol.allow_private_network is False and pol.allowed_networks == ()
     monkeypatch.setenv("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS", "10.0.0.0/33")
     with pytest.raises(ConfigurationError):
-        Settings.from_env(db_url=db.url)
+        Settings(db_url=db.url)
     monkeypatch.delenv("SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS")
     monkeypatch.delenv("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS")
-    default = Settings.from_env(db_url=db.url)
+    default = Settings(db_url=db.url)
     assert default.allow_private_webhooks is False and default.allowed_webhook_networks == ()

@@ -42,7 +42,7 @@ def api_server(db: Database, settings: Settings) -> Iterator[str]:
 
     from settlekit.api.app import create_app
 
-    app = create_app(db, server_signer=load_server_signer(settings.server_key_file), settings=settings)
+    app = create_app(db, settings, server_signer=load_server_signer(settings.server_key_file))
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="settlekit-api", daemon=True)

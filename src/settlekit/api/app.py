@@ -1,4 +1,4 @@
-"""The HTTP API: `create_app(db_url or Database, server_signer=..., settings=...)`.
+"""The HTTP API: `create_app(db_url or Database, settings, server_signer=...)`.
 
 Every route except /healthz, /readyz, /openapi.json and /docs needs an API key (`Authorization:
 Bearer sk_…`), is scoped to the key's tenant and rate-limited per key. Errors are RFC 9457 problem+json bodies
@@ -33,13 +33,12 @@ from settlekit.api.routes import ROUTERS
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
+from settlekit.runtime.settings import Settings
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect
 from settlekit.store.job_streams import job_store
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
-DEFAULT_MAX_BODY_BYTES = 1_048_576
-DEFAULT_OPERATOR_TENANT = "system"
 
 
 class _ApiMetrics:
@@ -90,58 +89,40 @@ class _MetricsMiddleware:
             self.metrics.duration.labels(scope["method"], path).observe(time.perf_counter() - started)
 
 
-def _setting(settings: Any, name: str, default: Any) -> Any:
-    value = getattr(settings, name, None) if settings is not None else None
-    return default if value is None else value
-
-
 def create_app(
     db: str | Database,
+    settings: Settings | None = None,
     *,
     server_signer: Signer | None,
-    settings: Any = None,
-    max_body_bytes: int | None = None,
-    rate_limit_per_second: float | None = None,
-    rate_limit_burst: int | None = None,
     destination_policy: DestinationPolicy | None = None,
-    operator_tenant: str | None = None,
     registered_consumers: Sequence[str] | None = None,
     registry: CollectorRegistry | None = None,
-    max_payload_bytes: int | None = None,
 ) -> FastAPI:
-    """Build the API on a Database (or a URL, opened, migrated and closed with the app).
-
-    `settings` is a `settlekit.runtime.Settings` (or anything with the same attribute names); explicit keyword
-    arguments win over it. Destination secrets given by value are stored per tenant in the database.
-    Consumer verbs need an `admin` key of `operator_tenant` (default "system").
+    """Build the API on a Database (or a URL, opened, migrated and closed with the app) with `settings` (default:
+    `Settings()`, from the environment): body limit, rate limits, operator tenant and the webhook network policy.
+    The live objects are given as they are: `destination_policy` (default: from the settings),
+    `registered_consumers`, the metrics `registry` (default: the global one). Destination secrets given by value
+    are stored per tenant in the database. Consumer verbs need an `admin` key of the operator tenant.
     """
+    settings = settings if settings is not None else Settings()
     owned = isinstance(db, str)
     database = connect(db) if isinstance(db, str) else db
     if owned:
         database.migrate()
-    body_limit = int(max_body_bytes if max_body_bytes is not None
-                     else _setting(settings, "max_body_bytes", DEFAULT_MAX_BODY_BYTES))
-    rate = float(rate_limit_per_second if rate_limit_per_second is not None
-                 else _setting(settings, "rate_limit_per_second", 50.0))
-    burst = int(rate_limit_burst if rate_limit_burst is not None else _setting(settings, "rate_limit_burst", 100))
-    loopback = bool(_setting(settings, "allow_loopback_webhooks", False))
-    insecure = bool(_setting(settings, "allow_insecure_http", False)) or loopback
     policy = destination_policy or DestinationPolicy(
-        allow_insecure_http=insecure, allow_loopback=loopback,
-        allow_private_network=bool(_setting(settings, "allow_private_webhooks", False)),
-        allowed_networks=tuple(_setting(settings, "allowed_webhook_networks", ())))
-    store_options: dict[str, Any] = {"server_signer": server_signer}
-    if max_payload_bytes is not None:
-        store_options["max_payload_bytes"] = max_payload_bytes
+        allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
+        allow_loopback=settings.allow_loopback_webhooks,
+        allow_private_network=settings.allow_private_webhooks,
+        allowed_networks=settings.allowed_webhook_networks)
     ctx = ApiContext(
         db=database,
-        store=job_store(database, **store_options),
-        limiter=RateLimiter(rate, burst),
-        auth_failures=RateLimiter(float(_setting(settings, "auth_failure_rate_per_second", 1.0)),
-                                  int(_setting(settings, "auth_failure_burst", 20)), max_entries=50_000),
+        store=job_store(database, server_signer=server_signer),
+        limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
+        auth_failures=RateLimiter(settings.auth_failure_rate_per_second, settings.auth_failure_burst,
+                                  max_entries=50_000),
         artifacts=ArtifactStore(),
         destination_policy=policy,
-        operator_tenant=operator_tenant or _setting(settings, "operator_tenant", DEFAULT_OPERATOR_TENANT),
+        operator_tenant=settings.operator_tenant,
         registered_consumers=registered_consumers,
         registry=registry if registry is not None else REGISTRY,
     )
@@ -164,7 +145,7 @@ def create_app(
     # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
     app.router.routes.extend(route for router in ROUTERS for route in router.routes)
     _document_security(app)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=body_limit)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)
     app.add_middleware(InputGuardMiddleware)
     app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))

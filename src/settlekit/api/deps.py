@@ -12,13 +12,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from settlekit import logs
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.guards import check_text
 from settlekit.api.problems import error_headers, problem_from_error
 from settlekit.api.ratelimit import RateLimiter, retry_after_seconds
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
+from settlekit.runtime import logging as logs
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.event_store import EventStore, StreamHead

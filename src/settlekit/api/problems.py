@@ -11,9 +11,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from settlekit import logs
 from settlekit.api.responses import dumps
 from settlekit.errors import SettlekitError
+from settlekit.runtime import logging as logs
 
 log = logging.getLogger("settlekit.api")
 PROBLEM_TYPE = "application/problem+json"

@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from settlekit import logs
+from settlekit.runtime import logging as logs
 
 log = logging.getLogger("settlekit.api.request")
 

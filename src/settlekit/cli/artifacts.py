@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from settlekit.artifacts.build import build_all_report, build_one, derive_outbox
+from settlekit.cli.common import fail
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json, parse_json
 
@@ -37,11 +38,6 @@ def load_events(path: Path) -> list[Any]:
     return data
 
 
-def _fail(exc: SettlekitError) -> None:
-    _err.print(f"[red]error[/red] {exc.code}: {exc.message}")
-    raise typer.Exit(code=1)
-
-
 def _print(value: Any) -> None:
     sys.stdout.write(canonical_json(value) + "\n")
 
@@ -62,8 +58,7 @@ def build_command(
         artifact = build_one(stream, artifact_type, source_event_id, generated_at, at_chain_hash=at_chain_hash,
                              tenant_id=tenant)
     except SettlekitError as exc:
-        _fail(exc)
-        return
+        fail(exc)
     _print(artifact)
 
 
@@ -74,7 +69,7 @@ def outbox_command(events: EventsOption) -> None:
     try:
         _print(derive_outbox(stream))
     except SettlekitError as exc:
-        _fail(exc)
+        fail(exc)
 
 
 @artifacts_app.command("build-all")
@@ -85,8 +80,7 @@ def build_all_command(events: EventsOption, generated_at: GeneratedAtOption = No
     try:
         artifacts, failures = build_all_report(stream, generated_at=generated_at)
     except SettlekitError as exc:
-        _fail(exc)
-        return
+        fail(exc)
     for failure in failures:
         sys.stderr.write("not built: " + canonical_json(failure) + "\n")
     _print(artifacts)

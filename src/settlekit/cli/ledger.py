@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from settlekit.cli.common import DbOption, run_with_db
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json, parse_json
 from settlekit.jobs.stream_postings import posting_records
@@ -56,18 +57,13 @@ def postings(
 
 @ledger_app.command("balances")
 def balances(
-    db: str = typer.Option(..., "--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db"),
+    db: DbOption,
     tenant: str | None = typer.Option(None, "--tenant", help="only this tenant"),
 ) -> None:
     """Print balances per tenant and account as JSON lines; the last line per tenant is its total (0)."""
     from settlekit.store import ledger as ledger_rows
-    from settlekit.store.db import connect
 
-    database = connect(db)
-    try:
-        by_tenant = ledger_rows.balances(database, tenant)
-    finally:
-        database.close()
+    by_tenant = run_with_db(db, lambda database: ledger_rows.balances(database, tenant), reading=True)
     for tenant_id, accounts in by_tenant.items():
         for account_id, cents in accounts.items():
             typer.echo(canonical_json({"tenantId": tenant_id, "accountId": account_id, "balanceCents": cents}))

@@ -1,153 +1,28 @@
-"""Process wiring: settings, the server signing key, and the background workers (dispatcher consumers and the
-webhook delivery worker) shared by `settlekit serve`, `settlekit worker` and the demo."""
+"""The composition root: the server signing key, the background workers (dispatcher consumers and the webhook
+delivery worker) and the retention cleanups they schedule, shared by `settlekit serve`, `settlekit worker` and
+the demo."""
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
-import socket
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from settlekit.errors import ConfigurationError
 from settlekit.events.envelope import Signer
+from settlekit.runtime.settings import Settings
 from settlekit.store.db import Database
+from settlekit.store.maintenance import try_cleanup_lock
 
 log = logging.getLogger("settlekit.runtime")
-
-
-def _env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    return value.strip().lower() in ("1", "true", "yes", "on")
-
-
-def _env_num(name: str, default: Any, kind: type) -> Any:
-    """`kind(os.environ[name])`, the default when unset or empty; ConfigurationError when malformed."""
-    value = os.environ.get(name)
-    if value is None or value.strip() == "":
-        return default
-    try:
-        return kind(value.strip())
-    except ValueError:
-        raise ConfigurationError(f"{name} must be a number, not {value!r}", code="SETTINGS_INVALID",
-                                 variable=name) from None
-
-
-@dataclass
-class Settings:
-    """Process configuration. Every field has a `SETTLEKIT_*` environment variable (see README)."""
-
-    db_url: str = "sqlite:///settlekit.db"
-    host: str = "127.0.0.1"
-    port: int = 8080
-    server_key_file: str | None = None
-    instance_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
-    allow_loopback_webhooks: bool = False
-    allow_private_webhooks: bool = False
-    allow_insecure_http: bool = False
-    delivery_concurrency: int = 16
-    dispatch_batch_size: int = 200
-    max_body_bytes: int = 1_048_576
-    rate_limit_per_second: float = 50.0
-    rate_limit_burst: int = 100
-    auth_failure_rate_per_second: float = 1.0  # failed authentications allowed per client address
-    auth_failure_burst: int = 20
-    operator_tenant: str = "system"
-    # behind a reverse proxy: the client address (per-address limit on invalid API keys) comes from
-    # X-Forwarded-For / X-Forwarded-Proto, trusted only from these proxy addresses (uvicorn's
-    # --proxy-headers / --forwarded-allow-ips; None: uvicorn's default, FORWARDED_ALLOW_IPS or 127.0.0.1)
-    proxy_headers: bool = True
-    forwarded_allow_ips: str | None = None
-    allowed_webhook_networks: tuple[str, ...] = ()
-    # delivery worker: lease (renewed every lease_renew s while sending; None = 30 % of the lease), retries
-    delivery_lease: float = 10.0
-    delivery_lease_renew: float | None = None
-    delivery_timeout: float = 15.0
-    delivery_max_attempts: int = 15
-    delivery_backoff_base: float = 2.0
-    delivery_backoff_cap: float = 3600.0
-    delivery_max_claims: int = 5  # claims without a recorded outcome before the DLQ (crash_loop)
-    # dispatcher: attempts on a failing event before the consumer is dead, automatic re-arm of dead consumers
-    dispatch_max_attempts: int = 10
-    rearm_cooldown: float = 300.0
-    max_rearm_count: int = 3
-    # `settlekit worker` serves /metrics here when a port is set
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int | None = None
-    metrics_per_destination: bool = False  # destination ids as metric labels (tenant data)
-    # seconds between runs of the retention cleanups (expired deliveries, idempotency keys); 0 disables them
-    cleanup_interval: float = 300.0
-    log_level: str = "INFO"
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> Settings:
-        env = os.environ
-        settings = cls(
-            db_url=env.get("SETTLEKIT_DB", cls.db_url),
-            host=env.get("SETTLEKIT_HOST", cls.host),
-            port=int(env.get("SETTLEKIT_PORT", cls.port)),
-            server_key_file=env.get("SETTLEKIT_SERVER_KEY_FILE") or None,
-            allow_loopback_webhooks=_env_bool("SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS", False),
-            allow_private_webhooks=_env_bool("SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS", False),
-            allow_insecure_http=_env_bool("SETTLEKIT_ALLOW_INSECURE_HTTP", False),
-            delivery_concurrency=int(env.get("SETTLEKIT_DELIVERY_CONCURRENCY", cls.delivery_concurrency)),
-            dispatch_batch_size=int(env.get("SETTLEKIT_DISPATCH_BATCH_SIZE", cls.dispatch_batch_size)),
-            max_body_bytes=int(env.get("SETTLEKIT_MAX_BODY_BYTES", cls.max_body_bytes)),
-            rate_limit_per_second=float(env.get("SETTLEKIT_RATE_LIMIT_PER_SECOND", cls.rate_limit_per_second)),
-            rate_limit_burst=int(env.get("SETTLEKIT_RATE_LIMIT_BURST", cls.rate_limit_burst)),
-            auth_failure_rate_per_second=float(env.get("SETTLEKIT_AUTH_FAILURE_RATE_PER_SECOND",
-                                                       cls.auth_failure_rate_per_second)),
-            auth_failure_burst=int(env.get("SETTLEKIT_AUTH_FAILURE_BURST", cls.auth_failure_burst)),
-            operator_tenant=env.get("SETTLEKIT_OPERATOR_TENANT", cls.operator_tenant),
-            proxy_headers=_env_bool("SETTLEKIT_PROXY_HEADERS", cls.proxy_headers),
-            forwarded_allow_ips=env.get("SETTLEKIT_FORWARDED_ALLOW_IPS") or None,
-            metrics_per_destination=_env_bool("SETTLEKIT_METRICS_PER_DESTINATION", False),
-            allowed_webhook_networks=tuple(n.strip() for n in env.get("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS", "")
-                                           .split(",") if n.strip()),
-            delivery_lease=_env_num("SETTLEKIT_DELIVERY_LEASE", cls.delivery_lease, float),
-            delivery_lease_renew=_env_num("SETTLEKIT_DELIVERY_LEASE_RENEW", None, float),
-            delivery_timeout=_env_num("SETTLEKIT_DELIVERY_TIMEOUT", cls.delivery_timeout, float),
-            delivery_max_attempts=_env_num("SETTLEKIT_DELIVERY_MAX_ATTEMPTS", cls.delivery_max_attempts, int),
-            delivery_backoff_base=_env_num("SETTLEKIT_DELIVERY_BACKOFF_BASE", cls.delivery_backoff_base, float),
-            delivery_backoff_cap=_env_num("SETTLEKIT_DELIVERY_BACKOFF_CAP", cls.delivery_backoff_cap, float),
-            delivery_max_claims=_env_num("SETTLEKIT_DELIVERY_MAX_CLAIMS", cls.delivery_max_claims, int),
-            dispatch_max_attempts=_env_num("SETTLEKIT_DISPATCH_MAX_ATTEMPTS", cls.dispatch_max_attempts, int),
-            rearm_cooldown=_env_num("SETTLEKIT_REARM_COOLDOWN", cls.rearm_cooldown, float),
-            max_rearm_count=_env_num("SETTLEKIT_MAX_REARM_COUNT", cls.max_rearm_count, int),
-            metrics_host=env.get("SETTLEKIT_METRICS_HOST") or cls.metrics_host,
-            metrics_port=_env_num("SETTLEKIT_METRICS_PORT", None, int),
-            cleanup_interval=_env_num("SETTLEKIT_CLEANUP_INTERVAL", cls.cleanup_interval, float),
-            log_level=(env.get("SETTLEKIT_LOG_LEVEL") or cls.log_level).strip().upper(),
-        )
-        if env.get("SETTLEKIT_INSTANCE_ID"):
-            settings.instance_id = env["SETTLEKIT_INSTANCE_ID"]
-        for key, value in overrides.items():
-            if value is not None:
-                setattr(settings, key, value)
-        for net in settings.allowed_webhook_networks:
-            try:
-                ipaddress.ip_network(net, strict=False)
-            except ValueError as exc:
-                raise ConfigurationError("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS holds an invalid CIDR",
-                                         network=net) from exc
-        if settings.cleanup_interval < 0:
-            raise ConfigurationError("SETTLEKIT_CLEANUP_INTERVAL must be 0 (off) or a positive number of seconds",
-                                     code="SETTINGS_INVALID", variable="SETTLEKIT_CLEANUP_INTERVAL")
-        from settlekit.logs import parse_level
-
-        settings.log_level = logging.getLevelName(parse_level(settings.log_level))
-        return settings
 
 
 def load_server_signer(path: str | None) -> Signer:
@@ -208,7 +83,6 @@ def worker_config(settings: Settings) -> Any:
     )
 
 
-CLEANUP_LOCK_KEY = 0x5E77_C1EA  # PostgreSQL advisory lock: one cleanup tick at a time across processes
 CLEANUP_BATCH = 10_000  # expired deliveries deleted per transaction
 
 
@@ -246,8 +120,9 @@ class CleanupScheduler:
     deliveries past `expires_at` (their attempt logs cascade) and idempotency keys past their TTL or lease.
 
     Safe with many worker processes on one database: the deletes are idempotent, and on PostgreSQL a
-    transaction-scoped advisory lock lets one process run a tick at a time (the others skip theirs). A failed
-    tick is logged with its traceback and counted (`settlekit_cleanup_errors`); the next runs on schedule."""
+    transaction-scoped advisory lock (`store.maintenance`) lets one process run a tick at a time (the others skip
+    theirs). A failed tick is logged with its traceback and counted (`settlekit_cleanup_errors`); the next runs
+    on schedule."""
 
     def __init__(self, db: Database, *, interval: float, clock: Callable[[], datetime] | None = None,
                  registry: Any = None, batch: int = CLEANUP_BATCH, max_batches: int = 100):
@@ -271,8 +146,7 @@ class CleanupScheduler:
         result = CleanupResult()
         for batch_no in range(self.max_batches):
             with self.db.transaction() as tx:
-                if tx.dialect == "postgres" and not tx.scalar("SELECT pg_try_advisory_xact_lock(?)",
-                                                              (CLEANUP_LOCK_KEY,)):
+                if not try_cleanup_lock(tx):
                     result.skipped = True
                     break
                 deleted = delivery_store.cleanup_expired(tx, now=now, limit=self.batch)

@@ -3,46 +3,22 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from settlekit.cli.common import DbOption, JsonOption, fail, run_with_db
 from settlekit.dispatch import ops
 from settlekit.dispatch.model import SHARED_INSTANCE
 from settlekit.errors import SettlekitError
 from settlekit.store.consumers import ConsumerState
-from settlekit.store.db import Database, connect
 
 consumers_app = typer.Typer(help="Durable consumers: state, lag and recovery.", no_args_is_help=True)
-_err = Console(stderr=True, soft_wrap=True)
 
-DbOption = Annotated[str, typer.Option("--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db")]
 InstanceOption = Annotated[str, typer.Option("--instance-id", help="state row shard (per-instance consumers)")]
-JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 NameArg = Annotated[str, typer.Argument(help="consumer name")]
-
-
-def fail(exc: SettlekitError) -> NoReturn:
-    """Print `CODE: message` on stderr and exit 1."""
-    _err.print(f"[red]error[/red] {exc.code}: {exc.message}")
-    raise typer.Exit(code=1)
-
-
-def run_with_db(db_url: str, action: Callable[[Database], Any]) -> Any:
-    """Open the database, run `action` on it and close it; a SettlekitError from either step exits 1."""
-    try:
-        db = connect(db_url)
-    except SettlekitError as exc:
-        fail(exc)
-    try:
-        return action(db)
-    except SettlekitError as exc:
-        fail(exc)
-    finally:
-        db.close()
 
 
 def _print_state(state: ConsumerState, as_json: bool, **extra: Any) -> None:
@@ -59,7 +35,7 @@ def _print_state(state: ConsumerState, as_json: bool, **extra: Any) -> None:
 @consumers_app.command("list")
 def list_cmd(db: DbOption, as_json: JsonOption = False) -> None:
     """Every consumer state row with status, cursor, high-water mark, lag, attempts and last error."""
-    rows = run_with_db(db, lambda d: ops.list_consumers(d))
+    rows = run_with_db(db, lambda d: ops.list_consumers(d), reading=True)
     if as_json:
         print(json.dumps([r.to_json() for r in rows]))
         return
@@ -110,7 +86,7 @@ def status(
     name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """One consumer row (with a live `processing` flag)."""
-    _print_state(run_with_db(db, lambda d: ops.require_state(d, name, instance_id)), as_json)
+    _print_state(run_with_db(db, lambda d: ops.require_state(d, name, instance_id), reading=True), as_json)
 
 
 @consumers_app.command()
@@ -161,6 +137,5 @@ def reset(
         try:
             target = int(to)
         except ValueError:
-            _err.print(f"[red]error[/red] CONSUMER_RESET_INVALID: --to must be a position or 'now', not {to!r}")
-            raise typer.Exit(code=1) from None
+            fail(SettlekitError(f"--to must be a position or 'now', not {to!r}", code="CONSUMER_RESET_INVALID"), 1)
     _print_state(run_with_db(db, lambda d: ops.reset_consumer(d, name, target, instance_id)), as_json)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""`settlekit deliveries …` (destinations, deliveries, requeue, worker) and `settlekit receive`.
+"""`settlekit deliveries …` (destinations, deliveries, requeue, worker, secrets) and `settlekit receive`.
 
 Secrets are write-only: commands take a secret file (its value is stored in the database), a reference
 (`secret:<id>`/`env:`) or generate a secret (stored, and written to a 0600 file whose path only is printed).
@@ -8,7 +8,6 @@ Secrets are write-only: commands take a secret file (its value is stored in the 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from datetime import UTC, datetime, timedelta
@@ -19,10 +18,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from settlekit.cli.common import DbOption, JsonOption, TenantOption, print_json, run_with_db, settings_flags
 from settlekit.delivery import service
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.signing import generate_secret
-from settlekit.dispatch.cli import DbOption, JsonOption, run_with_db
+from settlekit.runtime.settings import Settings
 from settlekit.store.db import Database
 
 delivery_app = typer.Typer(help="Webhook delivery tools.", no_args_is_help=True)
@@ -30,16 +30,18 @@ destinations_app = typer.Typer(help="Webhook destinations of a tenant.", no_args
 delivery_app.add_typer(destinations_app, name="destinations")
 _err = Console(stderr=True, soft_wrap=True)
 
-TenantOption = Annotated[str, typer.Option("--tenant", "-t", help="tenant id")]
-LoopbackOption = Annotated[
-    bool, typer.Option("--allow-loopback", help="allow 127.0.0.0/8 and ::1 (local development only)")
-]
+LoopbackOption = Annotated[bool, typer.Option("--allow-loopback-webhooks",
+                                               help="allow 127.0.0.0/8 and ::1 (local development only)")]
+OldLoopbackOption = Annotated[bool, typer.Option("--allow-loopback", hidden=True)]  # the earlier name
 InsecureOption = Annotated[
     bool, typer.Option("--allow-insecure-http", help="allow plain http:// URLs (development only)")
 ]
-NetworksOption = Annotated[
-    list[str] | None, typer.Option("--allow-network", help="CIDR exempt from the private-range check")
-]
+NetworksOption = Annotated[list[str] | None, typer.Option(
+    "--allowed-webhook-networks", help="CIDR exempt from the private-range check (repeatable)")]
+OldNetworksOption = Annotated[list[str] | None, typer.Option("--allow-network", hidden=True)]  # the earlier name
+SecretsDirOption = Annotated[Path | None, typer.Option(
+    "--secrets-dir", file_okay=False, help="directory of webhook secret files [env SETTLEKIT_SECRETS_DIR, "
+    "default secrets]")]
 
 
 def _policy(loopback: bool, insecure: bool, networks: list[str] | None, env_secrets: bool = False,
@@ -98,11 +100,10 @@ def destinations_add(
     ] = None,
     generate: Annotated[
         bool, typer.Option("--generate-secret", help="create a new whsec_ secret (stored in the database, and "
-                           "written to a 0600 file in --secret-dir for the receiver)")
+                           "written to a 0600 file in --secrets-dir for the receiver)")
     ] = False,
-    secret_dir: Annotated[Path, typer.Option("--secret-dir", help="where --generate-secret writes")] = Path(
-        "secrets"
-    ),
+    secrets_dir: SecretsDirOption = None,
+    old_secret_dir: Annotated[Path | None, typer.Option("--secret-dir", hidden=True)] = None,
     signing: Annotated[str, typer.Option("--signing", help="standard | settld_legacy | both")] = "standard",
     types: Annotated[
         list[str] | None, typer.Option("--type", help="artifact type to deliver (repeatable; default all)")
@@ -114,8 +115,10 @@ def destinations_add(
     ] = False,
     replace: Annotated[bool, typer.Option("--replace", help="overwrite an existing destination")] = False,
     allow_loopback: LoopbackOption = False,
+    old_allow_loopback: OldLoopbackOption = False,
     allow_insecure_http: InsecureOption = False,
     allow_network: NetworksOption = None,
+    old_allow_network: OldNetworksOption = None,
     allow_env_secrets: Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")] = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -123,6 +126,9 @@ def destinations_add(
     given = sum(x is not None and x is not False for x in (secret_ref, secret_file, generate or None))
     if given != 1:
         raise typer.BadParameter("give exactly one of --secret-ref, --secret-file, --generate-secret")
+    secret_dir = Settings(secrets_dir=secrets_dir or old_secret_dir).secrets_dir
+    allow_loopback = allow_loopback or old_allow_loopback
+    allow_network = [*(allow_network or ()), *(old_allow_network or ())]
     generated: Path | None = None
 
     def action(database: Database) -> dict[str, Any]:
@@ -160,7 +166,7 @@ def destinations_add(
 
     body = run_with_db(db, action)
     if as_json:
-        print(json.dumps(body))
+        print_json(body)
     else:
         typer.echo(f"destination {tenant}/{destination_id} saved ({body['status']})")
     if generated is not None:
@@ -170,9 +176,10 @@ def destinations_add(
 @destinations_app.command("list")
 def destinations_list(db: DbOption, tenant: TenantOption, as_json: JsonOption = False) -> None:
     """List a tenant's destinations (secret references only, inline secrets redacted)."""
-    rows = [d.to_json() for d in run_with_db(db, lambda database: service.list_destinations(database, tenant))]
+    rows = [d.to_json() for d in run_with_db(db, lambda database: service.list_destinations(database, tenant),
+                                             reading=True)]
     if as_json:
-        print(json.dumps(rows))
+        print_json(rows)
         return
     _table(rows, ["destination_id", "url", "status", "disabled_reason", "signing", "ordering",
                   "artifact_types", "secret_ref"])
@@ -197,13 +204,16 @@ def destinations_enable(
     tenant: TenantOption,
     destination_id: Annotated[str, typer.Option("--id", help="destination id")],
     allow_loopback: LoopbackOption = False,
+    old_allow_loopback: OldLoopbackOption = False,
     allow_insecure_http: InsecureOption = False,
     allow_network: NetworksOption = None,
+    old_allow_network: OldNetworksOption = None,
     backfill: Annotated[bool, typer.Option("--backfill", help="also create the deliveries of the artifacts "
                                            "built while it was disabled")] = False,
 ) -> None:
     """Re-activate a destination (the SSRF guard runs again) and offer to backfill what it missed."""
-    pol = _policy(allow_loopback, allow_insecure_http, allow_network)
+    pol = _policy(allow_loopback or old_allow_loopback, allow_insecure_http,
+                  [*(allow_network or ()), *(old_allow_network or ())])
     _, report = run_with_db(db, lambda database: service.enable_destination_with_backfill(
         database, tenant, destination_id, policy=pol, actor="cli", backfill=backfill))
     typer.echo(f"destination {tenant}/{destination_id} enabled")
@@ -236,10 +246,11 @@ def deliveries_list(
             lambda database: service.list_deliveries(
                 database, tenant, state=state, destination_id=destination_id, limit=limit, after_id=after_id
             ),
+            reading=True,
         )
     ]
     if as_json:
-        print(json.dumps(rows))
+        print_json(rows)
         return
     _table(rows, ["id", "destination_id", "artifact_type", "artifact_id", "state", "attempts", "last_status",
                   "last_error", "next_attempt_at"])
@@ -284,8 +295,11 @@ def deliveries_requeue(
 
 
 @delivery_app.command("run")
+@settings_flags("db_url", "allow_loopback_webhooks", "allow_insecure_http", "allowed_webhook_networks",
+                "allow_private_webhooks", "log_level",
+                aliases={"allow_loopback_webhooks": "--allow-loopback", "allowed_webhook_networks": "--allow-network"})
 def deliveries_run(
-    db: DbOption,
+    flags: dict[str, Any],
     concurrency: Annotated[int, typer.Option("--concurrency", help="parallel requests")] = 16,
     batch: Annotated[int, typer.Option("--batch", help="deliveries claimed per pass")] = 50,
     idle_sleep: Annotated[float, typer.Option("--idle-sleep", help="poll interval when idle (s)")] = 0.2,
@@ -295,30 +309,26 @@ def deliveries_run(
     timeout: Annotated[float, typer.Option("--timeout", help="HTTP timeout seconds")] = 15.0,
     max_claims: Annotated[int, typer.Option("--max-claims", help="claims without a recorded outcome before a "
                                             "delivery is dead-lettered (crash_loop)")] = 5,
-    allow_loopback: LoopbackOption = False,
-    allow_insecure_http: InsecureOption = False,
-    allow_network: NetworksOption = None,
     allow_env_secrets: Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")] = False,
-    allow_private_webhooks: Annotated[bool, typer.Option(
-        "--allow-private-webhooks", envvar="SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS",
-        help="destinations that opt in may use private ranges (never metadata)")] = False,
 ) -> None:
     """Run a delivery worker for all tenants until SIGINT/SIGTERM (then finishes in-flight attempts)."""
     from settlekit.delivery.secrets import SecretResolver
     from settlekit.delivery.sender import SenderConfig
     from settlekit.delivery.sink import artifact_loader
     from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
+    from settlekit.runtime.logging import configure_logging
 
+    settings = Settings(**flags)
     config = WorkerConfig(
         batch_size=batch,
         lease=timedelta(seconds=lease),
         lease_renew=lease_renew,
         max_claims=max_claims,
         idle_sleep=idle_sleep,
-        allow_loopback=allow_loopback,
-        allow_insecure_http=allow_insecure_http,
-        allow_private_network=allow_private_webhooks,
-        allowed_networks=tuple(allow_network or ()),
+        allow_loopback=settings.allow_loopback_webhooks,
+        allow_insecure_http=settings.allow_insecure_http,
+        allow_private_network=settings.allow_private_webhooks,
+        allowed_networks=settings.allowed_webhook_networks,
         sender=SenderConfig(timeout=timeout, concurrency=concurrency),
     )
 
@@ -336,10 +346,8 @@ def deliveries_run(
             await worker.run()
             _err.print("delivery worker stopped")
 
-    from settlekit.logs import configure_from_env
-
-    configure_from_env()
-    run_with_db(db, lambda database: asyncio.run(main(database)))
+    configure_logging(settings.log_level)
+    run_with_db(settings.db_url, lambda database: asyncio.run(main(database)))
 
 
 secrets_app = typer.Typer(help="Webhook secrets kept in the database.", no_args_is_help=True)
@@ -349,18 +357,18 @@ delivery_app.add_typer(secrets_app, name="secrets")
 @secrets_app.command("migrate")
 def secrets_migrate(
     db: DbOption,
-    secrets_dir: Annotated[Path | None, typer.Option(
-        "--secrets-dir", envvar="SETTLEKIT_SECRETS_DIR", file_okay=False,
-        help="only files inside it, in the destination's own tenant area, are imported")] = None,
+    secrets_dir: SecretsDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Import legacy file: secret references into the database (per tenant) and rewrite them; report what was
-    migrated and what was refused (exit 1 when anything was refused)."""
+    migrated and what was refused (exit 1 when anything was refused). Only files inside the secrets directory,
+    in the destination's own tenant area, are imported."""
     from settlekit.delivery.legacy_secrets import migrate_file_refs
 
-    report = run_with_db(db, lambda database: migrate_file_refs(database, secrets_dir, now=datetime.now(UTC)))
+    root = Settings(secrets_dir=secrets_dir).secrets_dir
+    report = run_with_db(db, lambda database: migrate_file_refs(database, root, now=datetime.now(UTC)))
     if as_json:
-        print(json.dumps(report.to_json()))
+        print_json(report.to_json())
     else:
         for o in report.migrated:
             typer.echo(f"migrated {o.tenant_id}/{o.destination_id} {o.field}: {o.path}")
@@ -409,9 +417,9 @@ def receive_command(
     ),
 ) -> None:
     """Receive signed artifact webhooks: verify, dedupe by webhook-id, store each artifact once."""
-    from settlekit.logs import configure_from_env
+    from settlekit.runtime.logging import configure_logging
 
-    configure_from_env()
+    configure_logging(Settings().log_level)
     server = ReceiverServer(
         secrets=_load_secrets(secret, secret_file),
         host=host,

@@ -1,4 +1,4 @@
-"""JSON logging for the long-running processes (`serve`, `worker`, `receive`).
+"""JSON logging for the long-running processes (`serve`, `worker`, `receive`, `deliveries run`).
 
 `configure_logging` routes every stdlib logger (each module's `logging.getLogger(__name__)`, uvicorn's and
 psycopg's too) through structlog's `ProcessorFormatter`: one JSON object per line with `timestamp`, `level`,
@@ -105,10 +105,3 @@ def current(name: str) -> Any:
 def clear() -> None:
     """Start a fresh logging context (each request does)."""
     structlog.contextvars.clear_contextvars()
-
-
-def configure_from_env(default: str = "INFO") -> logging.Handler:
-    """`configure_logging` at SETTLEKIT_LOG_LEVEL (default INFO) for commands that run without Settings."""
-    import os
-
-    return configure_logging(os.environ.get("SETTLEKIT_LOG_LEVEL") or default)

@@ -1,0 +1,136 @@
+"""`settlekit serve` and `settlekit worker`: the long-running processes. Their flags are the settings
+(`settlekit.runtime.settings`), defined once and shared."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from settlekit.cli.common import console, settings_flags
+
+# the settings of the embedded workers: `worker`, and `serve` unless --no-workers
+WORKER_SETTINGS = (
+    "db_url", "instance_id", "allow_loopback_webhooks", "allow_private_webhooks", "allowed_webhook_networks",
+    "allow_insecure_http", "metrics_per_destination", "delivery_concurrency", "delivery_lease",
+    "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts", "delivery_backoff_base",
+    "delivery_backoff_cap", "delivery_max_claims", "dispatch_batch_size", "dispatch_max_attempts", "rearm_cooldown",
+    "max_rearm_count", "cleanup_interval", "log_level",
+)
+API_SETTINGS = (
+    "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes",
+    "rate_limit_per_second", "rate_limit_burst", "auth_failure_rate_per_second", "auth_failure_burst",
+    "operator_tenant",
+)
+METRICS_SETTINGS = ("metrics_host", "metrics_port")
+# the flag names of earlier releases, still accepted (hidden)
+OLD_WORKER_FLAGS = {
+    "allowed_webhook_networks": "--allowed-webhook-network", "delivery_lease": "--lease",
+    "delivery_lease_renew": "--lease-renew", "delivery_max_attempts": "--max-attempts",
+    "delivery_backoff_base": "--backoff-base", "delivery_backoff_cap": "--backoff-cap",
+    "delivery_max_claims": "--max-claims",
+}
+
+
+def _graceful_server(config: Any) -> Any:
+    """uvicorn's server, except that a SIGTERM/SIGINT that led to a clean shutdown ends the process with exit 0
+    (uvicorn re-raises the signal after shutting down, which makes the exit status -15)."""
+    import signal as signal_module
+    from types import FrameType
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.should_exit and sig == signal_module.SIGINT:
+                self.force_exit = True
+            else:
+                self.should_exit = True
+
+    return Server(config)
+
+
+@settings_flags(*WORKER_SETTINGS, *API_SETTINGS, aliases=OLD_WORKER_FLAGS)
+def serve(
+    flags: dict[str, Any],
+    workers: Annotated[bool, typer.Option("--workers/--no-workers", help="run the dispatcher and delivery "
+                                          "worker in this process too")] = True,
+) -> None:
+    """Run the HTTP API (uvicorn), with the workers embedded unless --no-workers. SIGTERM shuts down gracefully."""
+    import uvicorn
+
+    from settlekit.api.app import create_app
+    from settlekit.runtime.logging import configure_logging
+    from settlekit.runtime.settings import Settings
+    from settlekit.runtime.workers import (
+        Workers,
+        load_server_signer,
+        register_queue_gauges,
+        unregister_queue_gauges,
+        uvicorn_options,
+    )
+    from settlekit.store.db import connect
+
+    settings = Settings(**flags)
+    database = connect(settings.db_url)
+    database.migrate()  # before logging is configured: an unreachable database is one line on stderr
+    configure_logging(settings.log_level)
+    background = Workers(database, settings) if workers else None
+    gauges = None
+    try:
+        if background is not None:
+            background.start()
+        else:
+            gauges = register_queue_gauges(database)
+        app_ = create_app(database, settings, server_signer=load_server_signer(settings.server_key_file))
+        # uvicorn logs through the JSON handler; the API logs one line per request itself (no access log)
+        config = uvicorn.Config(app_, log_level=settings.log_level.lower(), log_config=None, access_log=False,
+                                timeout_graceful_shutdown=20, **uvicorn_options(settings))
+        _graceful_server(config).run()
+    finally:
+        if background is not None:
+            background.stop()
+        if gauges is not None:
+            unregister_queue_gauges(gauges)
+        database.close()
+
+
+@settings_flags(*WORKER_SETTINGS, *METRICS_SETTINGS, aliases=OLD_WORKER_FLAGS)
+def worker(flags: dict[str, Any]) -> None:
+    """Run the dispatcher consumers, the delivery worker and the retention cleanups until SIGTERM/SIGINT
+    (finishes work in flight)."""
+    import signal
+    import threading
+
+    from settlekit.runtime.logging import configure_logging
+    from settlekit.runtime.settings import Settings
+    from settlekit.runtime.workers import Workers
+    from settlekit.store.db import connect
+
+    settings = Settings(**flags)
+    database = connect(settings.db_url)
+    database.migrate()  # before logging is configured: an unreachable database is one line on stderr
+    configure_logging(settings.log_level)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    background = Workers(database, settings)
+    server = None
+    if settings.metrics_port is not None:
+        from prometheus_client import REGISTRY, start_http_server
+
+        # the delivery queue and DLQ gauges are registered by Workers.start
+        server, _ = start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=REGISTRY)
+        console.print(f"metrics on http://{settings.metrics_host}:{server.server_port}/metrics")
+    background.start()
+    console.print(f"settlekit worker {settings.instance_id} running on {settings.db_url}")
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        background.stop()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        database.close()
+    console.print("settlekit worker stopped")

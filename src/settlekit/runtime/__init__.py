@@ -1,0 +1,28 @@
+"""Process wiring: the validated settings (`settings`), JSON logging (`logging`) and the composition root that
+runs the background workers and the retention cleanups (`workers`)."""
+
+from settlekit.runtime.settings import Settings
+from settlekit.runtime.workers import (
+    CleanupResult,
+    CleanupScheduler,
+    Workers,
+    load_server_signer,
+    register_queue_gauges,
+    unregister_queue_gauges,
+    uvicorn_options,
+    worker_config,
+)
+from settlekit.store.maintenance import CLEANUP_LOCK_KEY
+
+__all__ = [
+    "CLEANUP_LOCK_KEY",
+    "CleanupResult",
+    "CleanupScheduler",
+    "Settings",
+    "Workers",
+    "load_server_signer",
+    "register_queue_gauges",
+    "unregister_queue_gauges",
+    "uvicorn_options",
+    "worker_config",
+]

@@ -1,0 +1,195 @@
+"""Every configuration value settlekit reads, in one validated object.
+
+Each field has an environment variable `SETTLEKIT_<NAME>` and a command-line flag `--<name>` of the same name
+(lower case, hyphens); `db_url` is `SETTLEKIT_DB` / `--db`. The commands build `Settings(**flags)`: a flag that
+was given wins over the environment, and a flag left at None means "not given". A bad value raises one
+ConfigurationError (code SETTINGS_INVALID) naming the variable, the flag and the problem.
+
+`settlekit settings --markdown` prints the README table of every setting (`settings_table`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from settlekit.errors import ConfigurationError
+
+ENV_PREFIX = "SETTLEKIT_"
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+def _instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Settings(BaseSettings):
+    """Process configuration of `serve`, `worker`, the delivery commands and the demo."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="forbid",
+                                      populate_by_name=True)
+
+    db_url: str = Field("sqlite:///settlekit.db", validation_alias="SETTLEKIT_DB",
+                        description="database URL, `postgresql://…` or `sqlite:///path.db`")
+    host: str = Field("127.0.0.1", description="API listen address (`serve`)")
+    port: int = Field(8080, ge=0, le=65535, description="API listen port (`serve`; 0: any free port)")
+    server_key_file: str | None = Field(
+        None, description="server Ed25519 key (PKCS#8 PEM, created 0600 if missing); share it between processes "
+        "(default: an ephemeral key)")
+    instance_id: str = Field(default_factory=_instance_id,
+                             description="worker instance id (per-instance consumers); default host-pid-random")
+    allow_loopback_webhooks: bool = Field(
+        False, description="allow webhook URLs on loopback, and plain `http://` with them (development and tests)")
+    allow_private_webhooks: bool = Field(
+        False, description="destinations that opt in (`allowPrivateNetwork`) may use private ranges (10/8, "
+        "172.16/12, 192.168/16, fc00::/7, 100.64/10, …; not loopback, not link-local)")
+    allowed_webhook_networks: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="CIDRs (comma separated; the flag is repeatable) that destinations which opt in may reach")
+    allow_insecure_http: bool = Field(False, description="allow `http://` webhook URLs")
+    delivery_concurrency: int = Field(16, ge=1, description="concurrent webhook senders per worker")
+    dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
+    max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
+    rate_limit_per_second: float = Field(50.0, gt=0, description="token bucket per API key: rate")
+    rate_limit_burst: int = Field(100, ge=1, description="token bucket per API key: burst")
+    auth_failure_rate_per_second: float = Field(
+        1.0, gt=0, description="failed authentications allowed per client address and second")
+    auth_failure_burst: int = Field(20, ge=1, description="burst of failed authentications per client address")
+    operator_tenant: str = Field("system", min_length=1,
+                                 description="tenant whose admin keys may use the cross-tenant ops routes")
+    proxy_headers: bool = Field(
+        True, description="`serve` behind a reverse proxy: take the client address from `X-Forwarded-For` when "
+        "the connection comes from a trusted proxy (uvicorn's `--proxy-headers`)")
+    forwarded_allow_ips: str | None = Field(
+        None, description="addresses/CIDRs of the proxies trusted for `X-Forwarded-*` ('*' trusts all; default "
+        "uvicorn's: `FORWARDED_ALLOW_IPS` or 127.0.0.1)")
+    delivery_lease: float = Field(
+        10.0, gt=0, description="delivery lease (s), renewed while a send is in flight; a crashed worker's rows "
+        "are claimable again within one lease")
+    delivery_lease_renew: float | None = Field(
+        None, gt=0, description="lease renewal interval (s); default 30 % of the lease")
+    delivery_timeout: float = Field(15.0, gt=0, description="HTTP timeout of one delivery attempt (s)")
+    delivery_max_attempts: int = Field(15, ge=1, description="delivery attempts before the DLQ")
+    delivery_backoff_base: float = Field(2.0, gt=0, description="first retry delay (s)")
+    delivery_backoff_cap: float = Field(3600.0, gt=0, description="longest retry delay (s)")
+    delivery_max_claims: int = Field(
+        5, ge=1, description="claims of one delivery without a recorded outcome (its worker died each time) "
+        "before it goes to the DLQ as `crash_loop`")
+    dispatch_max_attempts: int = Field(10, ge=1,
+                                       description="handler attempts on one event before its consumer is dead")
+    rearm_cooldown: float = Field(300.0, ge=0, description="seconds before a dead consumer is re-armed")
+    max_rearm_count: int = Field(3, ge=0, description="automatic re-arms before a dead consumer stays dead")
+    metrics_host: str = Field("127.0.0.1", description="address where `worker` serves `/metrics`")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="port where `worker` serves `/metrics` (0: any free port; default: "
+        "not served)")
+    metrics_per_destination: bool = Field(
+        False, description="label delivery metrics with destination ids (tenant data)")
+    cleanup_interval: float = Field(
+        300.0, ge=0, description="seconds between the retention cleanups (expired deliveries and idempotency "
+        "keys) that `worker` and `serve` with workers run, one process at a time; 0 turns them off")
+    secrets_dir: Path = Field(
+        Path("secrets"), description="directory of webhook secret files: where `deliveries destinations add "
+        "--generate-secret` writes and `deliveries secrets migrate` may import legacy `file:` secrets from")
+    log_level: LogLevel = Field(
+        "INFO", description="level of the JSON logs of `serve`, `worker`, `receive` and `deliveries run` "
+        "(stderr, one object per line)")
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**{name: value for name, value in values.items() if value is not None})
+        except pydantic.ValidationError as exc:
+            raise _settings_error(exc) from None
+
+    @field_validator("allowed_webhook_networks", mode="before")
+    @classmethod
+    def _split_networks(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        if isinstance(value, (list, tuple)):
+            return tuple(part.strip() for item in value for part in str(item).split(",") if part.strip())
+        return value
+
+    @field_validator("allowed_webhook_networks")
+    @classmethod
+    def _check_networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for network in value:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{network!r} is not a CIDR") from None
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("server_key_file", "forwarded_allow_ips", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+
+def env_var(name: str) -> str:
+    """The environment variable of a field."""
+    return f"{ENV_PREFIX}DB" if name == "db_url" else ENV_PREFIX + name.upper()
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a field (the variable's name without the prefix, in lower case)."""
+    return "--" + env_var(name)[len(ENV_PREFIX):].lower().replace("_", "-")
+
+
+def _field_of(location: tuple[int | str, ...]) -> str | None:
+    for part in location:
+        text = str(part)
+        if text in Settings.model_fields:
+            return text
+        if text.upper() == f"{ENV_PREFIX}DB":
+            return "db_url"
+    return None
+
+
+def _settings_error(exc: pydantic.ValidationError) -> ConfigurationError:
+    """The first problem of a validation error as one line naming the variable and the flag."""
+    error = exc.errors(include_url=False)[0]
+    name = _field_of(tuple(error.get("loc", ())))
+    problem = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    if error.get("type") == "extra_forbidden":
+        return ConfigurationError(f"unknown setting {error['loc'][0]!r}", code="SETTINGS_INVALID")
+    given = error.get("input")
+    shown = f", not {given!r}" if isinstance(given, (str, int, float)) and not isinstance(given, bool) else ""
+    if name is None:
+        return ConfigurationError(f"invalid settings: {problem}{shown}", code="SETTINGS_INVALID")
+    return ConfigurationError(f"{env_var(name)} ({flag(name)}): {problem[:1].lower()}{problem[1:]}{shown}",
+                              code="SETTINGS_INVALID", variable=env_var(name), flag=flag(name))
+
+
+def _default_text(name: str) -> str:
+    info = Settings.model_fields[name]
+    if info.default_factory is not None:
+        return "host-pid-random"
+    value = info.default
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return f"`{value}`" if isinstance(value, (str, Path)) else str(value)
+
+
+def settings_table() -> str:
+    """A Markdown table of every setting: variable, flag, default, meaning (the README's)."""
+    lines = ["| environment variable | flag | default | meaning |", "|---|---|---|---|"]
+    for name, info in Settings.model_fields.items():
+        lines.append(f"| `{env_var(name)}` | `{flag(name)}` | {_default_text(name)} | {info.description} |")
+    return "\n".join(lines) + "\n"
