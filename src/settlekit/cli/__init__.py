@@ -16,6 +16,7 @@ from settlekit.cli.common import (
     DbOption,
     JsonOption,
     console,
+    database_url,
     error_line,
     exit_code,
     fail,
@@ -36,7 +37,7 @@ TenantDefaultOption = Annotated[str, typer.Option("--tenant", envvar="SETTLEKIT_
 
 
 @app.command()
-def migrate(db: DbOption, as_json: JsonOption = False) -> None:
+def migrate(*, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Create or upgrade the schema (safe to run from several processes at once)."""
     applied = run_with_db(db, lambda database: database.migrate())
     if as_json:
@@ -88,7 +89,8 @@ def verify(
 
 @app.command()
 def export(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     stream: Annotated[str, typer.Option("--stream", help="stream id")],
     tenant: TenantDefaultOption = "tenant_default",
     out: Annotated[Path | None, typer.Option("--out", help="file to write; default stdout")] = None,
@@ -110,8 +112,9 @@ def export(
 
 @app.command("import")
 def import_stream(
+    *,
     stream: Annotated[Path, typer.Argument(help="exported stream: a JSON array of finalized events")],
-    db: DbOption,
+    db: DbOption = None,
     keys: Annotated[Path, typer.Option("--keys", help="list of signers {role, keyId, publicKeyPem}")],
     tenant: TenantDefaultOption = "tenant_default",
     strict: Annotated[bool, typer.Option("--strict", help="apply the rules for new input: refuse an unsigned "
@@ -142,7 +145,7 @@ def import_stream(
     except SettlekitError as exc:
         stop(exc)
     try:
-        with opened(db) as database:
+        with opened(database_url(db)) as database:
             store = job_store(database)
             try:
                 register_signers(store, tenant, signers)
@@ -180,8 +183,9 @@ contracts_app = typer.Typer(help="Contract documents (ContractDocument.v1) that 
 
 @contracts_app.command("add")
 def contracts_add(
+    *,
     document: Annotated[Path, typer.Argument(help="ContractDocument.v1 JSON file")],
-    db: DbOption,
+    db: DbOption = None,
     tenant: TenantDefaultOption = "tenant_default",
     as_json: JsonOption = False,
 ) -> None:

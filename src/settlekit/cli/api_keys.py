@@ -26,7 +26,8 @@ def _migrated(database: Database) -> Database:
 
 @api_keys_app.command("create")
 def create(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     tenant: Annotated[str, typer.Option("--tenant", help="tenant the key is bound to")],
     scopes: Annotated[str, typer.Option("--scopes", help=f"comma-separated: {','.join(SCOPES)}")],
     label: Annotated[str | None, typer.Option("--label", help="free-text note")] = None,
@@ -44,7 +45,8 @@ def create(
 
 @api_keys_app.command("revoke")
 def revoke(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     key_id: Annotated[str, typer.Argument(help="key id (the hex part of sk_<keyid>_…)")],
 ) -> None:
     """Revoke a key; requests with it fail from now on."""
@@ -54,7 +56,8 @@ def revoke(
 
 @api_keys_app.command("list")
 def list_keys(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="only this tenant")] = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -19,7 +19,8 @@ from settlekit.store.db import Database, connect
 
 console = Console(stderr=True, soft_wrap=True)  # one error, one line
 
-DbOption = Annotated[str, typer.Option("--db", envvar="SETTLEKIT_DB", help="postgresql://… or sqlite:///path.db")]
+DbOption = Annotated[str | None, typer.Option("--db", help="postgresql://… or sqlite:///path.db [env SETTLEKIT_DB, "
+                                                           "default sqlite:///settlekit.db]", show_default=False)]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
 TenantOption = Annotated[str, typer.Option("--tenant", "-t", help="tenant id")]
 
@@ -79,14 +80,22 @@ def require_existing_sqlite(url: str) -> None:
                                            code="DATABASE_NOT_FOUND", path=str(path))
 
 
-def open_database(url: str, *, reading: bool = False) -> Database:
-    """`connect(url)`; with `reading`, a missing SQLite file is refused instead of created."""
+def database_url(db: str | None) -> str:
+    """The `--db` given, else the `db_url` setting (SETTLEKIT_DB)."""
+    from settlekit.runtime.settings import Settings
+
+    return db if db is not None else Settings().db_url
+
+
+def open_database(url: str | None, *, reading: bool = False) -> Database:
+    """`connect` to `database_url(url)`; with `reading`, a missing SQLite file is refused instead of created."""
+    url = database_url(url)
     if reading:
         require_existing_sqlite(url)
     return connect(url)
 
 
-def run_with_db(db_url: str, action: Callable[[Database], T], *, reading: bool = False,
+def run_with_db(db_url: str | None, action: Callable[[Database], T], *, reading: bool = False,
                 error_exit: int | None = None) -> T:
     """Open the database, run `action` on it and close it; a SettlekitError from either step is one line on stderr
     and exit `error_exit` (default: `exit_code`). `reading`: see `open_database`."""

@@ -33,7 +33,7 @@ def _print_state(state: ConsumerState, as_json: bool, **extra: Any) -> None:
 
 
 @consumers_app.command("list")
-def list_cmd(db: DbOption, as_json: JsonOption = False) -> None:
+def list_cmd(*, db: DbOption = None, as_json: JsonOption = False) -> None:
     """Every consumer state row with status, cursor, high-water mark, lag, attempts and last error."""
     rows = run_with_db(db, lambda d: ops.list_consumers(d), reading=True)
     if as_json:
@@ -83,7 +83,8 @@ def list_cmd(db: DbOption, as_json: JsonOption = False) -> None:
 
 @consumers_app.command()
 def status(
-    name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+    *,
+    name: NameArg, db: DbOption = None, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """One consumer row (with a live `processing` flag)."""
     _print_state(run_with_db(db, lambda d: ops.require_state(d, name, instance_id), reading=True), as_json)
@@ -91,7 +92,8 @@ def status(
 
 @consumers_app.command()
 def restart(
-    name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+    *,
+    name: NameArg, db: DbOption = None, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """Revive a dead consumer; the cursor stays, so the failing event is retried."""
     _print_state(run_with_db(db, lambda d: ops.restart_consumer(d, name, instance_id)), as_json)
@@ -99,7 +101,8 @@ def restart(
 
 @consumers_app.command()
 def disable(
-    name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+    *,
+    name: NameArg, db: DbOption = None, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """Stop delivering to a consumer (cursor kept) until `enable`."""
     _print_state(run_with_db(db, lambda d: ops.disable_consumer(d, name, instance_id)), as_json)
@@ -107,7 +110,8 @@ def disable(
 
 @consumers_app.command()
 def enable(
-    name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+    *,
+    name: NameArg, db: DbOption = None, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """Resume a disabled consumer."""
     _print_state(run_with_db(db, lambda d: ops.enable_consumer(d, name, instance_id)), as_json)
@@ -115,7 +119,8 @@ def enable(
 
 @consumers_app.command()
 def skip(
-    name: NameArg, db: DbOption, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+    *,
+    name: NameArg, db: DbOption = None, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
     """Skip the blocking event (lowest visible pending-gap position first) into the dead letters."""
     result = run_with_db(db, lambda d: ops.skip_poison(d, name, instance_id))
@@ -124,8 +129,9 @@ def skip(
 
 @consumers_app.command()
 def reset(
+    *,
     name: NameArg,
-    db: DbOption,
+    db: DbOption = None,
     to: Annotated[str, typer.Option("--to", help="a position (0 = replay all) or 'now'")],
     instance_id: InstanceOption = SHARED_INSTANCE,
     as_json: JsonOption = False,

@@ -86,7 +86,8 @@ def _write_secret(secret_dir: Path, tenant: str, destination_id: str) -> Path:
 
 @destinations_app.command("add")
 def destinations_add(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     tenant: TenantOption,
     destination_id: Annotated[str, typer.Option("--id", help="destination id ([A-Za-z0-9._-])")],
     url: Annotated[str, typer.Option("--url", help="https:// endpoint")],
@@ -174,7 +175,7 @@ def destinations_add(
 
 
 @destinations_app.command("list")
-def destinations_list(db: DbOption, tenant: TenantOption, as_json: JsonOption = False) -> None:
+def destinations_list(*, db: DbOption = None, tenant: TenantOption, as_json: JsonOption = False) -> None:
     """List a tenant's destinations (secret references only, inline secrets redacted)."""
     rows = [d.to_json() for d in run_with_db(db, lambda database: service.list_destinations(database, tenant),
                                              reading=True)]
@@ -187,7 +188,8 @@ def destinations_list(db: DbOption, tenant: TenantOption, as_json: JsonOption = 
 
 @destinations_app.command("disable")
 def destinations_disable(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     tenant: TenantOption,
     destination_id: Annotated[str, typer.Option("--id", help="destination id")],
     reason: Annotated[str, typer.Option("--reason", help="recorded as disabled_reason")] = "operator",
@@ -200,7 +202,8 @@ def destinations_disable(
 
 @destinations_app.command("enable")
 def destinations_enable(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     tenant: TenantOption,
     destination_id: Annotated[str, typer.Option("--id", help="destination id")],
     allow_loopback: LoopbackOption = False,
@@ -230,7 +233,8 @@ def destinations_enable(
 
 @delivery_app.command("list")
 def deliveries_list(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     tenant: TenantOption,
     state: Annotated[str | None, typer.Option("--state", help="pending | delivered | failed")] = None,
     destination_id: Annotated[str | None, typer.Option("--destination-id")] = None,
@@ -258,7 +262,8 @@ def deliveries_list(
 
 @delivery_app.command("requeue")
 def deliveries_requeue(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     tenant: TenantOption,
     delivery_id: Annotated[int | None, typer.Option("--delivery-id", help="requeue one failed delivery")] = None,
     destination_id: Annotated[str | None, typer.Option("--destination-id")] = None,
@@ -356,7 +361,8 @@ delivery_app.add_typer(secrets_app, name="secrets")
 
 @secrets_app.command("migrate")
 def secrets_migrate(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     secrets_dir: SecretsDirOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -57,7 +57,8 @@ def postings(
 
 @ledger_app.command("balances")
 def balances(
-    db: DbOption,
+    *,
+    db: DbOption = None,
     tenant: str | None = typer.Option(None, "--tenant", help="only this tenant"),
 ) -> None:
     """Print balances per tenant and account as JSON lines; the last line per tenant is its total (0)."""
