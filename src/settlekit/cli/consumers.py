@@ -12,7 +12,7 @@ from rich.table import Table
 from settlekit.cli.common import DbOption, JsonOption, fail, run_with_db
 from settlekit.dispatch import ops
 from settlekit.dispatch.model import SHARED_INSTANCE
-from settlekit.errors import SettlekitError
+from settlekit.errors import ValidationError
 from settlekit.store.consumers import ConsumerState
 
 consumers_app = typer.Typer(help="Durable consumers: state, lag and recovery.", no_args_is_help=True)
@@ -143,5 +143,5 @@ def reset(
         try:
             target = int(to)
         except ValueError:
-            fail(SettlekitError(f"--to must be a position or 'now', not {to!r}", code="CONSUMER_RESET_INVALID"), 1)
+            fail(ValidationError(f"--to must be a position or 'now', not {to!r}", code="CONSUMER_RESET_INVALID"), 1)
     _print_state(run_with_db(db, lambda d: ops.reset_consumer(d, name, target, instance_id)), as_json)  # type: ignore[arg-type]
