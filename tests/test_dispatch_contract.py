@@ -35,7 +35,6 @@ from settlekit.dispatch import (
     restart_consumer,
     skip_poison,
 )
-from settlekit.cli.consumers import consumers_app
 from settlekit.errors import ConfigurationError, ValidationError
 from settlekit.store.consumers import dump_gaps
 from settlekit.store.db import Database
