@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -436,12 +437,17 @@ def receive_command(
         accept_legacy=legacy,
         log=lambda line: typer.echo(line, err=True),
     )
+    stopping = threading.Event()
+    # SIGINT/SIGTERM only set a flag: the serving thread is stopped from here, never interrupted mid-request.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    server.start()
     typer.echo(f"listening on {server.url}", err=True)
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        while not stopping.wait(0.2):
+            pass
     finally:
+        server.stop()
         typer.echo(f"stopped: {server.stats()}", err=True)
 
 

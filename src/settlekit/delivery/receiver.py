@@ -325,13 +325,6 @@ class ReceiverServer:
             self._thread.start()
         return self
 
-    def serve_forever(self) -> None:
-        """Blocking serve (CLI); returns after `stop()` from another thread or KeyboardInterrupt."""
-        try:
-            self._server.serve_forever(poll_interval=0.2)
-        finally:
-            self._close()
-
     def stop(self) -> None:
         self._stopping.set()
         if self._thread is not None:
