@@ -7,9 +7,7 @@ with a stable `code`; stack traces are never returned.
 
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +31,7 @@ from settlekit.api.routes import ROUTERS
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
+from settlekit.metrics import PerRegistry
 from settlekit.runtime.settings import Settings
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect
@@ -50,16 +49,7 @@ class _ApiMetrics:
                                   buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 
 
-_METRICS: weakref.WeakKeyDictionary[CollectorRegistry, _ApiMetrics] = weakref.WeakKeyDictionary()
-_METRICS_LOCK = threading.Lock()
-
-
-def _metrics_for(registry: CollectorRegistry) -> _ApiMetrics:
-    with _METRICS_LOCK:
-        found = _METRICS.get(registry)
-        if found is None:
-            found = _METRICS[registry] = _ApiMetrics(registry)
-        return found
+_metrics_for: PerRegistry[_ApiMetrics] = PerRegistry(_ApiMetrics)
 
 
 class _MetricsMiddleware:

@@ -9,7 +9,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from typing import Any
 
 from settlekit.errors import ConfigurationError
 from settlekit.events.envelope import Signer
+from settlekit.metrics import PerRegistry
 from settlekit.runtime.settings import Settings
 from settlekit.store.db import Database
 from settlekit.store.maintenance import try_cleanup_lock
@@ -103,16 +103,7 @@ class _CleanupMetrics:
                               registry=registry)
 
 
-_CLEANUP_METRICS: weakref.WeakKeyDictionary[Any, _CleanupMetrics] = weakref.WeakKeyDictionary()
-_CLEANUP_METRICS_LOCK = threading.Lock()
-
-
-def _cleanup_metrics(registry: Any) -> _CleanupMetrics:
-    with _CLEANUP_METRICS_LOCK:
-        found = _CLEANUP_METRICS.get(registry)
-        if found is None:
-            found = _CLEANUP_METRICS[registry] = _CleanupMetrics(registry)
-        return found
+_cleanup_metrics: PerRegistry[_CleanupMetrics] = PerRegistry(_CleanupMetrics)
 
 
 class CleanupScheduler:
