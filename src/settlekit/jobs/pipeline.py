@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from settlekit.errors import ValidationError
@@ -25,7 +26,7 @@ from settlekit.jobs.reducer import (
 )
 from settlekit.ledger.allocations import allocations_for_entry
 from settlekit.ledger.errors import LedgerError
-from settlekit.ledger.postings import JOB_POSTING_RULES
+from settlekit.ledger.postings import JOB_POSTING_RULES, PostingRule
 
 
 @dataclass(slots=True)
@@ -51,6 +52,68 @@ def posting_error(event: Mapping[str, Any], exc: LedgerError) -> dict[str, Any]:
     }
 
 
+def _post_event(
+    rule: PostingRule, state: JobState, event: Mapping[str, Any], ledger_errors: list[dict[str, Any]]
+) -> list[dict[str, Any]] | None:
+    """The entries of `rule` against the state before `event`; a posting error is recorded, not raised."""
+    try:
+        return rule(state.snapshot, state.facts, event)
+    except LedgerError as exc:
+        ledger_errors.append(posting_error(event, exc))
+        return None
+
+
+ContractResolver = Callable[[str], Mapping[str, Any] | None]
+EntryAllocator = Callable[[Mapping[str, Any], Mapping[str, Any]], list[dict[str, Any]]]
+
+
+def _allocate_entry(
+    tenant_id: str | None,
+    contract_doc: Mapping[str, Any] | None,
+    contract_resolver: ContractResolver | None,
+    entry: Mapping[str, Any],
+    snapshot: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """Allocations of one entry: with a resolver, the job's pinned operator contract (as of `snapshot`)
+    replaces `contract_doc` and its split plan is executed."""
+    doc, execute_plan = contract_doc, False
+    if contract_resolver is not None:
+        pinned = snapshot.get("operatorContractHash")
+        doc = contract_resolver(pinned) if isinstance(pinned, str) and pinned else None
+        execute_plan = doc is not None
+    return allocations_for_entry(
+        entry, snapshot, tenant_id=tenant_id, contract_doc=doc, execute_split_plan=execute_plan
+    )
+
+
+def _record_entries(
+    event: Mapping[str, Any],
+    entries: list[dict[str, Any]],
+    snapshot: Mapping[str, Any],
+    ledger_entries: list[dict[str, Any]],
+    allocations: list[dict[str, Any]],
+    allocate: EntryAllocator | None,
+) -> None:
+    """Append the event's entries (and, with `allocate`, their allocations against `snapshot`) in order."""
+    t = event["type"]
+    for entry in entries:
+        ledger_entries.append({"eventId": event["id"], "eventType": t, "entry": entry})
+        if allocate is not None:
+            allocations.extend(allocate(entry, snapshot))
+
+
+def _append_result(
+    state: JobState,
+    rule_facts: server_rules.Facts,
+    ledger_entries: list[dict[str, Any]],
+    allocations: list[dict[str, Any]],
+    ledger_errors: list[dict[str, Any]],
+) -> JobAppendResult:
+    stored = serialize_state(state)
+    stored[server_rules.STATE_KEY] = rule_facts
+    return JobAppendResult(stored, state.snapshot, ledger_entries, allocations, ledger_errors)
+
+
 def process_job_events(
     prev_state: Mapping[str, Any] | None,
     events: Sequence[Mapping[str, Any]],
@@ -58,7 +121,7 @@ def process_job_events(
     tenant_id: str | None = None,
     contract_doc: Mapping[str, Any] | None = None,
     with_allocations: bool = True,
-    contract_resolver: Callable[[str], Mapping[str, Any] | None] | None = None,
+    contract_resolver: ContractResolver | None = None,
     live: bool = False,
 ) -> JobAppendResult:
     """Validate, post and reduce `events` on top of `prev_state` (a `JobAppendResult.state` /
@@ -81,6 +144,7 @@ def process_job_events(
     allocations: list[dict[str, Any]] = []
     ledger_errors: list[dict[str, Any]] = []
     rules = JOB_POSTING_RULES
+    allocate = partial(_allocate_entry, tenant_id, contract_doc, contract_resolver) if with_allocations else None
     for event in events:
         if state is None:
             state = initial_state(event)
@@ -89,32 +153,11 @@ def process_job_events(
         to_status = check_event(state, event)
         if live:
             server_rules.check(state, rule_facts, event)
-        t = event["type"]
-        rule = rules.get(t)
-        entries = None
-        if rule is not None:
-            try:
-                entries = rule(state.snapshot, state.facts, event)
-            except LedgerError as exc:
-                ledger_errors.append(posting_error(event, exc))
+        rule = rules.get(event["type"])
+        entries = _post_event(rule, state, event, ledger_errors) if rule is not None else None
         state = _step(state, event, to_status)
         server_rules.observe(rule_facts, event)
         if entries:
-            for entry in entries:
-                ledger_entries.append({"eventId": event["id"], "eventType": t, "entry": entry})
-                if with_allocations:
-                    doc, execute_plan = contract_doc, False
-                    if contract_resolver is not None:
-                        pinned = state.snapshot.get("operatorContractHash")
-                        doc = contract_resolver(pinned) if isinstance(pinned, str) and pinned else None
-                        execute_plan = doc is not None
-                    allocations.extend(
-                        allocations_for_entry(
-                            entry, state.snapshot, tenant_id=tenant_id, contract_doc=doc,
-                            execute_split_plan=execute_plan,
-                        )
-                    )
+            _record_entries(event, entries, state.snapshot, ledger_entries, allocations, allocate)
     assert state is not None
-    stored = serialize_state(state)
-    stored[server_rules.STATE_KEY] = rule_facts
-    return JobAppendResult(stored, state.snapshot, ledger_entries, allocations, ledger_errors)
+    return _append_result(state, rule_facts, ledger_entries, allocations, ledger_errors)

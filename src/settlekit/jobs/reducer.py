@@ -159,6 +159,14 @@ def initial_state(first_event: Event) -> JobState:
     if type(p) is not dict:
         raise ValidationError("JOB_CREATED.payload must be an object", field="<root>", eventType=JOB_CREATED)
     VALIDATORS[JOB_CREATED](JOB_CREATED, p, first_event, {}, {})
+    snapshot = _genesis_snapshot(first_event, p)
+    facts = _initial_facts()
+    _track_signature(facts, first_event)
+    return JobState(snapshot, facts)
+
+
+def _genesis_snapshot(first_event: Event, p: dict[str, Any]) -> Snapshot:
+    """The job as JOB_CREATED (already validated, payload `p`) leaves it, keys in settld's order."""
     constraints: Any = p.get("constraints")
     snapshot: Snapshot = {
         "id": first_event["streamId"],
@@ -206,9 +214,7 @@ def initial_state(first_event: Event) -> JobState:
     }
     if "templateId" not in p:
         del snapshot["templateId"]  # settld's job holds it as undefined, which JSON leaves out
-    facts = _initial_facts()
-    _track_signature(facts, first_event)
-    return JobState(snapshot, facts)
+    return snapshot
 
 
 # --- per-type snapshot updates: (snapshot copy, facts copy, event, payload) -> None ---
