@@ -100,10 +100,7 @@ def observe(facts: Facts, event: Event) -> None:
     t = event.get("type")
     p = _p(event)
     if t in ("INCIDENT_REPORTED", "INCIDENT_DETECTED"):
-        inc = p.get("incidentId")
-        if inc is not None:
-            facts["incidents"][str(inc)] = {"type": p.get("type"), "severity": p.get("severity")}
-        observe_excuse_incident(facts["excused"], event)
+        _observe_incident(facts, event, p)
     elif t == "ZONE_COVERAGE_REPORTED":
         observe_coverage_report(facts["coverage"], event)
     elif t == "QUOTE_PROPOSED":
@@ -123,18 +120,7 @@ def observe(facts: Facts, event: Event) -> None:
     elif t == "EVIDENCE_EXPIRED":
         facts["evidenceExpired"][str(p.get("evidenceId"))] = True
     elif t == "PROOF_EVALUATED":
-        anchor, facts_hash = p.get("evaluatedAtChainHash"), p.get("factsHash")
-        facts["proofAnchors"][str(anchor)] = True
-        if facts_hash is not None:
-            facts["proofKeys"][_key(anchor, p.get("customerPolicyHash"), facts_hash)] = True
-        facts["proofs"].append(
-            {
-                "id": event.get("id"),
-                "chainHash": event.get("chainHash"),
-                "payloadHash": event.get("payloadHash"),
-                "payload": p,
-            }
-        )
+        _observe_proof(facts, event, p)
     elif t == "OPERATOR_COST_RECORDED":
         facts["costSettled"][_key(p.get("settledEventId"))] = True
     elif t == "SLA_BREACH_DETECTED":
@@ -151,6 +137,28 @@ def observe(facts: Facts, event: Event) -> None:
         d["opened" if t == "DISPUTE_OPENED" else "closed"] = True
     if t in _CLAIM_TYPES:
         _observe_claim(facts, t, p)
+
+
+def _observe_incident(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
+    inc = p.get("incidentId")
+    if inc is not None:
+        facts["incidents"][str(inc)] = {"type": p.get("type"), "severity": p.get("severity")}
+    observe_excuse_incident(facts["excused"], event)
+
+
+def _observe_proof(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
+    anchor, facts_hash = p.get("evaluatedAtChainHash"), p.get("factsHash")
+    facts["proofAnchors"][str(anchor)] = True
+    if facts_hash is not None:
+        facts["proofKeys"][_key(anchor, p.get("customerPolicyHash"), facts_hash)] = True
+    facts["proofs"].append(
+        {
+            "id": event.get("id"),
+            "chainHash": event.get("chainHash"),
+            "payloadHash": event.get("payloadHash"),
+            "payload": p,
+        }
+    )
 
 
 _CLAIM_TYPES: Final = frozenset(

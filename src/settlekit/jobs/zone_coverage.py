@@ -132,13 +132,7 @@ def _validate_zone_set(zone_set: Any) -> list[str]:
 def zone_coverage_facts(fs: CoverageFacts, booking: Any, anchor: str) -> dict[str, Any]:
     """The ZoneCoverageFacts.v1 document for `anchor`, with the booking at the anchor and the whole slice's
     coverage reports and excuse incidents."""
-    policy_snapshot = get(booking, "policySnapshot")
-    proof_policy = coalesce(get(policy_snapshot, "proofPolicy"), get(policy_snapshot, "proof"))
-    zc = coalesce(get(proof_policy, "zoneCoverage"), {})
-    threshold = get(zc, "thresholdPct")
-    threshold_pct = threshold if js_is_safe_integer(threshold) else DEFAULT_THRESHOLD_PCT
-    raw_types = get(zc, "excuseIncidentTypes")
-    excuse_types = [js_string(t) for t in raw_types] if type(raw_types) is list else list(DEFAULT_EXCUSE_TYPES)
+    threshold_pct, excuse_types = _zone_coverage_policy(booking)
     excuse_sorted = js_sorted(set(excuse_types))
     required = coalesce(get(booking, "requiredZones"))
     doc: dict[str, Any] = {
@@ -154,7 +148,32 @@ def zone_coverage_facts(fs: CoverageFacts, booking: Any, anchor: str) -> dict[st
     if not truthy(required) or type(required) not in (dict, list):
         return doc
     required_ids = _validate_zone_set(required)
-    wanted = set(required_ids)
+    rows = _coverage_rows(fs, set(required_ids))
+    excused: set[str] = set()
+    for t in set(excuse_types):
+        zones = fs.excused.get(t)
+        if zones:
+            excused.update(zones)
+    doc["requiredZoneIds"] = js_sorted(set(required_ids))
+    doc["coverageByZone"] = rows
+    doc["excusedZones"] = js_sorted(excused)
+    return doc
+
+
+def _zone_coverage_policy(booking: Any) -> tuple[Any, list[Any]]:
+    """`(thresholdPct, excuseIncidentTypes)` of the booking's proof policy, defaults filled in."""
+    policy_snapshot = get(booking, "policySnapshot")
+    proof_policy = coalesce(get(policy_snapshot, "proofPolicy"), get(policy_snapshot, "proof"))
+    zc = coalesce(get(proof_policy, "zoneCoverage"), {})
+    threshold = get(zc, "thresholdPct")
+    threshold_pct = threshold if js_is_safe_integer(threshold) else DEFAULT_THRESHOLD_PCT
+    raw_types = get(zc, "excuseIncidentTypes")
+    excuse_types = [js_string(t) for t in raw_types] if type(raw_types) is list else list(DEFAULT_EXCUSE_TYPES)
+    return threshold_pct, excuse_types
+
+
+def _coverage_rows(fs: CoverageFacts, wanted: set[str]) -> list[dict[str, Any]]:
+    """The latest coverage report of each wanted zone, sorted by zone id then event id."""
     rows = []
     for zone_id, report in fs.coverage.items():
         if zone_id not in wanted:
@@ -171,12 +190,4 @@ def zone_coverage_facts(fs: CoverageFacts, booking: Any, anchor: str) -> dict[st
             }
         )
     rows.sort(key=lambda r: (locale_key(r["zoneId"]), locale_key(str(coalesce(r["eventId"], "")))))
-    excused: set[str] = set()
-    for t in set(excuse_types):
-        zones = fs.excused.get(t)
-        if zones:
-            excused.update(zones)
-    doc["requiredZoneIds"] = js_sorted(set(required_ids))
-    doc["coverageByZone"] = rows
-    doc["excusedZones"] = js_sorted(excused)
-    return doc
+    return rows
