@@ -115,12 +115,7 @@ def allocations_for_entry(
                 }
             )
             continue
-        merged: dict[tuple[str, str], int] = {}
-        for rule, share in allocate_split(amount, rules):
-            r_role: Any = rule.get("partyRole") or role
-            r_party: Any = rule.get("partyId") if _nonblank(rule.get("partyId")) else parties[r_role]
-            key = (r_party, r_role)
-            merged[key] = merged.get(key, 0) + share
+        merged = _split_shares(amount, rules, role, parties)
         if sum(merged.values()) != amount:
             raise AllocationError(
                 f"allocations of {entry_id} p{i} do not sum to the posting", entryId=entry_id
@@ -137,6 +132,20 @@ def allocations_for_entry(
                     }
                 )
     return out
+
+
+def _split_shares(
+    amount: int, rules: list[Mapping[str, Any]], default_role: PartyRole, parties: Mapping[str, str]
+) -> dict[tuple[str, str], int]:
+    """The posting's amount divided over the plan rules, merged per (party id, role) in first-seen order; a
+    rule without a role or party id falls back to the posting's role and that role's party."""
+    merged: dict[tuple[str, str], int] = {}
+    for rule, share in allocate_split(amount, rules):
+        r_role: Any = rule.get("partyRole") or default_role
+        r_party: Any = rule.get("partyId") if _nonblank(rule.get("partyId")) else parties[r_role]
+        key = (r_party, r_role)
+        merged[key] = merged.get(key, 0) + share
+    return merged
 
 
 def _plan_rules(plan: Mapping[str, Any], account_id: str) -> list[Mapping[str, Any]]:

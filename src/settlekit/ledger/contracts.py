@@ -100,41 +100,7 @@ def normalize_split_plan(plan: Any) -> dict[str, Any]:
     bps_by_scope: dict[str, int] = {}
     remainders_by_scope: dict[str, int] = {}
     for i, rule in enumerate(rules):
-        path = f"splitPlan.rules[{i}]"
-        r = _obj(rule, path, _RULE_KEYS)
-        if r.get("partyRole") not in SPLIT_PARTY_ROLES:
-            raise _bad(f"{path}.partyRole", f"must be one of {list(SPLIT_PARTY_ROLES)}")
-        party_id = _opt_str(r.get("partyId"), f"{path}.partyId")
-        applies = r.get("appliesTo")
-        if applies is not None and applies not in SPLIT_APPLIES_TO:
-            raise _bad(f"{path}.appliesTo", f"must be one of {list(SPLIT_APPLIES_TO)}")
-        scope = applies or "gross"
-        share = r.get("share")
-        if type(share) is not dict:
-            raise _bad(f"{path}.share", "must be an object")
-        kind = share.get("type")
-        if kind == "percentage":
-            _obj(share, f"{path}.share", ("type", "valueBasisPoints"))
-            bps = share.get("valueBasisPoints")
-            if type(bps) is not int or not 0 <= bps <= 10000:
-                raise _bad(f"{path}.share.valueBasisPoints", "must be an integer 0..10000")
-            bps_by_scope[scope] = bps_by_scope.get(scope, 0) + bps
-            norm_share: dict[str, Any] = {"type": "percentage", "valueBasisPoints": bps}
-        elif kind == "fixed":
-            _obj(share, f"{path}.share", ("type", "valueCents"))
-            cents = share.get("valueCents")
-            if type(cents) is not int or not 0 <= cents <= MAX_AMOUNT_CENTS:
-                raise _bad(f"{path}.share.valueCents", "must be an integer 0..10**12")
-            norm_share = {"type": "fixed", "valueCents": cents}
-        elif kind == "remainder":
-            _obj(share, f"{path}.share", ("type",))
-            remainders_by_scope[scope] = remainders_by_scope.get(scope, 0) + 1
-            norm_share = {"type": "remainder"}
-        else:
-            raise _bad(f"{path}.share.type", "must be percentage, fixed or remainder")
-        out_rules.append(
-            {"partyRole": r["partyRole"], "partyId": party_id, "share": norm_share, "appliesTo": applies}
-        )
+        out_rules.append(_normalize_split_rule(rule, f"splitPlan.rules[{i}]", bps_by_scope, remainders_by_scope))
     for scope, total in bps_by_scope.items():
         if total > 10000:
             raise _bad("splitPlan.rules", f"percentages for {scope} add up to more than 100 %")
@@ -142,6 +108,50 @@ def normalize_split_plan(plan: Any) -> dict[str, Any]:
         if count > 1:
             raise _bad("splitPlan.rules", f"more than one remainder rule for {scope}")
     return {"type": "SplitPlan.v1", "v": 1, "currency": "USD", "rules": out_rules}
+
+
+def _normalize_split_rule(
+    rule: Any, path: str, bps_by_scope: dict[str, int], remainders_by_scope: dict[str, int]
+) -> dict[str, Any]:
+    """One normalized split rule; its percentage / remainder is counted in its scope (`appliesTo`, default
+    gross) for the plan-wide checks."""
+    r = _obj(rule, path, _RULE_KEYS)
+    if r.get("partyRole") not in SPLIT_PARTY_ROLES:
+        raise _bad(f"{path}.partyRole", f"must be one of {list(SPLIT_PARTY_ROLES)}")
+    party_id = _opt_str(r.get("partyId"), f"{path}.partyId")
+    applies = r.get("appliesTo")
+    if applies is not None and applies not in SPLIT_APPLIES_TO:
+        raise _bad(f"{path}.appliesTo", f"must be one of {list(SPLIT_APPLIES_TO)}")
+    scope = applies or "gross"
+    share = r.get("share")
+    if type(share) is not dict:
+        raise _bad(f"{path}.share", "must be an object")
+    norm_share = _normalize_share(share, f"{path}.share")
+    if norm_share["type"] == "percentage":
+        bps_by_scope[scope] = bps_by_scope.get(scope, 0) + norm_share["valueBasisPoints"]
+    elif norm_share["type"] == "remainder":
+        remainders_by_scope[scope] = remainders_by_scope.get(scope, 0) + 1
+    return {"partyRole": r["partyRole"], "partyId": party_id, "share": norm_share, "appliesTo": applies}
+
+
+def _normalize_share(share: dict[str, Any], path: str) -> dict[str, Any]:
+    kind = share.get("type")
+    if kind == "percentage":
+        _obj(share, path, ("type", "valueBasisPoints"))
+        bps = share.get("valueBasisPoints")
+        if type(bps) is not int or not 0 <= bps <= 10000:
+            raise _bad(f"{path}.valueBasisPoints", "must be an integer 0..10000")
+        return {"type": "percentage", "valueBasisPoints": bps}
+    if kind == "fixed":
+        _obj(share, path, ("type", "valueCents"))
+        cents = share.get("valueCents")
+        if type(cents) is not int or not 0 <= cents <= MAX_AMOUNT_CENTS:
+            raise _bad(f"{path}.valueCents", "must be an integer 0..10**12")
+        return {"type": "fixed", "valueCents": cents}
+    if kind == "remainder":
+        _obj(share, path, ("type",))
+        return {"type": "remainder"}
+    raise _bad(f"{path}.type", "must be percentage, fixed or remainder")
 
 
 def split_plan_hash(plan: Any) -> str:
@@ -216,22 +226,7 @@ def normalize_contract_document(doc: Any) -> dict[str, Any]:
     version = _pos_int(d.get("contractVersion"), "contract.contractVersion")
     name = _opt_str(d.get("name"), "contract.name")
 
-    parties: dict[str, Any] | None = None
-    if d.get("parties") is not None:
-        raw = _obj(d["parties"], "contract.parties", CONTRACT_PARTY_ROLES)
-        parties = {}
-        for role in CONTRACT_PARTY_ROLES:
-            entry = raw.get(role)
-            if entry is None:
-                parties[role] = None
-                continue
-            e = _obj(entry, f"contract.parties.{role}", ("partyId", "requiresSignature"))
-            parties[role] = {
-                "partyId": _opt_str(e.get("partyId"), f"contract.parties.{role}.partyId"),
-                "requiresSignature": _opt_bool(
-                    e.get("requiresSignature"), f"contract.parties.{role}.requiresSignature"
-                ),
-            }
+    parties = _normalize_parties(d["parties"]) if d.get("parties") is not None else None
     scope: dict[str, Any] | None = None
     if d.get("scope") is not None:
         raw = _obj(d["scope"], "contract.scope", _SCOPE_KEYS)
@@ -244,14 +239,7 @@ def normalize_contract_document(doc: Any) -> dict[str, Any]:
     if d.get("effective") is not None:
         raw = _obj(d["effective"], "contract.effective", _EFFECTIVE_KEYS)
         effective = {k: _opt_str(raw.get(k), f"contract.effective.{k}") for k in _EFFECTIVE_KEYS}
-    connect: dict[str, Any] | None = None
-    if d.get("connect") is not None:
-        raw = _obj(d["connect"], "contract.connect", ("enabled", "splitPlan"))
-        enabled = raw.get("enabled")
-        if type(enabled) is not bool:
-            raise _bad("contract.connect.enabled", "must be a boolean")
-        plan = raw.get("splitPlan")
-        connect = {"enabled": enabled, "splitPlan": normalize_split_plan(plan) if plan is not None else None}
+    connect = _normalize_connect(d["connect"]) if d.get("connect") is not None else None
     return {
         "type": "ContractDocument.v1",
         "v": 1,
@@ -264,6 +252,34 @@ def normalize_contract_document(doc: Any) -> dict[str, Any]:
         "effective": effective,
         "connect": connect,
     }
+
+
+def _normalize_parties(value: Any) -> dict[str, Any]:
+    """`contract.parties`: every role present in the output, null when absent."""
+    raw = _obj(value, "contract.parties", CONTRACT_PARTY_ROLES)
+    parties: dict[str, Any] = {}
+    for role in CONTRACT_PARTY_ROLES:
+        entry = raw.get(role)
+        if entry is None:
+            parties[role] = None
+            continue
+        e = _obj(entry, f"contract.parties.{role}", ("partyId", "requiresSignature"))
+        parties[role] = {
+            "partyId": _opt_str(e.get("partyId"), f"contract.parties.{role}.partyId"),
+            "requiresSignature": _opt_bool(
+                e.get("requiresSignature"), f"contract.parties.{role}.requiresSignature"
+            ),
+        }
+    return parties
+
+
+def _normalize_connect(value: Any) -> dict[str, Any]:
+    raw = _obj(value, "contract.connect", ("enabled", "splitPlan"))
+    enabled = raw.get("enabled")
+    if type(enabled) is not bool:
+        raise _bad("contract.connect.enabled", "must be a boolean")
+    plan = raw.get("splitPlan")
+    return {"enabled": enabled, "splitPlan": normalize_split_plan(plan) if plan is not None else None}
 
 
 def contract_hash(doc: Any) -> str:
