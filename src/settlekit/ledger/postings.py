@@ -240,19 +240,8 @@ def _settled(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -
         raise PostingPreconditionFailed(
             "JOB_NOT_TERMINAL", "SETTLED ledger entry requires job to be COMPLETED or ABORTED", status=status
         )
-    if gate_mode(s) != "warn":
-        p = e.get("payload")
-        ref = p.get("settlementProofRef") if type(p) is dict else None
-        proof = _nonblank_str(ref.get("status") if type(ref) is dict else None)
-        if proof is None:
-            # No status on the payload: the proof of the completion decides (settld's fallback).
-            proof = fallback_proof_status(f)
-            if proof is None:
-                raise PostingPreconditionFailed("PROOF_REQUIRED", _PROOF_REQUIRED_MSG)
-        if proof == "INSUFFICIENT_EVIDENCE":
-            raise PostingPreconditionFailed("PROOF_INSUFFICIENT", _PROOF_INSUFFICIENT_MSG)
-        if proof == "FAIL":
-            return _return_escrow(s, e, "SETTLED (no-charge)", amount, fee)
+    if gate_mode(s) != "warn" and _gated_proof_status(f, e) == "FAIL":
+        return _return_escrow(s, e, "SETTLED (no-charge)", amount, fee)
     sp = splits_for(s, f)
     eid, at = f"jnl_{e['id']}", e["at"]
     postings: list[Posting] = [
@@ -266,26 +255,46 @@ def _settled(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -
     if sp.royalties:
         postings.append((A.DEVELOPER_ROYALTY_PAYABLE, -sp.royalties))
     entries = [make_entry(eid, at, _memo(s, "SETTLED"), postings)]
-    fee = sp.coverage_fee
-    if fee:
+    if sp.coverage_fee:
+        entries.extend(_coverage_recognition(s, eid, at, sp.coverage_fee))
+    return entries
+
+
+def _gated_proof_status(f: Mapping[str, Any], e: Mapping[str, Any]) -> str:
+    """The proof status a strict/holdback SETTLED goes by; raises when it is missing or insufficient."""
+    p = e.get("payload")
+    ref = p.get("settlementProofRef") if type(p) is dict else None
+    proof = _nonblank_str(ref.get("status") if type(ref) is dict else None)
+    if proof is None:
+        # No status on the payload: the proof of the completion decides (settld's fallback).
+        proof = fallback_proof_status(f)
+        if proof is None:
+            raise PostingPreconditionFailed("PROOF_REQUIRED", _PROOF_REQUIRED_MSG)
+    if proof == "INSUFFICIENT_EVIDENCE":
+        raise PostingPreconditionFailed("PROOF_INSUFFICIENT", _PROOF_INSUFFICIENT_MSG)
+    return proof
+
+
+def _coverage_recognition(s: Mapping[str, Any], eid: str, at: str, fee: int) -> list[Entry]:
+    """SETTLED's coverage entries: the unearned fee recognized, then the reserve fund share (if any)."""
+    entries = [
+        make_entry(
+            f"{eid}_coverage_recognize",
+            at,
+            _memo(s, "SETTLED coverage recognize"),
+            [(A.COVERAGE_UNEARNED, fee), (A.COVERAGE_REVENUE, -fee)],
+        )
+    ]
+    fund = js_floor_div(fee, reserve_fund_percent(s), 100)
+    if fund > 0:
         entries.append(
             make_entry(
-                f"{eid}_coverage_recognize",
+                f"{eid}_coverage_reserve_fund",
                 at,
-                _memo(s, "SETTLED coverage recognize"),
-                [(A.COVERAGE_UNEARNED, fee), (A.COVERAGE_REVENUE, -fee)],
+                _memo(s, "SETTLED coverage reserve fund"),
+                [(A.COVERAGE_PAYOUT_EXPENSE, fund), (A.COVERAGE_RESERVE, -fund)],
             )
         )
-        fund = js_floor_div(fee, reserve_fund_percent(s), 100)
-        if fund > 0:
-            entries.append(
-                make_entry(
-                    f"{eid}_coverage_reserve_fund",
-                    at,
-                    _memo(s, "SETTLED coverage reserve fund"),
-                    [(A.COVERAGE_PAYOUT_EXPENSE, fund), (A.COVERAGE_RESERVE, -fund)],
-                )
-            )
     return entries
 
 
@@ -314,6 +323,19 @@ def _job_adjusted(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, An
         raise PostingPreconditionFailed(
             "CLAIM_NOT_APPROVED", "JOB_ADJUSTED requires claim status APPROVED", claimId=claim_id
         )
+    payout, refund = _approved_claim_amounts(claim, claim_id)
+    total = payout + refund
+    postings: list[Posting] = []
+    if payout:
+        postings.append((A.CLAIMS_EXPENSE, payout))
+    if refund:
+        postings.extend(_refund_reversal(s, f, refund, claim_id))
+    postings.append((A.CLAIMS_PAYABLE, -total))
+    return [make_entry(f"jnl_{e['id']}", e["at"], _memo(s, f"claim:{claim_id} ADJUSTED"), postings)]
+
+
+def _approved_claim_amounts(claim: Mapping[str, Any], claim_id: str) -> tuple[int, int]:
+    """`(payoutCents, refundCents)` of the claim's approval: safe, non-negative, not both zero."""
     approved: Any = claim.get("approved")
     amounts: Any = approved.get("amounts") if type(approved) is dict else None
     payout = _approved_amount(amounts, "payoutCents")
@@ -322,60 +344,60 @@ def _job_adjusted(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, An
         raise PostingPreconditionFailed(
             "CLAIM_AMOUNTS_INVALID", "claim amounts must be non-negative", claimId=claim_id
         )
-    total = payout + refund
-    if total <= 0:
+    if payout + refund <= 0:
         raise PostingPreconditionFailed(
             "CLAIM_AMOUNTS_INVALID", "JOB_ADJUSTED requires non-zero claim amounts", claimId=claim_id
         )
+    return payout, refund
+
+
+def _refund_reversal(s: Mapping[str, Any], f: Mapping[str, Any], refund: int, claim_id: str) -> list[Posting]:
+    """The settlement's split reversed in proportion to `refund` (the payable side of JOB_ADJUSTED's refund)."""
+    quote_amount(s)
+    # settld counts only the legacy EXECUTION_COMPLETED / EXECUTION_ABORTED events here.
+    if not f.get("legacyCompletedSeen") or f.get("legacyAbortedSeen"):
+        raise PostingPreconditionFailed(
+            "REFUND_NOT_ALLOWED",
+            "refund adjustments are only supported for settled, completed jobs",
+            claimId=claim_id,
+        )
+    sp = splits_for(s, f)
+    amount = sp.amount
+    if refund > amount:
+        raise PostingPreconditionFailed(
+            "CLAIM_AMOUNTS_INVALID", "refundCents exceeds original amount", claimId=claim_id
+        )
+    # IEEE-double floor(x * refund / amount), exactly as settld (see js_floor_div).
+    x_platform = js_floor_div(sp.platform, refund, amount)
+    x_operator = js_floor_div(sp.operator, refund, amount)
+    x_royalties = js_floor_div(sp.royalties, refund, amount)
+    x_insurance = js_floor_div(sp.insurance, refund, amount)
+    x_coverage = js_floor_div(sp.coverage_fee, refund, amount)
+    owner_rev = refund - (x_platform + x_operator + x_royalties + x_insurance + x_coverage)
+    if owner_rev < 0:
+        raise PostingPreconditionFailed(
+            "CLAIM_AMOUNTS_INVALID",
+            "refund reversal splits invalid: owner reversal would be negative",
+            claimId=claim_id,
+        )
     postings: list[Posting] = []
-    if payout:
-        postings.append((A.CLAIMS_EXPENSE, payout))
-    if refund:
-        quote_amount(s)
-        # settld counts only the legacy EXECUTION_COMPLETED / EXECUTION_ABORTED events here.
-        if not f.get("legacyCompletedSeen") or f.get("legacyAbortedSeen"):
-            raise PostingPreconditionFailed(
-                "REFUND_NOT_ALLOWED",
-                "refund adjustments are only supported for settled, completed jobs",
-                claimId=claim_id,
-            )
-        sp = splits_for(s, f)
-        amount = sp.amount
-        if refund > amount:
-            raise PostingPreconditionFailed(
-                "CLAIM_AMOUNTS_INVALID", "refundCents exceeds original amount", claimId=claim_id
-            )
-        # IEEE-double floor(x * refund / amount), exactly as settld (see js_floor_div).
-        x_platform = js_floor_div(sp.platform, refund, amount)
-        x_operator = js_floor_div(sp.operator, refund, amount)
-        x_royalties = js_floor_div(sp.royalties, refund, amount)
-        x_insurance = js_floor_div(sp.insurance, refund, amount)
-        x_coverage = js_floor_div(sp.coverage_fee, refund, amount)
-        owner_rev = refund - (x_platform + x_operator + x_royalties + x_insurance + x_coverage)
-        if owner_rev < 0:
-            raise PostingPreconditionFailed(
-                "CLAIM_AMOUNTS_INVALID",
-                "refund reversal splits invalid: owner reversal would be negative",
-                claimId=claim_id,
-            )
-        for account_id, amt in (
-            (A.PLATFORM_REVENUE, x_platform),
-            (A.OWNER_PAYABLE, owner_rev),
-            (A.INSURANCE_RESERVE, x_insurance),
-            (A.COVERAGE_REVENUE, x_coverage),
-            (A.OPERATOR_PAYABLE, x_operator),
-            (A.DEVELOPER_ROYALTY_PAYABLE, x_royalties),
-        ):
-            if amt:
-                postings.append((account_id, amt))
-        if x_coverage and sp.coverage_fee:
-            fund = js_floor_div(sp.coverage_fee, reserve_fund_percent(s), 100)
-            fund_rev = js_floor_div(fund, x_coverage, sp.coverage_fee)
-            if fund_rev > 0:
-                postings.append((A.COVERAGE_RESERVE, fund_rev))
-                postings.append((A.COVERAGE_PAYOUT_EXPENSE, -fund_rev))
-    postings.append((A.CLAIMS_PAYABLE, -total))
-    return [make_entry(f"jnl_{e['id']}", e["at"], _memo(s, f"claim:{claim_id} ADJUSTED"), postings)]
+    for account_id, amt in (
+        (A.PLATFORM_REVENUE, x_platform),
+        (A.OWNER_PAYABLE, owner_rev),
+        (A.INSURANCE_RESERVE, x_insurance),
+        (A.COVERAGE_REVENUE, x_coverage),
+        (A.OPERATOR_PAYABLE, x_operator),
+        (A.DEVELOPER_ROYALTY_PAYABLE, x_royalties),
+    ):
+        if amt:
+            postings.append((account_id, amt))
+    if x_coverage and sp.coverage_fee:
+        fund = js_floor_div(sp.coverage_fee, reserve_fund_percent(s), 100)
+        fund_rev = js_floor_div(fund, x_coverage, sp.coverage_fee)
+        if fund_rev > 0:
+            postings.append((A.COVERAGE_RESERVE, fund_rev))
+            postings.append((A.COVERAGE_PAYOUT_EXPENSE, -fund_rev))
+    return postings
 
 
 def _claim_paid(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> list[Entry]:
