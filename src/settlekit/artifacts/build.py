@@ -155,23 +155,28 @@ def iter_artifacts(
             batch = (batch or []) + at_end
             at_end = None
         if batch:
-            built = []
-            for task in batch:
-                found = first_index.get(task.source_event_id) if task.source_event_id is not None else None
-                source = found[1] if found is not None else None
-                built.append(
-                    (
-                        task,
-                        build_artifact(
-                            fs, task, source, generated_at=generated_at, contract_resolver=contract_resolver
-                        ),
-                    )
-                )
-            yield event, built
+            yield event, _build_batch(fs, batch, first_index, generated_at, contract_resolver)
     if pending:
         missing = next(iter(pending))
         raise NotFoundError(f"chain hash {missing} is not in the stream", code="ATCHAINHASH_NOT_FOUND",
                             atChainHash=missing)
+
+
+def _build_batch(
+    fs: FoldState,
+    batch: list[BuildTask],
+    first_index: Mapping[str, tuple[int, Event]],
+    generated_at: str | None,
+    contract_resolver: ContractResolver | None,
+) -> list[tuple[BuildTask, dict[str, Any]]]:
+    """The artifacts of the tasks anchored at the fold's head, each with its source event if already seen."""
+    built = []
+    for task in batch:
+        found = first_index.get(task.source_event_id) if task.source_event_id is not None else None
+        source = found[1] if found is not None else None
+        artifact = build_artifact(fs, task, source, generated_at=generated_at, contract_resolver=contract_resolver)
+        built.append((task, artifact))
+    return built
 
 
 def build_all_report(

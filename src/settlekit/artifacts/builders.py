@@ -402,6 +402,29 @@ def settlement_rollup(
 ) -> dict[str, Any]:
     """`SettlementStatement.settlement` (§9), from the slice's entries and the job at the end of the slice."""
     s = fs.snapshot
+    entry_ids, totals, allocations = _tally_entries(fs, tenant_id, contract_doc)
+    party_rollups = _party_rollups(allocations)
+    quote_amount = get(s.get("quote"), "amountCents")
+    claims = _list(s, "claims")
+    return {
+        "currency": "USD",
+        "quoteAmountCents": int(quote_amount) if js_is_safe_integer(quote_amount) else 0,
+        "operatorCostCents": _sum_payload(s.get("operatorCosts"), "costCents"),
+        "slaCreditsCents": _sum_payload(s.get("slaCredits"), "amountCents"),
+        "claimsPaidCents": _claims_paid(claims),
+        "splitPlanHash": _split_plan_hash(contract_doc),
+        "partyRollups": party_rollups,
+        "ledgerEntryIds": js_sorted(entry_ids),
+        "totalsByAccountId": totals,
+    }
+
+
+def _tally_entries(
+    fs: FoldState, tenant_id: str, contract_doc: Mapping[str, Any] | None
+) -> tuple[list[str], dict[str, int], list[dict[str, Any]]]:
+    """`(entry ids, totals by account id, allocations)` of the slice's entries that have an id; an entry whose
+    allocation fails adds no allocations (settld skips it, §9.3)."""
+    s = fs.snapshot
     entry_ids: list[str] = []
     totals: dict[str, int] = {}
     allocations: list[dict[str, Any]] = []
@@ -418,6 +441,11 @@ def settlement_rollup(
             allocations.extend(allocations_for_entry(entry, s, tenant_id=tenant_id, contract_doc=contract_doc))
         except SettlekitError:
             continue  # settld skips an entry whose allocation fails (§9.3)
+    return entry_ids, totals, allocations
+
+
+def _party_rollups(allocations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fees, payouts, credits and balance delta per (role, party), sorted by role then party id."""
     rollups: dict[tuple[str, str], dict[str, Any]] = {}
     for a in allocations:
         role: Any = a.get("partyRole")
@@ -445,26 +473,13 @@ def settlement_rollup(
         if account in _CREDIT_ACCOUNTS:
             row["creditsCents"] -= amount
         row["netCents"] = row["feesCents"] + row["payoutCents"] + row["creditsCents"]
-    party_rollups = sorted(
+    return sorted(
         rollups.values(),
         key=lambda r: (
             locale_key(js_string(coalesce(r["partyRole"], ""))),
             locale_key(js_string(coalesce(r["partyId"], ""))),
         ),
     )
-    quote_amount = get(s.get("quote"), "amountCents")
-    claims = _list(s, "claims")
-    return {
-        "currency": "USD",
-        "quoteAmountCents": int(quote_amount) if js_is_safe_integer(quote_amount) else 0,
-        "operatorCostCents": _sum_payload(s.get("operatorCosts"), "costCents"),
-        "slaCreditsCents": _sum_payload(s.get("slaCredits"), "amountCents"),
-        "claimsPaidCents": _claims_paid(claims),
-        "splitPlanHash": _split_plan_hash(contract_doc),
-        "partyRollups": party_rollups,
-        "ledgerEntryIds": js_sorted(entry_ids),
-        "totalsByAccountId": totals,
-    }
 
 
 def _claims_paid(claims: list[Any]) -> int:
@@ -536,6 +551,54 @@ def _settlement_statement(
 # ---------------------------------------------------------------------------------------------- assembly
 
 
+def _event_proof(fs: FoldState, head: Mapping[str, Any]) -> dict[str, Any]:
+    facts = fs.facts
+    return {
+        "lastChainHash": head.get("chainHash"),
+        "eventCount": fs.count,
+        "signatures": {
+            "signedEventCount": facts["signedEventCount"],
+            "signerKeyIds": js_sorted(facts["signerKeyIds"]),
+        },
+    }
+
+
+def _artifact_body(
+    fs: FoldState,
+    artifact_type: str,
+    policy_hash: str | None,
+    task: BuildTask,
+    source_event: Mapping[str, Any] | None,
+    contract_resolver: ContractResolver | None,
+) -> dict[str, Any]:
+    """The type-specific part of an artifact (only a settlement statement resolves the operator contract)."""
+    if artifact_type == T.WORK_CERTIFICATE:
+        return _work_certificate(fs, policy_hash)
+    if artifact_type == T.PROOF_RECEIPT:
+        return _proof_receipt(fs, policy_hash)
+    if artifact_type == T.COVERAGE_CERTIFICATE:
+        return _coverage_certificate(fs, policy_hash)
+    if artifact_type == T.INCIDENT_PACKET:
+        return _incident_packet(fs, policy_hash)
+    if artifact_type == T.CREDIT_MEMO:
+        return _credit_memo(fs, source_event)
+    contract_doc = resolve_contract(fs.snapshot, contract_resolver)
+    return _settlement_statement(fs, policy_hash, task.tenant_id, contract_doc)
+
+
+def _add_source_fields(
+    artifact: dict[str, Any], task: BuildTask, source_event: Mapping[str, Any] | None, head: Mapping[str, Any]
+) -> None:
+    """The source event's id, type and chain hash, and the anchor (`atChainHash`), in that key order."""
+    source_chain_hash = task.source_chain_hash
+    artifact["sourceEventId"] = task.source_event_id
+    artifact["sourceEventType"] = source_event.get("type") if source_event is not None else task.source_event_type
+    artifact["sourceEventChainHash"] = (
+        source_chain_hash if source_chain_hash is not None else get(source_event, "chainHash")
+    )
+    artifact["atChainHash"] = source_chain_hash if source_chain_hash is not None else head.get("chainHash")
+
+
 def build_artifact(
     fs: FoldState,
     task: BuildTask,
@@ -553,10 +616,8 @@ def build_artifact(
     if fs.job is None or head is None:
         raise ValidationError("the slice is empty", code="ARTIFACT_SLICE_EMPTY")
     s = fs.snapshot
-    facts = fs.facts
     artifact_type = T.require_artifact_type(task.artifact_type)
-    booking = s.get("booking")
-    policy_hash = policy_hash_from_booking(booking)
+    policy_hash = policy_hash_from_booking(s.get("booking"))
     generated = generated_at if generated_at is not None else head.get("at")
     if not nonblank(generated):
         raise ValidationError("generatedAt must be a non-empty string", code="ARTIFACT_INVALID")
@@ -569,35 +630,9 @@ def build_artifact(
         "jobId": s["id"],
         "jobVersion": fs.count,
         "policyHash": policy_hash,
-        "eventProof": {
-            "lastChainHash": head.get("chainHash"),
-            "eventCount": fs.count,
-            "signatures": {
-                "signedEventCount": facts["signedEventCount"],
-                "signerKeyIds": js_sorted(facts["signerKeyIds"]),
-            },
-        },
+        "eventProof": _event_proof(fs, head),
     }
-    if artifact_type == T.WORK_CERTIFICATE:
-        body = _work_certificate(fs, policy_hash)
-    elif artifact_type == T.PROOF_RECEIPT:
-        body = _proof_receipt(fs, policy_hash)
-    elif artifact_type == T.COVERAGE_CERTIFICATE:
-        body = _coverage_certificate(fs, policy_hash)
-    elif artifact_type == T.INCIDENT_PACKET:
-        body = _incident_packet(fs, policy_hash)
-    elif artifact_type == T.CREDIT_MEMO:
-        body = _credit_memo(fs, source_event)
-    else:
-        contract_doc = resolve_contract(s, contract_resolver)
-        body = _settlement_statement(fs, policy_hash, task.tenant_id, contract_doc)
-    artifact.update(body)
-    source_chain_hash = task.source_chain_hash
-    artifact["sourceEventId"] = task.source_event_id
-    artifact["sourceEventType"] = source_event.get("type") if source_event is not None else task.source_event_type
-    artifact["sourceEventChainHash"] = (
-        source_chain_hash if source_chain_hash is not None else get(source_event, "chainHash")
-    )
-    artifact["atChainHash"] = source_chain_hash if source_chain_hash is not None else head.get("chainHash")
+    artifact.update(_artifact_body(fs, artifact_type, policy_hash, task, source_event, contract_resolver))
+    _add_source_fields(artifact, task, source_event, head)
     artifact["artifactHash"] = compute_artifact_hash(artifact)
     return artifact
