@@ -34,6 +34,7 @@ from settlekit.delivery.retry import (
     MISSING_ARTIFACT,
     SECRET_REF_INVALID,
     UNKNOWN_DESTINATION,
+    Decision,
     RetryPolicy,
     decide,
 )
@@ -314,89 +315,128 @@ class DeliveryWorker:
         disable takes the destination's row lock, so of concurrent workers exactly one fails its delivery."""
         result = DeliveryPassResult(claimed=len(outcomes))
         now = self.clock()
-        cfg = self.config
         counted: list[tuple[str, str, str | None]] = []  # (destination_id, outcome, failure reason)
         disabled_reasons: list[str] = []
         with self.db.transaction() as tx:
             for i, out in enumerate(outcomes):
                 d: store.Delivery = out.tag
-                attempt = d.attempts + 1
-                store.record_attempt(
-                    tx,
-                    d.id,
-                    attempt,
-                    started_at=out.started_at,
-                    duration_ms=out.duration_ms,
-                    http_status=out.status,
-                    error=out.error_message or out.error,
-                    response_snippet=out.response_snippet,
-                )
-                dec = decide(
-                    status=out.status,
-                    error=out.error,
-                    attempts=attempt,
-                    policy=cfg.retry,
-                    retry_after=out.retry_after,
-                    rng=self.rng,
-                )
-                if dec.kind == "delivered":
-                    assert out.status is not None
-                    ok = store.mark_delivered(
-                        tx, d.id, self.worker_id, status=out.status, now=now, retention=cfg.retention
-                    )
-                    result.delivered += ok
-                    outcome = m.DELIVERED
-                elif dec.kind == "disable" and not store.disable_if_active(
-                    tx, d.tenant_id, d.destination_id, reason=dec.reason or GONE, now=now
-                ):
-                    # already disabled (an earlier 410 of this batch, another worker, an operator): wait for enable
-                    assert dec.reason is not None
-                    ok = store.mark_held(tx, d.id, self.worker_id, status=out.status, error=dec.reason, now=now)
-                    result.held += ok
-                    outcome = m.HELD
-                elif dec.kind == "retry":
-                    assert dec.delay is not None and dec.reason is not None
-                    ok = store.mark_retry(
-                        tx,
-                        d.id,
-                        self.worker_id,
-                        status=out.status,
-                        error=dec.reason,
-                        next_attempt_at=now + timedelta(seconds=dec.delay),
-                        now=now,
-                    )
-                    result.retried += ok
-                    outcome = m.RETRIED
-                else:
-                    assert dec.reason is not None
-                    ok = store.mark_failed(
-                        tx,
-                        d.id,
-                        self.worker_id,
-                        status=out.status,
-                        error=dec.reason,
-                        now=now,
-                        retention=cfg.retention,
-                    )
-                    if dec.kind == "disable":  # this outcome disabled the destination (disable_if_active above)
-                        result.disabled += 1
-                        disabled_reasons.append(dec.reason)
-                        outcome = m.GONE if dec.reason == GONE else m.FAILED
-                        log.warning(
-                            "destination %s/%s disabled (%s); delivery %d failed, its other deliveries wait"
-                            " until it is enabled",
-                            d.tenant_id,
-                            d.destination_id,
-                            dec.reason,
-                            d.id,
-                        )
-                    else:
-                        result.failed += ok
-                        outcome = m.FAILED
+                dec = self._record_attempt(tx, d, out)
+                ok, outcome = self._apply_decision(tx, d, out, dec, now, result, disabled_reasons)
                 result.lease_lost += not ok
                 counted.append((d.destination_id, outcome if ok else m.LEASE_LOST, dec.reason))
                 if i == 0:
                     failpoints.hit("delivery.completing", self.worker_id)
+        self._count_outcomes(outcomes, counted, disabled_reasons, sent)
+        return result
+
+    def _record_attempt(self, tx: Tx, d: store.Delivery, out: Outcome) -> Decision:
+        """Record the attempt (`attempts` before it + 1) and decide what becomes of the delivery."""
+        attempt = d.attempts + 1
+        store.record_attempt(
+            tx,
+            d.id,
+            attempt,
+            started_at=out.started_at,
+            duration_ms=out.duration_ms,
+            http_status=out.status,
+            error=out.error_message or out.error,
+            response_snippet=out.response_snippet,
+        )
+        return decide(
+            status=out.status,
+            error=out.error,
+            attempts=attempt,
+            policy=self.config.retry,
+            retry_after=out.retry_after,
+            rng=self.rng,
+        )
+
+    def _apply_decision(
+        self,
+        tx: Tx,
+        d: store.Delivery,
+        out: Outcome,
+        dec: Decision,
+        now: datetime,
+        result: DeliveryPassResult,
+        disabled_reasons: list[str],
+    ) -> tuple[bool, str]:
+        """Store the decision under this worker's lease; `(lease still held, metrics outcome)`."""
+        if dec.kind == "delivered":
+            assert out.status is not None
+            ok = store.mark_delivered(
+                tx, d.id, self.worker_id, status=out.status, now=now, retention=self.config.retention
+            )
+            result.delivered += ok
+            return ok, m.DELIVERED
+        if dec.kind == "disable" and not store.disable_if_active(
+            tx, d.tenant_id, d.destination_id, reason=dec.reason or GONE, now=now
+        ):
+            # already disabled (an earlier 410 of this batch, another worker, an operator): wait for enable
+            assert dec.reason is not None
+            ok = store.mark_held(tx, d.id, self.worker_id, status=out.status, error=dec.reason, now=now)
+            result.held += ok
+            return ok, m.HELD
+        if dec.kind == "retry":
+            assert dec.delay is not None and dec.reason is not None
+            ok = store.mark_retry(
+                tx,
+                d.id,
+                self.worker_id,
+                status=out.status,
+                error=dec.reason,
+                next_attempt_at=now + timedelta(seconds=dec.delay),
+                now=now,
+            )
+            result.retried += ok
+            return ok, m.RETRIED
+        return self._fail(tx, d, out, dec, now, result, disabled_reasons)
+
+    def _fail(
+        self,
+        tx: Tx,
+        d: store.Delivery,
+        out: Outcome,
+        dec: Decision,
+        now: datetime,
+        result: DeliveryPassResult,
+        disabled_reasons: list[str],
+    ) -> tuple[bool, str]:
+        """A failed delivery; when its 410 just disabled the destination (`disable_if_active` succeeded), the
+        destination counts as disabled and its other deliveries wait until it is enabled."""
+        assert dec.reason is not None
+        ok = store.mark_failed(
+            tx,
+            d.id,
+            self.worker_id,
+            status=out.status,
+            error=dec.reason,
+            now=now,
+            retention=self.config.retention,
+        )
+        if dec.kind != "disable":
+            result.failed += ok
+            return ok, m.FAILED
+        result.disabled += 1
+        disabled_reasons.append(dec.reason)
+        log.warning(
+            "destination %s/%s disabled (%s); delivery %d failed, its other deliveries wait until it is enabled",
+            d.tenant_id,
+            d.destination_id,
+            dec.reason,
+            d.id,
+        )
+        return ok, m.GONE if dec.reason == GONE else m.FAILED
+
+    def _count_outcomes(
+        self,
+        outcomes: list[Outcome],
+        counted: list[tuple[str, str, str | None]],
+        disabled_reasons: list[str],
+        sent: int,
+    ) -> None:
+        """Metrics of a committed pass: attempts and failures per outcome, the dead-letter count, the durations
+        of the real HTTP attempts (the first `sent`) and the destinations disabled."""
         for i, out in enumerate(outcomes):
             dest_id, outcome, reason = counted[i]
             label = dest_id if self.config.per_destination_metrics else m.ALL_DESTINATIONS
@@ -409,7 +449,6 @@ class DeliveryWorker:
                 self.metrics.duration.observe(out.duration_ms / 1000.0)
         for reason in disabled_reasons:
             self.metrics.disabled.labels(reason).inc()
-        return result
 
     def _renew(self, ids: list[int]) -> int:
         with self.db.transaction() as tx:
