@@ -27,7 +27,7 @@ from settlekit.delivery.signing import SIGNING_MODES, decode_secret
 from settlekit.delivery.ssrf import Resolver, SsrfPolicy, VettedDestination, vet_url
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.store import deliveries as store
-from settlekit.store.db import Database
+from settlekit.store.db import Database, Tx
 
 audit = logging.getLogger("settlekit.delivery.audit")
 
@@ -155,19 +155,8 @@ def save_destination(
             raise ConflictError(
                 "destination already exists", tenant_id=dest.tenant_id, destination_id=dest.destination_id
             )
-        ref = store_secret(tx, dest.tenant_id, secret_value) if secret_value is not None else dest.secret_ref
-        if secret_value is None and secret_id_of(ref) is not None:
-            values = pol.secrets().resolve(ref, tx=tx, tenant_id=dest.tenant_id)  # the tenant's own only
-            if dest.signing in ("standard", "both"):
-                for v in values:
-                    _check_whsec(v)
-        previous, until = None, None
-        if existing is not None and existing.secret_ref != ref and rotation_grace > timedelta(0):
-            previous, until = existing.secret_ref, ts + rotation_grace
-        elif existing is not None and existing.secret_ref == ref:
-            previous, until = existing.previous_secret_ref, existing.previous_secret_expires_at
-        if until is not None and until <= ts:
-            previous, until = None, None
+        ref = _secret_ref_to_store(tx, dest, pol, secret_value)
+        previous, until = _previous_secret(existing, ref, ts, rotation_grace)
         if dest.status not in DESTINATION_STATUSES:
             raise ValidationError(f"unknown status {dest.status!r}", field="status")
         store.put_destination(tx, dataclasses.replace(dest, secret_ref=ref, previous_secret_ref=previous,
@@ -175,6 +164,45 @@ def save_destination(
         delete_unreferenced(tx, dest.tenant_id, ts)
         saved = store.get_destination(tx, dest.tenant_id, dest.destination_id)
     assert saved is not None
+    rotated = previous is not None and existing is not None and existing.secret_ref != saved.secret_ref
+    _audit_saved(dest, vetted, replaced=existing is not None, secret_rotated=rotated, actor=actor)
+    return saved
+
+
+def _secret_ref_to_store(
+    tx: Tx, dest: store.Destination, policy: DestinationPolicy, secret_value: str | None
+) -> str:
+    """The secret reference the destination is saved with: a secret given by value is stored first; a stored
+    secret it names must be the tenant's own (and a valid webhook secret when it signs the standard way)."""
+    if secret_value is not None:
+        return store_secret(tx, dest.tenant_id, secret_value)
+    ref = dest.secret_ref
+    if secret_id_of(ref) is not None:
+        values = policy.secrets().resolve(ref, tx=tx, tenant_id=dest.tenant_id)  # the tenant's own only
+        if dest.signing in ("standard", "both"):
+            for v in values:
+                _check_whsec(v)
+    return ref
+
+
+def _previous_secret(
+    existing: store.Destination | None, ref: str, now: datetime, rotation_grace: timedelta
+) -> tuple[str | None, datetime | None]:
+    """`(previous secret ref, until when it still signs)`: a new secret starts a rotation grace, the same secret
+    keeps a running one; an expired grace is dropped."""
+    previous, until = None, None
+    if existing is not None and existing.secret_ref != ref and rotation_grace > timedelta(0):
+        previous, until = existing.secret_ref, now + rotation_grace
+    elif existing is not None and existing.secret_ref == ref:
+        previous, until = existing.previous_secret_ref, existing.previous_secret_expires_at
+    if until is not None and until <= now:
+        previous, until = None, None
+    return previous, until
+
+
+def _audit_saved(
+    dest: store.Destination, vetted: VettedDestination, *, replaced: bool, secret_rotated: bool, actor: str | None
+) -> None:
     audit.info(
         "destination saved",
         extra={
@@ -182,13 +210,11 @@ def save_destination(
             "destination_id": dest.destination_id,
             "url": dest.url,
             "addresses": list(vetted.addresses),
-            "replaced": existing is not None,
-            "secret_rotated": previous is not None and existing is not None
-            and existing.secret_ref != saved.secret_ref,
+            "replaced": replaced,
+            "secret_rotated": secret_rotated,
             "actor": actor,
         },
     )
-    return saved
 
 
 def add_destination(
