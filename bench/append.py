@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psycopg  # noqa: E402
 
 from common import report, run_threads, scratch_pg  # noqa: E402
+from settlekit.append import Appender  # noqa: E402
 from settlekit.events.envelope import compute_payload_hash  # noqa: E402
 from settlekit.store.db import connect  # noqa: E402
-from settlekit.store.event_store import EventStore  # noqa: E402
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -53,7 +53,7 @@ def bench_hash() -> None:
     assert payload_material(event)
 
 
-def settlekit_writer(store: EventStore, per_tx: int) -> Any:
+def settlekit_writer(store: Appender, per_tx: int) -> Any:
     def make(i: int) -> Any:
         def step() -> int:
             stream = f"s_{uuid.uuid4().hex}"
@@ -107,7 +107,7 @@ def main() -> None:
             conn.execute("CREATE TABLE raw_events (id BIGSERIAL PRIMARY KEY, stream_id TEXT NOT NULL, body TEXT)")
         db = connect(url, max_size=WRITERS + 2)
         db.migrate()
-        store = EventStore(db)
+        store = Appender(db)
         # Alternate the two loops so load from anything else on the machine hits both alike; report medians.
         # Warm up first: every pooled connection prepares its statements and caches the function's plans.
         run_threads(WRITERS, 1.0, raw_writer(url))
@@ -131,7 +131,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = connect(f"sqlite:///{tmp}/bench.db")
         db.migrate()
-        store = EventStore(db)
+        store = Appender(db)
         s1 = run_threads(1, SECONDS, settlekit_writer(store, 1))
         report("settlekit SQLite append, 1 writer, 1 event/tx", s1, "events/s")
         s100 = run_threads(1, SECONDS, settlekit_writer(store, 100))

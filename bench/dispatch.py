@@ -5,7 +5,7 @@
    b. the eventsourcing 9.5.6 ProjectionRunner + PostgresTrackingRecorder on N events of its own schema, using
       its documented pattern (the projection records a Tracking row per event), target dispatcher ≥ 10×.
       Capped at BENCH_ES_SECONDS (default 60 s); if the cap is hit, its rate is events tracked / elapsed.
-2. Live latency: 500 appends/s (EventStore.append, one event each) with the dispatcher running on LISTEN/NOTIFY;
+2. Live latency: 500 appends/s (Appender.append, one event each) with the dispatcher running on LISTEN/NOTIFY;
    commit (append returned) → handler call, p50 and p99, target p99 ≤ 25 ms.
 
 Run: python bench/dispatch.py   (env: BENCH_EVENTS, BENCH_PAGE, BENCH_ES_SECONDS, BENCH_LIVE_SECONDS)
@@ -25,9 +25,9 @@ from typing import Any
 import psycopg
 from prometheus_client import CollectorRegistry
 
+from settlekit.append import Appender
 from settlekit.dispatch import Consumer, ConsumerContext, DispatchedEvent, Dispatcher
 from settlekit.store.db import connect
-from settlekit.store.event_store import EventStore
 
 ADMIN_URL = os.environ.get("SETTLEKIT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 N = int(os.environ.get("BENCH_EVENTS", "200000"))
@@ -193,7 +193,7 @@ def live_latency(url: str) -> tuple[float, float, int]:
 
     def writer(i: int, rate: float) -> None:
         wdb = connect(url, max_size=2)
-        store = EventStore(wdb)
+        store = Appender(wdb)
         version: dict[str, int] = {}
         interval = 1.0 / rate
         next_at = time.perf_counter()

@@ -23,9 +23,10 @@ import psycopg
 from prometheus_client import CollectorRegistry
 
 from common import scratch_pg
+from settlekit.append import Appender, DomainOutcome, PassThroughDomain
 from settlekit.dispatch import Consumer, Dispatcher
+from settlekit.events.envelope import Event
 from settlekit.store.db import Tx, connect
-from settlekit.store.event_store import DomainOutcome, Event, EventStore, PassThroughDomain
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
 ACTOR = {"type": "system", "id": "bench"}
@@ -54,8 +55,8 @@ class _Count(logging.Handler):
 
 
 def _append(db: Any, stream: str, n: int = 1, domain: Any = None) -> None:
-    store = EventStore(db, domain=domain)
-    head = store.head("t1", stream)
+    store = Appender(db, domain=domain)
+    head = store.streams.head("t1", stream)
     items = [{"type": "T", "actor": ACTOR, "payload": {"i": i}} for i in range(n)]
     store.append("t1", stream, items, expected_version=head.seq if head else 0)
 

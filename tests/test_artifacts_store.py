@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from conftest import load_vector
+from settlekit.append import Appender, job_appender
 from settlekit.artifacts import state as fold_module
 from settlekit.artifacts.build import build_all
 from settlekit.artifacts.builders import compute_artifact_hash
@@ -20,8 +21,7 @@ from settlekit.projections.artifacts import ArtifactConsumer
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.deliveries import Destination, put_destination
-from settlekit.store.event_store import EventStore, row_to_stored
-from settlekit.store.job_streams import job_store
+from settlekit.store.streams import row_to_stored
 from support.failpoints import SimulatedCrash, crash_at
 
 T = "tenant_default"
@@ -29,13 +29,13 @@ NOW = datetime(2026, 3, 1, tzinfo=UTC)
 VECTOR_TIME = datetime(2026, 2, 1, tzinfo=UTC)
 
 
-def _load(db: Database, name: str, *, one_by_one: bool) -> tuple[EventStore, dict[str, Any]]:
+def _load(db: Database, name: str, *, one_by_one: bool) -> tuple[Appender, dict[str, Any]]:
     vector = load_vector(name)
     # The golden vectors are streams settld's core accepted; sla_credit's credit has no recorded breach, which
     # settld's API (and the live path's server rules) refuse, so they are replayed without the server rules.
-    store = job_store(db, clock=lambda: NOW, server_rules=False)
+    store = job_appender(db, clock=lambda: NOW, server_rules=False)
     for signer in vector["signers"]:
-        store.register_key(T, signer["publicKeyPem"], signer["role"])
+        store.signer_keys.register(T, signer["publicKeyPem"], signer["role"])
     events = vector["events"]
     if one_by_one:
         for event in events:
@@ -66,10 +66,10 @@ def _count(db: Database, table: str) -> int:
         return int(tx.scalar(f"SELECT count(*) FROM {table}"))
 
 
-def _handle_all(db: Database, consumer: ArtifactConsumer, store: EventStore) -> list[Any]:
+def _handle_all(db: Database, consumer: ArtifactConsumer, store: Appender) -> list[Any]:
     """Call the handler directly, one transaction per event, as a dispatcher turn would."""
     outcomes = []
-    for se in store.read_positions(0, 10_000):
+    for se in store.streams.read_positions(0, 10_000):
         with db.transaction() as tx:
             outcomes += consumer.handle(tx, se)
     return outcomes
@@ -143,7 +143,7 @@ def test_direct_handler_with_minimal_ctx(db: Database) -> None:
             self.tx = tx
 
     consumer = ArtifactConsumer()
-    credit = next(se for se in store.read_positions(0, 100) if se.type == "SLA_CREDIT_ISSUED")
+    credit = next(se for se in store.streams.read_positions(0, 100) if se.type == "SLA_CREDIT_ISSUED")
     with db.transaction() as tx:
         consumer(credit, Ctx(tx))
     ids = sorted(a["artifactId"] for a in _stored(db, credit.stream_id))

@@ -8,9 +8,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from conftest import load_vector
+from settlekit.append import Appender
 from settlekit.cli import app
 from settlekit.store.db import connect
-from settlekit.store.event_store import EventStore
 
 runner = CliRunner()
 
@@ -53,9 +53,9 @@ def test_migrate_and_export_round_trip(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     vector = load_vector("settle_aborted.json")
     db = connect(url)
-    store = EventStore(db)
+    store = Appender(db)
     for signer in vector["signers"]:
-        store.register_key("tenant_default", signer["publicKeyPem"], signer["role"])
+        store.signer_keys.register("tenant_default", signer["publicKeyPem"], signer["role"])
     store.append("tenant_default", vector["events"][0]["streamId"], vector["events"])
     db.close()
     out = tmp_path / "export.json"

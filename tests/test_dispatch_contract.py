@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
+from settlekit.append import Appender
 from settlekit.cli.consumers import consumers_app
 from settlekit.dispatch import (
     SHARED_INSTANCE,
@@ -38,15 +39,15 @@ from settlekit.dispatch import (
 from settlekit.errors import ConfigurationError, ValidationError
 from settlekit.store.consumers import dump_gaps
 from settlekit.store.db import Database
-from settlekit.store.event_store import EventStore, StoredEvent
+from settlekit.store.streams import StoredEvent
 from support.failpoints import SimulatedCrash, crash_at
 
 ACTOR = {"type": "system", "id": "test"}
 
 
 def append(db: Database, stream: str, n: int = 1, etype: str = "THING_HAPPENED", tenant: str = "t1") -> list[int]:
-    store = EventStore(db)
-    head = store.head(tenant, stream)
+    store = Appender(db)
+    head = store.streams.head(tenant, stream)
     items = [{"type": etype, "actor": ACTOR, "payload": {"i": i}} for i in range(n)]
     return store.append(tenant, stream, items, expected_version=head.seq if head else 0).positions
 

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 
+from settlekit.append import Appender, DomainOutcome, PassThroughDomain
 from settlekit.dispatch import (
     SHARED_INSTANCE,
     Consumer,
@@ -24,8 +25,8 @@ from settlekit.dispatch import (
     list_consumers,
 )
 from settlekit.errors import ConflictError
+from settlekit.events.envelope import Event
 from settlekit.store.db import Database, Tx, connect
-from settlekit.store.event_store import DomainOutcome, Event, EventStore, PassThroughDomain
 
 ACTOR = {"type": "system", "id": "test"}
 
@@ -56,8 +57,8 @@ class HoldingDomain(PassThroughDomain):
 
 
 def append(db: Database, stream: str, n: int = 1, domain: Any = None) -> list[int]:
-    store = EventStore(db, domain=domain)
-    head = store.head("t1", stream)
+    store = Appender(db, domain=domain)
+    head = store.streams.head("t1", stream)
     items = [{"type": "T", "actor": ACTOR, "payload": {"i": i}} for i in range(n)]
     return store.append("t1", stream, items, expected_version=head.seq if head else 0).positions
 
@@ -177,11 +178,11 @@ def test_torture_concurrent_writers_and_dispatchers(pg_url: str) -> None:
                     rolled_back.update(e["id"] for e in events)
                 raise _Rollback()
 
-        store = EventStore(writers_db, domain=HoldingDomain(hook))
+        store = Appender(writers_db, domain=HoldingDomain(hook))
         try:
             while time.monotonic() < deadline:
                 stream = rng.choice(streams)
-                head = store.head("t1", stream)
+                head = store.streams.head("t1", stream)
                 n = rng.randint(1, 3)
                 items = [{"type": "T", "actor": ACTOR, "payload": {"w": i}} for _ in range(n)]
                 try:

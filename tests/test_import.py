@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import backend_database, differential_corpus, load_differential, load_vector, scenario_names
+from settlekit.append import HISTORY, job_appender
 from settlekit.artifacts.build import build_all
 from settlekit.cli import app
 from settlekit.dispatch import Dispatcher
@@ -29,8 +30,8 @@ from settlekit.jobs import required_signer_kind
 from settlekit.projections.artifacts import ArtifactConsumer
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect, opened
-from settlekit.store.event_store import HISTORY, EventStore
-from settlekit.store.job_streams import job_store
+from settlekit.store.signer_keys import SignerKeys
+from settlekit.store.streams import Streams
 
 runner = CliRunner()
 TENANT = "tenant_default"
@@ -63,7 +64,7 @@ def _import(tmp_path: Path, url: str, events: list[Any], keys: Any, *extra: str)
 
 def _stored(url: str, stream_id: str) -> list[dict[str, Any]]:
     with opened(url) as db:
-        return EventStore(db).read_stream(TENANT, stream_id)
+        return Streams(db).read_stream(TENANT, stream_id)
 
 
 def _unsigned(events: list[dict[str, Any]]) -> int:
@@ -276,7 +277,7 @@ def test_usage_errors_exit_2(sqlite_url: str, tmp_path: Path) -> None:
 def test_key_registered_with_another_role_exits_2(db: Database, db_url: str, tmp_path: Path) -> None:
     vector = load_vector("settle_completed.json")
     robot = next(s for s in _signers(vector) if s["role"] == "robot")
-    job_store(db).register_key(TENANT, robot["publicKeyPem"], "operator")
+    SignerKeys(db).register(TENANT, robot["publicKeyPem"], "operator")
     stream = _write(tmp_path / "s.json", vector["events"])
     keys = _write(tmp_path / "k.json", _signers(vector))
     result = runner.invoke(app, ["import", str(stream), "--db", db_url, "--keys", str(keys)])
@@ -299,7 +300,7 @@ def test_progress_reaches_the_end(sqlite_url: str) -> None:
     db = connect(sqlite_url)
     db.migrate()
     try:
-        store = job_store(db)
+        store = job_appender(db)
         register_signers(store, TENANT, parse_import_keys(_signers(vector)))
         result = import_events(store, TENANT, vector["events"], chunk_size=4, progress=seen.append)
     finally:
@@ -351,13 +352,13 @@ def _check_import(corpus_db: Database, v: dict[str, Any], stop: int, *, strict: 
     """Import a corpus stream; it must append exactly `events[:stop]` and refuse `events[stop]` (if any), with
     nothing of that one written (no event row, no ledger row)."""
     events = v["events"]
-    store = job_store(corpus_db)
+    store = job_appender(corpus_db)
     register_signers(store, tenant, parse_import_keys(v["signers"]))
     result = import_events(store, tenant, events, strict=strict)
     got = (result.appended, None if result.refused is None else (result.refused.index, result.refused.event_id))
     want = (stop, (stop, events[stop]["id"]) if stop < len(events) else None)
     assert got == want, result.refused
-    assert store.read_stream(tenant, events[0]["streamId"]) == events[:stop]
+    assert store.streams.read_stream(tenant, events[0]["streamId"]) == events[:stop]
     if stop < len(events):
         with corpus_db.read() as tx:
             for table, column in (("events", "event_id"), ("ledger_entries", "source_event_id"),
@@ -434,13 +435,13 @@ def test_history_mode_refuses_lone_surrogates_outside_the_payload(sqlite_url: st
 
 
 def test_history_policy_takes_client_finalized_envelopes_only(db: Database) -> None:
-    store = job_store(db)
+    store = job_appender(db)
     with pytest.raises(ValidationError) as info:
         store.append(TENANT, "job_h", [{"type": "JOB_CREATED", "actor": {"type": "system", "id": "p"},
                                         "payload": {"templateId": "reset_lite"}}],
                      expected_prev_chain_hash=None, policy=HISTORY)
     assert info.value.code == "SCHEMA_INVALID"
-    assert store.head(TENANT, "job_h") is None
+    assert store.streams.head(TENANT, "job_h") is None
 
 
 def test_http_api_refuses_what_history_mode_accepts(db: Database) -> None:
@@ -469,7 +470,7 @@ def test_http_api_refuses_what_history_mode_accepts(db: Database) -> None:
     assert 400 <= r.status_code < 500 and r.json()["code"] == "SCHEMA_INVALID", r.text
     assert tenant_rows(db, TENANT) == before
     # the same two through Python's append without a policy: the live rules
-    store = job_store(db)
+    store = job_appender(db)
     for item, code in ((unsigned, "SIGNER_POLICY_VIOLATION"), (lone, "SCHEMA_INVALID")):
         with pytest.raises(SettlekitError) as info:
             store.append(TENANT, job_id, [item])

@@ -62,7 +62,23 @@ def test_storage_importing_the_api_breaks_the_lint(package_copy: Path) -> None:
     _append(package_copy / "settlekit" / "store" / "ledger.py", "import settlekit.api.app as _app  # noqa")
     result = _lint_imports(package_copy)
     assert result.returncode == 1, result.stdout
-    assert "Storage never imports the HTTP API, the CLI or the runtime BROKEN" in result.stdout
+    assert "Storage never imports the append use case, the HTTP API, the CLI or the runtime BROKEN" in result.stdout
+
+
+def test_storage_importing_the_append_use_case_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "store" / "streams.py", "import settlekit.append.policy as _policy  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert "Storage never imports the append use case, the HTTP API, the CLI or the runtime BROKEN" in result.stdout
+    assert "settlekit.store.streams -> settlekit.append.policy" in result.stdout
+
+
+def test_a_consumer_of_the_log_calling_the_append_use_case_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "projections" / "sinks.py", "import settlekit.append as _append  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert "-> append -> projections : dispatch : delivery -> store -> domain BROKEN" in result.stdout
+    assert "settlekit.projections.sinks -> settlekit.append" in result.stdout
 
 
 def test_the_bottom_helpers_importing_the_package_breaks_the_lint(package_copy: Path) -> None:

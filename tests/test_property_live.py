@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import backend_database
+from settlekit.append import Appender, job_appender
 from settlekit.artifacts.build import build_all
 from settlekit.artifacts.state import fold
 from settlekit.errors import SettlekitError
@@ -27,8 +28,6 @@ from settlekit.jobs import deserialize_state, process_job_events, settlement_pro
 from settlekit.jobs.zone_coverage import zone_coverage_facts
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.db import Database
-from settlekit.store.event_store import EventStore
-from settlekit.store.job_streams import job_store
 
 SIGNERS = {role: Signer.from_private_key(Ed25519PrivateKey.from_private_bytes(bytes([n]) * 32))
            for n, role in enumerate(("server", "robot", "operator"), start=41)}
@@ -262,12 +261,12 @@ def live_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 def _check_live_stream(db: Database, events: list[dict[str, Any]]) -> None:
     tenant = f"tenant_{events[0]['streamId']}"
-    store: EventStore = job_store(db)
+    store: Appender = job_appender(db)
     for role, signer in SIGNERS.items():
-        store.register_key(tenant, signer.public_key_pem, role)
+        store.signer_keys.register(tenant, signer.public_key_pem, role)
     result = import_events(store, tenant, events)
     event("accepted in full" if result.refused is None else f"refused {result.refused.code}")
-    stored = store.read_stream(tenant, events[0]["streamId"])
+    stored = store.streams.read_stream(tenant, events[0]["streamId"])
     assert stored == events[: result.appended]
     entries = ledger_rows.entries_for_job(db, tenant, events[0]["streamId"])
     sums: dict[str, int] = {}

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from conftest import load_vector
+from settlekit.append import Appender, Idempotency
 from settlekit.errors import (
     ConflictError,
     SettlekitError,
@@ -17,7 +18,6 @@ from settlekit.errors import (
 )
 from settlekit.events.envelope import Signer, finalize_chain, make_draft, parse_keys_file, verify_chain
 from settlekit.store.db import Database
-from settlekit.store.event_store import EventStore, Idempotency
 
 T = "tenant_a"
 ACTOR = {"type": "system", "id": "proxy"}
@@ -28,54 +28,54 @@ def draft(i: int = 0, etype: str = "NOTE") -> dict:
 
 
 def test_append_and_read(db: Database) -> None:
-    store = EventStore(db)
+    store = Appender(db)
     r1 = store.append(T, "job_1", [draft(0)], expected_prev_chain_hash=None)
     assert r1.first_seq == 1 and len(r1.positions) == 1
     r2 = store.append(T, "job_1", [draft(1), draft(2)], expected_prev_chain_hash=r1.head_chain_hash)
     assert r2.first_seq == 2 and r2.positions == sorted(r2.positions)
-    events = store.read_stream(T, "job_1")
+    events = store.streams.read_stream(T, "job_1")
     assert [e["payload"]["n"] for e in events] == [0, 1, 2]
     verify_chain(events)
-    assert store.head(T, "job_1").seq == 3  # type: ignore[union-attr]
-    assert store.read_stream(T, "job_1", through_chain_hash=events[1]["chainHash"]) == events[:2]
-    assert store.high_water_mark() == r2.positions[-1]
-    stored = store.read_positions(0)
+    assert store.streams.head(T, "job_1").seq == 3  # type: ignore[union-attr]
+    assert store.streams.read_stream(T, "job_1", through_chain_hash=events[1]["chainHash"]) == events[:2]
+    assert store.streams.high_water_mark() == r2.positions[-1]
+    stored = store.streams.read_positions(0)
     assert [s.event for s in stored] == events
     assert [s.seq for s in stored] == [1, 2, 3]
 
 
 def test_expected_version(db: Database) -> None:
-    store = EventStore(db)
+    store = Appender(db)
     store.append(T, "s", [draft()], expected_version=0)
     store.append(T, "s", [draft()], expected_version=1)
     with pytest.raises(ConflictError) as err:
         store.append(T, "s", [draft()], expected_version=1)
     assert err.value.code == "VERSION_CONFLICT"
-    assert len(store.read_stream(T, "s")) == 2
+    assert len(store.streams.read_stream(T, "s")) == 2
 
 
 def test_precondition_required(db: Database) -> None:
     with pytest.raises(SettlekitError) as err:
-        EventStore(db).append(T, "s", [draft()])
+        Appender(db).append(T, "s", [draft()])
     assert err.value.code == "PRECONDITION_REQUIRED" and err.value.status == 428
 
 
 def test_stale_head_conflicts_and_writes_nothing(db: Database) -> None:
-    store = EventStore(db)
+    store = Appender(db)
     r1 = store.append(T, "s", [draft()], expected_prev_chain_hash=None)
     store.append(T, "s", [draft()], expected_prev_chain_hash=r1.head_chain_hash)
     with pytest.raises(ConflictError) as err:
         store.append(T, "s", [draft(), draft()], expected_prev_chain_hash=r1.head_chain_hash)
     assert err.value.code == "PREV_CHAIN_HASH_MISMATCH"
-    assert err.value.details["currentPrevChainHash"] == store.head(T, "s").chain_hash  # type: ignore[union-attr]
+    assert err.value.details["currentPrevChainHash"] == store.streams.head(T, "s").chain_hash  # type: ignore[union-attr]
     with pytest.raises(ConflictError):
         store.append(T, "s", [draft()], expected_prev_chain_hash=None)
-    assert len(store.read_stream(T, "s")) == 2
-    verify_chain(store.read_stream(T, "s"))
+    assert len(store.streams.read_stream(T, "s")) == 2
+    verify_chain(store.streams.read_stream(T, "s"))
 
 
 def test_concurrent_appenders_exactly_one_wins(db: Database) -> None:
-    store = EventStore(db)
+    store = Appender(db)
     head = store.append(T, "s", [draft()], expected_prev_chain_hash=None).head_chain_hash
     outcomes: list[str] = []
     barrier = threading.Barrier(4)
@@ -94,13 +94,13 @@ def test_concurrent_appenders_exactly_one_wins(db: Database) -> None:
     for t in threads:
         t.join()
     assert sorted(outcomes) == ["PREV_CHAIN_HASH_MISMATCH"] * 3 + ["ok"]
-    events = store.read_stream(T, "s")
+    events = store.streams.read_stream(T, "s")
     assert len(events) == 2
     verify_chain(events)
 
 
 def test_concurrent_genesis(db: Database) -> None:
-    store = EventStore(db)
+    store = Appender(db)
     outcomes: list[str] = []
     barrier = threading.Barrier(3)
 
@@ -118,41 +118,41 @@ def test_concurrent_genesis(db: Database) -> None:
     for t in threads:
         t.join()
     assert outcomes.count("ok") == 1
-    assert len(store.read_stream(T, "g")) == 1
+    assert len(store.streams.read_stream(T, "g")) == 1
 
 
 def test_idempotency(db: Database) -> None:
-    store = EventStore(db)
+    store = Appender(db)
     first = store.append(T, "s", [draft(1)], expected_prev_chain_hash=None, idempotency=Idempotency("k1"))
     again = store.append(T, "s", [draft(1)], expected_prev_chain_hash=None, idempotency=Idempotency("k1"))
     assert again.replayed and again.events == first.events and again.positions == first.positions
     with pytest.raises(ConflictError) as err:
         store.append(T, "s", [draft(2)], expected_prev_chain_hash=None, idempotency=Idempotency("k1"))
     assert err.value.code == "IDEMPOTENCY_KEY_REUSED"
-    assert len(store.read_stream(T, "s")) == 1
+    assert len(store.streams.read_stream(T, "s")) == 1
     # keys are per tenant
     other = store.append("tenant_b", "s", [draft(1)], expected_prev_chain_hash=None, idempotency=Idempotency("k1"))
     assert not other.replayed
 
 
 def test_tenancy_isolation(db: Database) -> None:
-    store = EventStore(db)
+    store = Appender(db)
     r = store.append("tenant_a", "shared_id", [draft()], expected_prev_chain_hash=None)
-    assert store.read_stream("tenant_b", "shared_id") == []
-    assert store.head("tenant_b", "shared_id") is None
+    assert store.streams.read_stream("tenant_b", "shared_id") == []
+    assert store.streams.head("tenant_b", "shared_id") is None
     # tenant B cannot append onto A's stream: it sees an empty stream, so A's head is a mismatch
     with pytest.raises(ConflictError):
         store.append("tenant_b", "shared_id", [draft()], expected_prev_chain_hash=r.head_chain_hash)
     store.append("tenant_b", "shared_id", [draft()], expected_prev_chain_hash=None)
-    assert len(store.read_stream("tenant_a", "shared_id")) == 1
-    assert [s.tenant_id for s in store.read_positions(0, tenant_id="tenant_b")] == ["tenant_b"]
+    assert len(store.streams.read_stream("tenant_a", "shared_id")) == 1
+    assert [s.tenant_id for s in store.streams.read_positions(0, tenant_id="tenant_b")] == ["tenant_b"]
 
 
-def _vector_store(db: Database, name: str = "settle_completed.json") -> tuple[EventStore, dict]:
+def _vector_store(db: Database, name: str = "settle_completed.json") -> tuple[Appender, dict]:
     vector = load_vector(name)
-    store = EventStore(db, clock=lambda: datetime(2026, 1, 6, tzinfo=UTC))
+    store = Appender(db, clock=lambda: datetime(2026, 1, 6, tzinfo=UTC))
     for signer in vector["signers"]:
-        store.register_key(T, signer["publicKeyPem"], signer["role"])
+        store.signer_keys.register(T, signer["publicKeyPem"], signer["role"])
     return store, vector
 
 
@@ -163,7 +163,7 @@ def test_client_finalized_vector_stream(db: Database) -> None:
     store.append(T, stream, events[:4])
     for event in events[4:]:
         store.append(T, stream, [event])
-    stored = store.read_stream(T, stream)
+    stored = store.streams.read_stream(T, stream)
     assert stored == events
     verify_chain(stored, parse_keys_file(vector["signers"]))
     replay = store.append(T, stream, [events[5]])
@@ -189,34 +189,34 @@ def test_client_finalized_rejections(db: Database) -> None:
     with pytest.raises(ConflictError):
         store.append(T, stream, [events[1]])  # not linked to the (empty) head
     # unknown signer key
-    store2 = EventStore(db)
+    store2 = Appender(db)
     with pytest.raises(SettlekitError) as err2:
         store2.append("tenant_other", stream, [events[0]])
     assert err2.value.code == "SIGNER_UNKNOWN"
     # future timestamp
     signer = Signer.generate()
-    store.register_key(T, signer.public_key_pem, "server")
+    store.signer_keys.register(T, signer.public_key_pem, "server")
     future = (datetime(2026, 1, 6, tzinfo=UTC) + timedelta(minutes=6)).isoformat().replace("+00:00", "Z")
     ev = finalize_chain([make_draft(stream_id="f", type="NOTE", actor=ACTOR, payload={}, at=future)], None, signer)
     with pytest.raises(ValidationError) as err:
         store.append(T, "f", ev)
     assert err.value.code == "FUTURE_TIMESTAMP"
-    assert store.read_stream(T, stream) == [] and store.read_stream(T, "f") == []
+    assert store.streams.read_stream(T, stream) == [] and store.streams.read_stream(T, "f") == []
 
 
 def test_revoked_key_refused(db: Database) -> None:
-    store = EventStore(db)
+    store = Appender(db)
     signer = Signer.generate()
-    store.register_key(T, signer.public_key_pem, "server")
+    store.signer_keys.register(T, signer.public_key_pem, "server")
     ev = finalize_chain([make_draft(stream_id="s", type="NOTE", actor=ACTOR, payload={})], None, signer)
-    store.set_key_status(T, signer.key_id, "revoked")
+    store.signer_keys.set_status(T, signer.key_id, "revoked")
     with pytest.raises(SignerPolicyError) as err:
         store.append(T, "s", ev)
     assert err.value.code == "SIGNER_KEY_NOT_ACTIVE"
-    store.set_key_status(T, signer.key_id, "active")
+    store.signer_keys.set_status(T, signer.key_id, "active")
     store.append(T, "s", ev)
     robot = Signer.generate()
-    store.register_key(T, robot.public_key_pem, "robot")
+    store.signer_keys.register(T, robot.public_key_pem, "robot")
     ev2 = finalize_chain([make_draft(stream_id="s", type="NOTE", actor=ACTOR, payload={})], ev[0]["chainHash"], robot)
     with pytest.raises(SignerPolicyError) as err:
         store.append(T, "s", ev2)
@@ -224,7 +224,7 @@ def test_revoked_key_refused(db: Database) -> None:
 
 
 def test_bad_inputs_store_nothing(db: Database) -> None:
-    store = EventStore(db, max_payload_bytes=100)
+    store = Appender(db, max_payload_bytes=100)
     cases = [
         [{"type": "", "actor": ACTOR, "payload": {}}],
         [{"type": "NOTE", "actor": {"type": "system"}, "payload": {}}],
@@ -238,27 +238,27 @@ def test_bad_inputs_store_nothing(db: Database) -> None:
         with pytest.raises(SettlekitError) as err:
             store.append(T, "s", items, expected_prev_chain_hash=None)
         assert 400 <= err.value.status < 500, err.value
-    assert store.read_stream(T, "s") == []
-    assert store.high_water_mark() == 0
+    assert store.streams.read_stream(T, "s") == []
+    assert store.streams.high_water_mark() == 0
 
 
 def test_server_signer_signs_drafts(db: Database) -> None:
     signer = Signer.generate()
-    store = EventStore(db, server_signer=signer)
+    store = Appender(db, server_signer=signer)
     store.append(T, "s", [draft(), draft()], expected_prev_chain_hash=None)
-    events = store.read_stream(T, "s")
+    events = store.streams.read_stream(T, "s")
     assert all(e["signerKeyId"] == signer.key_id for e in events)
     verify_chain(events, {signer.key_id: signer.public_key_pem})
 
 
 def test_tampering_detected(db: Database) -> None:
-    store = EventStore(db)
+    store = Appender(db)
     r = store.append(T, "s", [draft(i) for i in range(5)], expected_prev_chain_hash=None)
     with db.transaction() as tx:
         tx.execute("UPDATE events SET event_json = replace(event_json, '\"n\":3', '\"n\":33') WHERE position = ?",
                    (r.positions[3],))
     with pytest.raises(VerificationError) as err:
-        verify_chain(store.read_stream(T, "s"))
+        verify_chain(store.streams.read_stream(T, "s"))
     assert err.value.index == 3 and err.value.code == "PAYLOAD_HASH_MISMATCH"
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from settlekit.append import job_appender
 from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.ledger import ContractInvalid, compile_contract_policy, contract_hash
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import get_contract, put_contract
 from settlekit.store.db import Database
-from settlekit.store.job_streams import job_store
 from support.streams import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload
 
 T = "tenant_c"
@@ -61,10 +61,10 @@ def test_split_plan_allocations_from_a_registered_contract(db: Database) -> None
     digest = put_contract(db, T, DOC)
     assert digest == contract_hash(DOC) and put_contract(db, T, DOC) == digest
     assert get_contract(db, T, digest) == DOC and get_contract(db, "other", digest) is None
-    store = job_store(db, server_rules=False)  # the test streams skip access planning (core-valid only)
+    store = job_appender(db, server_rules=False)  # the test streams skip access planning (core-valid only)
     signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
     for kind, signer in signers.items():
-        store.register_key(T, signer.public_key_pem, kind)
+        store.signer_keys.register(T, signer.public_key_pem, kind)
     for job_id, pinned in (("job_plan", digest), ("job_plain", None)):
         for event in _signed(_settled_job(job_id, pinned), signers):
             store.append(T, job_id, [event])

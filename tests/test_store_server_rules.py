@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from conftest import backend_database, differential_corpus, load_differential
+from settlekit.append import job_appender
 from settlekit.errors import SettlekitError, SignerPolicyError
 from settlekit.jobs import process_job_events, required_signer_kind
 from settlekit.jobs.server_rules import ServerRuleViolation
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.db import Database
-from settlekit.store.job_streams import job_store
 
 T = "tenant_default"
 NOW = datetime(2026, 12, 31, tzinfo=UTC)
@@ -96,9 +96,9 @@ def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database,
     v = load_differential(name)
     events = v["events"]
     job_id = events[0]["streamId"]
-    store = job_store(db, clock=lambda: NOW)
+    store = job_appender(db, clock=lambda: NOW)
     for signer in v["signers"]:
-        store.register_key(T, signer["publicKeyPem"], signer["role"])
+        store.signer_keys.register(T, signer["publicKeyPem"], signer["role"])
     rejections = v["serverRejections"]
     stop = rejections[0]["index"] if rejections else len(events)
     unsigned = _first_unsigned_robot_or_operator_event(events[:stop])
@@ -109,7 +109,7 @@ def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database,
         rejections, stop, unsigned = [], surrogate, None
     for event in events[:stop]:
         store.append(T, job_id, [event])
-    head = store.head(T, job_id)
+    head = store.streams.head(T, job_id)
     assert head is not None and head.seq == stop and head.event_id == events[stop - 1]["id"]
     accepted = {e["id"] for e in events[:stop]}
     entries, allocations, errors, _ = _rows(db, T, job_id)
@@ -119,20 +119,20 @@ def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database,
     assert [(x["eventId"], x["eventType"], x["error"]["message"]) for x in errors] == [
         (x["eventId"], x["eventType"], x["error"]) for x in v["ledgerErrors"] if x["eventId"] in accepted
     ]
-    before = _rows(db, T, job_id), store.snapshot(T, job_id)
+    before = _rows(db, T, job_id), store.streams.snapshot(T, job_id)
     if surrogate is not None:
         try:
             store.append(T, job_id, [events[stop]])
         except SettlekitError as exc:
             assert exc.code == "SCHEMA_INVALID"
-            assert store.head(T, job_id) == head
-            assert (_rows(db, T, job_id), store.snapshot(T, job_id)) == before
+            assert store.streams.head(T, job_id) == head
+            assert (_rows(db, T, job_id), store.streams.snapshot(T, job_id)) == before
         return
     if unsigned is not None:
         with pytest.raises(SignerPolicyError):
             store.append(T, job_id, [events[stop]])
-        assert store.head(T, job_id) == head
-        assert (_rows(db, T, job_id), store.snapshot(T, job_id)) == before
+        assert store.streams.head(T, job_id) == head
+        assert (_rows(db, T, job_id), store.streams.snapshot(T, job_id)) == before
         return
     if not rejections:
         return
@@ -147,8 +147,8 @@ def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database,
     else:  # the signer policy: a robot-only event signed by another key, or not signed at all
         assert isinstance(exc.value, SignerPolicyError), exc.value
         assert refused["code"] == "SIGNER_KIND" or _first_unsigned_robot_or_operator_event([events[stop]]) == 0
-    assert store.head(T, job_id) == head
-    assert (_rows(db, T, job_id), store.snapshot(T, job_id)) == before
+    assert store.streams.head(T, job_id) == head
+    assert (_rows(db, T, job_id), store.streams.snapshot(T, job_id)) == before
 
 
 def test_posting_error_is_stored_without_an_entry_and_the_event_is_accepted(db: Database) -> None:
@@ -156,9 +156,9 @@ def test_posting_error_is_stored_without_an_entry_and_the_event_is_accepted(db: 
     v = load_differential("d142_amounts")
     events = v["events"]
     job_id = events[0]["streamId"]
-    store = job_store(db, clock=lambda: NOW)
+    store = job_appender(db, clock=lambda: NOW)
     for signer in v["signers"]:
-        store.register_key(T, signer["publicKeyPem"], signer["role"])
+        store.signer_keys.register(T, signer["publicKeyPem"], signer["role"])
     rejections = v["serverRejections"]
     stop = rejections[0]["index"] if rejections else len(events)
     errors_in_prefix = [x for x in v["ledgerErrors"] if x["eventId"] in {e["id"] for e in events[:stop]}]
@@ -169,6 +169,6 @@ def test_posting_error_is_stored_without_an_entry_and_the_event_is_accepted(db: 
     assert [x["eventId"] for x in recorded] == [x["eventId"] for x in errors_in_prefix]
     assert [x["error"]["message"] for x in recorded] == [x["error"] for x in errors_in_prefix]
     assert all(x["error"]["code"] for x in recorded)
-    stored_ids = {e["id"] for e in store.read_stream(T, job_id)}
+    stored_ids = {e["id"] for e in store.streams.read_stream(T, job_id)}
     assert {x["eventId"] for x in recorded} <= stored_ids
     assert not {x["eventId"] for x in ledger_rows.entries_for_job(db, T, job_id)} & {x["eventId"] for x in recorded}

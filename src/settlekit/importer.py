@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from settlekit.append import HISTORY, LIVE, Appender, AppendPolicy
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.envelope import Event, key_id_for_public_pem, load_public_key
-from settlekit.store.event_store import HISTORY, KEY_PURPOSES, LIVE, AppendPolicy, EventStore
+from settlekit.store.signer_keys import KEY_PURPOSES
 
 
 @dataclass(frozen=True)
@@ -100,19 +101,19 @@ def parse_import_stream(data: Any) -> list[Event]:
     return data
 
 
-def register_signers(store: EventStore, tenant_id: str, signers: Sequence[ImportSigner]) -> None:
+def register_signers(store: Appender, tenant_id: str, signers: Sequence[ImportSigner]) -> None:
     """Register each key for the tenant with its role as purpose; a key already registered with the same role
     is left as it is (SIGNER_KEY_CONFLICT when it has another role)."""
     for signer in signers:
-        store.register_key(tenant_id, signer.public_key_pem, signer.role)
+        store.signer_keys.register(tenant_id, signer.public_key_pem, signer.role)
 
 
-def import_events(store: EventStore, tenant_id: str, events: Sequence[Mapping[str, Any]], *,
+def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]], *,
                   strict: bool = False, chunk_size: int = 64,
                   progress: Callable[[int], None] | None = None) -> ImportResult:
     """Append `events` in file order to their streams, as event-by-event appends would; stop at the first refused.
 
-    First the whole file is verified (`EventStore.verify_history`: envelope shapes, each stream's hash chain,
+    First the whole file is verified (`Appender.verify_history`: envelope shapes, each stream's hash chain,
     every signature present against the tenant's keys by role); a failure there refuses that event and nothing
     is written. The appends use the HISTORY policy (the events are recorded history, not new input); `strict`
     uses the LIVE policy, so an unsigned robot/operator-signed event or a lone surrogate is refused.
@@ -171,7 +172,7 @@ def import_events(store: EventStore, tenant_id: str, events: Sequence[Mapping[st
     return result
 
 
-def _append_exact(store: EventStore, tenant_id: str, stream_id: str, events: Sequence[Mapping[str, Any]],
+def _append_exact(store: Appender, tenant_id: str, stream_id: str, events: Sequence[Mapping[str, Any]],
                   lo: int, hi: int, result: ImportResult, policy: AppendPolicy) -> Refusal | None:
     """Append events[lo:hi] in one go; when the store refuses, split and go on with each part (the left one
     first), down to the single refused event, which is returned. Counts what was stored in `result`."""
@@ -202,10 +203,10 @@ def _batch_index(exc: SettlekitError, size: int) -> int | None:
     return index if type(index) is int and 0 <= index < size else None
 
 
-def _stored_by_id(store: EventStore, tenant_id: str, stream_id: str) -> dict[str, Mapping[str, Any]]:
-    if store.head(tenant_id, stream_id) is None:
+def _stored_by_id(store: Appender, tenant_id: str, stream_id: str) -> dict[str, Mapping[str, Any]]:
+    if store.streams.head(tenant_id, stream_id) is None:
         return {}
-    return {e["id"]: e for e in store.read_stream(tenant_id, stream_id)}
+    return {e["id"]: e for e in store.streams.read_stream(tenant_id, stream_id)}
 
 
 def _already_stored(known: Mapping[str, Mapping[str, Any]], event: Mapping[str, Any]) -> bool:

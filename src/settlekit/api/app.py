@@ -28,6 +28,7 @@ from settlekit.api.problems import (
 from settlekit.api.ratelimit import RateLimiter
 from settlekit.api.request_log import RequestLogMiddleware
 from settlekit.api.routes import ROUTERS
+from settlekit.append import job_appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
@@ -35,7 +36,6 @@ from settlekit.metrics import PerRegistry
 from settlekit.runtime.settings import Settings
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect
-from settlekit.store.job_streams import job_store
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 
@@ -106,7 +106,7 @@ def create_app(
         allowed_networks=settings.allowed_webhook_networks)
     ctx = ApiContext(
         db=database,
-        store=job_store(database, server_signer=server_signer),
+        store=job_appender(database, server_signer=server_signer),
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         auth_failures=RateLimiter(settings.auth_failure_rate_per_second, settings.auth_failure_burst,
                                   max_entries=50_000),

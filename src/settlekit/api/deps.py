@@ -16,12 +16,13 @@ from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.guards import check_text
 from settlekit.api.problems import error_headers, problem_from_error
 from settlekit.api.ratelimit import RateLimiter, retry_after_seconds
+from settlekit.append import Appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.runtime import logging as logs
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
-from settlekit.store.event_store import EventStore, StreamHead
+from settlekit.store.streams import StreamHead
 
 # Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_INT64 = 2**63 - 1
@@ -33,7 +34,7 @@ MAX_PAGE = 500  # the largest `limit` of a paged listing
 @dataclass
 class ApiContext:
     db: Database
-    store: EventStore
+    store: Appender
     limiter: RateLimiter
     artifacts: ArtifactStore
     destination_policy: DestinationPolicy
@@ -54,7 +55,7 @@ def context(request: Request) -> ApiContext:
 
 def job_head(ctx: ApiContext, tenant: str, job_id: str) -> tuple[StreamHead, dict[str, Any] | None]:
     """The job's stream head and stored state; JOB_NOT_FOUND unless `job_id` is a job of `tenant`."""
-    head, state = ctx.store.head_and_snapshot(tenant, job_id)
+    head, state = ctx.store.streams.head_and_snapshot(tenant, job_id)
     if head is None or head.stream_type != "job":
         raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
     return head, state

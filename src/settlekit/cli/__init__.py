@@ -96,9 +96,9 @@ def export(
     out: Annotated[Path | None, typer.Option("--out", help="file to write; default stdout")] = None,
 ) -> None:
     """Write a stream in the offline verifier's format (a JSON array of events)."""
-    from settlekit.store.event_store import EventStore
+    from settlekit.store.streams import Streams
 
-    events = run_with_db(db, lambda database: EventStore(database).read_stream(tenant, stream), reading=True)
+    events = run_with_db(db, lambda database: Streams(database).read_stream(tenant, stream), reading=True)
     if not events:
         console.print(f"[red]error[/red] NOT_FOUND: stream {stream} has no events for tenant {tenant}")
         raise typer.Exit(code=1)
@@ -131,10 +131,10 @@ def import_stream(
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from settlekit.append import job_appender
     from settlekit.events.canonical import storable_text
     from settlekit.importer import import_events, parse_import_keys, parse_import_stream, register_signers
     from settlekit.store.db import opened
-    from settlekit.store.job_streams import job_store
 
     def stop(exc: SettlekitError, note: str = "") -> NoReturn:
         fail(exc, 2, note)
@@ -146,7 +146,7 @@ def import_stream(
         stop(exc)
     try:
         with opened(database_url(db)) as database:
-            store = job_store(database)
+            store = job_appender(database)
             try:
                 register_signers(store, tenant, signers)
             except SettlekitError as exc:

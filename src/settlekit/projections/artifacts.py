@@ -49,7 +49,7 @@ class ArtifactStateInvalid(SettlekitError):
 
 
 class _SourceEvent(Protocol):
-    """What the consumer reads from a dispatched event (`settlekit.store.event_store.StoredEvent`)."""
+    """What the consumer reads from a dispatched event (`settlekit.store.streams.StoredEvent`)."""
 
     @property
     def tenant_id(self) -> str: ...

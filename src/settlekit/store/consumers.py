@@ -21,8 +21,8 @@ from typing import Any, Literal, NamedTuple
 from settlekit.errors import ConflictError
 from settlekit.events.canonical import parse_json
 from settlekit.store.db import Database, Dialect, Row, Tx
-from settlekit.store.event_store import StoredEvent
 from settlekit.store.sql import statements
+from settlekit.store.streams import StoredEvent
 
 LockMode = Literal["none", "skip", "wait", "nowait"]
 """How a state read locks the row: not at all, skipping a locked row, waiting for it, or failing at once."""

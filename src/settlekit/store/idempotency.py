@@ -4,7 +4,7 @@ A key is reserved before its action runs, so two concurrent identical requests n
 
 - Event appends reserve and complete the key inside the append transaction (`record`): the row commits
   atomically with the events, and a concurrent append with the same key waits on the key's unique index, then
-  finds the committed row and replays it (`EventStore.append`).
+  finds the committed row and replays it (`settlekit.append.Appender.append`).
 - Every other write runs `run()`: `reserve` commits a pending row (status_code 0, `response_json` holding the
   reservation token, `expires_at` its lease), the action runs, `complete` stores the answer (or `release`
   deletes the reservation when the action failed, so the key can be retried). A concurrent identical request

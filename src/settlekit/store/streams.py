@@ -1,11 +1,15 @@
-"""Read models of the streams table: the job listing (one page of a tenant's job streams, by stream id)."""
+"""Read queries of the event log: stream heads with their stored state, a stream's events, the global order, and
+the job listing (one page of a tenant's job streams, by stream id)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from settlekit.errors import NotFoundError
 from settlekit.events.canonical import parse_json
+from settlekit.events.envelope import Event
 from settlekit.store.db import Database, Row
 from settlekit.store.sql import statements
 
@@ -13,6 +17,144 @@ _JOB_PAGE = ("SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_
              " WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ? ORDER BY stream_id LIMIT ?")
 _JOB_AFTER = ("SELECT stream_id FROM streams WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ?"
               " ORDER BY stream_id LIMIT 1")
+
+
+@dataclass(frozen=True)
+class StreamHead:
+    stream_id: str
+    stream_type: str
+    seq: int
+    chain_hash: str
+    event_id: str
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    position: int
+    tenant_id: str
+    stream_id: str
+    stream_type: str
+    seq: int
+    event: Event
+    txid: int | None = None
+
+    @property
+    def event_id(self) -> str:
+        return str(self.event["id"])
+
+    @property
+    def type(self) -> str:
+        return str(self.event["type"])
+
+
+@dataclass(frozen=True)
+class EventIdentity:
+    """Where a stored event sits and what it hashes to (to tell a replay of stored events from a conflict)."""
+
+    event_id: str
+    chain_hash: str
+    seq: int
+    position: int
+    stream_id: str
+    payload_hash: str
+
+
+class Streams:
+    """Tenant-scoped reads of streams and events on one Database."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def head(self, tenant_id: str, stream_id: str) -> StreamHead | None:
+        return self.head_and_snapshot(tenant_id, stream_id)[0]
+
+    def snapshot(self, tenant_id: str, stream_id: str) -> dict[str, Any] | None:
+        return self.head_and_snapshot(tenant_id, stream_id)[1]
+
+    def head_and_snapshot(self, tenant_id: str, stream_id: str) -> tuple[StreamHead | None, dict[str, Any] | None]:
+        """The stream head and its stored state, read together."""
+        with self.db.query() as tx:
+            row = tx.fetchone(
+                "SELECT stream_id, stream_type, head_seq, head_chain_hash, head_event_id, snapshot_json"
+                " FROM streams WHERE tenant_id = ? AND stream_id = ?", (tenant_id, stream_id))
+        if row is None:
+            return None, None
+        snapshot = parse_json(row[5]) if row[5] is not None else None
+        return StreamHead(row[0], row[1], int(row[2]), row[3], row[4]), snapshot
+
+    def read_stream(self, tenant_id: str, stream_id: str, *, through_chain_hash: str | None = None,
+                    after_seq: int = 0) -> list[Event]:
+        """A stream's events in order; with `through_chain_hash`, only up to and including that event."""
+        with self.db.read() as tx:
+            limit_seq = None
+            if through_chain_hash is not None:
+                limit_seq = tx.scalar(
+                    "SELECT seq FROM events WHERE tenant_id = ? AND stream_id = ? AND chain_hash = ?",
+                    (tenant_id, stream_id, through_chain_hash))
+                if limit_seq is None:
+                    raise NotFoundError(f"chain hash {through_chain_hash} is not in stream {stream_id}",
+                                        code="ATCHAINHASH_NOT_FOUND")
+            if limit_seq is None:
+                rows = tx.fetchall("SELECT event_json FROM events WHERE tenant_id = ? AND stream_id = ?"
+                                   " AND seq > ? ORDER BY seq", (tenant_id, stream_id, after_seq))
+            else:
+                rows = tx.fetchall("SELECT event_json FROM events WHERE tenant_id = ? AND stream_id = ?"
+                                   " AND seq > ? AND seq <= ? ORDER BY seq",
+                                   (tenant_id, stream_id, after_seq, limit_seq))
+        return [parse_json(r[0]) for r in rows]
+
+    def read_positions(self, after: int, limit: int = 1000, *, up_to: int | None = None,
+                       tenant_id: str | None = None) -> list[StoredEvent]:
+        """Events with position > after, in position order (all tenants unless one is named)."""
+        sql = ("SELECT position, tenant_id, stream_id, stream_type, seq, event_json, txid FROM events"
+               " WHERE position > ?")
+        params: list[Any] = [after]
+        if up_to is not None:
+            sql += " AND position <= ?"
+            params.append(up_to)
+        if tenant_id is not None:
+            sql += " AND tenant_id = ?"
+            params.append(tenant_id)
+        sql += " ORDER BY position LIMIT ?"
+        params.append(limit)
+        with self.db.query() as tx:
+            rows = tx.fetchall(sql, params)
+        return [row_to_stored(r) for r in rows]
+
+    def high_water_mark(self) -> int:
+        with self.db.query() as tx:
+            return int(tx.scalar("SELECT COALESCE(MAX(position), 0) FROM events"))
+
+    def list_streams(self, tenant_id: str, *, stream_type: str | None = None, after: str | None = None,
+                     limit: int = 100) -> list[StreamHead]:
+        sql = ("SELECT stream_id, stream_type, head_seq, head_chain_hash, head_event_id FROM streams"
+               " WHERE tenant_id = ?")
+        params: list[Any] = [tenant_id]
+        if stream_type is not None:
+            sql += " AND stream_type = ?"
+            params.append(stream_type)
+        if after is not None:
+            sql += " AND stream_id > ?"
+            params.append(after)
+        sql += " ORDER BY stream_id LIMIT ?"
+        params.append(limit)
+        with self.db.read() as tx:
+            return [StreamHead(r[0], r[1], int(r[2]), r[3], r[4]) for r in tx.fetchall(sql, params)]
+
+    def identities(self, tenant_id: str, event_ids: Sequence[str]) -> dict[str, EventIdentity]:
+        """The stored events of the tenant among `event_ids`, by id (any stream)."""
+        marks = ",".join("?" for _ in event_ids)
+        with self.db.read() as tx:
+            rows = tx.fetchall(f"SELECT event_id, chain_hash, seq, position, stream_id, payload_hash FROM events"
+                               f" WHERE tenant_id = ? AND event_id IN ({marks})", (tenant_id, *event_ids))
+        return {r[0]: EventIdentity(r[0], r[1], int(r[2]), int(r[3]), r[4], r[5]) for r in rows}
+
+
+def row_to_stored(r: Sequence[Any]) -> StoredEvent:
+    """A StoredEvent from (position, tenant_id, stream_id, stream_type, seq, event_json, txid)."""
+    txid = r[6]
+    return StoredEvent(position=int(r[0]), tenant_id=r[1], stream_id=r[2], stream_type=r[3], seq=int(r[4]),
+                       event=parse_json(r[5]), txid=None if txid is None else int(txid))
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ from settlekit.api.deps import (
 from settlekit.api.guards import parse_body
 from settlekit.api.idempotency import request_hash, request_target
 from settlekit.api.responses import JsonResponse, content_disposition
+from settlekit.append import AppendResult, Idempotency
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.store import streams
-from settlekit.store.event_store import AppendResult, Idempotency
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -147,7 +147,7 @@ def _append_events_sync(job_id: str, request: Request, key: ApiKey, raw: bytes) 
     finance = sorted({i.get("type") for i in items if is_finance_type(i.get("type"))})
     if finance:
         require_scopes(key, ["finance:write"])
-    head = ctx.store.head(key.tenant_id, job_id)
+    head = ctx.store.streams.head(key.tenant_id, job_id)
     if head is None and items[0].get("type") != "JOB_CREATED":
         raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
     if head is not None and head.stream_type != "job":
@@ -214,7 +214,8 @@ def get_events(job_id: str, request: Request, key: ApiKey = require("jobs:read")
                afterSeq: PositionQuery = 0) -> JsonResponse:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
-    events = ctx.store.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash, after_seq=afterSeq)
+    events = ctx.store.streams.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash,
+                                           after_seq=afterSeq)
     return JsonResponse({"jobId": job_id, "events": events})
 
 
@@ -223,5 +224,5 @@ def export_job(job_id: str, request: Request, key: ApiKey = require("jobs:read")
                throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None) -> JsonResponse:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
-    events = ctx.store.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash)
+    events = ctx.store.streams.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash)
     return JsonResponse(events, headers={"Content-Disposition": content_disposition(f"{job_id}.json")})

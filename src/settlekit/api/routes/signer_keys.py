@@ -35,7 +35,7 @@ def _key_json(k: Any) -> dict[str, Any]:
 
 
 def _find_key(ctx: ApiContext, tenant: str, key_id: str) -> Any:
-    for k in ctx.store.list_keys(tenant):
+    for k in ctx.store.signer_keys.of_tenant(tenant):
         if k.key_id == key_id:
             return k
     raise NotFoundError(f"signer key {key_id} is not registered", code="SIGNER_KEY_NOT_FOUND", keyId=key_id)
@@ -46,7 +46,7 @@ def register_key(body: KeyIn, request: Request, key: ApiKey = require("admin")) 
     ctx = context(request)
 
     def action() -> tuple[int, Any]:
-        key_id = ctx.store.register_key(key.tenant_id, body.publicKeyPem, body.purpose, entity_id=body.entityId)
+        key_id = ctx.store.signer_keys.register(key.tenant_id, body.publicKeyPem, body.purpose, entity_id=body.entityId)
         return 201, _key_json(_find_key(ctx, key.tenant_id, key_id))
 
     return idempotency.write(request, key, body.model_dump(), action)
@@ -54,7 +54,7 @@ def register_key(body: KeyIn, request: Request, key: ApiKey = require("admin")) 
 
 @router.get("/keys", summary="The tenant's signer keys")
 def list_keys(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
-    return JsonResponse({"keys": [_key_json(k) for k in context(request).store.list_keys(key.tenant_id)]})
+    return JsonResponse({"keys": [_key_json(k) for k in context(request).store.signer_keys.of_tenant(key.tenant_id)]})
 
 
 @router.post("/keys/{key_id}/rotate", summary="Mark a key rotated (optionally registering its successor)")
@@ -67,8 +67,8 @@ def rotate_key(key_id: str, request: Request, body: RotateIn | None = None,
         old = _find_key(ctx, key.tenant_id, key_id)
         successor = None
         if new_pem is not None:
-            successor = ctx.store.register_key(key.tenant_id, new_pem, old.purpose, entity_id=old.entity_id)
-        ctx.store.set_key_status(key.tenant_id, key_id, "rotated")
+            successor = ctx.store.signer_keys.register(key.tenant_id, new_pem, old.purpose, entity_id=old.entity_id)
+        ctx.store.signer_keys.set_status(key.tenant_id, key_id, "rotated")
         out = {"rotated": _key_json(_find_key(ctx, key.tenant_id, key_id)),
                "successor": _key_json(_find_key(ctx, key.tenant_id, successor)) if successor else None}
         return 200, out
@@ -81,7 +81,7 @@ def revoke_key(key_id: str, request: Request, key: ApiKey = require("admin")) ->
     ctx = context(request)
 
     def action() -> tuple[int, Any]:
-        ctx.store.set_key_status(key.tenant_id, key_id, "revoked")
+        ctx.store.signer_keys.set_status(key.tenant_id, key_id, "revoked")
         return 200, _key_json(_find_key(ctx, key.tenant_id, key_id))
 
     return idempotency.write(request, key, None, action)

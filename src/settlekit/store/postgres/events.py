@@ -7,12 +7,11 @@ writes and COMMIT are pipelined.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
-import psycopg
 import psycopg.errors
 
+from settlekit.store.events import AfterCommit, CommitBatch, Committed, DuplicateKey, HeadMismatch
 from settlekit.store.postgres.backend import PostgresDatabase, PostgresTx, pg_sql
 
 _APPEND_SQL = pg_sql(
@@ -28,28 +27,23 @@ _APPEND1_SQL = pg_sql(
 _COLUMNS = ("id", "type", "at", "payloadHash", "prevChainHash", "chainHash", "signature", "signerKeyId")
 
 
-def append_params(head: Sequence[Any], events: Sequence[dict[str, Any]], jsons: Sequence[str],
-                  tail: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
+def append_params(batch: CommitBatch) -> tuple[str, tuple[Any, ...]]:
     """The statement and its parameters: scalars for one event, one array per column otherwise."""
+    b = batch
+    head = (b.tenant_id, b.stream_id, b.stream_type, b.prev_chain_hash, b.creates_stream, b.expected_version,
+            b.snapshot_json, b.batch_id)
+    events = b.events
     if len(events) == 1:
         e = events[0]
-        return _APPEND1_SQL, (*head, *(e[c] for c in _COLUMNS), jsons[0], *tail, True)
+        return _APPEND1_SQL, (*head, *(e[c] for c in _COLUMNS), b.jsons[0], b.correlation_id, b.causation_id,
+                              True)
     columns = [[e[c] for e in events] for c in _COLUMNS]
-    return _APPEND_SQL, (*head, *columns, list(jsons), *tail, True)
+    return _APPEND_SQL, (*head, *columns, list(b.jsons), b.correlation_id, b.causation_id, True)
 
 
-class UniqueViolation(Exception):
-    def __init__(self, constraint: str):
-        super().__init__(constraint)
-        self.constraint = constraint
-
-
-AfterAppend = Callable[[PostgresTx, int, list[int]], None]
-
-
-def append(db: PostgresDatabase, sql: str, params: Sequence[Any], after: AfterAppend | None) -> tuple[Any, ...]:
-    """Run the append function (see append_params); returns ('ok', base_seq, positions) or
-    ('conflict', seq, chain_hash). `after` runs in the same transaction only when the append succeeded."""
+def commit(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
+    """Run the append function; `after` runs in the same transaction only when the append succeeded."""
+    sql, params = append_params(batch)
     try:
         with db.connection() as conn:
             if after is None:
@@ -65,11 +59,11 @@ def append(db: PostgresDatabase, sql: str, params: Sequence[Any], after: AfterAp
     except _Conflict as conflict:
         row = conflict.row
     except psycopg.errors.UniqueViolation as exc:
-        raise UniqueViolation(str(exc.diag.constraint_name or exc)) from exc
+        raise DuplicateKey(str(exc.diag.constraint_name or exc)) from exc
     assert row is not None
     if row[0] == "conflict":
-        return ("conflict", None if row[1] is None else int(row[1]), row[2])
-    return ("ok", int(row[1]), [int(p) for p in row[3]])
+        return HeadMismatch(None if row[1] is None else int(row[1]), row[2])
+    return Committed(int(row[1]), [int(p) for p in row[3]])
 
 
 class _Conflict(Exception):

@@ -1,5 +1,5 @@
-"""Plugs the pure job domain into the append pipeline: a job append is one call that validates, reduces,
-posts and stores the events, the new state and the ledger rows in one transaction."""
+"""The job domain step of an append: a job append validates, reduces and posts the events, and the new state
+and the ledger rows are stored in the same transaction as the events."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from settlekit.append.appender import Appender
+from settlekit.append.domain import DomainOutcome
+from settlekit.events.envelope import Event
 from settlekit.jobs import (
     deserialize_state,
     process_job_events,
@@ -17,7 +20,6 @@ from settlekit.jobs import (
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import contract_resolver
 from settlekit.store.db import Database, Tx
-from settlekit.store.event_store import DomainOutcome, Event, EventStore
 
 log = logging.getLogger("settlekit.ledger")
 
@@ -109,16 +111,16 @@ class JobStreamDomain:
         return DomainOutcome(snapshot=result.state, write=write)
 
 
-def job_store(db: Database, *, server_rules: bool = True, **options: Any) -> EventStore:
-    """An EventStore wired with the job domain and the tenant's contract documents (what the API, workers and
+def job_appender(db: Database, *, server_rules: bool = True, **options: Any) -> Appender:
+    """An Appender wired with the job domain and the tenant's contract documents (what the API, workers and
     demo use).
 
     The live append path, e.g. for importing an exported settld stream event by event:
-    `store.register_key(tenant, publicKeyPem, role)` for each signer (role = purpose: server, robot or
-    operator), then `store.append(tenant, job_id, [envelope], policy=HISTORY)` per client-finalized envelope
-    (recorded history: see `AppendPolicy`; without a policy, the rules for new input apply). An append either
-    stores the event (with its journal entries, or with its posting error recorded in `ledger_errors`, see
+    `appender.signer_keys.register(tenant, publicKeyPem, role)` for each signer (role = purpose: server, robot
+    or operator), then `appender.append(tenant, job_id, [envelope], policy=HISTORY)` per client-finalized
+    envelope (recorded history: see `AppendPolicy`; without a policy, the rules for new input apply). An append
+    either stores the event (with its journal entries, or with its posting error recorded in `ledger_errors`, see
     `settlekit.store.ledger.errors_for_job`) or raises a SettlekitError with a stable `code` (schema 400,
     INVALID_TRANSITION 409, signer policy, or a `server_rules.ServerRuleViolation` 409 carrying settld's message)
     and writes nothing. `server_rules=False`: see JobStreamDomain."""
-    return EventStore(db, domain=JobStreamDomain(contract_resolver(db), server_rules=server_rules), **options)
+    return Appender(db, domain=JobStreamDomain(contract_resolver(db), server_rules=server_rules), **options)

@@ -1,0 +1,378 @@
+"""The append use case, written once for both backends.
+
+Append = validate (envelope, size, time, signers) → check idempotency → domain step (reducer, ledger dry run) →
+one `CommitBatch` that the recorder writes in ONE transaction: compare-and-swap the stream head, insert the
+events, the snapshot, the domain's rows and the idempotency record. A failure anywhere leaves nothing stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from settlekit.append import idempotency as idempotent
+from settlekit.append.domain import PassThroughDomain, StreamDomain
+from settlekit.append.idempotency import Idempotency
+from settlekit.append.policy import (
+    LIVE,
+    AppendPolicy,
+    check_not_in_future,
+    check_server_draft_actor,
+    check_server_draft_type,
+    check_signer,
+)
+from settlekit.append.result import AppendResult
+from settlekit.errors import ConflictError, SettlekitError, ValidationError
+from settlekit.events.canonical import canonical_json, find_lone_surrogate, require_well_formed, storable_json
+from settlekit.events.envelope import (
+    Event,
+    Signer,
+    check_envelope_shape,
+    compute_payload_hash,
+    finalize_with_text,
+    load_public_key,
+    make_draft,
+    now_iso,
+    verify_link,
+)
+from settlekit.store.db import Database, Tx
+from settlekit.store.events import CommitBatch, DuplicateKey, EventRecorder, HeadMismatch
+from settlekit.store.signer_keys import SignerKey, SignerKeys
+from settlekit.store.streams import StreamHead, Streams
+
+_MISSING: Any = object()
+_FINALIZED_FIELDS = frozenset(("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash"))
+_DRAFT_FIELDS = frozenset(("type", "actor", "payload", "id", "at"))
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+
+
+class Appender:
+    """Appends to tenant-scoped hash-chained streams on one Database. `streams` and `signer_keys` are the
+    repositories it reads (and that callers use for reads and for the key registry)."""
+
+    def __init__(self, db: Database, *, server_signer: Signer | None = None,
+                 domain: StreamDomain | None = None, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 clock: Callable[[], datetime] | None = None):
+        self.db = db
+        self.server_signer = server_signer
+        self.domain: StreamDomain = domain or PassThroughDomain()
+        self.max_payload_bytes = max_payload_bytes
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.recorder = EventRecorder(db)
+        self.streams = Streams(db)
+        self.signer_keys = SignerKeys(db)
+
+    def append(
+        self,
+        tenant_id: str,
+        stream_id: str,
+        items: Sequence[Mapping[str, Any]],
+        *,
+        expected_prev_chain_hash: str | None = _MISSING,
+        expected_version: int | None = None,
+        idempotency: Idempotency | None = None,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+        policy: AppendPolicy = LIVE,
+    ) -> AppendResult:
+        """Append drafts (`{type, actor, payload}`) or client-finalized envelopes to one stream, atomically.
+
+        Give the expected head as `expected_prev_chain_hash` (None = the stream must be empty) or
+        `expected_version` (0 = empty). Client-finalized events carry their own prevChainHash. `policy`: see
+        AppendPolicy (`HISTORY` takes client-finalized envelopes only).
+        """
+        _require_id("tenant_id", tenant_id)
+        _require_id("stream_id", stream_id)
+        if not items:
+            raise ValidationError("nothing to append", code="SCHEMA_INVALID")
+        for i, item in enumerate(items):
+            # stricter than settld on purpose: new input must be well-formed Unicode (README, "Deliberate
+            # differences"); recorded history may hold lone surrogates in its payloads, never in the envelope
+            # fields the store keeps in columns (ids, type, at, actor, signer)
+            if policy.allow_lone_surrogates and isinstance(item, Mapping):
+                require_well_formed({k: v for k, v in item.items() if k != "payload"}, f"$[{i}]")
+            else:
+                require_well_formed(item, f"$[{i}]")
+        client_finalized = any(not _FINALIZED_FIELDS.isdisjoint(item) for item in items)
+        if not policy.is_live and not client_finalized:
+            raise ValidationError("a history append takes client-finalized envelopes only", code="SCHEMA_INVALID")
+        if idempotency is not None:
+            idempotent.prepare(idempotency, stream_id,
+                               None if expected_prev_chain_hash is _MISSING else expected_prev_chain_hash,
+                               expected_version, items)
+            replay = idempotent.replay(self.db, tenant_id, idempotency)
+            if replay is not None:
+                return replay
+        try:
+            if client_finalized:
+                result = self._append_finalized(tenant_id, stream_id, items, idempotency, correlation_id,
+                                                causation_id, policy)
+            else:
+                result = self._append_drafts(tenant_id, stream_id, items, expected_prev_chain_hash,
+                                             expected_version, idempotency, correlation_id, causation_id)
+        except _IdempotencyRace:
+            assert idempotency is not None
+            replay = idempotent.replay(self.db, tenant_id, idempotency)
+            if replay is None:
+                raise ConflictError("idempotency record vanished during a concurrent append",
+                                    code="IDEMPOTENCY_CONFLICT") from None
+            return replay
+        except SettlekitError:
+            # A concurrent request with the same key may have committed first (its events moved the head, so
+            # this attempt conflicted): its stored answer is the answer.
+            replay = idempotent.replay(self.db, tenant_id, idempotency) if idempotency is not None else None
+            if replay is None:
+                raise
+            return replay
+        if idempotency is not None and result.already_exists:
+            replay = idempotent.replay(self.db, tenant_id, idempotency)
+            if replay is not None:
+                return replay
+        return result
+
+    def _append_drafts(self, tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]],
+                       expected_prev_chain_hash: Any, expected_version: int | None,
+                       idempotency: Idempotency | None, correlation_id: str | None,
+                       causation_id: str | None) -> AppendResult:
+        """Server drafts: the server fills id, at and the chain link, then hashes and signs them."""
+        if expected_prev_chain_hash is _MISSING and expected_version is None:
+            raise SettlekitError("server-draft append needs expected_prev_chain_hash or expected_version",
+                                 code="PRECONDITION_REQUIRED", status=428)
+        at = now_iso()
+        drafts = [self._draft_from(stream_id, item, i, at) for i, item in enumerate(items)]
+        for i, draft in enumerate(drafts):
+            check_server_draft_actor(draft, i)
+            check_server_draft_type(draft, i, self.domain.required_signer(draft["type"], draft["actor"]["type"]))
+        head = None
+        snapshot: dict[str, Any] | None = None
+        if expected_prev_chain_hash is _MISSING or self._domain_has_state():
+            head, snapshot = self.streams.head_and_snapshot(tenant_id, stream_id)
+            if expected_version is not None and (head.seq if head else 0) != expected_version:
+                raise _version_conflict(expected_version, head)
+            if expected_prev_chain_hash is not _MISSING:
+                current = head.chain_hash if head else None
+                if current != expected_prev_chain_hash:
+                    raise _hash_conflict(expected_prev_chain_hash, current)
+            prev = head.chain_hash if head else None
+        else:
+            prev = expected_prev_chain_hash
+        drafts = self.domain.prepare_drafts(snapshot, drafts)
+        events: list[Event] = []
+        jsons: list[str] = []
+        link = prev
+        for i, draft in enumerate(drafts):
+            event, text, size = finalize_with_text(draft, link, self.server_signer)
+            if size > self.max_payload_bytes:
+                raise self._too_large(i, size)
+            events.append(event)
+            jsons.append(text)
+            link = event["chainHash"]
+        return self._commit(tenant_id, stream_id, events, prev, expected_version, head, snapshot,
+                            idempotency, correlation_id, causation_id, jsons)
+
+    def _append_finalized(self, tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]],
+                          idempotency: Idempotency | None, correlation_id: str | None,
+                          causation_id: str | None, policy: AppendPolicy = LIVE) -> AppendResult:
+        """Client-finalized envelopes: shapes, time, chain links, signatures and the signer policy checked."""
+        events: list[Event] = []
+        now = self.clock()
+        for i, item in enumerate(items):
+            event = dict(item)
+            schema_version = event.pop("schemaVersion", event.pop("schema_version", 1))
+            if schema_version != 1:
+                raise ValidationError(f"event {i}: schemaVersion must be 1", code="SCHEMA_INVALID", index=i)
+            check_envelope_shape(event, i)
+            if event["streamId"] != stream_id:
+                raise ValidationError(f"event {i}: streamId {event['streamId']!r} is not {stream_id!r}",
+                                      code="SCHEMA_INVALID", index=i)
+            self._check_size(event, i)
+            check_not_in_future(event["at"], now, i)
+            events.append(event)
+        prev = events[0]["prevChainHash"]
+        head, snapshot = self.streams.head_and_snapshot(tenant_id, stream_id)
+        current = head.chain_hash if head else None
+        if prev != current:
+            existing = self._find_existing(tenant_id, events)
+            if existing is not None:
+                return existing
+            raise _hash_conflict(prev, current)
+        keys = self._signer_keys_of(tenant_id, events)
+        link = prev
+        unsigned = 0
+        for i, event in enumerate(events):
+            verify_link(event, link, i, lambda kid: _public_key(keys, kid))
+            required = self.domain.required_signer(event["type"], event["actor"]["type"])
+            unsigned += not check_signer(event, i, keys, required, policy)
+            link = event["chainHash"]
+        result = self._commit(tenant_id, stream_id, events, prev, None, head, snapshot, idempotency,
+                              correlation_id, causation_id)
+        if not policy.is_live and not result.already_exists:
+            result.unsigned = unsigned
+            result.lone_surrogates = sum(find_lone_surrogate(e["payload"]) is not None for e in events)
+        return result
+
+    def verify_history(self, tenant_id: str, events: Sequence[Mapping[str, Any]]) -> None:
+        """Check a whole exported file before anything of it is written: each envelope's shape, each stream's
+        hash chain in file order (the first event of a stream links to whatever it names; the append checks
+        that against the stored head), and every signature present, against the tenant's registered keys
+        (SIGNER_UNKNOWN, SIG_INVALID). Raises the first failure with `index` = the position in `events`. Whether
+        the key's role (purpose) and status fit the event is the signer policy, checked by the append of that
+        event, as for any append."""
+        checked: list[Event] = []
+        for i, item in enumerate(events):
+            event = {k: v for k, v in item.items() if k not in ("schemaVersion", "schema_version")}
+            check_envelope_shape(event, i)
+            checked.append(event)
+        keys = self._signer_keys_of(tenant_id, checked)
+        links: dict[str, str | None] = {}
+        for i, event in enumerate(checked):
+            stream_id = event["streamId"]
+            link = links.get(stream_id, event["prevChainHash"])
+            verify_link(event, link, i, lambda kid: _public_key(keys, kid))
+            links[stream_id] = event["chainHash"]
+
+    def _domain_has_state(self) -> bool:
+        return not isinstance(self.domain, PassThroughDomain)
+
+    def _draft_from(self, stream_id: str, item: Mapping[str, Any], index: int, at: str) -> Event:
+        extra = set(item) - _DRAFT_FIELDS
+        if extra:
+            raise ValidationError(f"event {index}: unknown field {sorted(extra)[0]!r}", code="SCHEMA_INVALID",
+                                  index=index)
+        etype = item.get("type")
+        if not isinstance(etype, str) or not etype:
+            raise ValidationError(f"event {index}: type must be a non-empty string", code="SCHEMA_INVALID",
+                                  index=index)
+        actor = item.get("actor")
+        if (not isinstance(actor, dict) or set(actor) != {"type", "id"}
+                or not all(isinstance(actor[k], str) and actor[k] for k in ("type", "id"))):
+            raise ValidationError(f"event {index}: actor must be {{type, id}} with non-empty strings",
+                                  code="SCHEMA_INVALID", index=index)
+        return make_draft(stream_id=stream_id, type=etype, actor=actor, payload=item.get("payload"),
+                          at=item.get("at") or at, id=item.get("id"))
+
+    def _check_size(self, event: Mapping[str, Any], index: int) -> None:
+        try:
+            size = len(storable_json(event["payload"]).encode("utf-8"))
+        except (ValueError, TypeError):
+            size = len(canonical_json(event["payload"]).encode("utf-8"))  # raises the error naming the path
+        if size > self.max_payload_bytes:
+            raise self._too_large(index, size)
+
+    def _too_large(self, index: int, size: int) -> ValidationError:
+        return ValidationError(
+            f"event {index}: payload is {size} bytes, over the limit of {self.max_payload_bytes}",
+            code="PAYLOAD_TOO_LARGE", status=413, index=index, sizeBytes=size, limitBytes=self.max_payload_bytes)
+
+    def _signer_keys_of(self, tenant_id: str, events: Sequence[Event]) -> dict[str, SignerKey]:
+        """The registered keys the events name, plus this server's own key (not registered in every tenant)."""
+        key_ids = {e["signerKeyId"] for e in events if e.get("signerKeyId")}
+        if not key_ids:
+            return {}
+        keys = self.signer_keys.find(tenant_id, key_ids)
+        if self.server_signer is not None and self.server_signer.key_id not in keys:
+            s = self.server_signer
+            keys[s.key_id] = SignerKey(tenant_id, s.key_id, s.public_key_pem, "server", "active")
+        return keys
+
+    def _commit(self, tenant_id: str, stream_id: str, events: list[Event], prev: str | None,
+                expected_version: int | None, head: StreamHead | None, snapshot: dict[str, Any] | None,
+                idempotency: Idempotency | None, correlation_id: str | None,
+                causation_id: str | None, jsons: list[str] | None = None) -> AppendResult:
+        """The domain step, then the batch for the recorder; a lost race is a 409 with the current head."""
+        stream_type = head.stream_type if head else self.domain.stream_type(events[0]["type"], stream_id)
+        first_seq = (head.seq if head else 0) + 1
+        outcome = self.domain.process(tenant_id, stream_id, snapshot, events, first_seq)
+        batch = CommitBatch(
+            tenant_id=tenant_id, stream_id=stream_id, stream_type=stream_type, prev_chain_hash=prev,
+            expected_version=expected_version, events=events,
+            jsons=jsons if jsons is not None else [storable_json(e) for e in events],
+            snapshot_json=storable_json(outcome.snapshot) if outcome.snapshot is not None else None,
+            batch_id=str(uuid.uuid4()), correlation_id=correlation_id, causation_id=causation_id)
+        built: list[AppendResult] = []
+
+        def after(tx: Tx, base_seq: int, positions: list[int]) -> None:
+            result = AppendResult(tenant_id=tenant_id, stream_id=stream_id, events=events, first_seq=base_seq + 1,
+                                  positions=positions, head_chain_hash=events[-1]["chainHash"],
+                                  snapshot=outcome.snapshot)
+            if outcome.write is not None:
+                outcome.write(tx)
+            if idempotency is not None:
+                idempotent.record(tx, tenant_id, idempotency, result, self.clock())
+            built.append(result)
+
+        needs_after = outcome.write is not None or idempotency is not None
+        try:
+            committed = self.recorder.commit(batch, after if needs_after else None)
+        except DuplicateKey as exc:
+            if exc.kind == "idempotency":
+                raise _IdempotencyRace() from None
+            if exc.kind == "event_id":
+                existing = self._find_existing(tenant_id, events)
+                if existing is not None:
+                    return existing
+                raise ConflictError("an event with this id already exists with different content",
+                                    code="EVENT_ID_CONFLICT") from None
+            current = self.streams.head(tenant_id, stream_id)
+            raise _hash_conflict(prev, current.chain_hash if current else None) from None
+        if isinstance(committed, HeadMismatch):
+            if expected_version is not None and committed.seq != expected_version:
+                raise _version_conflict(expected_version, committed.seq)
+            raise _hash_conflict(prev, committed.chain_hash)
+        if built:
+            return built[0]
+        return AppendResult(tenant_id=tenant_id, stream_id=stream_id, events=events,
+                            first_seq=committed.base_seq + 1, positions=committed.positions,
+                            head_chain_hash=events[-1]["chainHash"], snapshot=outcome.snapshot)
+
+    def _find_existing(self, tenant_id: str, events: Sequence[Event]) -> AppendResult | None:
+        """A replay of already stored client events (same ids, same chain hashes) returns alreadyExists."""
+        ids = [e["id"] for e in events]
+        found = self.streams.identities(tenant_id, ids)
+        if not found:
+            return None
+        stream_ids = {f.stream_id for f in found.values()}
+        same = len(found) == len(ids) and stream_ids == {events[0]["streamId"]} and all(
+            found[e["id"]].chain_hash == e.get("chainHash") and found[e["id"]].payload_hash == compute_payload_hash(e)
+            for e in events)
+        if not same:
+            raise ConflictError("an event with this id already exists with different content",
+                                code="EVENT_ID_CONFLICT", eventIds=sorted(found))
+        first = found[ids[0]]
+        return AppendResult(tenant_id=tenant_id, stream_id=events[0]["streamId"], events=list(events),
+                            first_seq=first.seq, positions=[found[i].position for i in ids],
+                            head_chain_hash=events[-1]["chainHash"], already_exists=True)
+
+
+class _IdempotencyRace(Exception):
+    pass
+
+
+def _public_key(keys: Mapping[str, SignerKey], key_id: str) -> Any:
+    key = keys.get(key_id)
+    return None if key is None else _load_public_key_cached(key.public_key_pem)
+
+
+@functools.lru_cache(maxsize=4096)
+def _load_public_key_cached(pem: str) -> Any:
+    """Parsed keys by PEM text (immutable), so each append does not re-parse its signer's key."""
+    return load_public_key(pem)
+
+
+def _require_id(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value or len(value) > 200 or any(c.isspace() for c in value):
+        raise ValidationError(f"{name} must be 1..200 characters without whitespace", code="SCHEMA_INVALID")
+
+
+def _hash_conflict(expected: str | None, current: str | None) -> ConflictError:
+    return ConflictError("the stream head is not the expected previous chain hash", code="PREV_CHAIN_HASH_MISMATCH",
+                         expectedPrevChainHash=expected, currentPrevChainHash=current)
+
+
+def _version_conflict(expected: int, head: StreamHead | int | None) -> ConflictError:
+    current = head.seq if isinstance(head, StreamHead) else (head or 0)
+    return ConflictError(f"expected stream version {expected}, the stream is at {current}", code="VERSION_CONFLICT",
+                         expectedVersion=expected, currentVersion=current)

@@ -1,0 +1,104 @@
+"""What an append demands beyond the stream's own rules: input policy, time, signers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from settlekit.errors import SignerPolicyError, ValidationError
+from settlekit.events.envelope import Event
+from settlekit.store.signer_keys import SignerKey
+
+FUTURE_TOLERANCE = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class AppendPolicy:
+    """What an append demands of its input beyond the stream's rules.
+
+    `LIVE` (the default, and the only policy the HTTP API uses): new input, so a robot- or operator-signed event
+    type must carry its signature and no string may hold a lone UTF-16 surrogate. `HISTORY` (`settlekit import`
+    of a settld export, and Python callers that replay recorded history): client-finalized envelopes only; a
+    signature that is present is verified as ever, but its absence is not refused, and lone surrogates in the
+    payload are stored as recorded (hashed as JS does, kept as `\\udxxx` escapes in the stored JSON). Every
+    other rule (envelope, chain, payloads, transitions, server rules) applies unchanged."""
+
+    require_signatures: bool = True
+    allow_lone_surrogates: bool = False
+
+    @property
+    def is_live(self) -> bool:
+        return self.require_signatures and not self.allow_lone_surrogates
+
+
+LIVE = AppendPolicy()
+HISTORY = AppendPolicy(require_signatures=False, allow_lone_surrogates=True)
+
+
+def check_not_in_future(at: str, now: datetime, index: int) -> None:
+    """A client-finalized event may not be dated more than FUTURE_TOLERANCE after `now` (FUTURE_TIMESTAMP)."""
+    if _parse_at(at, index) > now + FUTURE_TOLERANCE:
+        raise ValidationError(f"event {index}: at {at} is more than 5 minutes in the future",
+                              code="FUTURE_TIMESTAMP", index=index)
+
+
+def check_server_draft_actor(draft: Event, index: int) -> None:
+    """A server draft is signed by the server key: it cannot carry a robot or operator actor."""
+    actor_type = draft["actor"]["type"]
+    if actor_type in ("robot", "operator"):
+        raise SignerPolicyError(f"event {index}: server-draft events cannot carry a {actor_type} actor",
+                                index=index, actorType=actor_type)
+
+
+def check_server_draft_type(draft: Event, index: int, required: str | None) -> None:
+    """Nor can it be of a type that needs a robot's or an operator's key (`required`: the type's signer)."""
+    if required in ("robot", "operator"):
+        raise SignerPolicyError(f"event {index}: {draft['type']} must be signed by a {required}", index=index,
+                                eventType=draft["type"], requiredSigner=required)
+
+
+def check_signer(event: Event, index: int, keys: Mapping[str, SignerKey], required: str | None,
+                 policy: AppendPolicy = LIVE) -> bool:
+    """Refuse what the signer policy forbids (`required`: the signer the event type needs, if any); False when
+    the event is accepted only because `policy` does not require the robot's/operator's signature (an unsigned
+    event of a robot/operator-signed type)."""
+    key_id = event.get("signerKeyId")
+    if event.get("signature") is None:
+        if required in ("robot", "operator"):
+            if not policy.require_signatures:
+                return False
+            raise SignerPolicyError(f"event {index}: {event['type']} must be signed by a {required} key",
+                                    index=index, requiredSigner=required)
+        return True
+    key = keys.get(key_id or "")
+    if key is None:
+        raise SignerPolicyError(f"event {index}: signer key {key_id} is not registered for this tenant",
+                                code="SIGNER_UNKNOWN", index=index)
+    if key.status != "active":
+        raise SignerPolicyError(f"event {index}: signer key {key_id} is {key.status}",
+                                code="SIGNER_KEY_NOT_ACTIVE", index=index, keyStatus=key.status)
+    actor_type = event["actor"]["type"]
+    purpose = required or _purpose_for_actor(actor_type)
+    if key.purpose != purpose:
+        raise SignerPolicyError(f"event {index}: key {key_id} has purpose {key.purpose}, needs {purpose}",
+                                code="SIGNER_KEY_PURPOSE_MISMATCH", index=index)
+    if purpose in ("robot", "operator") and key.entity_id is not None and key.entity_id != event["actor"]["id"]:
+        raise SignerPolicyError(f"event {index}: key {key_id} belongs to {key.entity_id}, not the actor",
+                                index=index)
+    return True
+
+
+def _purpose_for_actor(actor_type: str) -> str:
+    return actor_type if actor_type in ("robot", "operator") else "server"
+
+
+def _parse_at(at: str, index: int) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(at)
+    except ValueError as exc:
+        raise ValidationError(f"event {index}: at {at!r} is not an ISO-8601 instant", code="SCHEMA_INVALID",
+                              index=index) from exc
+    if parsed.tzinfo is None:
+        raise ValidationError(f"event {index}: at {at!r} has no time zone", code="SCHEMA_INVALID", index=index)
+    return parsed

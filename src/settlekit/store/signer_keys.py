@@ -1,0 +1,80 @@
+"""The signer-key registry: each tenant's public keys by key id, with their purpose, status and entity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from settlekit.errors import ConflictError, NotFoundError, ValidationError
+from settlekit.events.envelope import key_id_for_public_pem, load_public_key
+from settlekit.store.db import Database
+from settlekit.store.sql import fragment
+
+KEY_PURPOSES = ("robot", "operator", "server")
+KEY_STATUSES = ("active", "rotated", "revoked")
+_STATUS_STAMP = {"rotated": "rotated_at", "revoked": "revoked_at"}
+_COLUMNS = "tenant_id, key_id, public_key_pem, purpose, status, entity_id"
+
+
+@dataclass
+class SignerKey:
+    tenant_id: str
+    key_id: str
+    public_key_pem: str
+    purpose: str
+    status: str
+    entity_id: str | None = None
+
+
+class SignerKeys:
+    """Signer keys of every tenant on one Database."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def register(self, tenant_id: str, public_key_pem: str, purpose: str, *, entity_id: str | None = None) -> str:
+        """Register a public key for a tenant; returns its key id. Registering it again with the same purpose
+        changes nothing; with another purpose it is SIGNER_KEY_CONFLICT."""
+        if purpose not in KEY_PURPOSES:
+            raise ValidationError(f"purpose must be one of {KEY_PURPOSES}", code="SCHEMA_INVALID")
+        load_public_key(public_key_pem)
+        key_id = key_id_for_public_pem(public_key_pem)
+        with self.db.transaction() as tx:
+            row = tx.fetchone("SELECT purpose, public_key_pem FROM signer_keys WHERE tenant_id = ? AND key_id = ?",
+                              (tenant_id, key_id))
+            if row is not None:
+                if row[0] != purpose:
+                    raise ConflictError(f"key {key_id} is already registered as {row[0]}",
+                                        code="SIGNER_KEY_CONFLICT")
+                return key_id
+            tx.execute("INSERT INTO signer_keys (tenant_id, key_id, public_key_pem, purpose, entity_id)"
+                       " VALUES (?, ?, ?, ?, ?)", (tenant_id, key_id, public_key_pem, purpose, entity_id))
+        return key_id
+
+    def set_status(self, tenant_id: str, key_id: str, status: str) -> None:
+        if status not in KEY_STATUSES:
+            raise ValidationError(f"status must be one of {KEY_STATUSES}", code="SCHEMA_INVALID")
+        column = _STATUS_STAMP.get(status)
+        with self.db.transaction() as tx:
+            stamp = f", {column} = {fragment(tx.dialect, 'now')}" if column else ""
+            if tx.execute(f"UPDATE signer_keys SET status = ?{stamp} WHERE tenant_id = ? AND key_id = ?",
+                          (status, tenant_id, key_id)) == 0:
+                raise NotFoundError(f"signer key {key_id} is not registered", code="SIGNER_KEY_NOT_FOUND")
+
+    def of_tenant(self, tenant_id: str) -> list[SignerKey]:
+        """Every key of the tenant, by key id."""
+        with self.db.read() as tx:
+            rows = tx.fetchall(f"SELECT {_COLUMNS} FROM signer_keys WHERE tenant_id = ? ORDER BY key_id",
+                               (tenant_id,))
+        return [SignerKey(*row) for row in rows]
+
+    def find(self, tenant_id: str, key_ids: Iterable[str]) -> dict[str, SignerKey]:
+        """The tenant's registered keys among `key_ids`, by key id."""
+        ids = sorted(set(key_ids))
+        if not ids:
+            return {}
+        marks = ",".join("?" for _ in ids)
+        with self.db.read() as tx:
+            rows = tx.fetchall(f"SELECT {_COLUMNS} FROM signer_keys WHERE tenant_id = ? AND key_id IN ({marks})",
+                               (tenant_id, *ids))
+        return {row[1]: SignerKey(*row) for row in rows}
