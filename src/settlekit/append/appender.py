@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,6 +48,17 @@ _MISSING: Any = object()
 _FINALIZED_FIELDS = frozenset(("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash"))
 _DRAFT_FIELDS = frozenset(("type", "actor", "payload", "id", "at"))
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """Who appends where, and what goes with the append whichever path it takes."""
+
+    tenant_id: str
+    stream_id: str
+    idempotency: Idempotency | None
+    correlation_id: str | None
+    causation_id: str | None
 
 
 class Appender:
@@ -106,13 +118,12 @@ class Appender:
             replay = idempotent.replay(self.db, tenant_id, idempotency)
             if replay is not None:
                 return replay
+        request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id)
         try:
             if client_finalized:
-                result = self._append_finalized(tenant_id, stream_id, items, idempotency, correlation_id,
-                                                causation_id, policy)
+                result = self._append_finalized(request, items, policy)
             else:
-                result = self._append_drafts(tenant_id, stream_id, items, expected_prev_chain_hash,
-                                             expected_version, idempotency, correlation_id, causation_id)
+                result = self._append_drafts(request, items, expected_prev_chain_hash, expected_version)
         except _IdempotencyRace:
             assert idempotency is not None
             replay = idempotent.replay(self.db, tenant_id, idempotency)
@@ -133,11 +144,10 @@ class Appender:
                 return replay
         return result
 
-    def _append_drafts(self, tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]],
-                       expected_prev_chain_hash: Any, expected_version: int | None,
-                       idempotency: Idempotency | None, correlation_id: str | None,
-                       causation_id: str | None) -> AppendResult:
+    def _append_drafts(self, request: _Request, items: Sequence[Mapping[str, Any]], expected_prev_chain_hash: Any,
+                       expected_version: int | None) -> AppendResult:
         """Server drafts: the server fills id, at and the chain link, then hashes and signs them."""
+        tenant_id, stream_id = request.tenant_id, request.stream_id
         if expected_prev_chain_hash is _MISSING and expected_version is None:
             raise SettlekitError("server-draft append needs expected_prev_chain_hash or expected_version",
                                  code="PRECONDITION_REQUIRED", status=428)
@@ -170,13 +180,13 @@ class Appender:
             events.append(event)
             jsons.append(text)
             link = event["chainHash"]
-        return self._commit(tenant_id, stream_id, events, prev, expected_version, head, snapshot,
-                            idempotency, correlation_id, causation_id, jsons)
+        return self._commit(request, events, jsons, prev=prev, expected_version=expected_version, head=head,
+                            snapshot=snapshot)
 
-    def _append_finalized(self, tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]],
-                          idempotency: Idempotency | None, correlation_id: str | None,
-                          causation_id: str | None, policy: AppendPolicy = LIVE) -> AppendResult:
+    def _append_finalized(self, request: _Request, items: Sequence[Mapping[str, Any]],
+                          policy: AppendPolicy) -> AppendResult:
         """Client-finalized envelopes: shapes, time, chain links, signatures and the signer policy checked."""
+        tenant_id, stream_id = request.tenant_id, request.stream_id
         events: list[Event] = []
         now = self.clock()
         for i, item in enumerate(items):
@@ -207,8 +217,7 @@ class Appender:
             required = self.domain.required_signer(event["type"], event["actor"]["type"])
             unsigned += not check_signer(event, i, keys, required, policy)
             link = event["chainHash"]
-        result = self._commit(tenant_id, stream_id, events, prev, None, head, snapshot, idempotency,
-                              correlation_id, causation_id)
+        result = self._commit(request, events, None, prev=prev, expected_version=None, head=head, snapshot=snapshot)
         if not policy.is_live and not result.already_exists:
             result.unsigned = unsigned
             result.lone_surrogates = sum(find_lone_surrogate(e["payload"]) is not None for e in events)
@@ -278,11 +287,13 @@ class Appender:
             keys[s.key_id] = SignerKey(tenant_id, s.key_id, s.public_key_pem, "server", "active")
         return keys
 
-    def _commit(self, tenant_id: str, stream_id: str, events: list[Event], prev: str | None,
-                expected_version: int | None, head: StreamHead | None, snapshot: dict[str, Any] | None,
-                idempotency: Idempotency | None, correlation_id: str | None,
-                causation_id: str | None, jsons: list[str] | None = None) -> AppendResult:
-        """The domain step, then the batch for the recorder; a lost race is a 409 with the current head."""
+    def _commit(self, request: _Request, events: list[Event], jsons: list[str] | None, *, prev: str | None,
+                expected_version: int | None, head: StreamHead | None,
+                snapshot: dict[str, Any] | None) -> AppendResult:
+        """The domain step on top of the stream's `head` and `snapshot`, then one CommitBatch for the recorder
+        (`events` link to `prev`; `jsons`: their stored text, when already made). A lost race is a 409 with the
+        current head."""
+        tenant_id, stream_id, idempotency = request.tenant_id, request.stream_id, request.idempotency
         stream_type = head.stream_type if head else self.domain.stream_type(events[0]["type"], stream_id)
         first_seq = (head.seq if head else 0) + 1
         outcome = self.domain.process(tenant_id, stream_id, snapshot, events, first_seq)
@@ -291,7 +302,7 @@ class Appender:
             expected_version=expected_version, events=events,
             jsons=jsons if jsons is not None else [storable_json(e) for e in events],
             snapshot_json=storable_json(outcome.snapshot) if outcome.snapshot is not None else None,
-            batch_id=str(uuid.uuid4()), correlation_id=correlation_id, causation_id=causation_id)
+            batch_id=str(uuid.uuid4()), correlation_id=request.correlation_id, causation_id=request.causation_id)
         built: list[AppendResult] = []
 
         def after(tx: Tx, base_seq: int, positions: list[int]) -> None:
