@@ -3,7 +3,9 @@ the package with a deliberate layering violation breaks them."""
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -86,3 +88,23 @@ def test_the_bottom_helpers_importing_the_package_breaks_the_lint(package_copy: 
     result = _lint_imports(package_copy)
     assert result.returncode == 1, result.stdout
     assert "settlekit.failpoints -> settlekit.dispatch.model" in result.stdout
+
+
+SQL_STATEMENT = re.compile(r"\b(SELECT\s.+\sFROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)\b", re.S)
+
+
+def test_sql_lives_only_in_store() -> None:
+    """No string literal outside settlekit/store reads like a SQL statement, and no code outside the backends
+    branches on the dialect."""
+    offenders = []
+    package = ROOT / "src" / "settlekit"
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if not rel.startswith("store/"):
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL_STATEMENT.search(node.value):
+                    offenders.append(f"{rel}:{node.lineno}: SQL")
+        if not rel.startswith(("store/postgres/", "store/sqlite/")) and re.search(r"dialect\s*==", text):
+            offenders.append(f"{rel}: branches on the dialect")
+    assert offenders == []

@@ -28,6 +28,7 @@ from typing import Any
 from settlekit.errors import ConflictError
 from settlekit.events.canonical import canonical_hash, parse_json
 from settlekit.store.db import Database, Tx
+from settlekit.store.sql import timestamp
 
 log = logging.getLogger("settlekit.idempotency")
 
@@ -91,7 +92,7 @@ def _utc(value: Any) -> datetime | None:
 
 
 def _expires(tx: Tx, when: datetime) -> Any:
-    return when if tx.dialect == "postgres" else when.astimezone(UTC).isoformat()
+    return timestamp(tx.dialect, when)
 
 
 def _read(tx: Tx, scope: KeyScope) -> tuple[str, int, str, Any] | None:
@@ -221,6 +222,4 @@ def purge_expired(db: Database, *, now: datetime | None = None) -> int:
 
 def purge_expired_in(tx: Tx, *, now: datetime) -> int:
     """`purge_expired` inside the caller's transaction (the cleanup scheduler runs it with other deletes)."""
-    if tx.dialect == "postgres":
-        return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?::timestamptz", (now,))
-    return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?", (now.astimezone(UTC).isoformat(),))
+    return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?", (timestamp(tx.dialect, now),))
