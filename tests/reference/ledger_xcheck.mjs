@@ -1,4 +1,4 @@
-// Runs the settld reference's own reducer and ledger posting rules over streams, for tests/test_reference_xcheck.py.
+// Runs the settld reference's own reducer and ledger posting rules over streams, for tests/contract/test_reference_xcheck.py.
 // Usage: node ledger_xcheck.mjs SETTLD_DIR STREAMS.json  ->  stdout: [{entries, errors, reduceError}] per stream
 import fs from "node:fs";
 import path from "node:path";

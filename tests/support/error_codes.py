@@ -196,7 +196,7 @@ def errors_markdown() -> str:
         "# Error codes",
         "",
         "Generated from `settlekit.errors.CATALOGUE` by `python tests/support/error_codes.py`; do not edit by hand",
-        "(`tests/test_error_catalogue.py` fails when it is out of date).",
+        "(`tests/unit/test_error_catalogue.py` fails when it is out of date).",
         "",
         "Every failure settlekit raises on purpose carries one of these codes. The API answers it as RFC 9457",
         "problem+json with `code` and `title` set to the code and the HTTP status below; the CLI prints the same",

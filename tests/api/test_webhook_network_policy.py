@@ -20,7 +20,7 @@ from settlekit.events.envelope import Signer
 from settlekit.runtime import Settings, Workers
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database, connect
-from test_api_support import TENANT_A, client, key_for
+from support.api import TENANT_A, client, key_for
 
 PRIVATE = ["http://10.0.0.7/h", "http://192.168.1.5/h", "http://172.16.0.1/h", "http://[fd00::1]/h",
            "http://100.64.0.1/h"]

@@ -12,7 +12,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from settlekit.api.ratelimit import RateLimiter
 from settlekit.runtime import Settings, uvicorn_options
 from settlekit.store.db import Database
-from test_api_support import make_app
+from support.api import make_app
 
 
 def _bad_key_codes(app: Any, forwarded_for: str, n: int) -> list[int]:

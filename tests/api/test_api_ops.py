@@ -13,7 +13,7 @@ from settlekit.cli.api_keys import api_keys_app
 from settlekit.delivery.signing import generate_secret
 from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.store.db import Database, connect
-from test_api_support import TENANT_A, Seeded, client, key_for, make_app, seed_tenant
+from support.api import TENANT_A, Seeded, client, key_for, make_app, seed_tenant
 
 
 @pytest.fixture

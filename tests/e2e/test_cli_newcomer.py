@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETTLEKIT = Path(sys.executable).with_name("settlekit")
 UNREACHABLE_PG = "postgresql://postgres@127.0.0.1:1/settlekit"
 
@@ -83,7 +83,7 @@ def test_ci_requires_postgres() -> None:
 
 def _pytest(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """A PostgreSQL-only test and a SQLite-only test, in a child pytest."""
-    tests = ["tests/test_store_contract.py::test_migrate_is_idempotent"]
+    tests = ["tests/contract/test_store_contract.py::test_migrate_is_idempotent"]
     return subprocess.run([sys.executable, "-m", "pytest", *tests], cwd=ROOT,
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "SETTLEKIT_TEST_PG": "postgresql://postgres@127.0.0.1:1/postgres",

@@ -23,7 +23,7 @@ from settlekit.delivery.ssrf import SsrfPolicy
 from settlekit.events.canonical import canonical_hash, parse_json
 from support.receiver import FaultyReceiver
 
-VECTORS = Path(__file__).resolve().parent / "vectors"
+VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 LOCAL = SsrfPolicy.for_local_testing()
 SECRET = generate_secret()
 FAST = SenderConfig(timeout=2.0, connect_timeout=1.0, concurrency=4)

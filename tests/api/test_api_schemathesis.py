@@ -18,7 +18,7 @@ import pytest
 
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.store.db import connect
-from test_api_support import ALL_SCOPES, TENANT_A, client, key_for, make_app, seed_tenant
+from support.api import ALL_SCOPES, TENANT_A, client, key_for, make_app, seed_tenant
 
 schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402

@@ -24,7 +24,7 @@ from settlekit.delivery.signing import generate_secret, sign_legacy, standard_he
 from settlekit.events.canonical import canonical_bytes, canonical_hash, parse_json
 from support.receiver import FaultyReceiver
 
-VECTORS = Path(__file__).resolve().parent / "vectors"
+VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 NOW = 1_767_312_000
 
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from test_property_live import job_streams
 
 from settlekit.events.canonical import canonical_json, parse_json
 from settlekit.jobs import process_job_events
-from test_property_live import job_streams
 
 REFERENCE_DIR = os.environ.get("SETTLEKIT_REFERENCE_DIR")
-SCRIPT = Path(__file__).resolve().parent / "reference" / "ledger_xcheck.mjs"
+SCRIPT = Path(__file__).resolve().parent.parent / "reference" / "ledger_xcheck.mjs"
 
 pytestmark = pytest.mark.skipif(
     not REFERENCE_DIR or shutil.which("node") is None,

@@ -12,7 +12,7 @@ from settlekit.events.canonical import canonical_json, parse_json
 from settlekit.jobs import postings_for_stream, process_job_events, reduce, serialize_state, server_rules
 from settlekit.ledger import balances_from_entries, policy_snapshot_hash
 
-VECTORS = Path(__file__).resolve().parent / "vectors"
+VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 SCENARIOS = sorted(p.name for p in VECTORS.glob("*.json") if p.name != "envelope.json")
 
 

@@ -23,7 +23,7 @@ from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.events.canonical import canonical_hash
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database, connect
-from test_api_support import TENANT_A, TENANT_B, client, key_for, make_app
+from support.api import TENANT_A, TENANT_B, client, key_for, make_app
 
 URL = "http://127.0.0.1:9/hook"
 

@@ -23,15 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from settlekit.delivery.enqueue import enqueue_artifact
-from settlekit.delivery.retry import RetryPolicy
-from settlekit.delivery.sender import SenderConfig
-from settlekit.delivery.signing import generate_secret
-from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
-from settlekit.store.db import Database, Tx, connect
-from support.failpoints import SimulatedCrash, on_worker
-from support.receiver import FaultyReceiver
 from test_delivery_worker import (
     SECRET,
     Artifacts,
@@ -43,6 +34,15 @@ from test_delivery_worker import (
     one_pass,
     run,
 )
+
+from settlekit.delivery.enqueue import enqueue_artifact
+from settlekit.delivery.retry import RetryPolicy
+from settlekit.delivery.sender import SenderConfig
+from settlekit.delivery.signing import generate_secret
+from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
+from settlekit.store.db import Database, Tx, connect
+from support.failpoints import SimulatedCrash, on_worker
+from support.receiver import FaultyReceiver
 
 FAST = dict(
     lease=timedelta(seconds=2),

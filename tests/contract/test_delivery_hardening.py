@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
+from test_delivery_worker import SECRET, Artifacts, Clock, add_destination, artifact, deliveries, enqueue, run
 from typer.testing import CliRunner
 
 from settlekit.cli.deliveries import delivery_app
@@ -30,10 +31,9 @@ from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.events.canonical import canonical_json
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database
+from support.api import client, key_for, make_app
 from support.failpoints import SimulatedCrash, on_worker
 from support.receiver import FaultyReceiver
-from test_api_support import client, key_for, make_app
-from test_delivery_worker import SECRET, Artifacts, Clock, add_destination, artifact, deliveries, enqueue, run
 
 
 @pytest.fixture

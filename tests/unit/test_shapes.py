@@ -21,7 +21,7 @@ from settlekit.artifacts.builders import BuildTask
 from settlekit.events.canonical import canonical_json
 from settlekit.jobs import reduce
 
-FIXTURE = Path(__file__).resolve().parent / "vectors" / "shapes" / "shapes.json.gz"
+FIXTURE = Path(__file__).resolve().parent.parent / "vectors" / "shapes" / "shapes.json.gz"
 DATA = json.loads(gzip.decompress(FIXTURE.read_bytes()))
 STREAMS: list[dict[str, Any]] = DATA["streams"]
 # fields the worker adds around a builder's body (checked by the differential corpus)

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import load_vector
 from settlekit.store.db import Database, connect
-from test_api_support import TENANT_A, client, key_for, make_app, tenant_rows
+from support.api import TENANT_A, client, key_for, make_app, tenant_rows
 
 ACTOR = {"type": "system", "id": "ops"}
 QUOTE = {"type": "QUOTE_PROPOSED", "actor": {"type": "pricing", "id": "p1"},

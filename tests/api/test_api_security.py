@@ -16,7 +16,7 @@ from settlekit.api.auth import create_api_key, revoke_api_key
 from settlekit.delivery.signing import generate_secret
 from settlekit.events.envelope import Signer
 from settlekit.store.db import Database, connect
-from test_api_support import TENANT_A, TENANT_B, Seeded, client, key_for, make_app, seed_tenant, tenant_rows
+from support.api import TENANT_A, TENANT_B, Seeded, client, key_for, make_app, seed_tenant, tenant_rows
 
 # A valid body for every write route (so a refusal is about the tenant, not the input).
 BODIES: dict[tuple[str, str], Any] = {

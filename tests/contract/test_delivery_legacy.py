@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_delivery_faults import RealClock, fast_worker
+from test_delivery_worker import SECRET, Artifacts, add_destination, artifact, deliveries, run
 
 from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.legacy_secrets import migrate_file_refs
@@ -19,8 +21,6 @@ from settlekit.delivery.signing import generate_secret
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database
 from support.failpoints import SimulatedCrash
-from test_delivery_faults import RealClock, fast_worker
-from test_delivery_worker import SECRET, Artifacts, add_destination, artifact, deliveries, run
 
 MAX_CLAIMS = 3
 

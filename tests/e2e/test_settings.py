@@ -15,7 +15,7 @@ from settlekit.cli import app
 from settlekit.errors import ConfigurationError
 from settlekit.runtime.settings import Settings, env_var, flag, settings_table
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _clean_env() -> dict[str, str]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from test_delivery_worker import SECRET, T0, Artifacts, Clock, artifact, enqueue, one_pass, run
 from typer.testing import CliRunner
 
 from settlekit.cli import app
@@ -27,7 +28,6 @@ from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database
 from support.receiver import FaultyReceiver
-from test_delivery_worker import SECRET, T0, Artifacts, Clock, artifact, enqueue, one_pass, run
 
 PUBLIC = ["93.184.216.34"]
 

@@ -21,7 +21,7 @@ from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.events.canonical import canonical_hash
 from settlekit.store.db import Database, connect
-from test_api_support import TENANT_A, client, key_for, make_app
+from support.api import TENANT_A, client, key_for, make_app
 
 
 @pytest.fixture

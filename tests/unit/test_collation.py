@@ -12,7 +12,7 @@ from settlekit.events import collation
 from settlekit.events.collation import icu_version, locale_compare, sort_key
 from settlekit.events.js import locale_key
 
-DATA = json.loads((Path(__file__).resolve().parent / "vectors" / "collation" / "node_order.json").read_text())
+DATA = json.loads((Path(__file__).resolve().parent.parent / "vectors" / "collation" / "node_order.json").read_text())
 SORTED: list[str] = DATA["sorted"]
 SIGNS: list[int] = DATA["adjacentSigns"]
 

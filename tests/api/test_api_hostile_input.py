@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute
 
 from settlekit.delivery.signing import decode_secret, generate_secret, sign_standard
 from settlekit.store.db import Database, connect
-from test_api_support import TENANT_A, client, key_for, make_app
+from support.api import TENANT_A, client, key_for, make_app
 
 PROBLEM = "application/problem+json"
 BIG = 99999999999999999999  # above int64

@@ -10,12 +10,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from test_api_security import BODIES, HEADERS, QUERIES, _path, api_routes
 
 from settlekit.delivery.signing import generate_secret
 from settlekit.store import idempotency as keys
 from settlekit.store.db import Database, connect
-from test_api_security import BODIES, HEADERS, QUERIES, _path, api_routes
-from test_api_support import TENANT_A, Seeded, client, key_for, make_app, seed_tenant
+from support.api import TENANT_A, Seeded, client, key_for, make_app, seed_tenant
 
 JOB = {"payload": {"templateId": "reset_lite", "constraints": {}}}
 ROUNDS = 20

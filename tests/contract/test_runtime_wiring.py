@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
+from test_delivery_worker import T0, Artifacts, add_destination, artifact, enqueue
 
 from settlekit.errors import ConfigurationError
 from settlekit.runtime import CLEANUP_LOCK_KEY, CleanupScheduler, Settings
@@ -26,8 +27,7 @@ from settlekit.runtime.logging import configure_logging, reset_logging
 from settlekit.store import deliveries as delivery_store
 from settlekit.store import idempotency
 from settlekit.store.db import Database, connect
-from test_api_support import TENANT_A, client, key_for, make_app
-from test_delivery_worker import T0, Artifacts, add_destination, artifact, enqueue
+from support.api import TENANT_A, client, key_for, make_app
 
 SETTLEKIT = Path(sys.executable).with_name("settlekit")
 

@@ -12,7 +12,7 @@ from conftest import load_differential
 from settlekit.cli.ledger import ledger_app
 from settlekit.events.canonical import parse_json
 
-VECTORS = Path(__file__).resolve().parent / "vectors"
+VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 
 
 def test_postings_prints_entries_as_json_lines(tmp_path: Path) -> None:

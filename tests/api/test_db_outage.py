@@ -17,8 +17,8 @@ import pytest
 from conftest import load_vector
 from settlekit.errors import DatabaseUnavailableError
 from settlekit.store.db import Database, connect
-from tcp_proxy import TcpProxy
-from test_api_support import TENANT_A, client, key_for, make_app
+from support.api import TENANT_A, client, key_for, make_app
+from support.tcp_proxy import TcpProxy
 
 HANG_GUARD = 60.0
 

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
+from test_dispatch_pg import append, holder
 
 from settlekit.dispatch import SHARED_INSTANCE, Consumer, Dispatcher, get_state
 from settlekit.dispatch.gaps import merge, oldest_seen_at, settle
 from settlekit.store.consumers import Gap, dump_gaps, parse_gaps
 from settlekit.store.db import Database, connect
-from test_dispatch_pg import append, holder
 
 
 @pytest.fixture

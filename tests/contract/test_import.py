@@ -446,7 +446,7 @@ def test_history_policy_takes_client_finalized_envelopes_only(db: Database) -> N
 
 def test_http_api_refuses_what_history_mode_accepts(db: Database) -> None:
     """History mode is reachable from the importer and Python only: the API keeps the rules for new input."""
-    from test_api_support import client, key_for, make_app, tenant_rows
+    from support.api import client, key_for, make_app, tenant_rows
 
     api = client(make_app(db), key_for(db, TENANT))
     vector = load_vector("settle_completed.json")
