@@ -11,7 +11,12 @@ _KEY = ["consumer", "instance_id"]
 
 class DispatchMetrics:
     def __init__(self, registry: CollectorRegistry):
-        r = registry
+        self._add_consumer_metrics(registry)
+        self._add_gap_metrics(registry)
+        self._add_loop_metrics(registry)
+
+    def _add_consumer_metrics(self, r: CollectorRegistry) -> None:
+        """Lag, delivery outcomes and the dead/re-arm lifecycle, per consumer shard."""
         self.lag_events = Gauge(
             "settlekit_consumer_lag_events",
             "Events between the cursor and the high-water mark",
@@ -39,6 +44,9 @@ class DispatchMetrics:
             _KEY,
             registry=r,
         )
+
+    def _add_gap_metrics(self, r: CollectorRegistry) -> None:
+        """The pending-gap list: its size, age, and how gaps leave it."""
         self.pending_gaps = Gauge("settlekit_consumer_pending_gaps", "Positions held in pending gaps", _KEY, registry=r)
         self.oldest_gap_age = Gauge(
             "settlekit_consumer_oldest_gap_age_seconds",
@@ -58,6 +66,9 @@ class DispatchMetrics:
         self.gaps_retired = Counter(
             "settlekit_consumer_gaps_retired_total", "Gap positions proven never to commit", _KEY, registry=r
         )
+
+    def _add_loop_metrics(self, r: CollectorRegistry) -> None:
+        """Passes and turns of the dispatcher loop, and its LISTEN connection."""
         self.pass_duration = Histogram(
             "settlekit_dispatcher_pass_duration_seconds", "Duration of a pass", ["instance_id"], registry=r
         )
