@@ -76,6 +76,30 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, str(exc) or type(exc).__name__
 
 
+def _validate_options(
+    consumers: Sequence[Consumer],
+    instance_id: str | None,
+    batch_size: int,
+    max_attempts: int,
+    max_pending_gap_ranges: int,
+) -> None:
+    """Reject a consumer set or options the dispatcher cannot run (ConfigurationError)."""
+    names = [c.name for c in consumers]
+    if len(set(names)) != len(names):
+        raise ConfigurationError("consumer names must be unique", code="DISPATCH_DUPLICATE_CONSUMER")
+    if instance_id == SHARED_INSTANCE:
+        raise ConfigurationError(f"instance_id must not be {SHARED_INSTANCE!r}", code="DISPATCH_INSTANCE_ID")
+    if instance_id is None and any(c.delivery == "per_instance" for c in consumers):
+        raise ConfigurationError(
+            "per-instance consumers need the dispatcher's instance_id", code="DISPATCH_INSTANCE_ID"
+        )
+    if batch_size < 1 or max_attempts < 1 or max_pending_gap_ranges < 1:
+        raise ConfigurationError(
+            "batch_size, max_attempts and max_pending_gap_ranges must be ≥ 1",
+            code="DISPATCH_OPTIONS_INVALID",
+        )
+
+
 class Dispatcher:
     """Runs consumers over the global event order of one database.
 
@@ -109,20 +133,7 @@ class Dispatcher:
         registry: CollectorRegistry | None = None,
         logger: logging.Logger | None = None,
     ):
-        names = [c.name for c in consumers]
-        if len(set(names)) != len(names):
-            raise ConfigurationError("consumer names must be unique", code="DISPATCH_DUPLICATE_CONSUMER")
-        if instance_id == SHARED_INSTANCE:
-            raise ConfigurationError(f"instance_id must not be {SHARED_INSTANCE!r}", code="DISPATCH_INSTANCE_ID")
-        if instance_id is None and any(c.delivery == "per_instance" for c in consumers):
-            raise ConfigurationError(
-                "per-instance consumers need the dispatcher's instance_id", code="DISPATCH_INSTANCE_ID"
-            )
-        if batch_size < 1 or max_attempts < 1 or max_pending_gap_ranges < 1:
-            raise ConfigurationError(
-                "batch_size, max_attempts and max_pending_gap_ranges must be ≥ 1",
-                code="DISPATCH_OPTIONS_INVALID",
-            )
+        _validate_options(consumers, instance_id, batch_size, max_attempts, max_pending_gap_ranges)
         self.db = db
         self.repo = ConsumerRepository(db)
         self.consumers = list(consumers)
@@ -289,29 +300,9 @@ class Dispatcher:
             reason = "locked_by_other_instance" if repo.exists(tx, name, inst) else "not_registered"
             return ConsumerResult(outcome=reason)
         state, age = got
-        if state.status == "disabled":
-            return ConsumerResult(outcome="disabled")
-        if state.status == "dead":
-            if age >= self.rearm_cooldown and state.rearm_count < self.max_rearm_count:
-                state.status, state.attempts, state.last_error = "idle", 0, None
-                state.rearm_count += 1
-                repo.write_state(tx, state)
-                self.metrics.rearm.labels(name, inst).inc()
-                self._exhausted.discard((name, inst))
-                self.log.warning(
-                    "re-armed dead consumer %s (%s), re-arm %d of %d",
-                    name,
-                    inst,
-                    state.rearm_count,
-                    self.max_rearm_count,
-                )
-            else:
-                if state.rearm_count >= self.max_rearm_count and (name, inst) not in self._exhausted:
-                    self._exhausted.add((name, inst))
-                    self.metrics.rearm_exhausted.labels(name, inst).inc()
-                return ConsumerResult(outcome="dead")
-        elif state.attempts > 0 and age < self._backoff(state.attempts):
-            return ConsumerResult(outcome="backoff")
+        skip = self._skip_reason(tx, name, inst, state, age)
+        if skip is not None:
+            return ConsumerResult(outcome=skip)
 
         # S1 (horizon) precedes S2 (fetch): a writer that ended before S1 is visible to S2 if it committed.
         horizon = repo.horizon(tx)
@@ -328,54 +319,14 @@ class Dispatcher:
         failpoints.hit("dispatch.after_deliver", name)
 
         new_cursor = max((p for p in outcome.resolved if p > start_cursor), default=start_cursor)
-        remaining, n_resolved, n_retired = settle(
-            gaps,
-            resolved=[p for p in outcome.resolved if p <= start_cursor],
-            fetched=fetched,
-            horizon=horizon,
-            complete_upto=complete_upto,
+        remaining, n_resolved, n_retired = self._settle_gaps(
+            gaps, outcome.resolved, fetched, start_cursor, new_cursor, horizon, complete_upto
         )
-        # where positions commit out of order, one skipped now may still commit: it becomes a pending gap
-        above = [p for p in fetched if p > start_cursor]
-        new_holes = holes(start_cursor, new_cursor, above) if repo.commits_out_of_order else []
-        if new_holes:
-            xid = repo.observation_xid()
-            seen = time.time()
-            remaining = merge([*remaining, *(Gap(lo, hi, xid, seen) for lo, hi in new_holes)])
 
         changed = bool(outcome.resolved or outcome.failed or remaining != gaps)
         if changed:
-            state.cursor = new_cursor
-            state.attempts = outcome.attempts
-            state.last_error = outcome.last_error
-            state.status = "dead" if outcome.dead else "idle"
-            state.pending_gaps = remaining
-            if outcome.processed:
-                state.rearm_count = 0
-            repo.write_state(tx, state, skipped=outcome.skipped)
-            if outcome.dead:
-                self.metrics.dead.labels(name, inst).inc()
-                self.log.error(
-                    "consumer %s (%s) is dead after %d attempts: %s",
-                    name,
-                    inst,
-                    outcome.attempts,
-                    outcome.last_error,
-                )
-        m = self.metrics
-        if outcome.processed:
-            m.processed.labels(name, inst).inc(outcome.processed)
-        if n_resolved:
-            m.gaps_resolved.labels(name, inst).inc(n_resolved)
-        if n_retired:
-            m.gaps_retired.labels(name, inst).inc(n_retired)
-        m.pending_gaps.labels(name, inst).set(sum(g.size for g in remaining))
-        oldest = oldest_seen_at(remaining)
-        m.oldest_gap_age.labels(name, inst).set(0.0 if oldest is None else max(0.0, time.time() - oldest))
-        if changed:
-            hwm, next_age = repo.lag(tx, new_cursor)
-            m.lag_events.labels(name, inst).set(max(0, hwm - new_cursor))
-            m.lag_seconds.labels(name, inst).set(float(next_age or 0.0))
+            self._save_state(tx, name, inst, state, outcome, new_cursor, remaining)
+        self._observe_turn(tx, name, inst, outcome, n_resolved, n_retired, remaining, new_cursor if changed else None)
         failpoints.hit("dispatch.before_commit", name)
         return ConsumerResult(
             processed=outcome.processed,
@@ -386,6 +337,122 @@ class Dispatcher:
             more=len(fetched) >= self.batch_size and changed and not outcome.failed,
             blocked=blocked,
         )
+
+    def _skip_reason(self, tx: Tx, name: str, inst: str, state: ConsumerState, age: float) -> str | None:
+        """Why this consumer gets no delivery this turn (disabled, dead, backoff), or None to go on.
+        A dead consumer past its cooldown with re-arm budget left is re-armed here and goes on."""
+        if state.status == "disabled":
+            return "disabled"
+        if state.status == "dead":
+            if age >= self.rearm_cooldown and state.rearm_count < self.max_rearm_count:
+                self._rearm(tx, name, inst, state)
+            else:
+                if state.rearm_count >= self.max_rearm_count and (name, inst) not in self._exhausted:
+                    self._exhausted.add((name, inst))
+                    self.metrics.rearm_exhausted.labels(name, inst).inc()
+                return "dead"
+        elif state.attempts > 0 and age < self._backoff(state.attempts):
+            return "backoff"
+        return None
+
+    def _rearm(self, tx: Tx, name: str, inst: str, state: ConsumerState) -> None:
+        """Revive a dead consumer: idle, attempts cleared, one more re-arm counted."""
+        state.status, state.attempts, state.last_error = "idle", 0, None
+        state.rearm_count += 1
+        self.repo.write_state(tx, state)
+        self.metrics.rearm.labels(name, inst).inc()
+        self._exhausted.discard((name, inst))
+        self.log.warning(
+            "re-armed dead consumer %s (%s), re-arm %d of %d",
+            name,
+            inst,
+            state.rearm_count,
+            self.max_rearm_count,
+        )
+
+    def _settle_gaps(
+        self,
+        gaps: list[Gap],
+        resolved: list[int],
+        fetched: list[int],
+        start_cursor: int,
+        new_cursor: int,
+        horizon: int,
+        complete_upto: int,
+    ) -> tuple[list[Gap], int, int]:
+        """The pending-gap list after this turn, with the counts of gap positions resolved and retired."""
+        remaining, n_resolved, n_retired = settle(
+            gaps,
+            resolved=[p for p in resolved if p <= start_cursor],
+            fetched=fetched,
+            horizon=horizon,
+            complete_upto=complete_upto,
+        )
+        # where positions commit out of order, one skipped now may still commit: it becomes a pending gap
+        above = [p for p in fetched if p > start_cursor]
+        new_holes = holes(start_cursor, new_cursor, above) if self.repo.commits_out_of_order else []
+        if new_holes:
+            xid = self.repo.observation_xid()
+            seen = time.time()
+            remaining = merge([*remaining, *(Gap(lo, hi, xid, seen) for lo, hi in new_holes)])
+        return remaining, n_resolved, n_retired
+
+    def _save_state(
+        self,
+        tx: Tx,
+        name: str,
+        inst: str,
+        state: ConsumerState,
+        outcome: _Outcome,
+        new_cursor: int,
+        remaining: list[Gap],
+    ) -> None:
+        """Write the turn's cursor, attempts, status and gaps on the turn's transaction."""
+        state.cursor = new_cursor
+        state.attempts = outcome.attempts
+        state.last_error = outcome.last_error
+        state.status = "dead" if outcome.dead else "idle"
+        state.pending_gaps = remaining
+        if outcome.processed:
+            state.rearm_count = 0
+        self.repo.write_state(tx, state, skipped=outcome.skipped)
+        if outcome.dead:
+            self.metrics.dead.labels(name, inst).inc()
+            self.log.error(
+                "consumer %s (%s) is dead after %d attempts: %s",
+                name,
+                inst,
+                outcome.attempts,
+                outcome.last_error,
+            )
+
+    def _observe_turn(
+        self,
+        tx: Tx,
+        name: str,
+        inst: str,
+        outcome: _Outcome,
+        n_resolved: int,
+        n_retired: int,
+        remaining: list[Gap],
+        moved_to: int | None,
+    ) -> None:
+        """Update the turn's counters and gauges; the lag ones only when the turn changed the state
+        (`moved_to`: the new cursor then, else None)."""
+        m = self.metrics
+        if outcome.processed:
+            m.processed.labels(name, inst).inc(outcome.processed)
+        if n_resolved:
+            m.gaps_resolved.labels(name, inst).inc(n_resolved)
+        if n_retired:
+            m.gaps_retired.labels(name, inst).inc(n_retired)
+        m.pending_gaps.labels(name, inst).set(sum(g.size for g in remaining))
+        oldest = oldest_seen_at(remaining)
+        m.oldest_gap_age.labels(name, inst).set(0.0 if oldest is None else max(0.0, time.time() - oldest))
+        if moved_to is not None:
+            hwm, next_age = self.repo.lag(tx, moved_to)
+            m.lag_events.labels(name, inst).set(max(0, hwm - moved_to))
+            m.lag_seconds.labels(name, inst).set(float(next_age or 0.0))
 
     def _bound(self, rows: list[DispatchedEvent], cursor: int, n_ranges: int) -> list[DispatchedEvent]:
         """Stop before the row whose hole would push the gap list past max_pending_gap_ranges."""
@@ -437,27 +504,12 @@ class Dispatcher:
         name = consumer.name
         types = consumer.event_types
         matching = rows if types is None else [r for r in rows if r.type in types]
-        if consumer.batch_handler is not None and matching:
-            scoped = ScopedTx(tx, "sk_batch")
-            batch_ctx = ConsumerContext(scoped, name, inst, self.log, self.metrics, matching[-1])
-            try:
-                consumer.batch_handler(matching, batch_ctx)
-            except Exception as exc:
-                scoped.rollback()
-                cls, msg = _describe(exc)
-                self.log.warning(
-                    "consumer %s: batch of %d failed (%s: %s); delivering one by one",
-                    name,
-                    len(matching),
-                    cls,
-                    msg,
-                )
-            else:
-                scoped.release()
-                out.resolved = [r.position for r in rows]
-                out.processed = len(matching)
-                out.attempts, out.last_error = 0, None
-                return out
+        if (
+            consumer.batch_handler is not None
+            and matching
+            and self._deliver_batch(tx, consumer, inst, rows, matching, out)
+        ):
+            return out
         policy = consumer.error_policy
         max_attempts = policy.max_attempts or self.max_attempts
         scoped = ScopedTx(tx, "sk_event")
@@ -477,21 +529,8 @@ class Dispatcher:
                 handler(row, ctx)
             except Exception as exc:
                 scoped.rollback()
-                cls, msg = _describe(exc)
-                out.failed += 1
-                self.metrics.failed.labels(name, inst, cls).inc()
-                if policy.skip_apply_errors:
-                    self.repo.insert_dead_letter(tx, name, inst, row.position, "skip_apply_error", cls, msg)
-                    self.metrics.skipped.labels(name, inst, "skip_apply_error").inc()
-                    self.log.warning("consumer %s: skipped event at position %d (%s: %s)", name, row.position, cls, msg)
-                    out.skipped += 1
-                    resolved.append(row.position)
-                    out.attempts, out.last_error = 0, None
+                if self._skip_failed(tx, name, inst, policy.skip_apply_errors, max_attempts, row, exc, out):
                     continue
-                # attempts count failed turns on the current head event; an earlier success moved the head
-                out.attempts = (0 if resolved else out.attempts) + 1
-                out.last_error = f"{cls}: {msg} (position {row.position})"
-                out.dead = out.attempts >= max_attempts
                 halted = True
                 break
             if scoped.is_open:
@@ -501,6 +540,70 @@ class Dispatcher:
         if resolved and not halted:
             out.attempts, out.last_error = 0, None
         return out
+
+    def _deliver_batch(
+        self,
+        tx: Tx,
+        consumer: Consumer,
+        inst: str,
+        rows: list[DispatchedEvent],
+        matching: list[DispatchedEvent],
+        out: _Outcome,
+    ) -> bool:
+        """Hand `matching` to the batch handler in one savepoint. True: all of `rows` resolved into `out`;
+        False: the batch failed and was rolled back, deliver one by one."""
+        assert consumer.batch_handler is not None
+        name = consumer.name
+        scoped = ScopedTx(tx, "sk_batch")
+        batch_ctx = ConsumerContext(scoped, name, inst, self.log, self.metrics, matching[-1])
+        try:
+            consumer.batch_handler(matching, batch_ctx)
+        except Exception as exc:
+            scoped.rollback()
+            cls, msg = _describe(exc)
+            self.log.warning(
+                "consumer %s: batch of %d failed (%s: %s); delivering one by one",
+                name,
+                len(matching),
+                cls,
+                msg,
+            )
+            return False
+        scoped.release()
+        out.resolved = [r.position for r in rows]
+        out.processed = len(matching)
+        out.attempts, out.last_error = 0, None
+        return True
+
+    def _skip_failed(
+        self,
+        tx: Tx,
+        name: str,
+        inst: str,
+        skip_apply_errors: bool,
+        max_attempts: int,
+        row: DispatchedEvent,
+        exc: Exception,
+        out: _Outcome,
+    ) -> bool:
+        """Account for a handler failure on `row` (already rolled back). True: skipped into a dead letter,
+        delivery goes on; False: delivery halts at this row (dead once attempts reach `max_attempts`)."""
+        cls, msg = _describe(exc)
+        out.failed += 1
+        self.metrics.failed.labels(name, inst, cls).inc()
+        if skip_apply_errors:
+            self.repo.insert_dead_letter(tx, name, inst, row.position, "skip_apply_error", cls, msg)
+            self.metrics.skipped.labels(name, inst, "skip_apply_error").inc()
+            self.log.warning("consumer %s: skipped event at position %d (%s: %s)", name, row.position, cls, msg)
+            out.skipped += 1
+            out.resolved.append(row.position)
+            out.attempts, out.last_error = 0, None
+            return True
+        # attempts count failed turns on the current head event; an earlier success moved the head
+        out.attempts = (0 if out.resolved else out.attempts) + 1
+        out.last_error = f"{cls}: {msg} (position {row.position})"
+        out.dead = out.attempts >= max_attempts
+        return False
 
     # ------------------------------------------------------------------ drain and state
 
