@@ -8,7 +8,8 @@ with a stable `code`; stack traces are never returned.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -99,11 +100,7 @@ def create_app(
     database = connect(db) if isinstance(db, str) else db
     if owned:
         database.migrate()
-    policy = destination_policy or DestinationPolicy(
-        allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
-        allow_loopback=settings.allow_loopback_webhooks,
-        allow_private_network=settings.allow_private_webhooks,
-        allowed_networks=settings.allowed_webhook_networks)
+    policy = destination_policy or _destination_policy(settings)
     ctx = ApiContext(
         db=database,
         store=job_appender(database, server_signer=server_signer),
@@ -116,31 +113,54 @@ def create_app(
         registered_consumers=registered_consumers,
         registry=registry if registry is not None else REGISTRY,
     )
-
-    from contextlib import asynccontextmanager
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> Any:
-        yield
-        if owned:
-            database.close()
-
-    app = FastAPI(title="settlekit", version="0.1.0", redoc_url=None, lifespan=lifespan,
+    app = FastAPI(title="settlekit", version="0.1.0", redoc_url=None,
+                  lifespan=_lifespan_closing(database if owned else None),
                   description="Event-sourced settlement engine: jobs, ledger, artifacts, deliveries, ops.")
     app.state.settlekit = ctx
+    _add_error_handlers(app)
+    # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
+    app.router.routes.extend(route for router in ROUTERS for route in router.routes)
+    _document_security(app)
+    _add_middleware(app, ctx, settings)
+    return app
+
+
+def _destination_policy(settings: Settings) -> DestinationPolicy:
+    """The webhook network policy the settings ask for."""
+    return DestinationPolicy(
+        allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
+        allow_loopback=settings.allow_loopback_webhooks,
+        allow_private_network=settings.allow_private_webhooks,
+        allowed_networks=settings.allowed_webhook_networks)
+
+
+def _lifespan_closing(database: Database | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """An app lifespan that closes `database` (if any) at shutdown."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if database is not None:
+            database.close()
+
+    return lifespan
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error becomes a problem+json body."""
     app.add_exception_handler(SettlekitError, settlekit_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     app.add_exception_handler(Exception, unhandled_error_handler)
-    # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
-    app.router.routes.extend(route for router in ROUTERS for route in router.routes)
-    _document_security(app)
+
+
+def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
+    """The middleware stack; the last added runs first (request log, metrics, input guard, auth, body limit)."""
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)
     app.add_middleware(InputGuardMiddleware)
     app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
     app.add_middleware(RequestLogMiddleware)
-    return app
 
 
 def _document_security(app: FastAPI) -> None:
