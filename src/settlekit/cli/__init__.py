@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -30,6 +31,10 @@ from settlekit.cli.deliveries import delivery_app, receive_command
 from settlekit.cli.ledger import ledger_app
 from settlekit.errors import SettlekitError, VerificationError
 from settlekit.events.envelope import parse_keys_file, verify_chain
+
+if TYPE_CHECKING:
+    from settlekit.append import Appender
+    from settlekit.importer import ImportResult
 
 app = typer.Typer(help="settlekit: hash-chained job streams, ledger, artifacts and signed webhooks.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -128,46 +133,63 @@ def import_stream(
     Prints {"appended", "skipped", "refused", "unsigned", "loneSurrogates"} last on stdout; exit 0 when nothing
     was refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys, database).
     """
-    from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from settlekit.append import job_appender
-    from settlekit.events.canonical import storable_text
-    from settlekit.importer import import_events, parse_import_keys, parse_import_stream, register_signers
+    from settlekit.importer import parse_import_keys, parse_import_stream, register_signers
     from settlekit.store.db import opened
-
-    def stop(exc: SettlekitError, note: str = "") -> NoReturn:
-        fail(exc, 2, note)
 
     try:
         events = parse_import_stream(read_json(stream))
         signers = parse_import_keys(read_json(keys))
     except SettlekitError as exc:
-        stop(exc)
+        _stop_import(exc)
     try:
         with opened(database_url(db)) as database:
             store = job_appender(database)
             try:
                 register_signers(store, tenant, signers)
             except SettlekitError as exc:
-                stop(exc)
-            show = console.is_terminal and len(events) >= 100
-            done = 0
-
-            def advance(n: int) -> None:
-                nonlocal done
-                done = n
-                bar.update(task, completed=n)
-
-            with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                          console=console, transient=True, disable=not show) as bar:
-                task = bar.add_task("import", total=len(events))
-                try:
-                    result = import_events(store, tenant, events, strict=strict, progress=advance)
-                except SettlekitError as exc:
-                    stop(exc, f" (stopped after event {done}; a re-run resumes)")
+                _stop_import(exc)
+            result = _import_with_progress(store, tenant, events, strict)
     except SettlekitError as exc:  # the database could not be opened or migrated
-        stop(exc)
+        _stop_import(exc)
+    _report_import(result)
+
+
+def _stop_import(exc: SettlekitError, note: str = "") -> NoReturn:
+    """End `import` with exit code 2: the import could not start or was cut off."""
+    fail(exc, 2, note)
+
+
+def _import_with_progress(store: Appender, tenant: str, events: Sequence[Mapping[str, Any]],
+                          strict: bool) -> ImportResult:
+    """Run the import, with a progress bar on a terminal for 100 events or more."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from settlekit.importer import import_events
+
+    show = console.is_terminal and len(events) >= 100
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done = n
+        bar.update(task, completed=n)
+
+    with Progress(TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True, disable=not show) as bar:
+        task = bar.add_task("import", total=len(events))
+        try:
+            return import_events(store, tenant, events, strict=strict, progress=advance)
+        except SettlekitError as exc:
+            _stop_import(exc, f" (stopped after event {done}; a re-run resumes)")
+
+
+def _report_import(result: ImportResult) -> None:
+    """Print the refusal (if any) and the counts; exit 1 when an event was refused."""
+    from rich.markup import escape
+
+    from settlekit.events.canonical import storable_text
+
     if result.refused is not None:
         r = result.refused
         console.print(f"[red]refused[/red] event {r.index} ({escape(str(r.event_id))}): {r.code}: "
