@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -43,6 +44,30 @@ OldNetworksOption = Annotated[list[str] | None, typer.Option("--allow-network", 
 SecretsDirOption = Annotated[Path | None, typer.Option(
     "--secrets-dir", file_okay=False, help="directory of webhook secret files [env SETTLEKIT_SECRETS_DIR, "
     "default secrets]")]
+SecretRefOption = Annotated[
+    str | None, typer.Option("--secret-ref", help="secret:<id> of this tenant, or env:NAME (with "
+                             "--allow-env-secrets)")
+]
+SecretFileOption = Annotated[
+    Path | None, typer.Option("--secret-file", dir_okay=False, help="file holding the secret: its value is "
+                              "stored in the database (the file is not kept referenced)")
+]
+GenerateSecretOption = Annotated[
+    bool, typer.Option("--generate-secret", help="create a new whsec_ secret (stored in the database, and "
+                       "written to a 0600 file in --secrets-dir for the receiver)")
+]
+OldSecretDirOption = Annotated[Path | None, typer.Option("--secret-dir", hidden=True)]  # the earlier name
+SigningOption = Annotated[str, typer.Option("--signing", help="standard | settld_legacy | both")]
+ArtifactTypesOption = Annotated[
+    list[str] | None, typer.Option("--type", help="artifact type to deliver (repeatable; default all)")
+]
+OrderingOption = Annotated[str, typer.Option("--ordering", help="best_effort | strict_scope")]
+AllowPrivateOption = Annotated[
+    bool, typer.Option("--allow-private-network", help="this destination may be on a private network (the "
+                       "operator running this command decides for the deployment)")
+]
+ReplaceOption = Annotated[bool, typer.Option("--replace", help="overwrite an existing destination")]
+AllowEnvSecretsOption = Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")]
 
 
 def _policy(loopback: bool, insecure: bool, networks: list[str] | None, env_secrets: bool = False,
@@ -92,81 +117,86 @@ def destinations_add(
     tenant: TenantOption,
     destination_id: Annotated[str, typer.Option("--id", help="destination id ([A-Za-z0-9._-])")],
     url: Annotated[str, typer.Option("--url", help="https:// endpoint")],
-    secret_ref: Annotated[
-        str | None, typer.Option("--secret-ref", help="secret:<id> of this tenant, or env:NAME (with "
-                                 "--allow-env-secrets)")
-    ] = None,
-    secret_file: Annotated[
-        Path | None, typer.Option("--secret-file", dir_okay=False, help="file holding the secret: its value is "
-                                  "stored in the database (the file is not kept referenced)")
-    ] = None,
-    generate: Annotated[
-        bool, typer.Option("--generate-secret", help="create a new whsec_ secret (stored in the database, and "
-                           "written to a 0600 file in --secrets-dir for the receiver)")
-    ] = False,
+    secret_ref: SecretRefOption = None,
+    secret_file: SecretFileOption = None,
+    generate: GenerateSecretOption = False,
     secrets_dir: SecretsDirOption = None,
-    old_secret_dir: Annotated[Path | None, typer.Option("--secret-dir", hidden=True)] = None,
-    signing: Annotated[str, typer.Option("--signing", help="standard | settld_legacy | both")] = "standard",
-    types: Annotated[
-        list[str] | None, typer.Option("--type", help="artifact type to deliver (repeatable; default all)")
-    ] = None,
-    ordering: Annotated[str, typer.Option("--ordering", help="best_effort | strict_scope")] = "best_effort",
-    allow_private: Annotated[
-        bool, typer.Option("--allow-private-network", help="this destination may be on a private network (the "
-                           "operator running this command decides for the deployment)")
-    ] = False,
-    replace: Annotated[bool, typer.Option("--replace", help="overwrite an existing destination")] = False,
+    old_secret_dir: OldSecretDirOption = None,
+    signing: SigningOption = "standard",
+    types: ArtifactTypesOption = None,
+    ordering: OrderingOption = "best_effort",
+    allow_private: AllowPrivateOption = False,
+    replace: ReplaceOption = False,
     allow_loopback: LoopbackOption = False,
     old_allow_loopback: OldLoopbackOption = False,
     allow_insecure_http: InsecureOption = False,
     allow_network: NetworksOption = None,
     old_allow_network: OldNetworksOption = None,
-    allow_env_secrets: Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")] = False,
+    allow_env_secrets: AllowEnvSecretsOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Add a destination (SSRF-checked, secret reference checked). Secrets are never printed."""
-    given = sum(x is not None and x is not False for x in (secret_ref, secret_file, generate or None))
-    if given != 1:
-        raise typer.BadParameter("give exactly one of --secret-ref, --secret-file, --generate-secret")
-    secret_dir = Settings(secrets_dir=secrets_dir or old_secret_dir).secrets_dir
+    secret = _NewSecret.from_options(secret_ref, secret_file, generate, secrets_dir or old_secret_dir)
     allow_loopback = allow_loopback or old_allow_loopback
     allow_network = [*(allow_network or ()), *(old_allow_network or ())]
-    generated: Path | None = None
 
     def action(database: Database) -> dict[str, Any]:
-        nonlocal generated
         ref = secret_ref or ""
-        value: str | None = None
-        if secret_file is not None:  # imported into the database: workers never read files
-            value = secret_file.read_text(encoding="utf-8").strip()
-        if generate:
-            generated = _write_secret(secret_dir, tenant, destination_id)
-            value = generated.read_text(encoding="utf-8").strip()
+        value = secret.value(tenant, destination_id)
         try:
             dest = service.add_destination(
-                database,
-                tenant,
-                destination_id,
-                url=url,
-                secret_ref=ref,
-                signing=signing,
-                artifact_types=types,
-                ordering=ordering,
-                allow_private_network=allow_private,
+                database, tenant, destination_id, url=url, secret_ref=ref, signing=signing, artifact_types=types,
+                ordering=ordering, allow_private_network=allow_private,
                 policy=_policy(allow_loopback, allow_insecure_http, allow_network, allow_env_secrets,
                                private=allow_private),
-                replace=replace,
-                actor="cli",
-                secret_value=value,
-            )
+                replace=replace, actor="cli", secret_value=value)
         except BaseException:
-            if generated is not None:
-                generated.unlink(missing_ok=True)
-                generated = None
+            secret.discard()
             raise
         return dest.to_json()
 
     body = run_with_db(db, action)
+    _print_saved(body, tenant, destination_id, as_json, secret.written)
+
+
+@dataclass
+class _NewSecret:
+    """Where the secret of `destinations add` comes from. A secret written for --generate-secret is removed
+    again when saving the destination fails."""
+
+    secret_file: Path | None
+    generate: bool
+    secret_dir: Path
+    written: Path | None = None
+
+    @classmethod
+    def from_options(cls, secret_ref: str | None, secret_file: Path | None, generate: bool,
+                     secrets_dir: Path | None) -> _NewSecret:
+        """Exactly one source must be given (typer.BadParameter otherwise)."""
+        given = sum(x is not None and x is not False for x in (secret_ref, secret_file, generate or None))
+        if given != 1:
+            raise typer.BadParameter("give exactly one of --secret-ref, --secret-file, --generate-secret")
+        return cls(secret_file, generate, Settings(secrets_dir=secrets_dir).secrets_dir)
+
+    def value(self, tenant: str, destination_id: str) -> str | None:
+        """The secret value to store (None for a reference); generates and writes a new one if asked."""
+        value: str | None = None
+        if self.secret_file is not None:  # imported into the database: workers never read files
+            value = self.secret_file.read_text(encoding="utf-8").strip()
+        if self.generate:
+            self.written = _write_secret(self.secret_dir, tenant, destination_id)
+            value = self.written.read_text(encoding="utf-8").strip()
+        return value
+
+    def discard(self) -> None:
+        """Remove the generated secret file, if one was written."""
+        if self.written is not None:
+            self.written.unlink(missing_ok=True)
+            self.written = None
+
+
+def _print_saved(body: dict[str, Any], tenant: str, destination_id: str, as_json: bool,
+                 generated: Path | None) -> None:
     if as_json:
         print_json(body)
     else:
