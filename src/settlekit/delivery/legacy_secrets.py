@@ -21,6 +21,7 @@ import logging
 import os
 import stat
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -136,32 +137,11 @@ def migrate_file_refs(db: Database, secrets_dir: Path | None, *, now: datetime) 
     """Import every legacy `file:` reference (current or rotated-out) whose file lies in its destination's
     tenant area of `secrets_dir`; refuse and report the others. One transaction; idempotent (a second run
     finds no `file:` reference it migrated)."""
-    root: Path | None = None
-    if secrets_dir is not None:
-        try:
-            root = Path(os.path.abspath(secrets_dir)).resolve(strict=True)
-        except (OSError, RuntimeError):
-            root = None
-        if root is not None and not root.is_dir():
-            root = None
+    root = _secrets_root(secrets_dir)
     report = MigrationReport()
     with db.transaction() as tx:
         rows = store.destinations_with_ref_scheme(tx, "file")
-        located: list[tuple[str, str, str, str, str, Path | None, str]] = []
-        tenants_of: dict[Path, set[str]] = defaultdict(set)
-        for tenant_id, destination_id, signing, current, previous in rows:
-            for name, ref in zip(_FIELDS, (current, previous), strict=True):
-                if ref is None or not str(ref).startswith("file:"):
-                    continue
-                raw = str(ref)[len("file:"):]
-                try:
-                    real: Path | None = _locate(raw, root, tenant_id, destination_id)
-                    why = ""
-                except _Refused as exc:
-                    real, why = None, exc.reason
-                if real is not None:
-                    tenants_of[real].add(tenant_id)
-                located.append((tenant_id, destination_id, signing, name, str(ref), real, why))
+        located, tenants_of = _locate_all(rows, root)
         touched: set[tuple[str, str]] = set()
         for tenant_id, destination_id, signing, name, ref, real, why in located:
             raw = ref[len("file:"):]
@@ -183,6 +163,45 @@ def migrate_file_refs(db: Database, secrets_dir: Path | None, *, now: datetime) 
     for o in report.outcomes:
         audit.info("legacy secret ref %s", "migrated" if o.migrated else "refused", extra=o.to_json())
     return report
+
+
+def _secrets_root(secrets_dir: Path | None) -> Path | None:
+    """`secrets_dir` resolved, or None when not given, missing or not a directory."""
+    root: Path | None = None
+    if secrets_dir is not None:
+        try:
+            root = Path(os.path.abspath(secrets_dir)).resolve(strict=True)
+        except (OSError, RuntimeError):
+            root = None
+        if root is not None and not root.is_dir():
+            root = None
+    return root
+
+
+# (tenant_id, destination_id, signing, field name, ref, the file it names or None, why it was refused)
+_Located = tuple[str, str, str, str, str, Path | None, str]
+
+
+def _locate_all(rows: Sequence[tuple[str, str, str, str, str | None]],
+                root: Path | None) -> tuple[list[_Located], dict[Path, set[str]]]:
+    """Every `file:` reference of `rows` with the file it names (or why it is refused), and the tenants
+    referencing each file."""
+    located: list[_Located] = []
+    tenants_of: dict[Path, set[str]] = defaultdict(set)
+    for tenant_id, destination_id, signing, current, previous in rows:
+        for name, ref in zip(_FIELDS, (current, previous), strict=True):
+            if ref is None or not str(ref).startswith("file:"):
+                continue
+            raw = str(ref)[len("file:"):]
+            try:
+                real: Path | None = _locate(raw, root, tenant_id, destination_id)
+                why = ""
+            except _Refused as exc:
+                real, why = None, exc.reason
+            if real is not None:
+                tenants_of[real].add(tenant_id)
+            located.append((tenant_id, destination_id, signing, name, str(ref), real, why))
+    return located, tenants_of
 
 
 def _enable_if_refused(tx: Tx, tenant_id: str, destination_id: str, now: datetime, report: MigrationReport) -> None:
