@@ -86,38 +86,15 @@ def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
         fleet = Fleet.create()
         with api_server(db, settings) as base_url, httpx.Client(
                 base_url=base_url, headers={"authorization": f"Bearer {api_key}"}, timeout=30) as client:
-            for key in fleet.registrations():
-                body = {"publicKeyPem": key["publicKeyPem"], "purpose": key["purpose"]}
-                if "entityId" in key:
-                    body["entityId"] = key["entityId"]
-                _ok(client.post("/v1/keys", json=body))
-            _ok(client.post("/v1/destinations", json={
-                "destinationId": "dst_demo_receiver", "url": f"{receiver.url}webhooks", "secret": webhook_secret,
-                "allowPrivateNetwork": True}))
-            outcomes: Counter[str] = Counter()
-            job_ids: list[str] = []
-            events_total = 0
-            with Progress(console=console, transient=False) as progress:
-                task = progress.add_task("appending job events over HTTP", total=jobs)
-                for n in range(jobs):
-                    scenario = scenario_for(n)
-                    job_id = f"job_demo_{n:05d}"
-                    for event in job_stream(scenario, job_id, fleet, n):
-                        _ok(client.post(f"/v1/jobs/{job_id}/events", json=event))
-                        events_total += 1
-                    outcomes[OUTCOME_BY_SCENARIO[scenario]] += 1
-                    job_ids.append(job_id)
-                    progress.advance(task)
+            _register(client, fleet, f"{receiver.url}webhooks", webhook_secret)
+            outcomes, job_ids, events_total = _append_jobs(console, client, fleet, jobs)
             append_seconds = time.perf_counter() - started
             console.print("waiting for artifacts to be built and delivered …")
             if not workers.drain(timeout=max(120.0, jobs * 1.0)):
                 console.print("[red]deliveries did not finish in time[/red]")
                 return 1
             streams = {job_id: _ok(client.get(f"/v1/jobs/{job_id}/export")).json() for job_id in job_ids}
-        failures = _verify(console, streams, fleet, receiver)
-        balances = ledger_rows.balances(db, TENANT).get(TENANT, {})
-        if sum(balances.values()) != 0:
-            failures.append(f"ledger does not balance: total {sum(balances.values())}")
+        failures, balances = _check(console, db, streams, fleet, receiver)
         delivered = receiver.artifacts
         elapsed = time.perf_counter() - started
         _summary(console, outcomes, events_total, balances, delivered, receiver, failures, elapsed, append_seconds)
@@ -131,6 +108,49 @@ def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
             receiver.stop()
         db.close()
         tmp.cleanup()
+
+
+def _register(client: httpx.Client, fleet: Fleet, webhook_url: str, webhook_secret: str) -> None:
+    """Register the fleet's signing keys and the receiver as the tenant's webhook destination."""
+    for key in fleet.registrations():
+        body = {"publicKeyPem": key["publicKeyPem"], "purpose": key["purpose"]}
+        if "entityId" in key:
+            body["entityId"] = key["entityId"]
+        _ok(client.post("/v1/keys", json=body))
+    _ok(client.post("/v1/destinations", json={
+        "destinationId": "dst_demo_receiver", "url": webhook_url, "secret": webhook_secret,
+        "allowPrivateNetwork": True}))
+
+
+def _append_jobs(console: Console, client: httpx.Client, fleet: Fleet,
+                 jobs: int) -> tuple[Counter[str], list[str], int]:
+    """Append the events of `jobs` simulated jobs over HTTP: the jobs by outcome, their ids, the event count."""
+    outcomes: Counter[str] = Counter()
+    job_ids: list[str] = []
+    events_total = 0
+    with Progress(console=console, transient=False) as progress:
+        task = progress.add_task("appending job events over HTTP", total=jobs)
+        for n in range(jobs):
+            scenario = scenario_for(n)
+            job_id = f"job_demo_{n:05d}"
+            for event in job_stream(scenario, job_id, fleet, n):
+                _ok(client.post(f"/v1/jobs/{job_id}/events", json=event))
+                events_total += 1
+            outcomes[OUTCOME_BY_SCENARIO[scenario]] += 1
+            job_ids.append(job_id)
+            progress.advance(task)
+    return outcomes, job_ids, events_total
+
+
+def _check(console: Console, db: Database, streams: dict[str, list[dict[str, Any]]], fleet: Fleet,
+           receiver: Any) -> tuple[list[str], dict[str, int]]:
+    """Verify streams and delivered artifacts offline and check the ledger balances: the failures and the
+    tenant's balances."""
+    failures = _verify(console, streams, fleet, receiver)
+    balances = ledger_rows.balances(db, TENANT).get(TENANT, {})
+    if sum(balances.values()) != 0:
+        failures.append(f"ledger does not balance: total {sum(balances.values())}")
+    return failures, balances
 
 
 def _ok(response: httpx.Response) -> httpx.Response:
