@@ -129,20 +129,8 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     in turn, the left one first, down to the single refused event. The store checks each event of a batch
     against the state after the ones before it, so the outcome is exactly that of appending one event at a time.
     """
-    result = ImportResult()
-    for i, event in enumerate(events):
-        if not isinstance(event.get("streamId"), str):
-            result.refused = _refusal(i, event, ValidationError("streamId must be a string", code="SCHEMA_INVALID"))
-            return result
-    try:
-        store.verify_history(tenant_id, events)
-    except SettlekitError as exc:
-        if exc.status >= 500:
-            raise
-        index = _batch_index(exc, len(events))
-        if index is None:
-            raise
-        result.refused = _refusal(index, events[index], exc)
+    result = ImportResult(refused=_check_file(store, tenant_id, events))
+    if result.refused is not None:
         return result
     policy = LIVE if strict else HISTORY
     stored: dict[str, dict[str, Mapping[str, Any]]] = {}
@@ -155,21 +143,44 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
         if _already_stored(known, events[i]):
             result.skipped += 1
             i += 1
-            if progress is not None:
-                progress(i)
-            continue
-        j = i + 1
-        while (j < len(events) and j - i < chunk_size and events[j].get("streamId") == stream_id
-               and not _already_stored(known, events[j])):
-            j += 1
-        refused = _append_exact(store, tenant_id, stream_id, events, i, j, result, policy)
-        if refused is not None:
-            result.refused = refused
-            return result
-        i = j
+        else:
+            j = _chunk_end(events, i, stream_id, known, chunk_size)
+            result.refused = _append_exact(store, tenant_id, stream_id, events, i, j, result, policy)
+            if result.refused is not None:
+                return result
+            i = j
         if progress is not None:
             progress(i)
     return result
+
+
+def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]]) -> Refusal | None:
+    """The checks of the whole file before anything is written: every event names its stream as a string, then
+    `Appender.verify_history`. Returns the refusal of the first event that fails them."""
+    for i, event in enumerate(events):
+        if not isinstance(event.get("streamId"), str):
+            return _refusal(i, event, ValidationError("streamId must be a string", code="SCHEMA_INVALID"))
+    try:
+        store.verify_history(tenant_id, events)
+    except SettlekitError as exc:
+        if exc.status >= 500:
+            raise
+        index = _batch_index(exc, len(events))
+        if index is None:
+            raise
+        return _refusal(index, events[index], exc)
+    return None
+
+
+def _chunk_end(events: Sequence[Mapping[str, Any]], start: int, stream_id: str,
+               known: Mapping[str, Mapping[str, Any]], chunk_size: int) -> int:
+    """Where the chunk that starts at `start` ends: up to `chunk_size` consecutive events of `stream_id`, stopping
+    before one already stored."""
+    end = start + 1
+    while (end < len(events) and end - start < chunk_size and events[end].get("streamId") == stream_id
+           and not _already_stored(known, events[end])):
+        end += 1
+    return end
 
 
 def _append_exact(store: Appender, tenant_id: str, stream_id: str, events: Sequence[Mapping[str, Any]],

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from settlekit.append import idempotency as idempotent
-from settlekit.append.domain import PassThroughDomain, StreamDomain
+from settlekit.append.domain import DomainOutcome, PassThroughDomain, StreamDomain
 from settlekit.append.idempotency import Idempotency
 from settlekit.append.policy import (
     LIVE,
@@ -40,7 +40,7 @@ from settlekit.events.envelope import (
     verify_link,
 )
 from settlekit.store.db import Database, Tx
-from settlekit.store.events import CommitBatch, DuplicateKey, EventRecorder, HeadMismatch
+from settlekit.store.events import AfterCommit, CommitBatch, DuplicateKey, EventRecorder, HeadMismatch
 from settlekit.store.signer_keys import SignerKey, SignerKeys
 from settlekit.store.streams import StreamHead, Streams
 
@@ -96,53 +96,49 @@ class Appender:
         `expected_version` (0 = empty). Client-finalized events carry their own prevChainHash. `policy`: see
         AppendPolicy (`HISTORY` takes client-finalized envelopes only).
         """
-        _require_id("tenant_id", tenant_id)
-        _require_id("stream_id", stream_id)
-        if not items:
-            raise ValidationError("nothing to append", code="SCHEMA_INVALID")
-        for i, item in enumerate(items):
-            # stricter than settld on purpose: new input must be well-formed Unicode (README, "Deliberate
-            # differences"); recorded history may hold lone surrogates in its payloads, never in the envelope
-            # fields the store keeps in columns (ids, type, at, actor, signer)
-            if policy.allow_lone_surrogates and isinstance(item, Mapping):
-                require_well_formed({k: v for k, v in item.items() if k != "payload"}, f"$[{i}]")
-            else:
-                require_well_formed(item, f"$[{i}]")
-        client_finalized = any(not _FINALIZED_FIELDS.isdisjoint(item) for item in items)
-        if not policy.is_live and not client_finalized:
-            raise ValidationError("a history append takes client-finalized envelopes only", code="SCHEMA_INVALID")
+        client_finalized = _check_items(tenant_id, stream_id, items, policy)
+        request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id)
         if idempotency is not None:
             idempotent.prepare(idempotency, stream_id,
                                None if expected_prev_chain_hash is _MISSING else expected_prev_chain_hash,
                                expected_version, items)
-            replay = idempotent.replay(self.db, tenant_id, idempotency)
+            replay = self._stored_answer(request)
             if replay is not None:
                 return replay
-        request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id)
         try:
             if client_finalized:
                 result = self._append_finalized(request, items, policy)
             else:
                 result = self._append_drafts(request, items, expected_prev_chain_hash, expected_version)
         except _IdempotencyRace:
-            assert idempotency is not None
-            replay = idempotent.replay(self.db, tenant_id, idempotency)
-            if replay is None:
-                raise ConflictError("idempotency record vanished during a concurrent append",
-                                    code="IDEMPOTENCY_CONFLICT") from None
-            return replay
+            return self._answer_after_race(request)
         except SettlekitError:
             # A concurrent request with the same key may have committed first (its events moved the head, so
             # this attempt conflicted): its stored answer is the answer.
-            replay = idempotent.replay(self.db, tenant_id, idempotency) if idempotency is not None else None
+            replay = self._stored_answer(request)
             if replay is None:
                 raise
             return replay
-        if idempotency is not None and result.already_exists:
-            replay = idempotent.replay(self.db, tenant_id, idempotency)
+        if result.already_exists:
+            replay = self._stored_answer(request)
             if replay is not None:
                 return replay
         return result
+
+    def _stored_answer(self, request: _Request) -> AppendResult | None:
+        """The answer recorded under the request's idempotency key, if it has one and it is recorded."""
+        if request.idempotency is None:
+            return None
+        return idempotent.replay(self.db, request.tenant_id, request.idempotency)
+
+    def _answer_after_race(self, request: _Request) -> AppendResult:
+        """A concurrent request with the same idempotency key recorded its answer first: that is the answer."""
+        assert request.idempotency is not None
+        replay = self._stored_answer(request)
+        if replay is None:
+            raise ConflictError("idempotency record vanished during a concurrent append",
+                                code="IDEMPOTENCY_CONFLICT") from None
+        return replay
 
     def _append_drafts(self, request: _Request, items: Sequence[Mapping[str, Any]], expected_prev_chain_hash: Any,
                        expected_version: int | None) -> AppendResult:
@@ -293,51 +289,54 @@ class Appender:
         """The domain step on top of the stream's `head` and `snapshot`, then one CommitBatch for the recorder
         (`events` link to `prev`; `jsons`: their stored text, when already made). A lost race is a 409 with the
         current head."""
-        tenant_id, stream_id, idempotency = request.tenant_id, request.stream_id, request.idempotency
-        stream_type = head.stream_type if head else self.domain.stream_type(events[0]["type"], stream_id)
+        stream_type = head.stream_type if head else self.domain.stream_type(events[0]["type"], request.stream_id)
         first_seq = (head.seq if head else 0) + 1
-        outcome = self.domain.process(tenant_id, stream_id, snapshot, events, first_seq)
-        batch = CommitBatch(
-            tenant_id=tenant_id, stream_id=stream_id, stream_type=stream_type, prev_chain_hash=prev,
-            expected_version=expected_version, events=events,
-            jsons=jsons if jsons is not None else [storable_json(e) for e in events],
-            snapshot_json=storable_json(outcome.snapshot) if outcome.snapshot is not None else None,
-            batch_id=str(uuid.uuid4()), correlation_id=request.correlation_id, causation_id=request.causation_id)
+        outcome = self.domain.process(request.tenant_id, request.stream_id, snapshot, events, first_seq)
+        batch = _commit_batch(request, stream_type, events, jsons, prev, expected_version, outcome.snapshot)
         built: list[AppendResult] = []
-
-        def after(tx: Tx, base_seq: int, positions: list[int]) -> None:
-            result = AppendResult(tenant_id=tenant_id, stream_id=stream_id, events=events, first_seq=base_seq + 1,
-                                  positions=positions, head_chain_hash=events[-1]["chainHash"],
-                                  snapshot=outcome.snapshot)
-            if outcome.write is not None:
-                outcome.write(tx)
-            if idempotency is not None:
-                idempotent.record(tx, tenant_id, idempotency, result, self.clock())
-            built.append(result)
-
-        needs_after = outcome.write is not None or idempotency is not None
         try:
-            committed = self.recorder.commit(batch, after if needs_after else None)
+            committed = self.recorder.commit(batch, self._in_transaction(request, events, outcome, built))
         except DuplicateKey as exc:
-            if exc.kind == "idempotency":
-                raise _IdempotencyRace() from None
-            if exc.kind == "event_id":
-                existing = self._find_existing(tenant_id, events)
-                if existing is not None:
-                    return existing
-                raise ConflictError("an event with this id already exists with different content",
-                                    code="EVENT_ID_CONFLICT") from None
-            current = self.streams.head(tenant_id, stream_id)
-            raise _hash_conflict(prev, current.chain_hash if current else None) from None
+            return self._answer_duplicate(request, events, prev, exc)
         if isinstance(committed, HeadMismatch):
-            if expected_version is not None and committed.seq != expected_version:
-                raise _version_conflict(expected_version, committed.seq)
-            raise _hash_conflict(prev, committed.chain_hash)
+            raise _head_moved(prev, expected_version, committed)
         if built:
             return built[0]
-        return AppendResult(tenant_id=tenant_id, stream_id=stream_id, events=events,
-                            first_seq=committed.base_seq + 1, positions=committed.positions,
-                            head_chain_hash=events[-1]["chainHash"], snapshot=outcome.snapshot)
+        return _appended(request, events, committed.base_seq, committed.positions, outcome.snapshot)
+
+    def _in_transaction(self, request: _Request, events: list[Event], outcome: DomainOutcome,
+                        built: list[AppendResult]) -> AfterCommit | None:
+        """What the recorder runs in the append's transaction once the events are in: the domain's rows and the
+        idempotency record (None when there is neither). It puts the result it builds in `built`."""
+        write, idempotency = outcome.write, request.idempotency
+        if write is None and idempotency is None:
+            return None
+
+        def after(tx: Tx, base_seq: int, positions: list[int]) -> None:
+            result = _appended(request, events, base_seq, positions, outcome.snapshot)
+            if write is not None:
+                write(tx)
+            if idempotency is not None:
+                idempotent.record(tx, request.tenant_id, idempotency, result, self.clock())
+            built.append(result)
+
+        return after
+
+    def _answer_duplicate(self, request: _Request, events: list[Event], prev: str | None,
+                          exc: DuplicateKey) -> AppendResult:
+        """The insert broke a uniqueness rule (nothing was written): the idempotency key was recorded concurrently
+        (_IdempotencyRace), an event id is already stored (the same events: alreadyExists, else
+        EVENT_ID_CONFLICT), or a concurrent append took the stream position (PREV_CHAIN_HASH_MISMATCH)."""
+        if exc.kind == "idempotency":
+            raise _IdempotencyRace() from None
+        if exc.kind == "event_id":
+            existing = self._find_existing(request.tenant_id, events)
+            if existing is not None:
+                return existing
+            raise ConflictError("an event with this id already exists with different content",
+                                code="EVENT_ID_CONFLICT") from None
+        current = self.streams.head(request.tenant_id, request.stream_id)
+        raise _hash_conflict(prev, current.chain_hash if current else None) from None
 
     def _find_existing(self, tenant_id: str, events: Sequence[Event]) -> AppendResult | None:
         """A replay of already stored client events (same ids, same chain hashes) returns alreadyExists."""
@@ -371,6 +370,53 @@ def _public_key(keys: Mapping[str, SignerKey], key_id: str) -> Any:
 def _load_public_key_cached(pem: str) -> Any:
     """Parsed keys by PEM text (immutable), so each append does not re-parse its signer's key."""
     return load_public_key(pem)
+
+
+def _check_items(tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]], policy: AppendPolicy) -> bool:
+    """The checks every append makes first: the ids, a non-empty batch of well-formed Unicode, and client-finalized
+    envelopes for a history append. Returns whether the items are client-finalized."""
+    _require_id("tenant_id", tenant_id)
+    _require_id("stream_id", stream_id)
+    if not items:
+        raise ValidationError("nothing to append", code="SCHEMA_INVALID")
+    for i, item in enumerate(items):
+        # stricter than settld on purpose: new input must be well-formed Unicode (README, "Deliberate
+        # differences"); recorded history may hold lone surrogates in its payloads, never in the envelope
+        # fields the store keeps in columns (ids, type, at, actor, signer)
+        if policy.allow_lone_surrogates and isinstance(item, Mapping):
+            require_well_formed({k: v for k, v in item.items() if k != "payload"}, f"$[{i}]")
+        else:
+            require_well_formed(item, f"$[{i}]")
+    client_finalized = any(not _FINALIZED_FIELDS.isdisjoint(item) for item in items)
+    if not policy.is_live and not client_finalized:
+        raise ValidationError("a history append takes client-finalized envelopes only", code="SCHEMA_INVALID")
+    return client_finalized
+
+
+def _commit_batch(request: _Request, stream_type: str, events: list[Event], jsons: list[str] | None,
+                  prev: str | None, expected_version: int | None, snapshot: dict[str, Any] | None) -> CommitBatch:
+    """What the recorder writes: the events (their stored text made now unless given) and the domain's snapshot."""
+    return CommitBatch(
+        tenant_id=request.tenant_id, stream_id=request.stream_id, stream_type=stream_type, prev_chain_hash=prev,
+        expected_version=expected_version, events=events,
+        jsons=jsons if jsons is not None else [storable_json(e) for e in events],
+        snapshot_json=storable_json(snapshot) if snapshot is not None else None,
+        batch_id=str(uuid.uuid4()), correlation_id=request.correlation_id, causation_id=request.causation_id)
+
+
+def _appended(request: _Request, events: list[Event], base_seq: int, positions: list[int],
+              snapshot: dict[str, Any] | None) -> AppendResult:
+    """The result of a committed append whose first event took seq `base_seq + 1`."""
+    return AppendResult(tenant_id=request.tenant_id, stream_id=request.stream_id, events=events,
+                        first_seq=base_seq + 1, positions=positions, head_chain_hash=events[-1]["chainHash"],
+                        snapshot=snapshot)
+
+
+def _head_moved(prev: str | None, expected_version: int | None, mismatch: HeadMismatch) -> ConflictError:
+    """The conflict to report when the stream head was not the expected one at commit time."""
+    if expected_version is not None and mismatch.seq != expected_version:
+        return _version_conflict(expected_version, mismatch.seq)
+    return _hash_conflict(prev, mismatch.chain_hash)
 
 
 def _require_id(name: str, value: Any) -> None:
