@@ -92,7 +92,11 @@ def open_database(url: str | None, *, reading: bool = False) -> Database:
     url = database_url(url)
     if reading:
         require_existing_sqlite(url)
-    return connect(url)
+    if url.startswith("sqlite:"):
+        return connect(url)
+    from settlekit.runtime.settings import Settings
+
+    return connect(url, **Settings(db_url=url).database_options())  # SETTLEKIT_DB_DIRECT and the like
 
 
 def run_with_db(db_url: str | None, action: Callable[[Database], T], *, reading: bool = False,

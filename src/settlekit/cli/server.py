@@ -11,11 +11,11 @@ from settlekit.cli.common import console, settings_flags
 
 # the settings of the embedded workers: `worker`, and `serve` unless --no-workers
 WORKER_SETTINGS = (
-    "db_url", "instance_id", "allow_loopback_webhooks", "allow_private_webhooks", "allowed_webhook_networks",
-    "allow_insecure_http", "metrics_per_destination", "delivery_concurrency", "delivery_lease",
-    "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts", "delivery_backoff_base",
-    "delivery_backoff_cap", "delivery_max_claims", "dispatch_batch_size", "dispatch_max_attempts", "rearm_cooldown",
-    "max_rearm_count", "cleanup_interval", "log_level",
+    "db_url", "db_direct", "db_prepared_statements", "instance_id", "allow_loopback_webhooks",
+    "allow_private_webhooks", "allowed_webhook_networks", "allow_insecure_http", "metrics_per_destination",
+    "delivery_concurrency", "delivery_lease", "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts",
+    "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims", "dispatch_batch_size",
+    "dispatch_max_attempts", "rearm_cooldown", "max_rearm_count", "cleanup_interval", "log_level",
 )
 API_SETTINGS = (
     "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes",
@@ -72,7 +72,7 @@ def serve(
     from settlekit.store.db import connect
 
     settings = Settings(**flags)
-    database = connect(settings.db_url)
+    database = connect(settings.db_url, **settings.database_options())
     database.migrate()  # before logging is configured: an unreachable database is one line on stderr
     configure_logging(settings.log_level)
     background = Workers(database, settings) if workers else None
@@ -108,7 +108,7 @@ def worker(flags: dict[str, Any]) -> None:
     from settlekit.store.db import connect
 
     settings = Settings(**flags)
-    database = connect(settings.db_url)
+    database = connect(settings.db_url, **settings.database_options())
     database.migrate()  # before logging is configured: an unreachable database is one line on stderr
     configure_logging(settings.log_level)
     stop = threading.Event()

@@ -39,6 +39,13 @@ class Settings(BaseSettings):
 
     db_url: str = Field("sqlite:///settlekit.db", validation_alias="SETTLEKIT_DB",
                         description="database URL, `postgresql://…` or `sqlite:///path.db`")
+    db_direct: str | None = Field(
+        None, description="PostgreSQL URL that bypasses the connection pooler, used only for the dispatcher's "
+        "LISTEN wake-ups; set it when `SETTLEKIT_DB` points at PgBouncer in transaction mode (default: "
+        "`SETTLEKIT_DB`)")
+    db_prepared_statements: bool = Field(
+        True, description="server-side prepared statements on PostgreSQL; turn off behind PgBouncer in "
+        "transaction mode unless it is 1.22 or later with `max_prepared_statements` set")
     host: str = Field("127.0.0.1", description="API listen address (`serve`)")
     port: int = Field(8080, ge=0, le=65535, description="API listen port (`serve`; 0: any free port)")
     server_key_file: str | None = Field(
@@ -132,10 +139,17 @@ class Settings(BaseSettings):
     def _upper_level(cls, value: Any) -> Any:
         return value.strip().upper() if isinstance(value, str) else value
 
-    @field_validator("server_key_file", "forwarded_allow_ips", mode="before")
+    @field_validator("server_key_file", "forwarded_allow_ips", "db_direct", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    def database_options(self) -> dict[str, Any]:
+        """Keyword arguments of `store.db.connect(self.db_url, ...)`: the pooler options on PostgreSQL."""
+        if not self.db_url.startswith(("postgresql://", "postgres://")):
+            return {}
+        return {"direct_url": self.db_direct, "prepared_statements": self.db_prepared_statements}
+
 
 
 def env_var(name: str) -> str:

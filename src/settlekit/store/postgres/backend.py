@@ -1,4 +1,10 @@
-"""PostgreSQL backend: psycopg 3 with a connection pool, prepared statements and LISTEN/NOTIFY wake-ups."""
+"""PostgreSQL backend: psycopg 3 with a connection pool, prepared statements and LISTEN/NOTIFY wake-ups.
+
+Safe behind a transaction-pooling PgBouncer: every lock is transaction-scoped, no session setting, temporary table
+or held cursor outlives its transaction, and NOTIFY is sent at commit. What needs a session of its own is the
+LISTEN connection (`direct_url`, which bypasses the pooler) and server-side prepared statements
+(`prepared_statements=False` unless the pooler tracks them: PgBouncer >= 1.22 with `max_prepared_statements`).
+"""
 
 from __future__ import annotations
 
@@ -92,9 +98,13 @@ class PostgresDatabase(Database):
     dialect: Dialect = "postgres"
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16, timeout: float = 1.5,
-                 reconnect_timeout: float = 2.0, connect_timeout: int = 5):
+                 reconnect_timeout: float = 2.0, connect_timeout: int = 5, direct_url: str | None = None,
+                 prepared_statements: bool = True):
         self.url = url
-        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 2}
+        # LISTEN needs a session that stays one server connection: not a transaction-pooled one
+        self.direct_url = direct_url or url
+        # None: psycopg never prepares (every statement is sent with its text, which any pooler routes)
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 2 if prepared_statements else None}
         if "connect_timeout" not in url:
             kwargs["connect_timeout"] = connect_timeout
         self.pool = ConnectionPool(
@@ -175,7 +185,7 @@ class PostgresDatabase(Database):
     def wait_for_notify(self, timeout: float) -> bool:
         with self._listen_lock:
             if self._listen_conn is None or self._listen_conn.closed:
-                self._listen_conn = psycopg.connect(self.url, autocommit=True)
+                self._listen_conn = psycopg.connect(self.direct_url, autocommit=True)
                 self._listen_conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
             conn = self._listen_conn
         woke = False
