@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: venv runtime demo test bench lint clean
+.PHONY: venv runtime demo test test-deps bench lint clean
 
 venv: $(STAMP)
 
@@ -23,8 +23,12 @@ $(STAMP): $(RUNTIME_STAMP)
 demo: runtime
 	$(VENV)/bin/settlekit demo
 
-test: venv
+test: venv test-deps
 	$(PY) -m pytest
+
+# programs the tests start themselves (pgbouncer); installed only where that needs no password prompt
+test-deps:
+	@.ci/install-pgbouncer
 
 bench: venv
 	$(PY) bench/run_all.py
