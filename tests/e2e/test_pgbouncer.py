@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from conftest import REQUIRE_PG
+from conftest import PG_ADMIN_URL, REQUIRE_PG
+from settlekit.store.db import connect
 from support.multiprocess import free_port, run_shared_workload
 
 
@@ -37,7 +38,8 @@ def _pgbouncer_program() -> str:
 
 @contextlib.contextmanager
 def _pgbouncer(target_url: str) -> Iterator[int]:
-    """A pgbouncer in transaction pooling mode in front of the server of `target_url`; yields its port."""
+    """A pgbouncer in transaction pooling mode in front of the server of `target_url` (any database on it);
+    yields its port."""
     program = _pgbouncer_program()
     target = urlsplit(target_url)
     user = target.username or "postgres"
@@ -78,7 +80,7 @@ def _pgbouncer(target_url: str) -> Iterator[int]:
             if proc.poll() is not None:
                 pytest.fail(f"pgbouncer exited at start: {log.read_text(errors='replace')[-2000:]}")
             try:
-                with psycopg.connect(f"postgresql://{user}@127.0.0.1:{port}/{target.path.lstrip('/')}",
+                with psycopg.connect(f"postgresql://{user}@127.0.0.1:{port}/{target.path.lstrip('/') or user}",
                                      connect_timeout=2, prepare_threshold=None) as conn:
                     conn.execute("SELECT 1")
                 break
@@ -111,16 +113,38 @@ def _pooler_stats(port: int, user: str) -> dict[str, int]:
     return totals
 
 
-def test_apis_and_workers_through_pgbouncer_in_transaction_mode(pg_url: str, tmp_path: Path) -> None:
-    target = urlsplit(pg_url)
-    user = target.username or "postgres"
-    with _pgbouncer(pg_url) as port:
-        pooled = f"postgresql://{user}@127.0.0.1:{port}{target.path}"
-        run_shared_workload(pg_url, tmp_path, {
-            "SETTLEKIT_DB": pooled,
-            "SETTLEKIT_DB_DIRECT": pg_url,
-            "SETTLEKIT_DB_PREPARED_STATEMENTS": "false",
-        })
-        stats = _pooler_stats(port, user)
-    # the workload's writes went through the pooler, not around it
+@pytest.fixture(scope="module")
+def pgbouncer_port(pg_template: str) -> Iterator[int]:
+    with _pgbouncer(PG_ADMIN_URL) as port:
+        yield port
+
+
+def _pooled(url: str, port: int) -> str:
+    """`url`'s database through the pooler."""
+    target = urlsplit(url)
+    return f"postgresql://{target.username or 'postgres'}@127.0.0.1:{port}{target.path}"
+
+
+def test_listen_on_the_direct_connection_wakes_on_a_commit_through_the_pooler(pg_url: str,
+                                                                             pgbouncer_port: int) -> None:
+    db = connect(_pooled(pg_url, pgbouncer_port), direct_url=pg_url, prepared_statements=False)
+    try:
+        assert db.wait_for_notify(0.01) is False  # LISTEN is in place from here on
+        for _ in range(3):  # several transactions: the pooler may run each on another server connection
+            with db.transaction() as tx:
+                tx.notify()
+            assert db.wait_for_notify(10) is True
+    finally:
+        db.close()
+
+
+def test_apis_and_workers_through_pgbouncer_in_transaction_mode(pg_url: str, tmp_path: Path,
+                                                               pgbouncer_port: int) -> None:
+    run_shared_workload(pg_url, tmp_path, {
+        "SETTLEKIT_DB": _pooled(pg_url, pgbouncer_port),
+        "SETTLEKIT_DB_DIRECT": pg_url,
+        "SETTLEKIT_DB_PREPARED_STATEMENTS": "false",
+    })
+    stats = _pooler_stats(pgbouncer_port, urlsplit(pg_url).username or "postgres")
+    # the workload's transactions went through the pooler, not around it
     assert stats["total_xact_count"] > 1000, stats
