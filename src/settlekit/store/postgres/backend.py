@@ -107,6 +107,9 @@ class PostgresDatabase(Database):
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 2 if prepared_statements else None}
         if "connect_timeout" not in url:
             kwargs["connect_timeout"] = connect_timeout
+        # an unreachable direct server must not hold the dispatcher's wait (and a shutdown) for minutes
+        self._listen_kwargs: dict[str, Any] = (
+            {} if "connect_timeout" in self.direct_url else {"connect_timeout": connect_timeout})
         self.pool = ConnectionPool(
             url, min_size=min_size, max_size=max_size, timeout=timeout, open=True, kwargs=kwargs,
             reconnect_timeout=reconnect_timeout, name="settlekit",
@@ -185,7 +188,7 @@ class PostgresDatabase(Database):
     def wait_for_notify(self, timeout: float) -> bool:
         with self._listen_lock:
             if self._listen_conn is None or self._listen_conn.closed:
-                self._listen_conn = psycopg.connect(self.direct_url, autocommit=True)
+                self._listen_conn = psycopg.connect(self.direct_url, autocommit=True, **self._listen_kwargs)
                 self._listen_conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
             conn = self._listen_conn
         woke = False
