@@ -193,7 +193,11 @@ def test_sigkilled_worker_processes_lose_nothing(pg_url: str, secret_file: str) 
                 enqueue_artifact(tx, "ten", artifact(f"j{i // 5}", i % 5 + 1), now=RealClock()())
 
         def spawn() -> subprocess.Popen[bytes]:
-            p = subprocess.Popen([sys.executable, __file__, db_url], stderr=subprocess.PIPE)
+            # run as a script, this module needs tests/ (for `support`) and its own folder on the import path
+            here = Path(__file__).resolve().parent
+            path = os.pathsep.join([str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])
+            p = subprocess.Popen([sys.executable, __file__, db_url], stderr=subprocess.PIPE,
+                                 env={**os.environ, "PYTHONPATH": path})
             procs.append(p)
             return p
 
