@@ -412,24 +412,24 @@ def _forfeit(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
         raise _refuse("PROOF_GATE_DISABLED", "settlement hold forfeiture requires strict/holdback proof gating")
 
 
-def _dispute_opened(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+def _settled_dispute(st: JobState, f: Facts, e: Event, p: dict[str, Any], at_key: str, not_settled: str) -> Any:
+    """Checks shared by dispute open and close (job id, time, settled job); the dispute's facts or None."""
     s = st.snapshot
     _job_id(p, s)
-    _at(p, e, "openedAt")
+    _at(p, e, at_key)
     if s["status"] != "SETTLED":
-        raise _refuse("JOB_NOT_SETTLED", "dispute can only be opened after settlement")
-    d = f["disputes"].get(_key(p.get("disputeId")))
+        raise _refuse("JOB_NOT_SETTLED", not_settled)
+    return f["disputes"].get(_key(p.get("disputeId")))
+
+
+def _dispute_opened(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    d = _settled_dispute(st, f, e, p, "openedAt", "dispute can only be opened after settlement")
     if d and d["opened"] and not d["closed"]:
         raise _refuse("DISPUTE_ALREADY_OPEN", "dispute already open")
 
 
 def _dispute_closed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
-    s = st.snapshot
-    _job_id(p, s)
-    _at(p, e, "closedAt")
-    if s["status"] != "SETTLED":
-        raise _refuse("JOB_NOT_SETTLED", "dispute close can only occur after settlement")
-    d = f["disputes"].get(_key(p.get("disputeId")))
+    d = _settled_dispute(st, f, e, p, "closedAt", "dispute close can only occur after settlement")
     if not (d and d["opened"] and not d["closed"]):
         raise _refuse("DISPUTE_NOT_OPEN", "dispute is not open")
 
