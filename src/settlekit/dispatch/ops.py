@@ -169,19 +169,26 @@ def _reset(
         return _reread(repo, tx, name, instance_id)
 
 
-def restart_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
-    """dead → idle, keeping the cursor and gaps (the next turn retries the poison event)."""
+def _only_from(
+    name: str, required: str, refusal: type[SettlekitError], rule: str
+) -> Callable[[ConsumerState], None]:
+    """A `_reset` precondition: refuse with `refusal` unless the consumer is `required`; `rule` ends the message."""
 
-    def require_dead(state: ConsumerState) -> None:
-        if state.status != "dead":
-            raise ConsumerNotDead(
-                f"consumer {name!r} is {state.status}, not dead; restart only revives a dead"
-                " consumer (use enable for a disabled one)",
+    def check(state: ConsumerState) -> None:
+        if state.status != required:
+            raise refusal(
+                f"consumer {name!r} is {state.status}, not {required}; {rule}",
                 consumer=name,
                 consumerStatus=state.status,
             )
 
-    return _reset(db, name, instance_id, "idle", require_dead)
+    return check
+
+
+def restart_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
+    """dead → idle, keeping the cursor and gaps (the next turn retries the poison event)."""
+    rule = "restart only revives a dead consumer (use enable for a disabled one)"
+    return _reset(db, name, instance_id, "idle", _only_from(name, "dead", ConsumerNotDead, rule))
 
 
 def disable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
@@ -189,16 +196,8 @@ def disable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE
 
 
 def enable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
-    def require_disabled(state: ConsumerState) -> None:
-        if state.status != "disabled":
-            raise ConsumerNotDisabled(
-                f"consumer {name!r} is {state.status}, not disabled; enable only applies to"
-                " a disabled consumer (use restart for a dead one)",
-                consumer=name,
-                consumerStatus=state.status,
-            )
-
-    return _reset(db, name, instance_id, "idle", require_disabled)
+    rule = "enable only applies to a disabled consumer (use restart for a dead one)"
+    return _reset(db, name, instance_id, "idle", _only_from(name, "disabled", ConsumerNotDisabled, rule))
 
 
 def skip_poison(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> SkipResult:
