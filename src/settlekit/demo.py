@@ -189,42 +189,35 @@ def _verify(console: Console, streams: dict[str, list[dict[str, Any]]], fleet: F
     return failures
 
 
+def _two_column_table(title: str, key: str, value: str, rows: list[tuple[str, str]]) -> Table:
+    """A titled table of (key, right-aligned value) rows."""
+    table = Table(title=title)
+    table.add_column(key)
+    table.add_column(value, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def _summary(console: Console, outcomes: Counter[str], events_total: int, balances: dict[str, int],
              delivered: list[dict[str, Any]], receiver: Any, failures: list[str], elapsed: float,
              append_seconds: float) -> None:
-    jobs_table = Table(title="jobs by outcome")
-    jobs_table.add_column("outcome")
-    jobs_table.add_column("jobs", justify="right")
-    for outcome, count in sorted(outcomes.items()):
-        jobs_table.add_row(outcome, str(count))
-    console.print(jobs_table)
-
-    ledger_table = Table(title="ledger totals by account (cents)")
-    ledger_table.add_column("account")
-    ledger_table.add_column("balance", justify="right")
-    for account, cents in sorted(balances.items()):
-        ledger_table.add_row(account, f"{cents:,}")
-    ledger_table.add_row("[bold]total[/bold]", f"[bold]{sum(balances.values()):,}[/bold]")
-    console.print(ledger_table)
-
+    console.print(_two_column_table("jobs by outcome", "outcome", "jobs",
+                                    [(outcome, str(count)) for outcome, count in sorted(outcomes.items())]))
+    balance_rows = [(account, f"{cents:,}") for account, cents in sorted(balances.items())]
+    balance_rows.append(("[bold]total[/bold]", f"[bold]{sum(balances.values()):,}[/bold]"))
+    console.print(_two_column_table("ledger totals by account (cents)", "account", "balance", balance_rows))
     by_type = Counter(a.get("artifactType", "?") for a in delivered)
-    art_table = Table(title="artifacts delivered by type")
-    art_table.add_column("type")
-    art_table.add_column("delivered", justify="right")
-    for kind, count in sorted(by_type.items()):
-        art_table.add_row(kind, str(count))
-    console.print(art_table)
-
-    summary = Table(title="settlekit demo summary")
-    summary.add_column("what")
-    summary.add_column("value", justify="right")
-    summary.add_row("jobs", str(sum(outcomes.values())))
-    summary.add_row("events appended (HTTP)", str(events_total))
-    summary.add_row("artifacts delivered (unique)", str(len(delivered)))
-    summary.add_row("redelivered duplicates deduped by the receiver", str(receiver.duplicates))
-    summary.add_row("verification", "[green]all verified[/green]" if not failures
-                    else f"[red]{len(failures)} failure(s)[/red]")
-    summary.add_row("wall time", f"{elapsed:.1f} s")
-    summary.add_row("append throughput", f"{events_total / append_seconds:,.0f} events/s")
-    console.print(summary)
+    console.print(_two_column_table("artifacts delivered by type", "type", "delivered",
+                                    [(kind, str(count)) for kind, count in sorted(by_type.items())]))
+    verification = "[green]all verified[/green]" if not failures else f"[red]{len(failures)} failure(s)[/red]"
+    console.print(_two_column_table("settlekit demo summary", "what", "value", [
+        ("jobs", str(sum(outcomes.values()))),
+        ("events appended (HTTP)", str(events_total)),
+        ("artifacts delivered (unique)", str(len(delivered))),
+        ("redelivered duplicates deduped by the receiver", str(receiver.duplicates)),
+        ("verification", verification),
+        ("wall time", f"{elapsed:.1f} s"),
+        ("append throughput", f"{events_total / append_seconds:,.0f} events/s"),
+    ]))
 

@@ -25,6 +25,7 @@ from settlekit.events.js import (
     nonblank,
     truthy,
 )
+from settlekit.jobs.proof_fields import proof_hashes
 from settlekit.ledger.allocations import allocations_for_entry
 from settlekit.ledger.contracts import contract_split_plan_hash
 
@@ -216,17 +217,24 @@ def _coverage_policy(booking: Any) -> Any:
 # ---------------------------------------------------------------------------------------------- bodies
 
 
+def _job_placement(s: Mapping[str, Any], booking: Any, policy_hash: str | None) -> dict[str, Any]:
+    """The job fields the work certificate and the settlement statement both open with."""
+    return {
+        **_ids(s),
+        **_contract_pins(s, policy_hash),
+        "requiredZonesHash": get(booking, "requiredZonesHash"),
+        "zoneId": _zone(s),
+        "environmentTier": get(booking, "environmentTier"),
+    }
+
+
 def _work_certificate(fs: FoldState, policy_hash: str | None) -> dict[str, Any]:
     s = fs.snapshot
     booking = s.get("booking")
     return {
         "proof": effective_proof(fs),
         "job": {
-            **_ids(s),
-            **_contract_pins(s, policy_hash),
-            "requiredZonesHash": get(booking, "requiredZonesHash"),
-            "zoneId": _zone(s),
-            "environmentTier": get(booking, "environmentTier"),
+            **_job_placement(s, booking, policy_hash),
             "bookingWindow": _window(booking),
             "access": s.get("access"),
             "execution": s.get("execution"),
@@ -262,10 +270,7 @@ def _proof_receipt(fs: FoldState, policy_hash: str | None) -> dict[str, Any]:
             "status": p.get("status"),
             "reasonCodes": p["reasonCodes"] if type(p.get("reasonCodes")) is list else [],
             "missingEvidence": p["missingEvidence"] if type(p.get("missingEvidence")) is list else [],
-            "requiredZonesHash": p.get("requiredZonesHash"),
-            "customerPolicyHash": p.get("customerPolicyHash"),
-            "operatorPolicyHash": p.get("operatorPolicyHash"),
-            "factsHash": p.get("factsHash"),
+            **proof_hashes(p),
             "metrics": p.get("metrics"),
         }
     return {
@@ -534,16 +539,9 @@ def _settlement_statement(
     fs: FoldState, policy_hash: str | None, tenant_id: str, contract_doc: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     s = fs.snapshot
-    booking = s.get("booking")
     return {
         "proof": effective_proof(fs),
-        "job": {
-            **_ids(s),
-            **_contract_pins(s, policy_hash),
-            "requiredZonesHash": get(booking, "requiredZonesHash"),
-            "zoneId": _zone(s),
-            "environmentTier": get(booking, "environmentTier"),
-        },
+        "job": _job_placement(s, s.get("booking"), policy_hash),
         "settlement": settlement_rollup(fs, tenant_id, contract_doc),
     }
 

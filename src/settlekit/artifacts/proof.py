@@ -16,25 +16,19 @@ from settlekit.events.js import (
     nonblank,
     truthy,
 )
+from settlekit.jobs.proof_fields import list_or_empty, proof_hashes
 from settlekit.jobs.zone_coverage import zone_coverage_facts
-
-
-def _list_or_empty(v: Any) -> list[Any]:
-    return v if type(v) is list else []
 
 
 def summary_from_payload(p: Mapping[str, Any], at: Any) -> dict[str, Any]:
     """Proof summary of a PROOF_EVALUATED payload (`evaluatedAt` falls back to the event's `at`)."""
     return {
         "status": p.get("status"),
-        "reasonCodes": _list_or_empty(p.get("reasonCodes")),
+        "reasonCodes": list_or_empty(p.get("reasonCodes")),
         "evaluatedAt": coalesce(p.get("evaluatedAt"), at),
         "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
         "evaluationId": p.get("evaluationId"),
-        "requiredZonesHash": p.get("requiredZonesHash"),
-        "customerPolicyHash": p.get("customerPolicyHash"),
-        "operatorPolicyHash": p.get("operatorPolicyHash"),
-        "factsHash": p.get("factsHash"),
+        **proof_hashes(p),
         "metrics": p.get("metrics"),
     }
 
@@ -57,7 +51,7 @@ def summary_from_settlement_ref(ref: Any) -> dict[str, Any] | None:
     )
     return {
         "status": ref.get("status"),
-        "reasonCodes": _list_or_empty(ref.get("reasonCodes")),
+        "reasonCodes": list_or_empty(ref.get("reasonCodes")),
         "evaluatedAt": ref.get("proofEventAt"),
         "evaluatedAtChainHash": ref.get("evaluatedAtChainHash"),
         "evaluationId": ref.get("evaluationId"),

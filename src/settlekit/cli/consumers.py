@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -14,6 +15,7 @@ from settlekit.dispatch import ops
 from settlekit.dispatch.model import SHARED_INSTANCE
 from settlekit.errors import ValidationError
 from settlekit.store.consumers import ConsumerState
+from settlekit.store.db import Database
 
 consumers_app = typer.Typer(help="Durable consumers: state, lag and recovery.", no_args_is_help=True)
 
@@ -90,31 +92,23 @@ def status(
     _print_state(run_with_db(db, lambda d: ops.require_state(d, name, instance_id), reading=True), as_json)
 
 
-@consumers_app.command()
-def restart(
-    *,
-    name: NameArg, db: DbOption = None, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
-) -> None:
-    """Revive a dead consumer; the cursor stays, so the failing event is retried."""
-    _print_state(run_with_db(db, lambda d: ops.restart_consumer(d, name, instance_id)), as_json)
+def _recovery_command(command: str, op: Callable[[Database, str, str], ConsumerState], summary: str) -> None:
+    """Register `consumers <command> NAME`: run `op` on the named consumer and print its new state."""
+
+    def run(
+        *,
+        name: NameArg, db: DbOption = None, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
+    ) -> None:
+        _print_state(run_with_db(db, lambda d: op(d, name, instance_id)), as_json)
+
+    consumers_app.command(command, help=summary)(run)
 
 
-@consumers_app.command()
-def disable(
-    *,
-    name: NameArg, db: DbOption = None, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
-) -> None:
-    """Stop delivering to a consumer (cursor kept) until `enable`."""
-    _print_state(run_with_db(db, lambda d: ops.disable_consumer(d, name, instance_id)), as_json)
-
-
-@consumers_app.command()
-def enable(
-    *,
-    name: NameArg, db: DbOption = None, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
-) -> None:
-    """Resume a disabled consumer."""
-    _print_state(run_with_db(db, lambda d: ops.enable_consumer(d, name, instance_id)), as_json)
+_recovery_command(
+    "restart", ops.restart_consumer, "Revive a dead consumer; the cursor stays, so the failing event is retried."
+)
+_recovery_command("disable", ops.disable_consumer, "Stop delivering to a consumer (cursor kept) until `enable`.")
+_recovery_command("enable", ops.enable_consumer, "Resume a disabled consumer.")
 
 
 @consumers_app.command()

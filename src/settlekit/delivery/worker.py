@@ -390,20 +390,8 @@ class DeliveryWorker:
             )
             result.retried += ok
             return ok, m.RETRIED
-        return self._fail(tx, d, out, dec, now, result, disabled_reasons)
-
-    def _fail(
-        self,
-        tx: Tx,
-        d: store.Delivery,
-        out: Outcome,
-        dec: Decision,
-        now: datetime,
-        result: DeliveryPassResult,
-        disabled_reasons: list[str],
-    ) -> tuple[bool, str]:
-        """A failed delivery; when its 410 just disabled the destination (`disable_if_active` succeeded), the
-        destination counts as disabled and its other deliveries wait until it is enabled."""
+        # failed; when its 410 just disabled the destination (`disable_if_active` succeeded), the destination
+        # counts as disabled and its other deliveries wait until it is enabled
         assert dec.reason is not None
         ok = store.mark_failed(
             tx,

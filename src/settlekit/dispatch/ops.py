@@ -7,7 +7,7 @@ turn), validates the precondition and returns the state after the change.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -151,43 +151,53 @@ def _write(repo: ConsumerRepository, tx: Tx, state: ConsumerState, **changes: An
     repo.write_state(tx, state)
 
 
-def restart_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
-    """dead → idle, keeping the cursor and gaps (the next turn retries the poison event)."""
+def _reset(
+    db: Database,
+    name: str,
+    instance_id: str,
+    status: str,
+    precondition: Callable[[ConsumerState], None] | None = None,
+) -> ConsumerState:
+    """Under the consumer's row lock: check `precondition` (it raises to refuse), then set `status` and clear
+    the attempts, the last error and the re-arm count."""
     repo = ConsumerRepository(db)
     with db.transaction() as tx:
         state = _locked(repo, tx, name, instance_id)
-        if state.status != "dead":
-            raise ConsumerNotDead(
-                f"consumer {name!r} is {state.status}, not dead; restart only revives a dead"
-                " consumer (use enable for a disabled one)",
+        if precondition is not None:
+            precondition(state)
+        _write(repo, tx, state, status=status, attempts=0, last_error=None, rearm_count=0)
+        return _reread(repo, tx, name, instance_id)
+
+
+def _only_from(
+    name: str, required: str, refusal: type[SettlekitError], rule: str
+) -> Callable[[ConsumerState], None]:
+    """A `_reset` precondition: refuse with `refusal` unless the consumer is `required`; `rule` ends the message."""
+
+    def check(state: ConsumerState) -> None:
+        if state.status != required:
+            raise refusal(
+                f"consumer {name!r} is {state.status}, not {required}; {rule}",
                 consumer=name,
                 consumerStatus=state.status,
             )
-        _write(repo, tx, state, status="idle", attempts=0, last_error=None, rearm_count=0)
-        return _reread(repo, tx, name, instance_id)
+
+    return check
+
+
+def restart_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
+    """dead → idle, keeping the cursor and gaps (the next turn retries the poison event)."""
+    rule = "restart only revives a dead consumer (use enable for a disabled one)"
+    return _reset(db, name, instance_id, "idle", _only_from(name, "dead", ConsumerNotDead, rule))
 
 
 def disable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
-    repo = ConsumerRepository(db)
-    with db.transaction() as tx:
-        state = _locked(repo, tx, name, instance_id)
-        _write(repo, tx, state, status="disabled", attempts=0, last_error=None, rearm_count=0)
-        return _reread(repo, tx, name, instance_id)
+    return _reset(db, name, instance_id, "disabled")
 
 
 def enable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
-    repo = ConsumerRepository(db)
-    with db.transaction() as tx:
-        state = _locked(repo, tx, name, instance_id)
-        if state.status != "disabled":
-            raise ConsumerNotDisabled(
-                f"consumer {name!r} is {state.status}, not disabled; enable only applies to"
-                " a disabled consumer (use restart for a dead one)",
-                consumer=name,
-                consumerStatus=state.status,
-            )
-        _write(repo, tx, state, status="idle", attempts=0, last_error=None, rearm_count=0)
-        return _reread(repo, tx, name, instance_id)
+    rule = "enable only applies to a disabled consumer (use restart for a dead one)"
+    return _reset(db, name, instance_id, "idle", _only_from(name, "disabled", ConsumerNotDisabled, rule))
 
 
 def skip_poison(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> SkipResult:

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from settlekit.errors import ValidationError
 from settlekit.jobs.errors import InvalidJobTransition
+from settlekit.jobs.proof_fields import list_or_empty, proof_hashes
 from settlekit.jobs.types import (
     CREATED,
     JOB_CREATED,
@@ -688,90 +689,63 @@ def _claim_triaged(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> Non
     current: Any = _keyed_get(s["claims"], f["claimIndex"], p.get("claimId"))
     if current is None:
         current = {"status": "OPEN"}
-    _claim_update(
-        s,
-        f,
-        e,
-        p,
-        "OPEN",
-        {
-            # triage moves an open claim only; a later triage keeps the status it finds
-            "status": "TRIAGED" if current.get("status") == "OPEN" else current.get("status"),
-            "triageCode": _nn(p.get("triageCode"), current.get("triageCode")),
-            "triageNotes": _nn(p.get("notes"), current.get("triageNotes")),
-            "triagedAt": e["at"],
-            "triagedBy": e.get("actor"),
-        },
-    )
+    triage = {
+        # triage moves an open claim only; a later triage keeps the status it finds
+        "status": "TRIAGED" if current.get("status") == "OPEN" else current.get("status"),
+        "triageCode": _nn(p.get("triageCode"), current.get("triageCode")),
+        "triageNotes": _nn(p.get("notes"), current.get("triageNotes")),
+        "triagedAt": e["at"],
+        "triagedBy": e.get("actor"),
+    }
+    _claim_update(s, f, e, p, "OPEN", triage)
 
 
 def _claim_approved(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     # `amounts` is kept as sent: a payout-only approval has no refundCents key
     approved = {"amounts": p.get("amounts"), "currency": p.get("currency"), "notes": p.get("notes")}
-    _claim_update(
-        s,
-        f,
-        e,
-        p,
-        None,
-        {"status": "APPROVED", "approved": approved, "approvedAt": e["at"], "approvedBy": e.get("actor")},
-    )
+    approval = {"status": "APPROVED", "approved": approved, "approvedAt": e["at"], "approvedBy": e.get("actor")}
+    _claim_update(s, f, e, p, None, approval)
 
 
 def _claim_denied(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    _claim_update(
-        s,
-        f,
-        e,
-        p,
-        None,
-        {
-            "status": "DENIED",
-            "denied": {"reasonCode": p.get("reasonCode"), "notes": p.get("notes")},
-            "deniedAt": e["at"],
-            "deniedBy": e.get("actor"),
-        },
-    )
+    denial = {
+        "status": "DENIED",
+        "denied": {"reasonCode": p.get("reasonCode"), "notes": p.get("notes")},
+        "deniedAt": e["at"],
+        "deniedBy": e.get("actor"),
+    }
+    _claim_update(s, f, e, p, None, denial)
 
 
 def _job_adjusted(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
     current: Any = _keyed_get(s["claims"], f["claimIndex"], p.get("claimId"))
-    _claim_update(
-        s,
-        f,
-        e,
-        p,
-        "APPROVED",
-        {
-            "adjustedAt": e["at"],
-            "adjustmentId": _nn(p.get("adjustmentId"), current.get("adjustmentId") if current else None),
-            "adjustedBy": e.get("actor"),
-        },
-    )
+    adjustment = {
+        "adjustedAt": e["at"],
+        "adjustmentId": _nn(p.get("adjustmentId"), current.get("adjustmentId") if current else None),
+        "adjustedBy": e.get("actor"),
+    }
+    _claim_update(s, f, e, p, "APPROVED", adjustment)
 
 
 def _claim_paid(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
-    _claim_update(
-        s,
-        f,
-        e,
-        p,
-        "APPROVED",
-        {
-            "status": "PAID",
-            "paid": {
-                "amountCents": p.get("amountCents"),
-                "currency": p.get("currency"),
-                "paymentRef": p.get("paymentRef"),
-            },
-            "paidAt": e["at"],
-            "paidBy": e.get("actor"),
-        },
-    )
+    payment = {
+        "status": "PAID",
+        "paid": {"amountCents": p.get("amountCents"), "currency": p.get("currency"), "paymentRef": p.get("paymentRef")},
+        "paidAt": e["at"],
+        "paidBy": e.get("actor"),
+    }
+    _claim_update(s, f, e, p, "APPROVED", payment)
 
 
-def _list_or_empty(v: Any) -> list[Any]:
-    return v if type(v) is list else []
+def _proof_outcome(p: Mapping[str, Any]) -> dict[str, Any]:
+    """What a PROOF_EVALUATED decided, as the snapshot's proof and the settlement proof ref both hold it."""
+    return {
+        "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
+        "evaluationId": p.get("evaluationId"),
+        "status": p.get("status"),
+        "reasonCodes": list_or_empty(p.get("reasonCodes")),
+        **proof_hashes(p),
+    }
 
 
 def _list_or_null(v: Any) -> list[Any] | None:
@@ -783,14 +757,7 @@ def _proof_evaluated(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> N
         return  # settld keeps the previous proof when the payload is not an object
     s["proof"] = {
         "evaluatedAt": p.get("evaluatedAt") if p.get("evaluatedAt") is not None else e["at"],
-        "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
-        "evaluationId": p.get("evaluationId"),
-        "status": p.get("status"),
-        "reasonCodes": _list_or_empty(p.get("reasonCodes")),
-        "requiredZonesHash": p.get("requiredZonesHash"),
-        "customerPolicyHash": p.get("customerPolicyHash"),
-        "operatorPolicyHash": p.get("operatorPolicyHash"),
-        "factsHash": p.get("factsHash"),
+        **_proof_outcome(p),
         "missingEvidence": _list_or_null(p.get("missingEvidence")),
         "metrics": p.get("metrics"),
     }
@@ -839,7 +806,7 @@ def _hold_held(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> None:
         "lastUpdatedAt": _nn(p.get("heldAt"), e["at"]),
         "factsHash": p.get("factsHash"),
         "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
-        "reasonCodes": _list_or_empty(p.get("reasonCodes")),
+        "reasonCodes": list_or_empty(p.get("reasonCodes")),
         "missingEvidence": _list_or_null(p.get("missingEvidence")),
         "triggeringProofRef": p.get("triggeringProofRef"),
         "pricingAnchor": p.get("pricingAnchor"),
@@ -1145,13 +1112,6 @@ def settlement_proof_ref_for(state: JobState) -> dict[str, Any] | None:
         "proofEventAt": p.get("evaluatedAt") if p.get("evaluatedAt") is not None else latest["at"],
         "proofEventChainHash": latest["chainHash"],
         "proofEventPayloadHash": latest["payloadHash"],
-        "evaluatedAtChainHash": p.get("evaluatedAtChainHash"),
-        "evaluationId": p.get("evaluationId"),
-        "status": p.get("status"),
-        "reasonCodes": _list_or_empty(p.get("reasonCodes")),
-        "requiredZonesHash": p.get("requiredZonesHash"),
-        "customerPolicyHash": p.get("customerPolicyHash"),
-        "operatorPolicyHash": p.get("operatorPolicyHash"),
-        "factsHash": p.get("factsHash"),
+        **_proof_outcome(p),
         "metrics": p.get("metrics"),
     }

@@ -412,24 +412,24 @@ def _forfeit(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
         raise _refuse("PROOF_GATE_DISABLED", "settlement hold forfeiture requires strict/holdback proof gating")
 
 
-def _dispute_opened(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+def _settled_dispute(st: JobState, f: Facts, e: Event, p: dict[str, Any], at_key: str, not_settled: str) -> Any:
+    """Checks shared by dispute open and close (job id, time, settled job); the dispute's facts or None."""
     s = st.snapshot
     _job_id(p, s)
-    _at(p, e, "openedAt")
+    _at(p, e, at_key)
     if s["status"] != "SETTLED":
-        raise _refuse("JOB_NOT_SETTLED", "dispute can only be opened after settlement")
-    d = f["disputes"].get(_key(p.get("disputeId")))
+        raise _refuse("JOB_NOT_SETTLED", not_settled)
+    return f["disputes"].get(_key(p.get("disputeId")))
+
+
+def _dispute_opened(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    d = _settled_dispute(st, f, e, p, "openedAt", "dispute can only be opened after settlement")
     if d and d["opened"] and not d["closed"]:
         raise _refuse("DISPUTE_ALREADY_OPEN", "dispute already open")
 
 
 def _dispute_closed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
-    s = st.snapshot
-    _job_id(p, s)
-    _at(p, e, "closedAt")
-    if s["status"] != "SETTLED":
-        raise _refuse("JOB_NOT_SETTLED", "dispute close can only occur after settlement")
-    d = f["disputes"].get(_key(p.get("disputeId")))
+    d = _settled_dispute(st, f, e, p, "closedAt", "dispute close can only occur after settlement")
     if not (d and d["opened"] and not d["closed"]):
         raise _refuse("DISPUTE_NOT_OPEN", "dispute is not open")
 
@@ -735,12 +735,23 @@ def _robot_matches_actor(p: Mapping[str, Any], e: Event) -> None:
         raise _refuse("ACTOR_MISMATCH", "payload.robotId must match event.actor.id")
 
 
+def _robot_report(p: Mapping[str, Any], s: Mapping[str, Any], e: Event, at_field: str) -> None:
+    """Checks of a robot's JOB_EXECUTION_* report: job id, its time field and a robot actor naming itself."""
+    _job_id(p, s)
+    _at(p, e, at_field)
+    _robot_matches_actor(p, e)
+
+
+def _payload_robot_is_expected(p: Mapping[str, Any], s: Mapping[str, Any]) -> None:
+    expected = _expected_robot(s)
+    if expected and p.get("robotId") != expected:
+        raise _refuse("ROBOT_MISMATCH", "payload.robotId must match execution robotId")
+
+
 def _execution_started(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     s = st.snapshot
     if e.get("type") == "JOB_EXECUTION_STARTED":
-        _job_id(p, s)
-        _at(p, e, "startedAt")
-        _robot_matches_actor(p, e)
+        _robot_report(p, s, e, "startedAt")
     plan = s.get("accessPlan")
     if not plan:
         raise _refuse("ACCESS_PLAN_REQUIRED", "cannot start execution without an access plan")
@@ -774,9 +785,7 @@ def _stalled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     _status_in(s, {"EXECUTING", "ASSISTED"}, "stall is only allowed during execution")
     if not (s.get("execution") or {}).get("startedAt"):
         raise _refuse("EXECUTION_NOT_STARTED", "stall requires execution startedAt")
-    expected = _expected_robot(s)
-    if expected and p.get("robotId") != expected:
-        raise _refuse("ROBOT_MISMATCH", "payload.robotId must match execution robotId")
+    _payload_robot_is_expected(p, s)
 
 
 def _resumed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
@@ -785,9 +794,7 @@ def _resumed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     _at(p, e, "resumedAt")
     if s["status"] != "STALLED":
         raise _refuse("STATUS_NOT_ALLOWED", "resume is only allowed from STALLED")
-    expected = _expected_robot(s)
-    if expected and p.get("robotId") != expected:
-        raise _refuse("ROBOT_MISMATCH", "payload.robotId must match execution robotId")
+    _payload_robot_is_expected(p, s)
     _robot_matches_actor(p, e)
 
 
@@ -795,9 +802,7 @@ def _aborted(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     s = st.snapshot
     _job_id(p, s)
     _at(p, e, "abortedAt")
-    expected = _expected_robot(s)
-    if expected and p.get("robotId") != expected:
-        raise _refuse("ROBOT_MISMATCH", "payload.robotId must match execution robotId")
+    _payload_robot_is_expected(p, s)
     _robot_matches_actor(p, e)
 
 
@@ -836,9 +841,7 @@ def _checkpoint(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
 def _completed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     s = st.snapshot
     if e.get("type") == "JOB_EXECUTION_COMPLETED":
-        _job_id(p, s)
-        _at(p, e, "completedAt")
-        _robot_matches_actor(p, e)
+        _robot_report(p, s, e, "completedAt")
     if (s.get("access") or {}).get("status") in ("revoked", "expired"):
         raise _refuse("ACCESS_REVOKED", "cannot complete execution after access is revoked/expired")
 

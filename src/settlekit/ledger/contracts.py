@@ -81,16 +81,22 @@ def _pos_int(v: Any, path: str) -> int:
     return v
 
 
+def _versioned_obj(v: Any, path: str, keys: tuple[str, ...], type_name: str) -> dict[str, Any]:
+    """`_obj`, then the document's `type` (must be `type_name`) and `v` (must be the integer 1)."""
+    d = _obj(v, path, keys)
+    if d.get("type") != type_name:
+        raise _bad(f"{path}.type", f"must be {type_name}")
+    if d.get("v") != 1 or type(d.get("v")) is not int:
+        raise _bad(f"{path}.v", "must be 1")
+    return d
+
+
 # --- SplitPlan.v1 ---
 
 
 def normalize_split_plan(plan: Any) -> dict[str, Any]:
     """Validate a SplitPlan.v1 and return its normalized form (absent optional keys -> null)."""
-    p = _obj(plan, "splitPlan", _PLAN_KEYS)
-    if p.get("type") != "SplitPlan.v1":
-        raise _bad("splitPlan.type", "must be SplitPlan.v1")
-    if p.get("v") != 1 or type(p.get("v")) is not int:
-        raise _bad("splitPlan.v", "must be 1")
+    p = _versioned_obj(plan, "splitPlan", _PLAN_KEYS, "SplitPlan.v1")
     if p.get("currency") != "USD":
         raise _bad("splitPlan.currency", "must be USD")
     rules = p.get("rules")
@@ -215,11 +221,7 @@ def allocate_split(amount: int, rules: list[Mapping[str, Any]]) -> list[tuple[Ma
 
 def normalize_contract_document(doc: Any) -> dict[str, Any]:
     """Validate a ContractDocument.v1 and return its normalized form."""
-    d = _obj(doc, "contract", _DOC_KEYS)
-    if d.get("type") != "ContractDocument.v1":
-        raise _bad("contract.type", "must be ContractDocument.v1")
-    if d.get("v") != 1 or type(d.get("v")) is not int:
-        raise _bad("contract.v", "must be 1")
+    d = _versioned_obj(doc, "contract", _DOC_KEYS, "ContractDocument.v1")
     contract_id = d.get("contractId")
     if type(contract_id) is not str or not contract_id.strip():
         raise _bad("contract.contractId", "must be a non-empty string")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from types import MappingProxyType
@@ -143,3 +143,13 @@ def from_timestamp(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value.astimezone(UTC)
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def and_where(sql: str, params: list[Any], conditions: Sequence[tuple[str, Any]]) -> str:
+    """`sql` followed by ` AND <condition>` for each (condition, value) whose value is not None; the value (the
+    condition's one `?`) is appended to `params`."""
+    for condition, value in conditions:
+        if value is not None:
+            sql += f" AND {condition}"
+            params.append(value)
+    return sql

@@ -11,7 +11,7 @@ from settlekit.errors import NotFoundError
 from settlekit.events.canonical import parse_json
 from settlekit.events.envelope import Event
 from settlekit.store.db import Database, Row
-from settlekit.store.sql import statements
+from settlekit.store.sql import and_where, statements
 
 _JOB_PAGE = ("SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json FROM streams"
              " WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ? ORDER BY stream_id LIMIT ?")
@@ -109,12 +109,7 @@ class Streams:
         sql = ("SELECT position, tenant_id, stream_id, stream_type, seq, event_json, txid FROM events"
                " WHERE position > ?")
         params: list[Any] = [after]
-        if up_to is not None:
-            sql += " AND position <= ?"
-            params.append(up_to)
-        if tenant_id is not None:
-            sql += " AND tenant_id = ?"
-            params.append(tenant_id)
+        sql = and_where(sql, params, [("position <= ?", up_to), ("tenant_id = ?", tenant_id)])
         sql += " ORDER BY position LIMIT ?"
         params.append(limit)
         with self.db.query() as tx:
@@ -130,12 +125,7 @@ class Streams:
         sql = ("SELECT stream_id, stream_type, head_seq, head_chain_hash, head_event_id FROM streams"
                " WHERE tenant_id = ?")
         params: list[Any] = [tenant_id]
-        if stream_type is not None:
-            sql += " AND stream_type = ?"
-            params.append(stream_type)
-        if after is not None:
-            sql += " AND stream_id > ?"
-            params.append(after)
+        sql = and_where(sql, params, [("stream_type = ?", stream_type), ("stream_id > ?", after)])
         sql += " ORDER BY stream_id LIMIT ?"
         params.append(limit)
         with self.db.read() as tx:

@@ -3,6 +3,7 @@ disable, enable, skip the blocking event, reset the cursor, dead letters."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -13,6 +14,8 @@ from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import MAX_INT64, context, require
 from settlekit.api.responses import JsonResponse
+from settlekit.store.consumers import ConsumerState
+from settlekit.store.db import Database
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 
@@ -38,28 +41,21 @@ def consumer_status(name: str, request: Request, key: ApiKey = require("admin", 
     return JsonResponse(dispatch.require_state(context(request).db, name, instanceId).to_json())
 
 
-@router.post("/ops/consumers/{name}/restart", summary="Revive a dead consumer")
-def restart_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
-                     instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
-    db = context(request).db
-    return idempotency.write(request, key, {"instanceId": instanceId},
-                 lambda: (200, dispatch.restart_consumer(db, name, instanceId).to_json()))
+def _state_change(verb: str, summary: str, change: Callable[[Database, str, str], ConsumerState]) -> None:
+    """Route `POST /ops/consumers/{name}/<verb>`: `change` the consumer (idempotent by key), answer its state."""
+
+    def endpoint(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+                 instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+        db = context(request).db
+        return idempotency.write(request, key, {"instanceId": instanceId},
+                                 lambda: (200, change(db, name, instanceId).to_json()))
+
+    router.post(f"/ops/consumers/{{name}}/{verb}", summary=summary, name=f"{verb}_consumer")(endpoint)
 
 
-@router.post("/ops/consumers/{name}/disable", summary="Disable a consumer")
-def disable_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
-                     instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
-    db = context(request).db
-    return idempotency.write(request, key, {"instanceId": instanceId},
-                 lambda: (200, dispatch.disable_consumer(db, name, instanceId).to_json()))
-
-
-@router.post("/ops/consumers/{name}/enable", summary="Enable a disabled consumer")
-def enable_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
-                    instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
-    db = context(request).db
-    return idempotency.write(request, key, {"instanceId": instanceId},
-                 lambda: (200, dispatch.enable_consumer(db, name, instanceId).to_json()))
+_state_change("restart", "Revive a dead consumer", dispatch.restart_consumer)
+_state_change("disable", "Disable a consumer", dispatch.disable_consumer)
+_state_change("enable", "Enable a disabled consumer", dispatch.enable_consumer)
 
 
 @router.post("/ops/consumers/{name}/skip", summary="Skip the event blocking a consumer (dead-lettered)")
