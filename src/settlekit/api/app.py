@@ -1,8 +1,9 @@
 """The HTTP API: `create_app(db_url or Database, settings, server_signer=...)`.
 
-Every route except /healthz, /readyz, /openapi.json and /docs needs an API key (`Authorization:
-Bearer sk_…`), is scoped to the key's tenant and rate-limited per key. Errors are RFC 9457 problem+json bodies
-with a stable `code`; stack traces are never returned.
+Every route except /healthz, /readyz, /openapi.json and the documentation (/docs, /redoc) needs an API key
+(`Authorization: Bearer sk_…`), is scoped to the key's tenant and rate-limited per key (RateLimit-* headers); a
+path no route serves answers 404 with or without a key. Errors are RFC 9457 problem+json bodies with a stable
+`code` and the `requestId`; stack traces are never returned.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api.deps import ApiContext, AuthMiddleware
+from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
 from settlekit.api.guards import BodyLimitMiddleware, InputGuardMiddleware
 from settlekit.api.problems import (
     http_error_handler,
@@ -38,7 +41,8 @@ from settlekit.runtime.settings import Settings
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", *DOC_PATHS})
+OPEN_PREFIXES = (f"{ASSETS_PATH}/",)
 
 
 class _ApiMetrics:
@@ -113,13 +117,14 @@ def create_app(
         registered_consumers=registered_consumers,
         registry=registry if registry is not None else REGISTRY,
     )
-    app = FastAPI(title="settlekit", version="0.1.0", redoc_url=None,
+    app = FastAPI(title="settlekit", version="0.1.0", docs_url=None, redoc_url=None,
                   lifespan=_lifespan_closing(database if owned else None),
                   description="Event-sourced settlement engine: jobs, ledger, artifacts, deliveries, ops.")
     app.state.settlekit = ctx
     _add_error_handlers(app)
     # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
     app.router.routes.extend(route for router in ROUTERS for route in router.routes)
+    add_docs(app)
     _document_security(app)
     _add_middleware(app, ctx, settings)
     return app
@@ -157,10 +162,20 @@ def _add_error_handlers(app: FastAPI) -> None:
 def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
     """The middleware stack; the last added runs first (request log, metrics, input guard, auth, body limit)."""
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)
+    app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
+                       routed=_routed_by(app))
     app.add_middleware(InputGuardMiddleware)
     app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
     app.add_middleware(RequestLogMiddleware)
+
+
+def _routed_by(app: FastAPI) -> Callable[[Scope], bool]:
+    """Whether a route of `app` serves the request's path (for any method)."""
+
+    def routed(scope: Scope) -> bool:
+        return any(route.matches(scope)[0] is not Match.NONE for route in app.router.routes)
+
+    return routed
 
 
 def _document_security(app: FastAPI) -> None:
