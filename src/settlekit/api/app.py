@@ -32,6 +32,7 @@ from settlekit.api.problems import (
 from settlekit.api.ratelimit import RateLimiter
 from settlekit.api.request_log import RequestLogMiddleware
 from settlekit.api.routes import ROUTERS
+from settlekit.api.routes.jobs import append_metrics_for
 from settlekit.append import job_appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
@@ -166,6 +167,7 @@ def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
                        routed=_routed_by(app))
     app.add_middleware(InputGuardMiddleware)
     app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
+    append_metrics_for(ctx.registry)  # registered now: every append outcome is exported (at 0) before the first
     app.add_middleware(RequestLogMiddleware)
 
 

@@ -67,7 +67,7 @@ class _AppendMetrics:
         duration.observe(seconds)
 
 
-_append_metrics_for: PerRegistry[_AppendMetrics] = PerRegistry(_AppendMetrics)
+append_metrics_for: PerRegistry[_AppendMetrics] = PerRegistry(_AppendMetrics)
 
 
 def _measured(ctx: ApiContext, handle: Callable[[], AppendResult]) -> JsonResponse:
@@ -82,7 +82,7 @@ def _measured(ctx: ApiContext, handle: Callable[[], AppendResult]) -> JsonRespon
         outcome = "conflict" if exc.status == 409 else "refused" if exc.status < 500 else "error"
         raise
     finally:
-        _append_metrics_for(ctx.registry).observe(outcome, time.perf_counter() - started)
+        append_metrics_for(ctx.registry).observe(outcome, time.perf_counter() - started)
 
 
 def is_finance_type(event_type: Any) -> bool:
