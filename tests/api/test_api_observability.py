@@ -163,3 +163,12 @@ def test_append_counter_and_histogram_per_outcome(sqlite_db: Database) -> None:
     timed = registry.get_sample_value("settlekit_append_duration_seconds_count", {"outcome": "created"})
     assert timed == 2
     assert registry.get_sample_value("settlekit_append_duration_seconds_sum", {"outcome": "created"}) > 0
+
+
+def test_openapi_declares_the_request_id_and_ratelimit_headers(sqlite_db: Database) -> None:
+    spec = client(make_app(sqlite_db)).get("/openapi.json").json()
+    assert set(spec["components"]["headers"]) == {"X-Request-Id", "RateLimit-Limit", "RateLimit-Remaining",
+                                                  "RateLimit-Reset"}
+    created = spec["paths"]["/v1/jobs"]["post"]["responses"]["201"]["headers"]
+    assert created["RateLimit-Remaining"] == {"$ref": "#/components/headers/RateLimit-Remaining"}
+    assert set(spec["paths"]["/healthz"]["get"]["responses"]["200"]["headers"]) == {"X-Request-Id"}

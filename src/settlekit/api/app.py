@@ -180,8 +180,22 @@ def _routed_by(app: FastAPI) -> Callable[[Scope], bool]:
     return routed
 
 
+_RESPONSE_HEADERS: dict[str, Any] = {
+    "X-Request-Id": {"description": "The request's id: the client's X-Request-Id (1..128 visible ASCII characters) "
+                                    "or a generated one; also the requestId of a problem body.",
+                     "schema": {"type": "string"}},
+    "RateLimit-Limit": {"description": "The API key's token bucket: requests allowed in a burst.",
+                        "schema": {"type": "integer"}},
+    "RateLimit-Remaining": {"description": "Requests the API key may still make now.",
+                            "schema": {"type": "integer"}},
+    "RateLimit-Reset": {"description": "Seconds until the API key's bucket is full again.",
+                        "schema": {"type": "integer"}},
+}
+
+
 def _document_security(app: FastAPI) -> None:
-    """OpenAPI: every operation needs the bearer API key except the open paths."""
+    """OpenAPI: every operation needs the bearer API key except the open paths; every answer carries its request
+    id, and an authenticated one the RateLimit-* headers."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -194,10 +208,15 @@ def _document_security(app: FastAPI) -> None:
                            "description": "An API key: `Authorization: Bearer sk_…`, bound to one tenant and "
                                           "a set of scopes."}}
             schema["security"] = [{"apiKey": []}]
+            schema["components"]["headers"] = _RESPONSE_HEADERS
             for path, operations in schema.get("paths", {}).items():
-                if path in OPEN_PATHS:
-                    for operation in operations.values():
+                for operation in operations.values():
+                    if path in OPEN_PATHS:
                         operation["security"] = []
+                    names = ["X-Request-Id"] if path in OPEN_PATHS else list(_RESPONSE_HEADERS)
+                    for response in operation.get("responses", {}).values():
+                        response.setdefault("headers", {}).update(
+                            {name: {"$ref": f"#/components/headers/{name}"} for name in names})
             app.openapi_schema = schema
         return app.openapi_schema
 
