@@ -26,9 +26,10 @@ demo: runtime
 test: venv test-deps
 	$(PY) -m pytest
 
-# programs the tests start themselves (pgbouncer); installed only where that needs no password prompt
+# programs the tests start themselves (pgbouncer, chromium); installed only where that needs no password prompt
 test-deps:
 	@.ci/install-pgbouncer
+	@.ci/install-chromium
 
 bench: venv
 	$(PY) bench/run_all.py

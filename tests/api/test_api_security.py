@@ -171,7 +171,15 @@ def test_open_paths_and_unknown_routes(world: dict[str, Any]) -> None:
     spec = anon.get("/openapi.json").json()
     assert "/v1/jobs/{job_id}/events" in spec["paths"]
     assert anon.get("/docs").status_code == 200
-    assert anon.get("/nope").status_code == 401  # no route probing without a key
+    assert anon.get("/redoc").status_code == 200
+    # a path no route serves is 404 with or without a key; a known one without a key stays 401
+    for unknown in (anon.get("/nope"), anon.post("/v1/jobs/job_1/nope"),
+                    client(world["app"], "sk_nope_nope").get("/v1/nope")):
+        assert unknown.status_code == 404 and unknown.json()["code"] == "NOT_FOUND", unknown.text
+        assert unknown.headers["content-type"] == "application/problem+json"
+        assert "www-authenticate" not in unknown.headers
+    assert anon.get("/v1/jobs/job_1").status_code == 401
+    assert anon.delete("/v1/jobs").status_code == 401  # a known path, another method
     r = client(world["app"], world["b_key"]).get("/nope")
     assert r.status_code == 404 and r.headers["content-type"] == "application/problem+json"
     assert r.json()["code"] == "NOT_FOUND"

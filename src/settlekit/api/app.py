@@ -1,8 +1,9 @@
 """The HTTP API: `create_app(db_url or Database, settings, server_signer=...)`.
 
-Every route except /healthz, /readyz, /openapi.json and /docs needs an API key (`Authorization:
-Bearer sk_…`), is scoped to the key's tenant and rate-limited per key. Errors are RFC 9457 problem+json bodies
-with a stable `code`; stack traces are never returned.
+Every route except /healthz, /readyz, /openapi.json and the documentation (/docs, /redoc) needs an API key
+(`Authorization: Bearer sk_…`), is scoped to the key's tenant and rate-limited per key (RateLimit-* headers); a
+path no route serves answers 404 with or without a key. Errors are RFC 9457 problem+json bodies with a stable
+`code` and the `requestId`; stack traces are never returned.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api.deps import ApiContext, AuthMiddleware
+from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
 from settlekit.api.guards import BodyLimitMiddleware, InputGuardMiddleware
 from settlekit.api.problems import (
     http_error_handler,
@@ -29,6 +32,7 @@ from settlekit.api.problems import (
 from settlekit.api.ratelimit import RateLimiter
 from settlekit.api.request_log import RequestLogMiddleware
 from settlekit.api.routes import ROUTERS
+from settlekit.api.routes.jobs import append_metrics_for
 from settlekit.append import job_appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
@@ -38,7 +42,8 @@ from settlekit.runtime.settings import Settings
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", *DOC_PATHS})
+OPEN_PREFIXES = (f"{ASSETS_PATH}/",)
 
 
 class _ApiMetrics:
@@ -113,13 +118,14 @@ def create_app(
         registered_consumers=registered_consumers,
         registry=registry if registry is not None else REGISTRY,
     )
-    app = FastAPI(title="settlekit", version="0.1.0", redoc_url=None,
+    app = FastAPI(title="settlekit", version="0.1.0", docs_url=None, redoc_url=None,
                   lifespan=_lifespan_closing(database if owned else None),
                   description="Event-sourced settlement engine: jobs, ledger, artifacts, deliveries, ops.")
     app.state.settlekit = ctx
     _add_error_handlers(app)
     # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
     app.router.routes.extend(route for router in ROUTERS for route in router.routes)
+    add_docs(app)
     _document_security(app)
     _add_middleware(app, ctx, settings)
     return app
@@ -157,14 +163,39 @@ def _add_error_handlers(app: FastAPI) -> None:
 def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
     """The middleware stack; the last added runs first (request log, metrics, input guard, auth, body limit)."""
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS)
+    app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
+                       routed=_routed_by(app))
     app.add_middleware(InputGuardMiddleware)
     app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
+    append_metrics_for(ctx.registry)  # registered now: every append outcome is exported (at 0) before the first
     app.add_middleware(RequestLogMiddleware)
 
 
+def _routed_by(app: FastAPI) -> Callable[[Scope], bool]:
+    """Whether a route of `app` serves the request's path (for any method)."""
+
+    def routed(scope: Scope) -> bool:
+        return any(route.matches(scope)[0] is not Match.NONE for route in app.router.routes)
+
+    return routed
+
+
+_RESPONSE_HEADERS: dict[str, Any] = {
+    "X-Request-Id": {"description": "The request's id: the client's X-Request-Id (1..128 visible ASCII characters) "
+                                    "or a generated one; also the requestId of a problem body.",
+                     "schema": {"type": "string"}},
+    "RateLimit-Limit": {"description": "The API key's token bucket: requests allowed in a burst.",
+                        "schema": {"type": "integer"}},
+    "RateLimit-Remaining": {"description": "Requests the API key may still make now.",
+                            "schema": {"type": "integer"}},
+    "RateLimit-Reset": {"description": "Seconds until the API key's bucket is full again.",
+                        "schema": {"type": "integer"}},
+}
+
+
 def _document_security(app: FastAPI) -> None:
-    """OpenAPI: every operation needs the bearer API key except the open paths."""
+    """OpenAPI: every operation needs the bearer API key except the open paths; every answer carries its request
+    id, and an authenticated one the RateLimit-* headers."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -177,10 +208,15 @@ def _document_security(app: FastAPI) -> None:
                            "description": "An API key: `Authorization: Bearer sk_…`, bound to one tenant and "
                                           "a set of scopes."}}
             schema["security"] = [{"apiKey": []}]
+            schema["components"]["headers"] = _RESPONSE_HEADERS
             for path, operations in schema.get("paths", {}).items():
-                if path in OPEN_PATHS:
-                    for operation in operations.values():
+                for operation in operations.values():
+                    if path in OPEN_PATHS:
                         operation["security"] = []
+                    names = ["X-Request-Id"] if path in OPEN_PATHS else list(_RESPONSE_HEADERS)
+                    for response in operation.get("responses", {}).values():
+                        response.setdefault("headers", {}).update(
+                            {name: {"$ref": f"#/components/headers/{name}"} for name in names})
             app.openapi_schema = schema
         return app.openapi_schema
 

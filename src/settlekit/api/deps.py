@@ -10,12 +10,12 @@ import anyio
 from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.guards import check_text
-from settlekit.api.problems import error_headers, problem_from_error
-from settlekit.api.ratelimit import RateLimiter, retry_after_seconds
+from settlekit.api.problems import error_headers, no_route_problem, problem_from_error
+from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, retry_after_seconds
 from settlekit.append import Appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
@@ -94,9 +94,15 @@ def require(scope: str, *, operator: bool = False) -> Any:
 
 
 def authenticate_request(ctx: ApiContext, headers: Headers, client: str | None = None) -> ApiKey:
-    """The request's key (AuthError otherwise), after taking a token from its rate-limit bucket. Failed
-    authentications are rate-limited per client address: an address that keeps presenting bad keys gets 429
-    before its keys are even looked up."""
+    """The request's key (AuthError otherwise), after taking a token from its rate-limit bucket."""
+    return authenticate_with_quota(ctx, headers, client)[0]
+
+
+def authenticate_with_quota(ctx: ApiContext, headers: Headers, client: str | None = None,
+                            ) -> tuple[ApiKey, Quota | None]:
+    """The request's key (AuthError otherwise) and its rate-limit bucket after taking a token (None when rate
+    limiting is off); RateLimitedError when the bucket is empty. Failed authentications are rate-limited per client
+    address: an address that keeps presenting bad keys gets 429 before its keys are even looked up."""
     address = client or "unknown"
     wait = ctx.auth_failures.peek(address)
     if wait > 0:
@@ -107,34 +113,54 @@ def authenticate_request(ctx: ApiContext, headers: Headers, client: str | None =
     except AuthError:
         ctx.auth_failures.take(address)
         raise
-    wait = ctx.limiter.take(key.key_id)
-    if wait > 0:
-        raise SettlekitError("rate limit exceeded for this API key", code="RATE_LIMITED", status=429,
-                             retryAfterSeconds=retry_after_seconds(wait))
-    return key
+    quota = ctx.limiter.acquire(key.key_id)
+    if quota is not None and quota.wait > 0:
+        raise RateLimitedError("rate limit exceeded for this API key", quota)
+    return key, quota
 
 
 class AuthMiddleware:
-    """Authenticates every request outside `open_paths` before the body is parsed or a route is matched, so
-    no unauthenticated request reaches a route (unknown paths included)."""
+    """Authenticates every request outside `open_paths` (exact paths) and `open_prefixes` before the body is
+    parsed or a route is matched, so no unauthenticated request reaches a route. A refused request for a path no
+    route serves (`routed(scope)` false) answers 404 NOT_FOUND rather than the refusal. Answers to an
+    authenticated request carry the key's RateLimit-* headers."""
 
-    def __init__(self, app: ASGIApp, ctx: ApiContext, open_paths: frozenset[str]):
+    def __init__(self, app: ASGIApp, ctx: ApiContext, open_paths: frozenset[str],
+                 open_prefixes: tuple[str, ...] = (), routed: Callable[[Scope], bool] | None = None):
         self.app = app
         self.ctx = ctx
         self.open_paths = open_paths
+        self.open_prefixes = open_prefixes
+        self.routed = routed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in self.open_paths:
-            try:
-                client = scope.get("client")
-                key = await run_in_threadpool(authenticate_request, self.ctx, Headers(scope=scope),
-                                              client[0] if client else None)
-            except SettlekitError as exc:
+        path = scope["path"] if scope["type"] == "http" else ""
+        if not path or path in self.open_paths or path.startswith(self.open_prefixes):
+            await self.app(scope, receive, send)
+            return
+        try:
+            client = scope.get("client")
+            key, quota = await run_in_threadpool(authenticate_with_quota, self.ctx, Headers(scope=scope),
+                                                 client[0] if client else None)
+        except SettlekitError as exc:
+            if self.routed is not None and not self.routed(scope):
+                await no_route_problem(scope["method"], path)(scope, receive, send)
+            else:
                 await problem_from_error(exc, error_headers(exc))(scope, receive, send)
-                return
-            scope.setdefault("state", {})["api_key"] = key
-            logs.bind(tenant=key.tenant_id, key_id=key.key_id)
-        await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})["api_key"] = key
+        logs.bind(tenant=key.tenant_id, key_id=key.key_id)
+        if quota is None:
+            await self.app(scope, receive, send)
+            return
+        quota_headers = quota.headers()
+
+        async def send_with_quota(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *quota_headers]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_quota)
 
 
 def require_scopes(key: ApiKey, scopes: Sequence[str]) -> None:

@@ -1,5 +1,6 @@
 """Errors as RFC 9457 problem+json: a `SettlekitError` keeps its status and stable `code`; request validation,
-HTTP errors and unhandled exceptions are mapped to codes too, and a stack trace is never returned."""
+HTTP errors and unhandled exceptions are mapped to codes too, and a stack trace is never returned. Every body
+carries the request's `requestId` (the `X-Request-Id` of the answer)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from settlekit.api.ratelimit import RateLimitedError
 from settlekit.api.responses import dumps
 from settlekit.errors import SettlekitError
 from settlekit.runtime import logging as logs
@@ -25,7 +27,16 @@ def problem_response(status: int, code: str, detail: str, **details: Any) -> Res
 
 
 def problem_from_error(exc: SettlekitError, headers: dict[str, str] | None = None) -> Response:
-    return Response(dumps(exc.to_problem()), status_code=exc.status, media_type=PROBLEM_TYPE, headers=headers)
+    body = exc.to_problem()
+    request_id = logs.current("request_id")  # bound by the request-log middleware
+    if isinstance(request_id, str):
+        body["requestId"] = request_id
+    return Response(dumps(body), status_code=exc.status, media_type=PROBLEM_TYPE, headers=headers)
+
+
+def no_route_problem(method: str, path: str) -> Response:
+    """404 NOT_FOUND for a path no route serves."""
+    return problem_response(404, "NOT_FOUND", f"no route for {method} {path}")
 
 
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 401: "UNAUTHENTICATED", 403: "FORBIDDEN",
@@ -42,7 +53,10 @@ def _loc_path(loc: tuple[Any, ...] | list[Any]) -> str:
 def error_headers(exc: SettlekitError) -> dict[str, str] | None:
     retry = exc.details.get("retryAfterSeconds")
     if retry is not None:
-        return {"Retry-After": str(retry)}
+        headers = {"Retry-After": str(retry)}
+        if isinstance(exc, RateLimitedError):
+            headers.update((name.decode(), value.decode()) for name, value in exc.quota.headers())
+        return headers
     if exc.status == 401:
         return {"WWW-Authenticate": "Bearer"}
     return None
@@ -72,8 +86,9 @@ async def http_error_handler(request: Request, exc: Exception) -> Response:
         # FastAPI's parse failure of a model body (too deep, not UTF-8, too many digits): as parse_body says it
         code, detail = "JSON_INVALID", "the request body is not valid JSON"
     if exc.status_code == 404 and detail == "Not Found":
-        detail = f"no route for {request.method} {request.url.path}"
-    response = problem_response(exc.status_code, code, detail)
+        response = no_route_problem(request.method, request.url.path)
+    else:
+        response = problem_response(exc.status_code, code, detail)
     for name, value in (exc.headers or {}).items():
         response.headers[name] = value
     return response

@@ -1,4 +1,6 @@
-"""The in-process token bucket behind the per-key rate limit and the failed-authentication limit."""
+"""The in-process token bucket behind the per-key rate limit and the failed-authentication limit, and the
+`RateLimit-Limit` / `RateLimit-Remaining` / `RateLimit-Reset` headers (IETF draft "RateLimit header fields for
+HTTP", the separate-header form) describing a key's bucket."""
 
 from __future__ import annotations
 
@@ -6,7 +8,39 @@ import math
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
+
+from settlekit.errors import SettlekitError
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A bucket right after a request took (or failed to take) its token: `limit` requests at most in a burst,
+    `remaining` now, full again in `reset` seconds; `wait` is 0.0 when the request may go ahead, else the
+    seconds until a token is available."""
+
+    limit: int
+    remaining: int
+    reset: int
+    wait: float
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """The RateLimit-* response headers (raw ASGI form)."""
+        return [(b"ratelimit-limit", str(self.limit).encode()),
+                (b"ratelimit-remaining", str(self.remaining).encode()),
+                (b"ratelimit-reset", str(self.reset).encode())]
+
+
+class RateLimitedError(SettlekitError):
+    """429 RATE_LIMITED for an API key whose bucket is empty; carries the bucket for the RateLimit-* headers."""
+
+    code = "RATE_LIMITED"
+    status = 429
+
+    def __init__(self, message: str, quota: Quota):
+        super().__init__(message, retryAfterSeconds=retry_after_seconds(quota.wait))
+        self.quota = quota
 
 
 class RateLimiter:
@@ -44,6 +78,22 @@ class RateLimiter:
                 return 0.0
             self._put(key, tokens, now)
             return (1.0 - tokens) / self.rate
+
+    def acquire(self, key: str) -> Quota | None:
+        """Like `take`, with the bucket's state after it; None when the limiter is off (`rate` <= 0)."""
+        if self.rate <= 0:
+            return None
+        now = self.clock()
+        with self._lock:
+            tokens = self._tokens(key, now)
+            wait = 0.0
+            if tokens >= 1.0:
+                tokens -= 1.0
+            else:
+                wait = (1.0 - tokens) / self.rate
+            self._put(key, tokens, now)
+        return Quota(limit=self.burst, remaining=int(tokens), reset=math.ceil((self.burst - tokens) / self.rate),
+                     wait=wait)
 
     def peek(self, key: str) -> float:
         """Like `take` without spending a token."""

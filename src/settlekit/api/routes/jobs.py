@@ -1,15 +1,19 @@
 """Jobs: create, append events (server-draft or client-finalized), list, snapshot, read and export the stream.
 
 A job's events are a sub-resource of the job, and creating a job is an append of JOB_CREATED: both go through
-`_append` here."""
+`_append` here, and both are counted and timed per outcome (`settlekit_append_total{outcome}`,
+`settlekit_append_duration_seconds{outcome}`)."""
 
 from __future__ import annotations
 
 import base64
+import time
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -28,7 +32,8 @@ from settlekit.api.guards import parse_body
 from settlekit.api.idempotency import request_hash, request_target
 from settlekit.api.responses import JsonResponse, content_disposition
 from settlekit.append import AppendResult, Idempotency
-from settlekit.errors import ConflictError, NotFoundError, ValidationError
+from settlekit.errors import ConflictError, NotFoundError, SettlekitError, ValidationError
+from settlekit.metrics import PerRegistry
 from settlekit.store import streams
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -39,6 +44,45 @@ FINANCE_TYPES = frozenset({"SETTLED", "JOB_ADJUSTED", "SLA_CREDIT_ISSUED", "OPER
 FINANCE_PREFIXES = ("CLAIM_",)
 PREV_HEADERS = ("x-expected-prev-chain-hash", "x-proxy-expected-prev-chain-hash")
 DEFAULT_ACTOR = {"type": "system", "id": "api"}
+
+
+# created: 201; existing: the same events were already there (200); replayed: an Idempotency-Key's stored answer;
+# conflict: 409 (chain head moved, job exists, idempotency conflict); refused: any other 4xx; error: 5xx
+APPEND_OUTCOMES = ("created", "existing", "replayed", "conflict", "refused", "error")
+
+
+class _AppendMetrics:
+    def __init__(self, registry: CollectorRegistry):
+        total = Counter("settlekit_append", "Append requests (job creation and event appends) by outcome",
+                        ["outcome"], registry=registry)
+        duration = Histogram("settlekit_append_duration_seconds", "Append request handling time by outcome",
+                             ["outcome"], registry=registry,
+                             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        # children made once: every outcome is exported from the start (at 0), and no label lookup per request
+        self.by_outcome = {o: (total.labels(o), duration.labels(o)) for o in APPEND_OUTCOMES}
+
+    def observe(self, outcome: str, seconds: float) -> None:
+        count, duration = self.by_outcome[outcome]
+        count.inc()
+        duration.observe(seconds)
+
+
+append_metrics_for: PerRegistry[_AppendMetrics] = PerRegistry(_AppendMetrics)
+
+
+def _measured(ctx: ApiContext, handle: Callable[[], AppendResult]) -> JsonResponse:
+    """The answer to an append request handled by `handle`, counted and timed by outcome."""
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        result = handle()
+        outcome = "replayed" if result.replayed else "existing" if result.already_exists else "created"
+        return _append_response(result)
+    except SettlekitError as exc:
+        outcome = "conflict" if exc.status == 409 else "refused" if exc.status < 500 else "error"
+        raise
+    finally:
+        append_metrics_for(ctx.registry).observe(outcome, time.perf_counter() - started)
 
 
 def is_finance_type(event_type: Any) -> bool:
@@ -96,6 +140,10 @@ def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: 
 
 @router.post("/jobs", status_code=201, summary="Create a job (server-draft JOB_CREATED)")
 def create_job(body: CreateJob, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
+    return _measured(context(request), lambda: _create_job(body, request, key))
+
+
+def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendResult:
     ctx = context(request)
     job_id = body.jobId or f"job_{uuid.uuid4()}"
     payload = dict(body.payload)
@@ -106,13 +154,12 @@ def create_job(body: CreateJob, request: Request, key: ApiKey = require("jobs:wr
     actor = body.actor.model_dump() if body.actor is not None else dict(DEFAULT_ACTOR)
     draft = {"type": "JOB_CREATED", "actor": actor, "payload": payload}
     try:
-        result = _append(ctx, key, request, job_id, [draft], None, idempotency_key(request),
-                         body.model_dump(exclude_none=True), expected_given=True)
+        return _append(ctx, key, request, job_id, [draft], None, idempotency_key(request),
+                       body.model_dump(exclude_none=True), expected_given=True)
     except ConflictError as exc:
         if exc.code == "PREV_CHAIN_HASH_MISMATCH":
             raise ConflictError(f"job {job_id} already exists", code="JOB_ALREADY_EXISTS", jobId=job_id) from None
         raise
-    return _append_response(result)
 
 
 _FINALIZED_KEYS = ("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash")
@@ -134,11 +181,11 @@ _EVENTS_BODY = {
              summary="Append events to a job stream")
 async def append_events(job_id: str, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
     raw = await request.body()
-    return await run_in_threadpool(_append_events_sync, job_id, request, key, raw)
-
-
-def _append_events_sync(job_id: str, request: Request, key: ApiKey, raw: bytes) -> JsonResponse:
     ctx = context(request)
+    return await run_in_threadpool(_measured, ctx, lambda: _append_events(ctx, job_id, request, key, raw))
+
+
+def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, raw: bytes) -> AppendResult:
     body = parse_body(raw)
     items = body if isinstance(body, list) else [body]
     if not items or not all(isinstance(i, dict) for i in items):
@@ -162,9 +209,8 @@ def _append_events_sync(job_id: str, request: Request, key: ApiKey, raw: bytes) 
                 given = True
                 expected = None if value.strip() in ("", "null") else value.strip()
                 break
-    result = _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
-                     expected_given=given)
-    return _append_response(result)
+    return _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
+                   expected_given=given)
 
 
 @router.get("/jobs", summary="List the tenant's jobs (keyset pagination)")
