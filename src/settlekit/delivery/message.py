@@ -10,6 +10,7 @@ from typing import Any, Final
 from settlekit.delivery.signing import SigningMode, delivery_headers
 from settlekit.delivery.ssrf import SsrfPolicy
 from settlekit.events.canonical import canonical_bytes, is_safe_int, sha256_hex
+from settlekit.store.deliveries import DeliveryKeys as StoredDeliveryKeys
 
 ARTIFACT_PRIORITIES: Final = {
     "WorkCertificate.v1": 10,
@@ -42,16 +43,8 @@ def order_key(scope_key: str, order_seq: int, priority: int, artifact_id: str) -
     return f"{scope_key}\n{order_seq}\n{priority}\n{artifact_id}"
 
 
-@dataclass(frozen=True)
-class DeliveryKeys:
+class DeliveryKeys(StoredDeliveryKeys):
     """Every derived key of one (destination, artifact) delivery."""
-
-    dedupe_key: str
-    message_id: str
-    scope_key: str
-    order_seq: int
-    priority: int
-    order_key: str
 
     @classmethod
     def for_job_artifact(

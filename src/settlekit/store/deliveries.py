@@ -100,19 +100,33 @@ def _dest(row: Sequence[Any]) -> Destination:
 
 
 @dataclass(frozen=True)
-class Delivery:
-    id: int
-    tenant_id: str
-    destination_id: str
-    artifact_type: str
-    artifact_id: str
-    artifact_hash: str
+class DeliveryKeys:
+    """The keys derived for one (destination, artifact) delivery (`settlekit.delivery.message` computes them)."""
+
     dedupe_key: str
     message_id: str
     scope_key: str
     order_seq: int
     priority: int
     order_key: str
+
+
+@dataclass(frozen=True)
+class NewDelivery(DeliveryKeys):
+    """A delivery row to create: its keys and what it delivers."""
+
+    tenant_id: str
+    destination_id: str
+    artifact_type: str
+    artifact_id: str
+    artifact_hash: str
+
+
+@dataclass(frozen=True)
+class Delivery(NewDelivery):
+    """A stored delivery row."""
+
+    id: int
     state: str
     attempts: int
     next_attempt_at: datetime | None
@@ -128,7 +142,7 @@ class Delivery:
     def to_json(self) -> dict[str, Any]:
         """API/CLI view (timestamps as ISO-8601 UTC)."""
         out: dict[str, Any] = {}
-        for name in self.__dataclass_fields__:
+        for name in _DELIVERY_FIELDS:
             value = getattr(self, name)
             out[name] = _iso(value) if isinstance(value, datetime) else value
         return out
@@ -143,6 +157,7 @@ _DLV_COLS: Final = (
     " scope_key, order_seq, priority, order_key, state, attempts, next_attempt_at, lease_owner,"
     " lease_expires_at, last_status, last_error, delivered_at, created_at, updated_at, claims"
 )
+_DELIVERY_FIELDS: Final = tuple(name.strip() for name in _DLV_COLS.split(","))  # the API/CLI key order
 
 
 def _dlv(row: Sequence[Any]) -> Delivery:
@@ -253,23 +268,6 @@ def disable_if_active(tx: Tx, tenant_id: str, destination_id: str, *, reason: st
 
 
 # --- deliveries ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NewDelivery:
-    """A delivery row to create, with the keys `settlekit.delivery` derived for it."""
-
-    tenant_id: str
-    destination_id: str
-    artifact_type: str
-    artifact_id: str
-    artifact_hash: str
-    dedupe_key: str
-    message_id: str
-    scope_key: str
-    order_seq: int
-    priority: int
-    order_key: str
 
 
 def count_pending(tx: Tx, tenant_id: str) -> int:
