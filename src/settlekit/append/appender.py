@@ -48,6 +48,11 @@ _MISSING: Any = object()
 _FINALIZED_FIELDS = frozenset(("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash"))
 _DRAFT_FIELDS = frozenset(("type", "actor", "payload", "id", "at"))
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+# At most this many signer key ids are read with the stream head before the events are checked.
+_PREFETCHED_KEYS = 16
+
+# A rule about the stream, checked on its head (None: no stream yet) before anything else: it raises to refuse.
+StreamPrecondition = Callable[[StreamHead | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,16 @@ class _Request:
     idempotency: Idempotency | None
     correlation_id: str | None
     causation_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _StreamState:
+    """The stream head and stored state, and the registered signer keys among `key_ids`, read in one statement."""
+
+    head: StreamHead | None
+    snapshot: dict[str, Any] | None
+    keys: dict[str, SignerKey]
+    key_ids: frozenset[str]
 
 
 class Appender:
@@ -89,13 +104,19 @@ class Appender:
         correlation_id: str | None = None,
         causation_id: str | None = None,
         policy: AppendPolicy = LIVE,
+        precondition: StreamPrecondition | None = None,
     ) -> AppendResult:
         """Append drafts (`{type, actor, payload}`) or client-finalized envelopes to one stream, atomically.
 
         Give the expected head as `expected_prev_chain_hash` (None = the stream must be empty) or
         `expected_version` (0 = empty). Client-finalized events carry their own prevChainHash. `policy`: see
-        AppendPolicy (`HISTORY` takes client-finalized envelopes only).
+        AppendPolicy (`HISTORY` takes client-finalized envelopes only). `precondition` is checked on the stream
+        head before anything else; that read (with the signer keys the items name) then serves the append.
         """
+        state = None
+        if precondition is not None:
+            state = self._read_state(tenant_id, stream_id, _named_key_ids(items))
+            precondition(state.head)
         client_finalized = _check_items(tenant_id, stream_id, items, policy)
         request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id)
         if idempotency is not None:
@@ -107,9 +128,9 @@ class Appender:
                 return replay
         try:
             if client_finalized:
-                result = self._append_finalized(request, items, policy)
+                result = self._append_finalized(request, items, policy, state)
             else:
-                result = self._append_drafts(request, items, expected_prev_chain_hash, expected_version)
+                result = self._append_drafts(request, items, expected_prev_chain_hash, expected_version, state)
         except _IdempotencyRace:
             return self._answer_after_race(request)
         except SettlekitError:
@@ -140,9 +161,14 @@ class Appender:
                                 code="IDEMPOTENCY_CONFLICT") from None
         return replay
 
+    def _read_state(self, tenant_id: str, stream_id: str, key_ids: frozenset[str]) -> _StreamState:
+        head, snapshot, keys = self.streams.head_snapshot_and_keys(tenant_id, stream_id, key_ids)
+        return _StreamState(head, snapshot, keys, key_ids)
+
     def _append_drafts(self, request: _Request, items: Sequence[Mapping[str, Any]], expected_prev_chain_hash: Any,
-                       expected_version: int | None) -> AppendResult:
-        """Server drafts: the server fills id, at and the chain link, then hashes and signs them."""
+                       expected_version: int | None, state: _StreamState | None) -> AppendResult:
+        """Server drafts: the server fills id, at and the chain link, then hashes and signs them. `state`: the
+        stream as already read, if it was."""
         tenant_id, stream_id = request.tenant_id, request.stream_id
         if expected_prev_chain_hash is _MISSING and expected_version is None:
             raise SettlekitError("server-draft append needs expected_prev_chain_hash or expected_version",
@@ -154,8 +180,9 @@ class Appender:
             check_server_draft_type(draft, i, self.domain.required_signer(draft["type"], draft["actor"]["type"]))
         head = None
         snapshot: dict[str, Any] | None = None
-        if expected_prev_chain_hash is _MISSING or self._domain_has_state():
-            head, snapshot = self.streams.head_and_snapshot(tenant_id, stream_id)
+        if state is not None or expected_prev_chain_hash is _MISSING or self._domain_has_state():
+            head, snapshot = ((state.head, state.snapshot) if state is not None
+                              else self.streams.head_and_snapshot(tenant_id, stream_id))
             if expected_version is not None and (head.seq if head else 0) != expected_version:
                 raise _version_conflict(expected_version, head)
             if expected_prev_chain_hash is not _MISSING:
@@ -180,8 +207,9 @@ class Appender:
                             snapshot=snapshot)
 
     def _append_finalized(self, request: _Request, items: Sequence[Mapping[str, Any]],
-                          policy: AppendPolicy) -> AppendResult:
-        """Client-finalized envelopes: shapes, time, chain links, signatures and the signer policy checked."""
+                          policy: AppendPolicy, state: _StreamState | None) -> AppendResult:
+        """Client-finalized envelopes: shapes, time, chain links, signatures and the signer policy checked.
+        `state`: the stream as already read, if it was (else it is read here, with the signer keys)."""
         tenant_id, stream_id = request.tenant_id, request.stream_id
         events: list[Event] = []
         now = self.clock()
@@ -198,14 +226,16 @@ class Appender:
             check_not_in_future(event["at"], now, i)
             events.append(event)
         prev = events[0]["prevChainHash"]
-        head, snapshot = self.streams.head_and_snapshot(tenant_id, stream_id)
+        if state is None or not _signer_key_ids(events) <= state.key_ids:
+            state = self._read_state(tenant_id, stream_id, _signer_key_ids(events))
+        head, snapshot = state.head, state.snapshot
         current = head.chain_hash if head else None
         if prev != current:
             existing = self._find_existing(tenant_id, events)
             if existing is not None:
                 return existing
             raise _hash_conflict(prev, current)
-        keys = self._signer_keys_of(tenant_id, events)
+        keys = self._signer_keys_of(tenant_id, events, state)
         link = prev
         unsigned = 0
         for i, event in enumerate(events):
@@ -272,12 +302,17 @@ class Appender:
             f"event {index}: payload is {size} bytes, over the limit of {self.max_payload_bytes}",
             code="PAYLOAD_TOO_LARGE", status=413, index=index, sizeBytes=size, limitBytes=self.max_payload_bytes)
 
-    def _signer_keys_of(self, tenant_id: str, events: Sequence[Event]) -> dict[str, SignerKey]:
-        """The registered keys the events name, plus this server's own key (not registered in every tenant)."""
-        key_ids = {e["signerKeyId"] for e in events if e.get("signerKeyId")}
+    def _signer_keys_of(self, tenant_id: str, events: Sequence[Event],
+                        state: _StreamState | None = None) -> dict[str, SignerKey]:
+        """The registered keys the events name, plus this server's own key (not registered in every tenant).
+        `state`: the keys already read with the stream head, used when they are the ones named."""
+        key_ids = _signer_key_ids(events)
         if not key_ids:
             return {}
-        keys = self.signer_keys.find(tenant_id, key_ids)
+        if state is not None and key_ids <= state.key_ids:
+            keys = {k: key for k, key in state.keys.items() if k in key_ids}
+        else:
+            keys = self.signer_keys.find(tenant_id, key_ids)
         if self.server_signer is not None and self.server_signer.key_id not in keys:
             s = self.server_signer
             keys[s.key_id] = SignerKey(tenant_id, s.key_id, s.public_key_pem, "server", "active")
@@ -370,6 +405,17 @@ def _public_key(keys: Mapping[str, SignerKey], key_id: str) -> Any:
 def _load_public_key_cached(pem: str) -> Any:
     """Parsed keys by PEM text (immutable), so each append does not re-parse its signer's key."""
     return load_public_key(pem)
+
+
+def _signer_key_ids(events: Sequence[Event]) -> frozenset[str]:
+    return frozenset(e["signerKeyId"] for e in events if e.get("signerKeyId"))
+
+
+def _named_key_ids(items: Sequence[Any]) -> frozenset[str]:
+    """The signer key ids that unchecked items name (none when they name many): read with the stream head."""
+    ids = frozenset(key for item in items if isinstance(item, Mapping)
+                    and isinstance(key := item.get("signerKeyId"), str) and key)
+    return ids if len(ids) <= _PREFETCHED_KEYS else frozenset()
 
 
 def _check_items(tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]], policy: AppendPolicy) -> bool:

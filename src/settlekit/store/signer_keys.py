@@ -13,7 +13,8 @@ from settlekit.store.sql import fragment
 KEY_PURPOSES = ("robot", "operator", "server")
 KEY_STATUSES = ("active", "rotated", "revoked")
 _STATUS_STAMP = {"rotated": "rotated_at", "revoked": "revoked_at"}
-_COLUMNS = "tenant_id, key_id, public_key_pem, purpose, status, entity_id"
+SIGNER_KEY_COLUMNS = "tenant_id, key_id, public_key_pem, purpose, status, entity_id"
+_COLUMNS = SIGNER_KEY_COLUMNS
 
 
 @dataclass
@@ -74,7 +75,7 @@ class SignerKeys:
         if not ids:
             return {}
         marks = ",".join("?" for _ in ids)
-        with self.db.read() as tx:
+        with self.db.query() as tx:  # one statement: no transaction around it
             rows = tx.fetchall(f"SELECT {_COLUMNS} FROM signer_keys WHERE tenant_id = ? AND key_id IN ({marks})",
                                (tenant_id, *ids))
         return {row[1]: SignerKey(*row) for row in rows}

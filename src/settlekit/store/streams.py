@@ -3,7 +3,7 @@ the job listing (one page of a tenant's job streams, by stream id)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,10 +11,19 @@ from settlekit.errors import NotFoundError
 from settlekit.events.canonical import parse_json
 from settlekit.events.envelope import Event
 from settlekit.store.db import Database, Row
+from settlekit.store.signer_keys import SIGNER_KEY_COLUMNS, SignerKey
 from settlekit.store.sql import and_where, statements
 
 _JOB_PAGE = ("SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json FROM streams"
              " WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ? ORDER BY stream_id LIMIT ?")
+_HEAD_COLUMNS = "stream_id, stream_type, head_seq, head_chain_hash, head_event_id, snapshot_json"
+# One row per key found (at least one row): the stream's columns (NULL when there is no stream) beside each key's.
+_HEAD_AND_KEYS = (
+    "SELECT " + ", ".join(f"s.{c}" for c in _HEAD_COLUMNS.split(", "))
+    + ", " + ", ".join(f"k.{c}" for c in SIGNER_KEY_COLUMNS.split(", "))
+    + " FROM (SELECT 1 AS one) AS seed"
+    " LEFT JOIN streams s ON s.tenant_id = ? AND s.stream_id = ?"
+    " LEFT JOIN signer_keys k ON k.tenant_id = ? AND k.key_id IN ({marks})")
 _JOB_AFTER = ("SELECT stream_id FROM streams WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ?"
               " ORDER BY stream_id LIMIT 1")
 
@@ -74,13 +83,24 @@ class Streams:
     def head_and_snapshot(self, tenant_id: str, stream_id: str) -> tuple[StreamHead | None, dict[str, Any] | None]:
         """The stream head and its stored state, read together."""
         with self.db.query() as tx:
-            row = tx.fetchone(
-                "SELECT stream_id, stream_type, head_seq, head_chain_hash, head_event_id, snapshot_json"
-                " FROM streams WHERE tenant_id = ? AND stream_id = ?", (tenant_id, stream_id))
-        if row is None:
-            return None, None
-        snapshot = parse_json(row[5]) if row[5] is not None else None
-        return StreamHead(row[0], row[1], int(row[2]), row[3], row[4]), snapshot
+            row = tx.fetchone(f"SELECT {_HEAD_COLUMNS} FROM streams WHERE tenant_id = ? AND stream_id = ?",
+                              (tenant_id, stream_id))
+        return _head_and_snapshot(row)
+
+    def head_snapshot_and_keys(self, tenant_id: str, stream_id: str, key_ids: Collection[str]
+                               ) -> tuple[StreamHead | None, dict[str, Any] | None, dict[str, SignerKey]]:
+        """The stream head, its stored state and the tenant's registered signer keys among `key_ids` (by key id),
+        read with one statement."""
+        ids = sorted(set(key_ids))
+        if not ids:
+            return (*self.head_and_snapshot(tenant_id, stream_id), {})
+        sql = _HEAD_AND_KEYS.format(marks=",".join("?" for _ in ids))
+        with self.db.query() as tx:
+            rows = tx.fetchall(sql, (tenant_id, stream_id, tenant_id, *ids))
+        width = len(_HEAD_COLUMNS.split(", "))
+        head, snapshot = _head_and_snapshot(rows[0][:width] if rows and rows[0][0] is not None else None)
+        keys = {row[width + 1]: SignerKey(*row[width:]) for row in rows if row[width] is not None}
+        return head, snapshot, keys
 
     def read_stream(self, tenant_id: str, stream_id: str, *, through_chain_hash: str | None = None,
                     after_seq: int = 0) -> list[Event]:
@@ -138,6 +158,13 @@ class Streams:
             rows = tx.fetchall(f"SELECT event_id, chain_hash, seq, position, stream_id, payload_hash FROM events"
                                f" WHERE tenant_id = ? AND event_id IN ({marks})", (tenant_id, *event_ids))
         return {r[0]: EventIdentity(r[0], r[1], int(r[2]), int(r[3]), r[4], r[5]) for r in rows}
+
+
+def _head_and_snapshot(row: Row | None) -> tuple[StreamHead | None, dict[str, Any] | None]:
+    if row is None:
+        return None, None
+    snapshot = parse_json(row[5]) if row[5] is not None else None
+    return StreamHead(row[0], row[1], int(row[2]), row[3], row[4]), snapshot
 
 
 def row_to_stored(r: Sequence[Any]) -> StoredEvent:

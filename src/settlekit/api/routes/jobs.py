@@ -32,9 +32,11 @@ from settlekit.api.guards import parse_body
 from settlekit.api.idempotency import request_hash, request_target
 from settlekit.api.responses import JsonResponse, content_disposition
 from settlekit.append import AppendResult, Idempotency
+from settlekit.append.appender import StreamPrecondition
 from settlekit.errors import ConflictError, NotFoundError, SettlekitError, ValidationError
 from settlekit.metrics import PerRegistry
 from settlekit.store import streams
+from settlekit.store.streams import StreamHead
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -120,14 +122,15 @@ def _append_response(result: AppendResult) -> JsonResponse:
 
 
 def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
-            expected: Any, idem_key: str | None, body: Any, *, expected_given: bool) -> AppendResult:
+            expected: Any, idem_key: str | None, body: Any, *, expected_given: bool,
+            precondition: StreamPrecondition | None = None) -> AppendResult:
     idem = None
     if idem_key is not None:
         path = request.url.path
         idem = Idempotency(key=idem_key, principal_id=key.key_id, endpoint=f"POST {path}",
                            request_hash=request_hash("POST", request_target(request), body,
                                                      expected if expected_given else None))
-    kwargs: dict[str, Any] = {"idempotency": idem}
+    kwargs: dict[str, Any] = {"idempotency": idem, "precondition": precondition}
     if expected_given:
         kwargs["expected_prev_chain_hash"] = expected
     try:
@@ -194,11 +197,6 @@ def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, 
     finance = sorted({i.get("type") for i in items if is_finance_type(i.get("type"))})
     if finance:
         require_scopes(key, ["finance:write"])
-    head = ctx.store.streams.head(key.tenant_id, job_id)
-    if head is None and items[0].get("type") != "JOB_CREATED":
-        raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
-    if head is not None and head.stream_type != "job":
-        raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
     finalized = any(k in i for i in items for k in _FINALIZED_KEYS)
     expected: Any = None
     given = False
@@ -210,7 +208,19 @@ def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, 
                 expected = None if value.strip() in ("", "null") else value.strip()
                 break
     return _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
-                   expected_given=given)
+                   expected_given=given, precondition=_job_stream(job_id, items))
+
+
+def _job_stream(job_id: str, items: list[dict[str, Any]]) -> StreamPrecondition:
+    """The events go to an existing job stream, or create one with JOB_CREATED: else JOB_NOT_FOUND (checked by the
+    append on the head it reads, before anything else)."""
+    creates = items[0].get("type") == "JOB_CREATED"
+
+    def check(head: StreamHead | None) -> None:
+        if (head is None and not creates) or (head is not None and head.stream_type != "job"):
+            raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
+
+    return check
 
 
 @router.get("/jobs", summary="List the tenant's jobs (keyset pagination)")
