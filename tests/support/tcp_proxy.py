@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 
 
 class TcpProxy:
@@ -63,15 +64,21 @@ class TcpProxy:
                     _close(upstream)
                     continue
                 self._open.update((client, upstream))
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            for src, dst, tap in ((client, upstream, self.client_tap()), (upstream, client, None)):
+                threading.Thread(target=self._pump, args=(src, dst, tap), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def client_tap(self) -> Callable[[bytes], None] | None:
+        """Called once per connection: a function that sees what the client sends, in order (None: nothing)."""
+        return None
+
+    def _pump(self, src: socket.socket, dst: socket.socket, tap: Callable[[bytes], None] | None) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                if tap is not None:
+                    tap(data)
                 dst.sendall(data)
         except OSError:
             pass  # the other side or cut() closed the socket: the pair is finished
