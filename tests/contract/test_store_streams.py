@@ -9,9 +9,13 @@ from typing import Any
 
 import pytest
 
+from settlekit.append import Appender
 from settlekit.events.canonical import parse_json
+from settlekit.events.envelope import Signer
 from settlekit.store import streams
 from settlekit.store.db import Database
+from settlekit.store.signer_keys import SignerKeys
+from settlekit.store.streams import Streams
 
 TENANT = "t_list"
 STATUSES = ["CREATED", "QUOTED", None, "QUOTED", "BOOKED", "QUOTED", "CREATED", "QUOTED", "BOOKED", "QUOTED",
@@ -90,3 +94,23 @@ def test_rows_carry_the_stored_state(listed: Database) -> None:
     assert page.jobs[0].state["note"] == "\ud800 \\ud800 \x00"
     none = streams.job_page(listed, TENANT, after="job_01", limit=1)
     assert [(r.job_id, r.state) for r in none.jobs] == [("job_02", None)] and none.more
+
+
+def test_head_snapshot_and_keys_in_one_read(db: Database) -> None:
+    """The head, its state and the named signer keys of the tenant, whether or not the stream or the keys exist."""
+    keys, reads = SignerKeys(db), Streams(db)
+    robot, operator, stranger = Signer.generate(), Signer.generate(), Signer.generate()
+    robot_id = keys.register("t1", robot.public_key_pem, "robot", entity_id="rob_1")
+    operator_id = keys.register("t1", operator.public_key_pem, "operator")
+    other_tenant_id = keys.register("t2", stranger.public_key_pem, "robot")
+    assert reads.head_snapshot_and_keys("t1", "s1", []) == (None, None, {})
+    head, snapshot, found = reads.head_snapshot_and_keys("t1", "s1", [robot_id, other_tenant_id, "key_unknown"])
+    assert (head, snapshot) == (None, None) and list(found) == [robot_id]
+    assert (found[robot_id].purpose, found[robot_id].entity_id) == ("robot", "rob_1")
+    Appender(db).append("t1", "s1", [{"type": "NOTE", "actor": {"type": "system", "id": "t"}, "payload": {}}],
+                        expected_prev_chain_hash=None)
+    head, snapshot, found = reads.head_snapshot_and_keys("t1", "s1", [robot_id, operator_id])
+    assert head == reads.head("t1", "s1") and head is not None and head.seq == 1
+    assert snapshot == reads.snapshot("t1", "s1")
+    assert sorted(found) == sorted([robot_id, operator_id]) and found[operator_id].status == "active"
+    assert reads.head_snapshot_and_keys("t1", "s1", []) == (head, snapshot, {})
