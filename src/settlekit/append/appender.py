@@ -120,10 +120,7 @@ class Appender:
         client_finalized = _check_items(tenant_id, stream_id, items, policy)
         request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id)
         if idempotency is not None:
-            idempotent.prepare(idempotency, stream_id,
-                               None if expected_prev_chain_hash is _MISSING else expected_prev_chain_hash,
-                               expected_version, items)
-            replay = self._stored_answer(request)
+            replay = self._prepared_replay(request, idempotency, items, expected_prev_chain_hash, expected_version)
             if replay is not None:
                 return replay
         try:
@@ -145,6 +142,14 @@ class Appender:
             if replay is not None:
                 return replay
         return result
+
+    def _prepared_replay(self, request: _Request, idempotency: Idempotency, items: Sequence[Mapping[str, Any]],
+                         expected_prev_chain_hash: str | None, expected_version: int | None) -> AppendResult | None:
+        """Fix the request's idempotency hash (the expected head is part of it); its stored answer, if any."""
+        idempotent.prepare(idempotency, request.stream_id,
+                           None if expected_prev_chain_hash is _MISSING else expected_prev_chain_hash,
+                           expected_version, items)
+        return self._stored_answer(request)
 
     def _stored_answer(self, request: _Request) -> AppendResult | None:
         """The answer recorded under the request's idempotency key, if it has one and it is recorded."""

@@ -379,41 +379,22 @@ class DeliveryWorker:
             return ok, m.HELD
         if dec.kind == "retry":
             assert dec.delay is not None and dec.reason is not None
-            ok = store.mark_retry(
-                tx,
-                d.id,
-                self.worker_id,
-                status=out.status,
-                error=dec.reason,
-                next_attempt_at=now + timedelta(seconds=dec.delay),
-                now=now,
-            )
+            ok = store.mark_retry(tx, d.id, self.worker_id, status=out.status, error=dec.reason,
+                                  next_attempt_at=now + timedelta(seconds=dec.delay), now=now)
             result.retried += ok
             return ok, m.RETRIED
         # failed; when its 410 just disabled the destination (`disable_if_active` succeeded), the destination
         # counts as disabled and its other deliveries wait until it is enabled
         assert dec.reason is not None
-        ok = store.mark_failed(
-            tx,
-            d.id,
-            self.worker_id,
-            status=out.status,
-            error=dec.reason,
-            now=now,
-            retention=self.config.retention,
-        )
+        ok = store.mark_failed(tx, d.id, self.worker_id, status=out.status, error=dec.reason, now=now,
+                               retention=self.config.retention)
         if dec.kind != "disable":
             result.failed += ok
             return ok, m.FAILED
         result.disabled += 1
         disabled_reasons.append(dec.reason)
-        log.warning(
-            "destination %s/%s disabled (%s); delivery %d failed, its other deliveries wait until it is enabled",
-            d.tenant_id,
-            d.destination_id,
-            dec.reason,
-            d.id,
-        )
+        log.warning("destination %s/%s disabled (%s); delivery %d failed, its other deliveries wait until it is "
+                    "enabled", d.tenant_id, d.destination_id, dec.reason, d.id)
         return ok, m.GONE if dec.reason == GONE else m.FAILED
 
     def _count_outcomes(
