@@ -17,7 +17,7 @@ from settlekit.artifacts.types import PROOF_RECEIPT, SETTLEMENT_STATEMENT, WORK_
 from settlekit.errors import ConflictError, SettlekitError, ValidationError
 from settlekit.events.canonical import parse_json, storable_json
 from settlekit.store.db import Row, Tx
-from settlekit.store.sql import statements
+from settlekit.store.sql import and_where, statements
 
 _COLUMNS: Final = (
     "tenant_id, artifact_id, job_id, artifact_type, source_event_id, source_chain_hash, artifact_hash,"
@@ -216,12 +216,8 @@ class ArtifactStore:
             raise ValidationError(f"limit must be 1..{MAX_PAGE}", code="SCHEMA_INVALID")
         sql = f"SELECT {_COLUMNS} FROM artifacts WHERE tenant_id = ? AND job_id = ?"
         params: list[Any] = [tenant_id, job_id]
-        if artifact_type is not None:
-            sql += " AND artifact_type = ?"
-            params.append(require_artifact_type(artifact_type))
-        if source_event_id is not None:
-            sql += " AND source_event_id = ?"
-            params.append(source_event_id)
+        checked_type = None if artifact_type is None else require_artifact_type(artifact_type)
+        sql = and_where(sql, params, [("artifact_type = ?", checked_type), ("source_event_id = ?", source_event_id)])
         if after is not None:
             version, artifact_id = _decode_cursor(after)
             sql += " AND (job_version > ? OR (job_version = ? AND artifact_id > ?))"

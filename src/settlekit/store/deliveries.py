@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.store.db import Dialect, Tx
-from settlekit.store.sql import fragment, from_timestamp, timestamp
+from settlekit.store.sql import and_where, fragment, from_timestamp, timestamp
 
 
 def db_time(tx: Tx, dt: datetime) -> Any:
@@ -373,15 +373,7 @@ def list_deliveries(
     """Deliveries of a tenant in id order; `after_id` pages (keyset)."""
     sql = f"SELECT {_DLV_COLS} FROM deliveries WHERE tenant_id = ?"
     params: list[Any] = [tenant_id]
-    if after_id is not None:
-        sql += " AND id > ?"
-        params.append(after_id)
-    if state is not None:
-        sql += " AND state = ?"
-        params.append(state)
-    if destination_id is not None:
-        sql += " AND destination_id = ?"
-        params.append(destination_id)
+    sql = and_where(sql, params, [("id > ?", after_id), ("state = ?", state), ("destination_id = ?", destination_id)])
     return [_dlv(r) for r in tx.fetchall(sql + " ORDER BY id LIMIT ?", (*params, limit))]
 
 
@@ -523,12 +515,7 @@ def requeue(
     sql = f"{_REQUEUE_SET} WHERE tenant_id = ? AND state = 'failed'"
     ts = db_time(tx, now)
     params: list[Any] = [ts, ts, tenant_id]
-    if delivery_id is not None:
-        sql += " AND id = ?"
-        params.append(delivery_id)
-    if destination_id is not None:
-        sql += " AND destination_id = ?"
-        params.append(destination_id)
+    sql = and_where(sql, params, [("id = ?", delivery_id), ("destination_id = ?", destination_id)])
     n = tx.execute(sql, params)
     if delivery_id is not None and n == 0:
         current = get_delivery(tx, delivery_id)
