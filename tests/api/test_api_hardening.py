@@ -5,7 +5,6 @@ bounded memory; the bearer key is the one documented (and accepted) credential."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
@@ -20,18 +19,8 @@ from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.events.canonical import canonical_hash
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from support.api import TENANT_A, client, key_for, make_app
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = connect(db_url)
-    database.migrate()
-    try:
-        yield database
-    finally:
-        database.close()
 
 
 def test_metrics_need_an_operator_ops_key(db: Database) -> None:

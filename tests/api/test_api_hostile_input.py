@@ -26,18 +26,13 @@ DRAFT_HEADERS = {"content-type": "application/json"}
 
 
 @pytest.fixture
-def env(db_url: str) -> Iterator[tuple[Database, Any, Any, str]]:
-    db = connect(db_url)
-    db.migrate()
-    try:
-        app = make_app(db)
-        api = client(app, key_for(db, TENANT_A), raise_server_exceptions=False)
-        operator = client(app, key_for(db, "system", ["admin", "ops"]), raise_server_exceptions=False)
-        r = api.post("/v1/jobs", json={"jobId": "job_1", "payload": {"templateId": "reset_lite"}})
-        assert r.status_code == 201, r.text
-        yield db, api, operator, r.json()["headChainHash"]
-    finally:
-        db.close()
+def env(db: Database) -> Iterator[tuple[Database, Any, Any, str]]:
+    app = make_app(db)
+    api = client(app, key_for(db, TENANT_A), raise_server_exceptions=False)
+    operator = client(app, key_for(db, "system", ["admin", "ops"]), raise_server_exceptions=False)
+    r = api.post("/v1/jobs", json={"jobId": "job_1", "payload": {"templateId": "reset_lite"}})
+    assert r.status_code == 201, r.text
+    yield db, api, operator, r.json()["headChainHash"]
 
 
 def _problem(r: Any, status: int, code: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from test_api_security import BODIES, HEADERS, QUERIES, _path, api_routes
 
 from settlekit.delivery.signing import generate_secret
 from settlekit.store import idempotency as keys
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from support.api import TENANT_A, Seeded, client, key_for, make_app, seed_tenant
 
 JOB = {"payload": {"templateId": "reset_lite", "constraints": {}}}
@@ -23,14 +23,9 @@ CONCURRENCY = 4
 
 
 @pytest.fixture
-def env(db_url: str) -> Iterator[tuple[Database, Any, str]]:
-    db = connect(db_url)
-    db.migrate()
-    try:
-        app = make_app(db)
-        yield db, app, key_for(db, TENANT_A)
-    finally:
-        db.close()
+def env(db: Database) -> Iterator[tuple[Database, Any, str]]:
+    app = make_app(db)
+    yield db, app, key_for(db, TENANT_A)
 
 
 def _concurrent(app: Any, api_key: str, method: str, path: str, body: Any, idem: str) -> list[Any]:
@@ -100,16 +95,11 @@ def _call(api: Any, method: str, template: str, seeded: Seeded, key: str, *, var
 
 
 @pytest.fixture
-def seeded_env(db_url: str) -> Iterator[tuple[Database, Any, Seeded, Any, Any]]:
-    db = connect(db_url)
-    db.migrate()
-    try:
-        app = make_app(db, registered_consumers=["settlekit:artifacts"])
-        api = client(app, key_for(db, TENANT_A))
-        seeded = seed_tenant(db, api)
-        yield db, app, seeded, api, client(app, key_for(db, OPERATOR))
-    finally:
-        db.close()
+def seeded_env(db: Database) -> Iterator[tuple[Database, Any, Seeded, Any, Any]]:
+    app = make_app(db, registered_consumers=["settlekit:artifacts"])
+    api = client(app, key_for(db, TENANT_A))
+    seeded = seed_tenant(db, api)
+    yield db, app, seeded, api, client(app, key_for(db, OPERATOR))
 
 
 def test_every_write_route_replays_and_refuses_a_changed_request(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from conftest import load_vector
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from support.api import TENANT_A, client, key_for, make_app, tenant_rows
 
 ACTOR = {"type": "system", "id": "ops"}
@@ -18,14 +18,9 @@ QUOTE = {"type": "QUOTE_PROPOSED", "actor": {"type": "pricing", "id": "p1"},
 
 
 @pytest.fixture
-def env(db_url: str) -> Iterator[tuple[Database, Any]]:
-    db = connect(db_url)
-    db.migrate()
-    try:
-        app = make_app(db, max_body_bytes=64 * 1024)
-        yield db, client(app, key_for(db, TENANT_A))
-    finally:
-        db.close()
+def env(db: Database) -> Iterator[tuple[Database, Any]]:
+    app = make_app(db, max_body_bytes=64 * 1024)
+    yield db, client(app, key_for(db, TENANT_A))
 
 
 @pytest.mark.parametrize("name", ["settle_completed.json", "claim_adjust_paid.json"])

@@ -17,15 +17,10 @@ from support.api import TENANT_A, Seeded, client, key_for, make_app, seed_tenant
 
 
 @pytest.fixture
-def seeded_env(db_url: str) -> Iterator[tuple[Database, Any, Seeded]]:
-    db = connect(db_url)
-    db.migrate()
-    try:
-        app = make_app(db)
-        api = client(app, key_for(db, TENANT_A))
-        yield db, api, seed_tenant(db, api)
-    finally:
-        db.close()
+def seeded_env(db: Database) -> Iterator[tuple[Database, Any, Seeded]]:
+    app = make_app(db)
+    api = client(app, key_for(db, TENANT_A))
+    yield db, api, seed_tenant(db, api)
 
 
 def test_destinations_secret_is_write_only(seeded_env: tuple[Database, Any, Seeded]) -> None:

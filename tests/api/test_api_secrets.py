@@ -22,21 +22,16 @@ from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.events.canonical import canonical_hash
 from settlekit.store import deliveries as store
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from support.api import TENANT_A, TENANT_B, client, key_for, make_app
 
 URL = "http://127.0.0.1:9/hook"
 
 
 @pytest.fixture
-def env(db_url: str) -> Iterator[tuple[Database, Any, Any]]:
-    db = connect(db_url)
-    db.migrate()
-    try:
-        app = make_app(db)
-        yield db, client(app, key_for(db, TENANT_A)), client(app, key_for(db, TENANT_B))
-    finally:
-        db.close()
+def env(db: Database) -> Iterator[tuple[Database, Any, Any]]:
+    app = make_app(db)
+    yield db, client(app, key_for(db, TENANT_A)), client(app, key_for(db, TENANT_B))
 
 
 def _counts(db: Database) -> tuple[int, int]:

@@ -138,17 +138,12 @@ def test_cross_tenant_isolation(world: dict[str, Any], method: str, template: st
     _check_isolated(world["db"], api, method, template, world["seeded"])
 
 
-def test_cross_tenant_isolation_all_routes_on_both_backends(db_url: str) -> None:
-    db = connect(db_url)
-    db.migrate()
-    try:
-        app = make_app(db)
-        seeded = seed_tenant(db, client(app, key_for(db, TENANT_A)))
-        api = client(app, key_for(db, TENANT_B))
-        for method, template in ROUTES:
-            _check_isolated(db, api, method, template, seeded)
-    finally:
-        db.close()
+def test_cross_tenant_isolation_all_routes_on_both_backends(db: Database) -> None:
+    app = make_app(db)
+    seeded = seed_tenant(db, client(app, key_for(db, TENANT_A)))
+    api = client(app, key_for(db, TENANT_B))
+    for method, template in ROUTES:
+        _check_isolated(db, api, method, template, seeded)
 
 
 @pytest.mark.parametrize(("method", "template"), ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])

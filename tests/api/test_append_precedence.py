@@ -12,7 +12,7 @@ import pytest
 
 from conftest import load_vector
 from settlekit.append import Appender
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from support.api import TENANT_A, client, key_for, make_app
 
 QUOTE = {"type": "QUOTE_PROPOSED", "actor": {"type": "pricing", "id": "p1"},
@@ -21,14 +21,9 @@ NOT_A_JOB = "robot_stream_1"
 
 
 @pytest.fixture
-def env(db_url: str) -> Iterator[tuple[Database, Any]]:
-    db = connect(db_url)
-    db.migrate()
-    try:
-        app = make_app(db, max_body_bytes=64 * 1024)
-        yield db, client(app, key_for(db, TENANT_A))
-    finally:
-        db.close()
+def env(db: Database) -> Iterator[tuple[Database, Any]]:
+    app = make_app(db, max_body_bytes=64 * 1024)
+    yield db, client(app, key_for(db, TENANT_A))
 
 
 def _cases(signed: dict[str, Any]) -> list[tuple[str, Any, dict[str, str], int, str]]:

@@ -97,13 +97,8 @@ def test_postgres_outage_retry_with_the_same_idempotency_key(proxied: tuple[TcpP
 
 
 @pytest.fixture
-def env(db_url: str) -> Iterator[tuple[Database, Any]]:
-    db = connect(db_url)
-    db.migrate()
-    try:
-        yield db, client(make_app(db), key_for(db, TENANT_A), raise_server_exceptions=False)
-    finally:
-        db.close()
+def env(db: Database) -> Iterator[tuple[Database, Any]]:
+    yield db, client(make_app(db), key_for(db, TENANT_A), raise_server_exceptions=False)
 
 
 def _commit_then_fail(api: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -7,7 +7,6 @@ blocked whatever the settings. No workers run here: these destinations are only 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from settlekit.errors import ConfigurationError
 from settlekit.events.envelope import Signer
 from settlekit.runtime import Settings, Workers
 from settlekit.store import deliveries as store
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from support.api import TENANT_A, client, key_for
 
 PRIVATE = ["http://10.0.0.7/h", "http://192.168.1.5/h", "http://172.16.0.1/h", "http://[fd00::1]/h",
@@ -29,15 +28,6 @@ METADATA = ["http://169.254.169.254/latest/meta-data", "http://[fd00:ec2::254]/"
             "http://168.63.129.16/", "http://169.254.170.2/v2/credentials", "http://[::ffff:169.254.169.254]/",
             "http://[64:ff9b::a9fe:a9fe]/", "http://169.254.169.1/", "http://0.0.0.0/"]
 
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = connect(db_url)
-    database.migrate()
-    try:
-        yield database
-    finally:
-        database.close()
 
 
 def _api(db: Database, **settings: Any) -> Any:
