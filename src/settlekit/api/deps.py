@@ -57,8 +57,13 @@ def job_head(ctx: ApiContext, tenant: str, job_id: str) -> tuple[StreamHead, dic
     """The job's stream head and stored state; JOB_NOT_FOUND unless `job_id` is a job of `tenant`."""
     head, state = ctx.store.streams.head_and_snapshot(tenant, job_id)
     if head is None or head.stream_type != "job":
-        raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
+        raise job_not_found(job_id)
     return head, state
+
+
+def job_not_found(job_id: str) -> NotFoundError:
+    """The 404 for a job id that is not a job of the key's tenant."""
+    return NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
 
 
 def _token(headers: Headers) -> str | None:

@@ -25,6 +25,7 @@ from settlekit.api.deps import (
     context,
     idempotency_key,
     job_head,
+    job_not_found,
     require,
     require_scopes,
 )
@@ -33,7 +34,7 @@ from settlekit.api.idempotency import request_hash, request_target
 from settlekit.api.responses import JsonResponse, content_disposition
 from settlekit.append import AppendResult, Idempotency
 from settlekit.append.appender import StreamPrecondition
-from settlekit.errors import ConflictError, NotFoundError, SettlekitError, ValidationError
+from settlekit.errors import ConflictError, SettlekitError, ValidationError
 from settlekit.metrics import PerRegistry
 from settlekit.store import streams
 from settlekit.store.streams import StreamHead
@@ -218,7 +219,7 @@ def _job_stream(job_id: str, items: list[dict[str, Any]]) -> StreamPrecondition:
 
     def check(head: StreamHead | None) -> None:
         if (head is None and not creates) or (head is not None and head.stream_type != "job"):
-            raise NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
+            raise job_not_found(job_id)
 
     return check
 
