@@ -119,7 +119,7 @@ def test_bad_input_stores_nothing(env: tuple[Database, Any]) -> None:
         assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID", r.text
         assert r.json()["details"]["field"] == path
     r = api.post("/v1/jobs", json={"payload": {"templateId": "t", "tenantId": "tenant_other"}})
-    assert r.status_code == 400
+    assert r.status_code == 403 and r.json()["code"] == "JOB_TENANT_MISMATCH", r.text
     r = api.post("/v1/jobs/job_missing/events", json=QUOTE, headers={"x-expected-prev-chain-hash": "null"})
     assert r.status_code == 404 and r.json()["code"] == "JOB_NOT_FOUND"
     for path in ("/v1/jobs/job_missing", "/v1/jobs/job_missing/events", "/v1/jobs/job_missing/export",

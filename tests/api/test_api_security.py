@@ -285,3 +285,44 @@ def test_unhandled_errors_never_leak_a_trace(world: dict[str, Any], monkeypatch:
     assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"
     assert r.json()["code"] == "INTERNAL"
     assert "secret internals" not in r.text and "Traceback" not in r.text
+
+
+@pytest.mark.parametrize("claimed", ["tenant_default", None])
+def test_a_job_cannot_claim_another_tenant(world: dict[str, Any], claimed: str | None) -> None:
+    """JOB_CREATED naming another tenant (or none, which means settld's default tenant) is refused on every
+    route that creates a job, in a draft or client-finalized, and nothing is written."""
+    from support.streams import StreamBuilder
+
+    db = world["db"]
+    api = client(world["app"], world["b_key"])
+    payload: dict[str, Any] = {"templateId": "reset_lite"}
+    if claimed is not None:
+        payload["tenantId"] = claimed
+    finalized = StreamBuilder("job_claim_fin", prefix=f"evt_claim_{claimed}").add("JOB_CREATED", payload)
+    before = tenant_rows(db, TENANT_B)
+    attempts = [
+        api.post("/v1/jobs/job_claim_fin/events", json=finalized),
+        api.post("/v1/jobs/job_claim_fin/events", json=[finalized]),
+    ]
+    if claimed is not None:
+        attempts.append(api.post("/v1/jobs", json={"jobId": "job_claim", "payload": payload}))
+        attempts.append(api.post("/v1/jobs/job_claim/events", headers={"x-expected-prev-chain-hash": "null"},
+                                 json={"type": "JOB_CREATED", "actor": {"type": "system", "id": "x"},
+                                       "payload": payload}))
+    for r in attempts:
+        assert r.status_code == 403, r.text
+        assert r.json()["code"] == "JOB_TENANT_MISMATCH"
+        assert r.headers["content-type"] == "application/problem+json"
+    for job in ("job_claim", "job_claim_fin"):
+        assert api.get(f"/v1/jobs/{job}").status_code == 404
+    assert tenant_rows(db, TENANT_B) == before
+
+
+def test_a_job_draft_without_tenant_gets_the_keys_tenant(world: dict[str, Any]) -> None:
+    api = client(world["app"], world["b_key"])
+    r = api.post("/v1/jobs/job_own_tenant/events", headers={"x-expected-prev-chain-hash": "null"},
+                 json={"type": "JOB_CREATED", "actor": {"type": "system", "id": "x"},
+                       "payload": {"templateId": "reset_lite"}})
+    assert r.status_code == 201, r.text
+    assert r.json()["events"][0]["payload"]["tenantId"] == TENANT_B
+    assert r.json()["job"]["tenantId"] == TENANT_B

@@ -35,6 +35,7 @@ from settlekit.api.responses import JsonResponse, content_disposition
 from settlekit.append import AppendResult, Idempotency
 from settlekit.append.appender import StreamPrecondition
 from settlekit.errors import ConflictError, SettlekitError, ValidationError
+from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.metrics import PerRegistry
 from settlekit.store import streams
 from settlekit.store.streams import StreamHead
@@ -152,9 +153,7 @@ def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendResult:
     job_id = body.jobId or f"job_{uuid.uuid4()}"
     payload = dict(body.payload)
     payload.setdefault("tenantId", key.tenant_id)
-    if payload["tenantId"] != key.tenant_id:
-        raise ValidationError("payload.tenantId must be the API key's tenant", code="SCHEMA_INVALID",
-                              field="payload.tenantId")
+    _require_own_tenant(key, payload)
     actor = body.actor.model_dump() if body.actor is not None else dict(DEFAULT_ACTOR)
     draft = {"type": "JOB_CREATED", "actor": actor, "payload": payload}
     try:
@@ -199,6 +198,7 @@ def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, 
     if finance:
         require_scopes(key, ["finance:write"])
     finalized = any(k in i for i in items for k in _FINALIZED_KEYS)
+    items = [_with_own_tenant(key, item, finalized) for item in items]
     expected: Any = None
     given = False
     if not finalized:
@@ -210,6 +210,27 @@ def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, 
                 break
     return _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
                    expected_given=given, precondition=_job_stream(job_id, items))
+
+
+def _require_own_tenant(key: ApiKey, payload: Any) -> None:
+    """A job belongs to the tenant whose stream holds it: JOB_CREATED may not name another tenant (the job's
+    artifacts, signed by the server, would name it). An absent tenantId means settld's default tenant."""
+    claimed = payload.get("tenantId") if isinstance(payload, dict) else None
+    if (claimed if claimed is not None else DEFAULT_TENANT_ID) != key.tenant_id:
+        raise SettlekitError("payload.tenantId of JOB_CREATED must be the API key's tenant",
+                             code="JOB_TENANT_MISMATCH", status=403, field="payload.tenantId")
+
+
+def _with_own_tenant(key: ApiKey, item: dict[str, Any], finalized: bool) -> dict[str, Any]:
+    """Checks a JOB_CREATED item's tenant; a server draft without one gets the key's tenant (as POST /jobs)."""
+    if item.get("type") != "JOB_CREATED":
+        return item
+    payload = item.get("payload")
+    if not finalized and isinstance(payload, dict) and payload.get("tenantId") is None:
+        item = {**item, "payload": {**payload, "tenantId": key.tenant_id}}
+        payload = item["payload"]
+    _require_own_tenant(key, payload)
+    return item
 
 
 def _job_stream(job_id: str, items: list[dict[str, Any]]) -> StreamPrecondition:
