@@ -168,7 +168,8 @@ def test_append_counter_and_histogram_per_outcome(sqlite_db: Database) -> None:
 def test_openapi_declares_the_request_id_and_ratelimit_headers(sqlite_db: Database) -> None:
     spec = client(make_app(sqlite_db)).get("/openapi.json").json()
     assert set(spec["components"]["headers"]) == {"X-Request-Id", "RateLimit-Limit", "RateLimit-Remaining",
-                                                  "RateLimit-Reset"}
+                                                  "RateLimit-Reset", "Retry-After", "WWW-Authenticate",
+                                                  "Idempotent-Replayed"}
     created = spec["paths"]["/v1/jobs"]["post"]["responses"]["201"]["headers"]
     assert created["RateLimit-Remaining"] == {"$ref": "#/components/headers/RateLimit-Remaining"}
     assert set(spec["paths"]["/healthz"]["get"]["responses"]["200"]["headers"]) == {"X-Request-Id"}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from settlekit.api.deps import ApiContext, AuthMiddleware
 from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
 from settlekit.api.guards import BodyLimitMiddleware, InputGuardMiddleware
+from settlekit.api.openapi import document
 from settlekit.api.problems import (
     http_error_handler,
     settlekit_error_handler,
@@ -126,7 +126,7 @@ def create_app(
     # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
     app.router.routes.extend(route for router in ROUTERS for route in router.routes)
     add_docs(app)
-    _document_security(app)
+    document(app, OPEN_PATHS)
     _add_middleware(app, ctx, settings)
     return app
 
@@ -178,46 +178,3 @@ def _routed_by(app: FastAPI) -> Callable[[Scope], bool]:
         return any(route.matches(scope)[0] is not Match.NONE for route in app.router.routes)
 
     return routed
-
-
-_RESPONSE_HEADERS: dict[str, Any] = {
-    "X-Request-Id": {"description": "The request's id: the client's X-Request-Id (1..128 visible ASCII characters) "
-                                    "or a generated one; also the requestId of a problem body.",
-                     "schema": {"type": "string"}},
-    "RateLimit-Limit": {"description": "The API key's token bucket: requests allowed in a burst.",
-                        "schema": {"type": "integer"}},
-    "RateLimit-Remaining": {"description": "Requests the API key may still make now.",
-                            "schema": {"type": "integer"}},
-    "RateLimit-Reset": {"description": "Seconds until the API key's bucket is full again.",
-                        "schema": {"type": "integer"}},
-}
-
-
-def _document_security(app: FastAPI) -> None:
-    """OpenAPI: every operation needs the bearer API key except the open paths; every answer carries its request
-    id, and an authenticated one the RateLimit-* headers."""
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            from fastapi.openapi.utils import get_openapi
-
-            schema = get_openapi(title=app.title, version=app.version, description=app.description,
-                                 routes=app.routes)
-            schema.setdefault("components", {})["securitySchemes"] = {
-                "apiKey": {"type": "http", "scheme": "bearer", "bearerFormat": "sk_<keyid>_<secret>",
-                           "description": "An API key: `Authorization: Bearer sk_…`, bound to one tenant and "
-                                          "a set of scopes."}}
-            schema["security"] = [{"apiKey": []}]
-            schema["components"]["headers"] = _RESPONSE_HEADERS
-            for path, operations in schema.get("paths", {}).items():
-                for operation in operations.values():
-                    if path in OPEN_PATHS:
-                        operation["security"] = []
-                    names = ["X-Request-Id"] if path in OPEN_PATHS else list(_RESPONSE_HEADERS)
-                    for response in operation.get("responses", {}).values():
-                        response.setdefault("headers", {}).update(
-                            {name: {"$ref": f"#/components/headers/{name}"} for name in names})
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]

@@ -8,7 +8,9 @@ from fastapi import APIRouter, Query, Request
 
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import MAX_PAGE, context, job_head, require
+from settlekit.api.openapi import problems
 from settlekit.api.responses import JsonResponse
+from settlekit.api.schemas import Artifact, ArtifactList
 from settlekit.errors import NotFoundError
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -20,7 +22,8 @@ def _artifact_summary(a: Any) -> dict[str, Any]:
             "sourceChainHash": a.source_chain_hash, "generatedAt": a.generated_at}
 
 
-@router.get("/jobs/{job_id}/artifacts", summary="A job's artifacts in stream order")
+@router.get("/jobs/{job_id}/artifacts", summary="A job's artifacts in stream order", response_model=ArtifactList,
+            responses=problems("JOB_NOT_FOUND", "CURSOR_INVALID"))
 def list_artifacts(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
                    type: Annotated[str | None, Query(max_length=64)] = None,
                    sourceEventId: Annotated[str | None, Query(max_length=200)] = None,
@@ -35,7 +38,8 @@ def list_artifacts(job_id: str, request: Request, key: ApiKey = require("jobs:re
                          "nextCursor": page.next_cursor})
 
 
-@router.get("/jobs/{job_id}/artifacts/effective", summary="The effective artifact of a type for a job")
+@router.get("/jobs/{job_id}/artifacts/effective", summary="The effective artifact of a type for a job",
+            response_model=Artifact, responses=problems("JOB_NOT_FOUND", "ARTIFACT_NOT_FOUND"))
 def effective_artifact(job_id: str, request: Request, type: Annotated[str, Query(max_length=64)],
                        key: ApiKey = require("jobs:read")) -> JsonResponse:
     ctx = context(request)
@@ -48,7 +52,8 @@ def effective_artifact(job_id: str, request: Request, type: Annotated[str, Query
     return JsonResponse(found.artifact)
 
 
-@router.get("/artifacts/{artifact_id}", summary="One artifact document")
+@router.get("/artifacts/{artifact_id}", summary="One artifact document", response_model=Artifact,
+            responses=problems("ARTIFACT_NOT_FOUND"))
 def get_artifact(artifact_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
     ctx = context(request)
     with ctx.db.read() as tx:

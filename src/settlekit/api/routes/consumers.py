@@ -10,10 +10,12 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit import dispatch
-from settlekit.api import idempotency
+from settlekit.api import idempotency, schemas
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import MAX_INT64, context, require
+from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
+from settlekit.api.schemas import Consumers, DeadLetters, Skipped
 from settlekit.store.consumers import ConsumerState
 from settlekit.store.db import Database
 
@@ -26,22 +28,26 @@ class ResetIn(BaseModel):
 
 
 Instance = Annotated[str, Query(min_length=1, max_length=200)]
+_CONSUMER_CODES = ("OPERATOR_TENANT_REQUIRED", "CONSUMER_NOT_FOUND", "CONSUMER_PROCESSING")
 
 
-@router.get("/ops/consumers", summary="Consumers with progress and lag")
+@router.get("/ops/consumers", summary="Consumers with progress and lag", response_model=Consumers,
+            responses=problems("OPERATOR_TENANT_REQUIRED"))
 def list_consumers(request: Request, key: ApiKey = require("admin", operator=True)) -> JsonResponse:
     ctx = context(request)
     found = dispatch.list_consumers(ctx.db, ctx.registered_consumers)
     return JsonResponse({"consumers": [p.to_json() for p in found]})
 
 
-@router.get("/ops/consumers/{name}", summary="One consumer's state")
+@router.get("/ops/consumers/{name}", summary="One consumer's state", response_model=schemas.ConsumerState,
+            responses=problems("OPERATOR_TENANT_REQUIRED", "CONSUMER_NOT_FOUND"))
 def consumer_status(name: str, request: Request, key: ApiKey = require("admin", operator=True),
                     instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
     return JsonResponse(dispatch.require_state(context(request).db, name, instanceId).to_json())
 
 
-def _state_change(verb: str, summary: str, change: Callable[[Database, str, str], ConsumerState]) -> None:
+def _state_change(verb: str, summary: str, change: Callable[[Database, str, str], ConsumerState],
+                  refusals: tuple[str, ...]) -> None:
     """Route `POST /ops/consumers/{name}/<verb>`: `change` the consumer (idempotent by key), answer its state."""
 
     def endpoint(name: str, request: Request, key: ApiKey = require("admin", operator=True),
@@ -50,15 +56,18 @@ def _state_change(verb: str, summary: str, change: Callable[[Database, str, str]
         return idempotency.write(request, key, {"instanceId": instanceId},
                                  lambda: (200, change(db, name, instanceId).to_json()))
 
-    router.post(f"/ops/consumers/{{name}}/{verb}", summary=summary, name=f"{verb}_consumer")(endpoint)
+    router.post(f"/ops/consumers/{{name}}/{verb}", summary=summary, name=f"{verb}_consumer",
+                response_model=schemas.ConsumerState, responses=problems(*_CONSUMER_CODES, *refusals),
+                openapi_extra=IDEMPOTENT)(endpoint)
 
 
-_state_change("restart", "Revive a dead consumer", dispatch.restart_consumer)
-_state_change("disable", "Disable a consumer", dispatch.disable_consumer)
-_state_change("enable", "Enable a disabled consumer", dispatch.enable_consumer)
+_state_change("restart", "Revive a dead consumer", dispatch.restart_consumer, ("CONSUMER_NOT_DEAD",))
+_state_change("disable", "Disable a consumer", dispatch.disable_consumer, ())
+_state_change("enable", "Enable a disabled consumer", dispatch.enable_consumer, ("CONSUMER_NOT_DISABLED",))
 
 
-@router.post("/ops/consumers/{name}/skip", summary="Skip the event blocking a consumer (dead-lettered)")
+@router.post("/ops/consumers/{name}/skip", summary="Skip the event blocking a consumer (dead-lettered)",
+             response_model=Skipped, responses=problems(*_CONSUMER_CODES), openapi_extra=IDEMPOTENT)
 def skip_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
                   instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
     db = context(request).db
@@ -70,7 +79,9 @@ def skip_consumer(name: str, request: Request, key: ApiKey = require("admin", op
     return idempotency.write(request, key, {"instanceId": instanceId}, action)
 
 
-@router.post("/ops/consumers/{name}/reset", summary="Move a consumer's cursor (0 = replay all, 'now')")
+@router.post("/ops/consumers/{name}/reset", summary="Move a consumer's cursor (0 = replay all, 'now')",
+             response_model=schemas.ConsumerState, openapi_extra=IDEMPOTENT,
+             responses=problems(*_CONSUMER_CODES, "CONSUMER_RESET_INVALID"))
 def reset_consumer(name: str, body: ResetIn, request: Request, key: ApiKey = require("admin", operator=True),
                    instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
     db = context(request).db
@@ -78,7 +89,8 @@ def reset_consumer(name: str, body: ResetIn, request: Request, key: ApiKey = req
                  lambda: (200, dispatch.reset_consumer(db, name, body.to, instanceId).to_json()))
 
 
-@router.get("/ops/consumers/{name}/dead-letters", summary="A consumer's dead letters")
+@router.get("/ops/consumers/{name}/dead-letters", summary="A consumer's dead letters", response_model=DeadLetters,
+            responses=problems("OPERATOR_TENANT_REQUIRED", "CONSUMER_NOT_FOUND"))
 def dead_letters(name: str, request: Request, key: ApiKey = require("admin", operator=True),
                  instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
     db = context(request).db

@@ -11,13 +11,16 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import MAX_INT64, IdPath, context, require
+from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
+from settlekit.api.schemas import Deliveries, DeliveriesBackfilled, DeliveryDetail, DeliveryRequeued
 from settlekit.delivery import service as delivery
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 
 
-@router.get("/deliveries", summary="The tenant's deliveries (filter by state / destination; keyset pages)")
+@router.get("/deliveries", summary="The tenant's deliveries (filter by state / destination; keyset pages)",
+            response_model=Deliveries)
 def list_deliveries(request: Request, key: ApiKey = require("ops"),
                     state: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
                     destinationId: Annotated[str | None, Query(max_length=64)] = None,
@@ -29,7 +32,8 @@ def list_deliveries(request: Request, key: ApiKey = require("ops"),
     return JsonResponse({"deliveries": [d.to_json() for d in found], "nextAfterId": next_after})
 
 
-@router.get("/deliveries/{delivery_id}", summary="One delivery with its attempt log")
+@router.get("/deliveries/{delivery_id}", summary="One delivery with its attempt log", response_model=DeliveryDetail,
+            responses=problems("NOT_FOUND"))
 def get_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     detail = delivery.get_delivery(context(request).db, key.tenant_id, delivery_id)
     attempts = [{"attempt": a, "httpStatus": s, "error": e} for a, s, e in detail.attempts]
@@ -43,6 +47,8 @@ class BackfillIn(BaseModel):
 
 
 @router.post("/deliveries/requeue", summary="Backfill the deliveries missing since a time",
+             response_model=DeliveriesBackfilled, responses=problems("NOT_FOUND", "TENANT_QUOTA_EXCEEDED"),
+             openapi_extra=IDEMPOTENT,
              description="For the artifacts built at or after `since`, create the delivery rows missing for "
                          "`destinationId` (or every active destination) and requeue the deliveries that failed "
                          "with `gone` since then. Idempotent: a repeat creates nothing.")
@@ -57,7 +63,8 @@ def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = requir
     return idempotency.write(request, key, body.model_dump(mode="json"), action)
 
 
-@router.post("/deliveries/{delivery_id}/requeue", summary="Requeue a failed delivery")
+@router.post("/deliveries/{delivery_id}/requeue", summary="Requeue a failed delivery", response_model=DeliveryRequeued,
+             responses=problems("NOT_FOUND"), openapi_extra=IDEMPOTENT)
 def requeue_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 

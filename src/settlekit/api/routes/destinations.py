@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
+from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
+from settlekit.api.schemas import Destination, DestinationRequeued, Destinations, EnabledDestination
 from settlekit.delivery import service as delivery
 from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of
 from settlekit.errors import ValidationError
@@ -20,6 +22,9 @@ from settlekit.store import deliveries as delivery_store
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 MAX_GRACE_SECONDS = 30 * 24 * 3600
+# what creating or changing a destination checks: the URL (SSRF guard) and the secret or its reference
+_CHECKS = ("DESTINATION_URL_FORBIDDEN", "WEBHOOK_SECRET_INVALID", "SECRET_REF_FORBIDDEN", "SECRET_REF_INVALID",
+           "SECRET_NOT_FOUND", "SECRET_PROVIDER_FORBIDDEN")
 
 
 SECRET_FIELD = Field(default=None, min_length=1, max_length=4096,
@@ -99,7 +104,8 @@ def _secret_input(secret: str | None, secret_ref: str | None) -> tuple[str | Non
     return None, db_ref(secret_ref)
 
 
-@router.post("/destinations", status_code=201, summary="Create a webhook destination")
+@router.post("/destinations", status_code=201, summary="Create a webhook destination", response_model=Destination,
+             responses=problems("CONFLICT", *_CHECKS), openapi_extra=IDEMPOTENT)
 def create_destination(body: DestinationIn, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
     value, ref = _secret_input(body.secret, body.secretRef)
@@ -116,19 +122,21 @@ def create_destination(body: DestinationIn, request: Request, key: ApiKey = requ
     return idempotency.write(request, key, body.model_dump(), action)
 
 
-@router.get("/destinations", summary="The tenant's destinations")
+@router.get("/destinations", summary="The tenant's destinations", response_model=Destinations)
 def list_destinations(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     found = delivery.list_destinations(context(request).db, key.tenant_id)
     return JsonResponse({"destinations": [_destination_json(d) for d in found]})
 
 
-@router.get("/destinations/{destination_id}", summary="One destination")
+@router.get("/destinations/{destination_id}", summary="One destination", response_model=Destination,
+            responses=problems("NOT_FOUND"))
 def get_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     return JsonResponse(_destination_json(delivery.get_destination(context(request).db, key.tenant_id,
                                                                    destination_id)))
 
 
-@router.patch("/destinations/{destination_id}", summary="Update a destination (omitted fields are kept)")
+@router.patch("/destinations/{destination_id}", summary="Update a destination (omitted fields are kept)",
+              response_model=Destination, responses=problems("NOT_FOUND", *_CHECKS), openapi_extra=IDEMPOTENT)
 def update_destination(destination_id: str, body: DestinationUpdate, request: Request,
                        key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
@@ -154,7 +162,8 @@ def update_destination(destination_id: str, body: DestinationUpdate, request: Re
     return idempotency.write(request, key, body.model_dump(), action)
 
 
-@router.post("/destinations/{destination_id}/disable", summary="Disable a destination")
+@router.post("/destinations/{destination_id}/disable", summary="Disable a destination", response_model=Destination,
+             responses=problems("NOT_FOUND"), openapi_extra=IDEMPOTENT)
 def disable_destination(destination_id: str, request: Request, body: DisableIn | None = None,
                         key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
@@ -173,6 +182,8 @@ class EnableIn(BaseModel):
 
 
 @router.post("/destinations/{destination_id}/enable", summary="Re-enable a destination",
+             response_model=EnabledDestination, openapi_extra=IDEMPOTENT,
+             responses=problems("NOT_FOUND", "DESTINATION_URL_FORBIDDEN", "TENANT_QUOTA_EXCEEDED"),
              description="The answer's `backfill` reports the artifacts built while the destination was disabled "
                          "that have no delivery to it (`missing`, `since`). With `{\"backfill\": true}` those "
                          "deliveries are created and the delivery its 410 failed is requeued (`created`, "
@@ -191,7 +202,8 @@ def enable_destination(destination_id: str, request: Request, body: EnableIn | N
     return idempotency.write(request, key, {"backfill": backfill}, action)
 
 
-@router.post("/destinations/{destination_id}/requeue", summary="Requeue a destination's failed deliveries")
+@router.post("/destinations/{destination_id}/requeue", summary="Requeue a destination's failed deliveries",
+             response_model=DestinationRequeued, responses=problems("NOT_FOUND"), openapi_extra=IDEMPOTENT)
 def requeue_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 

@@ -9,23 +9,28 @@ import anyio
 import anyio.to_thread
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
+from settlekit.api.openapi import problems
 from settlekit.api.problems import problem_response
 from settlekit.api.responses import JsonResponse
+from settlekit.api.schemas import Health, Ready
 
 router = APIRouter(tags=["health"])
 READY_TIMEOUT_SECONDS = 0.5  # /readyz answers within this, reachable or not
+_EXPOSITION = {"description": "The Prometheus text exposition format (`text/plain; version=0.0.4`).",
+               "content": {"text/plain": {"schema": {"type": "string"}}}}
 
 
-@router.get("/healthz", summary="Liveness")
+@router.get("/healthz", summary="Liveness", response_model=Health)
 def healthz() -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
-@router.get("/readyz", summary="Readiness: database reachable and migrations current")
+@router.get("/readyz", summary="Readiness: database reachable and migrations current", response_model=Ready,
+            responses=problems("DATABASE_UNAVAILABLE", "MIGRATIONS_PENDING"))
 async def readyz(request: Request) -> Response:
     ctx = context(request)
     try:
@@ -42,6 +47,7 @@ async def readyz(request: Request) -> Response:
     return JsonResponse({"status": "ready"})
 
 
-@router.get("/metrics", summary="Prometheus metrics (deployment-wide: an `ops` key of the operator tenant)")
+@router.get("/metrics", summary="Prometheus metrics (deployment-wide: an `ops` key of the operator tenant)",
+            response_class=PlainTextResponse, responses={200: _EXPOSITION, **problems("OPERATOR_TENANT_REQUIRED")})
 def metrics(request: Request, key: ApiKey = require("ops", operator=True)) -> Response:
     return Response(generate_latest(context(request).registry), media_type=CONTENT_TYPE_LATEST)

@@ -31,10 +31,12 @@ from settlekit.api.deps import (
 )
 from settlekit.api.guards import parse_body
 from settlekit.api.idempotency import request_hash, request_target
+from settlekit.api.openapi import CHAIN_HEADERS, IDEMPOTENCY_HEADERS, IDEMPOTENT, problems, request_headers
 from settlekit.api.responses import JsonResponse, content_disposition
+from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, JobView
 from settlekit.append import AppendResult, Idempotency
 from settlekit.append.appender import StreamPrecondition
-from settlekit.errors import ConflictError, SettlekitError, ValidationError
+from settlekit.errors import CATALOGUE, ConflictError, SettlekitError, ValidationError
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.metrics import PerRegistry
 from settlekit.store import streams
@@ -48,6 +50,22 @@ FINANCE_TYPES = frozenset({"SETTLED", "JOB_ADJUSTED", "SLA_CREDIT_ISSUED", "OPER
 FINANCE_PREFIXES = ("CLAIM_",)
 PREV_HEADERS = ("x-expected-prev-chain-hash", "x-proxy-expected-prev-chain-hash")
 DEFAULT_ACTOR = {"type": "system", "id": "api"}
+
+# The codes an append can answer besides the shared ones (openapi.document): the event checks, the chain, the
+# signer policy, the job's rules and the ledger's (the catalogue's section from JOB_ID_MISMATCH on).
+_RULES = list(CATALOGUE)
+_DOMAIN_RULES = _RULES[_RULES.index("JOB_ID_MISMATCH"):_RULES.index("SLA_CREDIT_MAX_EXCEEDED") + 1]
+APPEND_CODES = (
+    "SCHEMA_INVALID", "JSON_INVALID", "PAYLOAD_TOO_LARGE", "FUTURE_TIMESTAMP", "EVENT_TYPE_UNKNOWN",
+    "EVENT_TYPE_NOT_ALLOWED", "STREAM_MISMATCH", "ZONE_SET_INVALID", "CONTRACT_INVALID", "JOB_STATE_INVALID",
+    "ENVELOPE_VERSION_UNSUPPORTED", "CHAIN_BREAK", "PAYLOAD_HASH_MISMATCH", "CHAIN_HASH_MISMATCH", "SIG_INVALID",
+    "SIGNER_KEY_ID_REQUIRED", "SIGNER_UNKNOWN", "SIGNER_KEY_NOT_ACTIVE", "SIGNER_KEY_PURPOSE_MISMATCH",
+    "SIGNER_POLICY_VIOLATION", "PREV_CHAIN_HASH_MISMATCH", "VERSION_CONFLICT", "EVENT_ID_CONFLICT",
+    "INVALID_TRANSITION", "LEDGER_POSTING_INVALID", "CONFLICT", "JOB_TENANT_MISMATCH", *_DOMAIN_RULES)
+ALREADY_THERE = {"description": "The same events were already at the stream's head (`alreadyExists`): nothing "
+                                "was added.", "model": Appended}
+_ATTACHMENT = {"headers": {"Content-Disposition": {"description": "attachment; filename=\"<jobId>.json\"",
+                                                   "required": True, "schema": {"type": "string"}}}}
 
 
 # created: 201; existing: the same events were already there (200); replayed: an Idempotency-Key's stored answer;
@@ -143,7 +161,9 @@ def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: 
         raise
 
 
-@router.post("/jobs", status_code=201, summary="Create a job (server-draft JOB_CREATED)")
+@router.post("/jobs", status_code=201, summary="Create a job (server-draft JOB_CREATED)", response_model=Appended,
+             responses={200: ALREADY_THERE, **problems("JOB_ALREADY_EXISTS", *APPEND_CODES)},
+             openapi_extra=IDEMPOTENT)
 def create_job(body: CreateJob, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
     return _measured(context(request), lambda: _create_job(body, request, key))
 
@@ -180,8 +200,10 @@ _EVENTS_BODY = {
 }
 
 
-@router.post("/jobs/{job_id}/events", status_code=201, openapi_extra=_EVENTS_BODY,
-             summary="Append events to a job stream")
+@router.post("/jobs/{job_id}/events", status_code=201, summary="Append events to a job stream",
+             response_model=Appended,
+             responses={200: ALREADY_THERE, **problems("JOB_NOT_FOUND", "PRECONDITION_REQUIRED", *APPEND_CODES)},
+             openapi_extra={**_EVENTS_BODY, **request_headers(*IDEMPOTENCY_HEADERS, *CHAIN_HEADERS)})
 async def append_events(job_id: str, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
     raw = await request.body()
     ctx = context(request)
@@ -245,7 +267,8 @@ def _job_stream(job_id: str, items: list[dict[str, Any]]) -> StreamPrecondition:
     return check
 
 
-@router.get("/jobs", summary="List the tenant's jobs (keyset pagination)")
+@router.get("/jobs", summary="List the tenant's jobs (keyset pagination)", response_model=JobList,
+            responses=problems("CURSOR_INVALID"))
 def list_jobs(request: Request, key: ApiKey = require("jobs:read"),
               status: Annotated[str | None, Query(max_length=64)] = None,
               limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
@@ -279,14 +302,15 @@ def _decode_cursor(cursor: str) -> str:
     return value
 
 
-@router.get("/jobs/{job_id}", summary="A job's snapshot")
+@router.get("/jobs/{job_id}", summary="A job's snapshot", response_model=JobView, responses=problems("JOB_NOT_FOUND"))
 def get_job(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
     head, state = job_head(context(request), key.tenant_id, job_id)
     snap = state.get("snapshot") if isinstance(state, dict) else None
     return JsonResponse({"jobId": job_id, "version": head.seq, "headChainHash": head.chain_hash, "job": snap})
 
 
-@router.get("/jobs/{job_id}/events", summary="A job's events, optionally through a chain hash")
+@router.get("/jobs/{job_id}/events", summary="A job's events, optionally through a chain hash",
+            response_model=JobEvents, responses=problems("JOB_NOT_FOUND", "ATCHAINHASH_NOT_FOUND"))
 def get_events(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
                throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
                afterSeq: PositionQuery = 0) -> JsonResponse:
@@ -297,7 +321,9 @@ def get_events(job_id: str, request: Request, key: ApiKey = require("jobs:read")
     return JsonResponse({"jobId": job_id, "events": events})
 
 
-@router.get("/jobs/{job_id}/export", summary="A job's stream in the offline verifier's format (JSON array)")
+@router.get("/jobs/{job_id}/export", summary="A job's stream in the offline verifier's format (JSON array)",
+            response_model=EventExport,
+            responses={200: _ATTACHMENT, **problems("JOB_NOT_FOUND", "ATCHAINHASH_NOT_FOUND")})
 def export_job(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
                throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None) -> JsonResponse:
     ctx = context(request)

@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import ApiContext, context, require
+from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
+from settlekit.api.schemas import Rotated, SignerKey, SignerKeys
 from settlekit.errors import NotFoundError
 
 router = APIRouter(prefix="/v1", tags=["ops"])
@@ -41,7 +43,8 @@ def _find_key(ctx: ApiContext, tenant: str, key_id: str) -> Any:
     raise NotFoundError(f"signer key {key_id} is not registered", code="SIGNER_KEY_NOT_FOUND", keyId=key_id)
 
 
-@router.post("/keys", status_code=201, summary="Register a signer public key")
+@router.post("/keys", status_code=201, summary="Register a signer public key", response_model=SignerKey,
+             responses=problems("SIGNER_KEY_INVALID", "SIGNER_KEY_CONFLICT"), openapi_extra=IDEMPOTENT)
 def register_key(body: KeyIn, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
     ctx = context(request)
 
@@ -52,12 +55,14 @@ def register_key(body: KeyIn, request: Request, key: ApiKey = require("admin")) 
     return idempotency.write(request, key, body.model_dump(), action)
 
 
-@router.get("/keys", summary="The tenant's signer keys")
+@router.get("/keys", summary="The tenant's signer keys", response_model=SignerKeys)
 def list_keys(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     return JsonResponse({"keys": [_key_json(k) for k in context(request).store.signer_keys.of_tenant(key.tenant_id)]})
 
 
-@router.post("/keys/{key_id}/rotate", summary="Mark a key rotated (optionally registering its successor)")
+@router.post("/keys/{key_id}/rotate", summary="Mark a key rotated (optionally registering its successor)",
+             response_model=Rotated, openapi_extra=IDEMPOTENT,
+             responses=problems("SIGNER_KEY_NOT_FOUND", "SIGNER_KEY_INVALID", "SIGNER_KEY_CONFLICT"))
 def rotate_key(key_id: str, request: Request, body: RotateIn | None = None,
                key: ApiKey = require("admin")) -> JsonResponse:
     ctx = context(request)
@@ -76,7 +81,8 @@ def rotate_key(key_id: str, request: Request, body: RotateIn | None = None,
     return idempotency.write(request, key, {"publicKeyPem": new_pem}, action)
 
 
-@router.post("/keys/{key_id}/revoke", summary="Revoke a signer key")
+@router.post("/keys/{key_id}/revoke", summary="Revoke a signer key", response_model=SignerKey,
+             responses=problems("SIGNER_KEY_NOT_FOUND"), openapi_extra=IDEMPOTENT)
 def revoke_key(key_id: str, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
     ctx = context(request)
 

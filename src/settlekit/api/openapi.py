@@ -1,0 +1,181 @@
+"""The OpenAPI document as the API behaves: the bearer API key, the request headers the routes read, the response
+headers every answer carries, and every error an operation can answer as `application/problem+json` with its codes.
+
+A route declares what is its own: `response_model=` (schemas.py) for its 2xx body, `responses=problems(...)` for
+the error codes it raises itself and `openapi_extra=request_headers(...)` for the headers it reads. `document` adds
+what every operation shares (input guards, authentication, scopes, rate limit, body limit, database outage,
+idempotency keys) and replaces FastAPI's 422 `HTTPValidationError`, which the API never answers (it answers 400).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from settlekit.api.problems import PROBLEM_TYPE
+from settlekit.api.schemas import Problem
+from settlekit.errors import CATALOGUE
+
+CODES_KEY = "x-problem-codes"  # a response's codes; rendered into its description by `document`
+_PROBLEM_REF = "#/components/schemas/Problem"
+
+
+def problems(*codes: str) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for the error codes a route raises itself, grouped by their catalogued status."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        status = CATALOGUE[code].status
+        out.setdefault(status, {CODES_KEY: []})[CODES_KEY].append(code)
+    return out
+
+
+_REQUEST_HEADERS: dict[str, dict[str, Any]] = {
+    "Idempotency-Key": {
+        "description": "Runs the write at most once per key (for this API key and route): a repeat with the same "
+                       "request returns the first answer with `Idempotent-Replayed: true`; with another request "
+                       "409 IDEMPOTENCY_CONFLICT.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 500}},
+    "X-Idempotency-Key": {"description": "The older name of Idempotency-Key (read when it is absent).",
+                          "deprecated": True, "schema": {"type": "string", "minLength": 1, "maxLength": 500}},
+    "x-expected-prev-chain-hash": {
+        "description": "Server drafts: the chain hash the stream's head must have (`null` or empty: the stream "
+                       "must not exist yet); without it a draft append answers 428 PRECONDITION_REQUIRED. Ignored "
+                       "for client-finalized events, which carry their prevChainHash.",
+        "schema": {"type": "string", "maxLength": 128}},
+    "x-proxy-expected-prev-chain-hash": {"description": "The reference API's name of x-expected-prev-chain-hash.",
+                                         "deprecated": True, "schema": {"type": "string", "maxLength": 128}},
+}
+IDEMPOTENCY_HEADERS = ("Idempotency-Key", "X-Idempotency-Key")
+CHAIN_HEADERS = ("x-expected-prev-chain-hash", "x-proxy-expected-prev-chain-hash")
+
+
+def request_headers(*names: str) -> dict[str, Any]:
+    """`openapi_extra=` declaring request headers a route reads (IDEMPOTENCY_HEADERS, CHAIN_HEADERS)."""
+    return {"parameters": [{"name": name, "in": "header", "required": False, **_REQUEST_HEADERS[name]}
+                           for name in names]}
+
+
+IDEMPOTENT = request_headers(*IDEMPOTENCY_HEADERS)
+"""`openapi_extra=` of a write run under `idempotency.write`."""
+
+
+_RESPONSE_HEADERS: dict[str, Any] = {
+    "X-Request-Id": {"description": "The request's id: the client's X-Request-Id (1..128 visible ASCII characters) "
+                                    "or a generated one; also the requestId of a problem body.",
+                     "required": True, "schema": {"type": "string"}},
+    "RateLimit-Limit": {"description": "The API key's token bucket: requests allowed in a burst.",
+                        "schema": {"type": "integer"}},
+    "RateLimit-Remaining": {"description": "Requests the API key may still make now.",
+                            "schema": {"type": "integer"}},
+    "RateLimit-Reset": {"description": "Seconds until the API key's bucket is full again.",
+                        "schema": {"type": "integer"}},
+    "Retry-After": {"description": "Seconds to wait before retrying.", "required": True,
+                    "schema": {"type": "integer", "minimum": 1}},
+    "WWW-Authenticate": {"description": "`Bearer`: how to authenticate.", "schema": {"type": "string"}},
+    "Idempotent-Replayed": {"description": "`true` when the answer is the stored one of an earlier request with "
+                                           "the same Idempotency-Key.", "schema": {"type": "string", "enum": ["true"]}},
+}
+_RATE_HEADERS = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+_REQUEST_ID_PARAMETER = {
+    "name": "X-Request-Id", "in": "header", "required": False,
+    "description": "The request's id for the logs and the answer (1..128 visible ASCII characters); any other "
+                   "value is replaced by a generated id.",
+    "schema": {"type": "string"}}
+
+
+def document(app: FastAPI, open_paths: Iterable[str]) -> None:
+    """Install `app.openapi`: FastAPI's document completed as the module docstring says (built once)."""
+    unauthenticated = frozenset(open_paths)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            components = schema.setdefault("components", {})
+            components["securitySchemes"] = {
+                "apiKey": {"type": "http", "scheme": "bearer", "bearerFormat": "sk_<keyid>_<secret>",
+                           "description": "An API key: `Authorization: Bearer sk_…`, bound to one tenant and "
+                                          "a set of scopes."}}
+            schema["security"] = [{"apiKey": []}]
+            components["headers"] = _RESPONSE_HEADERS
+            components["parameters"] = {"X-Request-Id": _REQUEST_ID_PARAMETER}
+            for path, operations in schema.get("paths", {}).items():
+                for method, operation in operations.items():
+                    _complete(operation, method, secured=path not in unauthenticated)
+            schemas = components.setdefault("schemas", {})
+            for unused in ("HTTPValidationError", "ValidationError"):
+                schemas.pop(unused, None)
+            schemas["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _shared_codes(operation: dict[str, Any], method: str, *, secured: bool) -> list[str]:
+    """The codes every operation like this one can answer, whatever its route does."""
+    headers = {p["name"] for p in operation.get("parameters", []) if p.get("in") == "header"}
+    has_input = bool(operation.get("parameters")) or "requestBody" in operation
+    codes = ["INPUT_INVALID", "INTERNAL"]
+    if has_input or method != "get":
+        codes.append("SCHEMA_INVALID")
+    if "requestBody" in operation:
+        codes.append("JSON_INVALID")
+    if method != "get":
+        codes.append("PAYLOAD_TOO_LARGE")
+    if secured:
+        codes += ["UNAUTHENTICATED", "API_KEY_INVALID", "SCOPE_REQUIRED", "RATE_LIMITED", "DATABASE_UNAVAILABLE"]
+    if headers.intersection(IDEMPOTENCY_HEADERS):
+        codes += ["IDEMPOTENCY_CONFLICT", "IDEMPOTENCY_IN_PROGRESS"]
+    return codes
+
+
+def _complete(operation: dict[str, Any], method: str, *, secured: bool) -> None:
+    """One operation: security, the X-Request-Id parameter, response headers and every problem response."""
+    if not secured:
+        operation["security"] = []
+    # a new list: FastAPI puts a route's openapi_extra parameters in the document as they are (shared)
+    operation["parameters"] = [*operation.get("parameters", []), {"$ref": "#/components/parameters/X-Request-Id"}]
+    responses: dict[str, Any] = operation.setdefault("responses", {})
+    responses.pop("422", None)
+    codes: dict[int, list[str]] = {}
+    for status, response in responses.items():
+        for code in response.pop(CODES_KEY, []):
+            codes.setdefault(int(status), []).append(code)
+    for code in _shared_codes(operation, method, secured=secured):
+        codes.setdefault(CATALOGUE[code].status, []).append(code)
+    success = ["X-Request-Id", *_RATE_HEADERS] if secured else ["X-Request-Id"]
+    if any(p.get("name") in IDEMPOTENCY_HEADERS for p in operation.get("parameters", [])):
+        success.append("Idempotent-Replayed")
+    for status, response in responses.items():
+        if status.startswith("2"):
+            _add_headers(response, success)
+    for problem_status in sorted(codes):
+        responses[str(problem_status)] = _problem_response(problem_status, codes[problem_status], secured=secured)
+
+
+def _problem_response(status: int, codes: list[str], *, secured: bool) -> dict[str, Any]:
+    unique = list(dict.fromkeys(codes))
+    lines = "\n".join(f"- `{code}`: {CATALOGUE[code].meaning}" for code in unique)
+    response: dict[str, Any] = {
+        "description": f"A problem; `code` is one of:\n\n{lines}",
+        "content": {PROBLEM_TYPE: {"schema": {"$ref": _PROBLEM_REF}}},
+    }
+    headers = ["X-Request-Id"]
+    if status in (429, 503) and "MIGRATIONS_PENDING" not in unique:
+        headers.append("Retry-After")
+    elif status == 503:  # not ready: Retry-After only while the database is unreachable
+        response["headers"] = {"Retry-After": {**_RESPONSE_HEADERS["Retry-After"], "required": False}}
+    if status == 429 and secured:
+        headers += _RATE_HEADERS
+    if status == 401:
+        headers.append("WWW-Authenticate")
+    _add_headers(response, headers)
+    return response
+
+
+def _add_headers(response: dict[str, Any], names: Iterable[str]) -> None:
+    response.setdefault("headers", {}).update({name: {"$ref": f"#/components/headers/{name}"} for name in names})

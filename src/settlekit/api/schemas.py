@@ -1,0 +1,376 @@
+"""The shapes the API answers with, as pydantic models, for the OpenAPI document only: routes render their JSON
+themselves (JsonResponse, stored idempotent answers) and declare these with `response_model=` or `responses=`, so
+no answer is validated or re-encoded per request. A model here must describe exactly what its route returns: the
+same field names and key order, `X | None` where the route can give null, `int` where it gives an integer, and
+`extra="forbid"` (no other member) unless the document is open by nature (a job snapshot, a payload, an artifact).
+tests/api/test_api_conformance.py checks the routes' answers against them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic.json_schema import SkipJsonSchema
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+JobState = dict[str, Any]
+"""A job's snapshot as the reducer folds it (status, booking, quote, …): an open object."""
+
+JOB_DESCRIPTION = "The job's snapshot as the reducer folds it (status, booking, quote, …); null before any state."
+
+
+# ------------------------------------------------------------------------------------------------- health
+
+
+class Health(_Closed):
+    status: Literal["ok"]
+
+
+class Ready(_Closed):
+    status: Literal["ready"]
+
+
+# --------------------------------------------------------------------------------------------------- jobs
+
+
+class Actor(_Closed):
+    type: str
+    id: str
+
+
+class Event(_Closed):
+    """A settld v1 event envelope as stored (signature and signerKeyId are null for an unsigned event)."""
+
+    v: int
+    id: str
+    at: str
+    streamId: str
+    type: str
+    actor: Actor
+    payload: dict[str, Any]
+    payloadHash: str
+    prevChainHash: str | None
+    chainHash: str
+    signature: str | None
+    signerKeyId: str | None
+
+
+class Appended(_Closed):
+    """An append's answer: 201 when events were added, 200 when the same events were already there
+    (`alreadyExists`); an Idempotency-Key replay returns the first answer with `Idempotent-Replayed: true`."""
+
+    jobId: str
+    events: list[Event]
+    firstSeq: int
+    positions: list[int]
+    headChainHash: str
+    job: JobState | None = Field(description=JOB_DESCRIPTION)
+    alreadyExists: bool
+
+
+class JobSummary(_Closed):
+    jobId: str
+    status: str | None
+    version: int
+    headChainHash: str
+    updatedAt: str
+    job: JobState | None = Field(description=JOB_DESCRIPTION)
+
+
+class JobList(_Closed):
+    jobs: list[JobSummary]
+    nextCursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last one.")
+
+
+class JobView(_Closed):
+    jobId: str
+    version: int
+    headChainHash: str
+    job: JobState | None = Field(description=JOB_DESCRIPTION)
+
+
+class JobEvents(_Closed):
+    jobId: str
+    events: list[Event]
+
+
+class EventExport(RootModel[list[Event]]):
+    """The stream as a JSON array of envelopes (the offline verifier's input), as an attachment."""
+
+
+# ----------------------------------------------------------------------------------------------- artifacts
+
+
+class ArtifactSummary(_Closed):
+    artifactId: str
+    artifactType: str
+    artifactHash: str
+    jobId: str
+    jobVersion: int
+    sourceEventId: str
+    sourceChainHash: str
+    generatedAt: str
+
+
+class ArtifactList(_Closed):
+    jobId: str
+    artifacts: list[ArtifactSummary]
+    nextCursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last one.")
+
+
+class Artifact(_Open):
+    """An artifact document (WorkCertificate.v1, SettlementStatement.v1, …) exactly as stored; the members
+    below are common to every type, the others depend on `artifactType`."""
+
+    artifactType: str
+    artifactId: str
+    artifactHash: str
+    tenantId: str
+    jobId: str
+    sourceEventId: str
+    atChainHash: str
+    generatedAt: str
+
+
+# -------------------------------------------------------------------------------------------------- ledger
+
+
+class Balances(_Closed):
+    tenantId: str
+    balances: dict[str, int] = Field(description="Balance in cents per account id.")
+    totalCents: int
+
+
+class LedgerEntry(_Closed):
+    eventId: str
+    eventType: str
+    entry: dict[str, Any] = Field(description="The journal entry: id, memo, postings (accountId, amountCents).")
+
+
+class LedgerEntries(_Closed):
+    jobId: str
+    entries: list[LedgerEntry]
+
+
+class Allocation(_Closed):
+    tenantId: str
+    entryId: str
+    postingId: str
+    accountId: str
+    partyId: str
+    partyRole: str
+    currency: str
+    amountCents: int
+
+
+class Allocations(_Closed):
+    jobId: str
+    allocations: list[Allocation]
+
+
+# ---------------------------------------------------------------------------------------------- destinations
+
+
+class Destination(_Closed):
+    """A webhook destination; secret values are never returned, only the id of a stored secret."""
+
+    destinationId: str
+    kind: Literal["webhook"]
+    url: str
+    signing: Literal["standard", "settld_legacy", "both"]
+    artifactTypes: list[str] | None
+    ordering: Literal["best_effort", "strict_scope"]
+    allowPrivateNetwork: bool
+    status: Literal["active", "disabled"]
+    disabledReason: str | None
+    secretRef: str | None
+    previousSecretRef: str | None = Field(description="The rotated-out secret still signing, during its grace.")
+    previousSecretExpiresAt: str | None
+
+
+class Destinations(_Closed):
+    destinations: list[Destination]
+
+
+class Backfill(_Closed):
+    since: str | None = Field(description="When the destination was disabled (null if it was active).")
+    missing: int
+    created: int
+    requeued: int
+
+
+class EnabledDestination(Destination):
+    backfill: Backfill
+
+
+class DestinationRequeued(_Closed):
+    destinationId: str
+    requeued: int
+
+
+# ------------------------------------------------------------------------------------------------ deliveries
+
+
+class Delivery(_Closed):
+    """A delivery row (member names as stored; timestamps ISO-8601 UTC with milliseconds)."""
+
+    id: int
+    tenant_id: str
+    destination_id: str
+    artifact_type: str
+    artifact_id: str
+    artifact_hash: str
+    dedupe_key: str
+    message_id: str
+    scope_key: str
+    order_seq: int
+    priority: int
+    order_key: str
+    state: Literal["pending", "delivered", "failed"]
+    attempts: int
+    next_attempt_at: str | None
+    lease_owner: str | None
+    lease_expires_at: str | None
+    last_status: int | None
+    last_error: str | None
+    delivered_at: str | None
+    created_at: str | None
+    updated_at: str | None
+    claims: int
+
+
+class Deliveries(_Closed):
+    deliveries: list[Delivery]
+    nextAfterId: int | None = Field(description="Pass as `afterId` for the next page; null on the last one.")
+
+
+class Attempt(_Closed):
+    attempt: int
+    httpStatus: int | None
+    error: str | None
+
+
+class DeliveryDetail(Delivery):
+    attemptLog: list[Attempt]
+
+
+class DeliveriesBackfilled(_Closed):
+    destinationId: str | None
+    since: str
+    missing: int
+    created: int
+    requeued: int
+
+
+class DeliveryRequeued(_Closed):
+    deliveryId: int
+    requeued: int
+
+
+# ----------------------------------------------------------------------------------------------- signer keys
+
+
+class SignerKey(_Closed):
+    keyId: str
+    purpose: Literal["robot", "operator", "server"]
+    status: Literal["active", "rotated", "revoked"]
+    entityId: str | None
+    publicKeyPem: str
+
+
+class SignerKeys(_Closed):
+    keys: list[SignerKey]
+
+
+class Rotated(_Closed):
+    rotated: SignerKey
+    successor: SignerKey | None
+
+
+# ------------------------------------------------------------------------------------------------- consumers
+
+
+class Gap(_Closed):
+    """Positions below the cursor that were invisible when observed (`xmax`: the snapshot's xmax, as text)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: int = Field(alias="from")
+    to: int
+    xmax: str
+    at: float | SkipJsonSchema[None] = Field(default=None,
+                                             description="Unix seconds it was first seen; absent when unknown.")
+
+
+class ConsumerState(_Closed):
+    name: str
+    instanceId: str
+    status: Literal["idle", "dead", "disabled", "processing"] = Field(
+        description="`processing` while in a turn, else the stored status.")
+    storedStatus: Literal["idle", "dead", "disabled"]
+    processing: bool
+    lastProcessedPosition: int
+    attempts: int
+    rearmCount: int
+    pendingGaps: list[Gap]
+    lastError: str | None
+    skippedCount: int
+    updatedAt: str
+
+
+class ConsumerProgress(ConsumerState):
+    highWaterMark: int
+    lag: int
+    lagSeconds: float
+    pendingGapPositions: int
+    registered: bool | None = Field(description="Whether this process runs the consumer; null when unknown.")
+
+
+class Consumers(_Closed):
+    consumers: list[ConsumerProgress]
+
+
+class Skipped(_Closed):
+    consumer: ConsumerState
+    skippedPosition: int | None
+
+
+class DeadLetter(_Closed):
+    id: int
+    position: int
+    eventId: str | None
+    eventType: str | None
+    reason: Literal["skip_apply_error", "operator_skip"]
+    errorClass: str | None
+    errorMessage: str | None
+    createdAt: str
+
+
+class DeadLetters(_Closed):
+    consumer: str
+    instanceId: str
+    deadLetters: list[DeadLetter]
+
+
+# -------------------------------------------------------------------------------------------------- problems
+
+
+class Problem(_Open):
+    """An RFC 9457 problem: `code` is stable and listed per status in each operation (all codes: docs/errors.md);
+    `details` holds the code's structured members (field, jobId, retryAfterSeconds, errors, …)."""
+
+    type: str = Field(description="https://settlekit.dev/problems/<code in kebab case>")
+    title: str
+    status: int
+    detail: str
+    code: str
+    requestId: str | SkipJsonSchema[None] = Field(default=None,
+                                                  description="The request's id (its X-Request-Id answer header).")
+    details: dict[str, Any] | SkipJsonSchema[None] = None
