@@ -25,6 +25,8 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 from schemathesis import GenerationMode  # noqa: E402
 
+from support.conformance import nonconformance  # noqa: E402
+
 MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "8"))
 
 
@@ -63,6 +65,11 @@ def _run(operation: Any, label: str, mode: GenerationMode, path_parameters: dict
         if response.status_code >= 500:
             failures.append(f"{operation.label} [{label}]: {response.status_code} "
                             f"{case.as_curl_command()} -> {response.text[:200]}"[:600])
+            return
+        found = nonconformance(case, response)
+        if found is not None:
+            failures.append(f"{operation.label} [{label}]: {response.status_code} not as documented: {found} "
+                            f"{case.as_curl_command()} -> {response.text[:300]}"[:1500])
 
     try:
         check()
@@ -79,7 +86,7 @@ def run_schemathesis(app: Any, tenant_key: str, operator_key: str, seeded_ids: d
     calls = 0
     for result in schema.get_all_operations():
         operation = result.ok()
-        key = operator_key if operation.path.startswith("/v1/ops/") else tenant_key
+        key = operator_key if operation.path.startswith(("/v1/ops/", "/metrics")) else tenant_key
         for label, mode, path_parameters in _runs(operation, seeded_ids):
             calls += _run(operation, label, mode, path_parameters, key, max_examples, failures)
     return calls, failures

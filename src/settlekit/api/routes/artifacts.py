@@ -11,9 +11,12 @@ from settlekit.api.deps import MAX_PAGE, context, job_head, require
 from settlekit.api.openapi import problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Artifact, ArtifactList
+from settlekit.artifacts.types import ARTIFACT_TYPES
 from settlekit.errors import NotFoundError
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
+# the names `type` takes (with or without the `.v1`); any other answers 400 ARTIFACT_TYPE_UNKNOWN
+_TYPE_NAMES = {"enum": [*ARTIFACT_TYPES, *(name.removesuffix(".v1") for name in ARTIFACT_TYPES)]}
 
 
 def _artifact_summary(a: Any) -> dict[str, Any]:
@@ -23,9 +26,9 @@ def _artifact_summary(a: Any) -> dict[str, Any]:
 
 
 @router.get("/jobs/{job_id}/artifacts", summary="A job's artifacts in stream order", response_model=ArtifactList,
-            responses=problems("JOB_NOT_FOUND", "CURSOR_INVALID"))
+            responses=problems("JOB_NOT_FOUND", "CURSOR_INVALID", "ARTIFACT_TYPE_UNKNOWN"))
 def list_artifacts(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
-                   type: Annotated[str | None, Query(max_length=64)] = None,
+                   type: Annotated[str | None, Query(max_length=64, json_schema_extra=_TYPE_NAMES)] = None,
                    sourceEventId: Annotated[str | None, Query(max_length=200)] = None,
                    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
                    cursor: Annotated[str | None, Query(max_length=400)] = None) -> JsonResponse:
@@ -39,8 +42,9 @@ def list_artifacts(job_id: str, request: Request, key: ApiKey = require("jobs:re
 
 
 @router.get("/jobs/{job_id}/artifacts/effective", summary="The effective artifact of a type for a job",
-            response_model=Artifact, responses=problems("JOB_NOT_FOUND", "ARTIFACT_NOT_FOUND"))
-def effective_artifact(job_id: str, request: Request, type: Annotated[str, Query(max_length=64)],
+            response_model=Artifact, responses=problems("JOB_NOT_FOUND", "ARTIFACT_NOT_FOUND", "ARTIFACT_TYPE_UNKNOWN"))
+def effective_artifact(job_id: str, request: Request,
+                       type: Annotated[str, Query(max_length=64, json_schema_extra=_TYPE_NAMES)],
                        key: ApiKey = require("jobs:read")) -> JsonResponse:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)

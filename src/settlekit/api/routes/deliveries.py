@@ -64,7 +64,7 @@ def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = requir
 
 
 @router.post("/deliveries/{delivery_id}/requeue", summary="Requeue a failed delivery", response_model=DeliveryRequeued,
-             responses=problems("NOT_FOUND"), openapi_extra=IDEMPOTENT)
+             responses=problems("NOT_FOUND", "CONFLICT"), openapi_extra=IDEMPOTENT)
 def requeue_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 
