@@ -121,6 +121,7 @@ def test_shared_refusals_conform(db: Database) -> None:
     call("GET", "/v1/jobs", 401, key="sk_0123456789abcdef_nope", code="API_KEY_INVALID")
     call("POST", "/v1/jobs", 413, body={"payload": {"note": "x" * 2048}}, code="PAYLOAD_TOO_LARGE")
     call("GET", "/v1/jobs/{job_id}", 404, path_parameters={"job_id": "job_none"}, code="JOB_NOT_FOUND")
+    call("GET", "/v1/jobs/{job_id}", 404, path_parameters={"job_id": ""}, code="NOT_FOUND")  # no 307 to /v1/jobs
     limited = call("GET", "/v1/jobs", 429, code="RATE_LIMITED")
     assert int(limited.headers["retry-after"][0]) >= 1
     call("GET", "/healthz", 200, key="")

@@ -118,7 +118,8 @@ def create_app(
         registered_consumers=registered_consumers,
         registry=registry if registry is not None else REGISTRY,
     )
-    app = FastAPI(title="settlekit", version="0.1.0", docs_url=None, redoc_url=None,
+    # redirect_slashes off: `/v1/jobs/` (an empty job id) is 404 NOT_FOUND, not a 307 to the job listing
+    app = FastAPI(title="settlekit", version="0.1.0", docs_url=None, redoc_url=None, redirect_slashes=False,
                   lifespan=_lifespan_closing(database if owned else None),
                   description="Event-sourced settlement engine: jobs, ledger, artifacts, deliveries, ops.")
     app.state.settlekit = ctx

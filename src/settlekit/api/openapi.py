@@ -120,6 +120,8 @@ def _shared_codes(operation: dict[str, Any], method: str, *, secured: bool) -> l
     headers = {p["name"] for p in operation.get("parameters", []) if p.get("in") == "header"}
     has_input = bool(operation.get("parameters")) or "requestBody" in operation
     codes = ["INPUT_INVALID", "INTERNAL"]
+    if any(p.get("in") == "path" for p in operation.get("parameters", [])):
+        codes.append("NOT_FOUND")  # a path parameter that is empty or holds `/` leaves no route to serve it
     if has_input or method != "get":
         codes.append("SCHEMA_INVALID")
     if "requestBody" in operation:

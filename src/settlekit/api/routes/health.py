@@ -20,7 +20,7 @@ from settlekit.api.schemas import Health, Ready
 
 router = APIRouter(tags=["health"])
 READY_TIMEOUT_SECONDS = 0.5  # /readyz answers within this, reachable or not
-_EXPOSITION = {"description": "The Prometheus text exposition format (`text/plain; version=0.0.4`).",
+_EXPOSITION = {"description": "The Prometheus text exposition format (`text/plain; version=…; charset=utf-8`).",
                "content": {"text/plain": {"schema": {"type": "string"}}}}
 
 
