@@ -21,6 +21,13 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+def _no_null_defaults(schema: dict[str, Any]) -> None:
+    """Members that are absent rather than null: no `default: null` in the document."""
+    for member in schema.get("properties", {}).values():
+        if member.get("default", 0) is None:
+            del member["default"]
+
+
 JobState = dict[str, Any]
 """A job's snapshot as the reducer folds it (status, booking, quote, …): an open object."""
 
@@ -301,7 +308,7 @@ class Rotated(_Closed):
 class Gap(_Closed):
     """Positions below the cursor that were invisible when observed (`xmax`: the snapshot's xmax, as text)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra=_no_null_defaults)
     from_: int = Field(alias="from")
     to: int
     xmax: str
@@ -365,6 +372,8 @@ class DeadLetters(_Closed):
 class Problem(_Open):
     """An RFC 9457 problem: `code` is stable and listed per status in each operation (all codes: docs/errors.md);
     `details` holds the code's structured members (field, jobId, retryAfterSeconds, errors, …)."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_no_null_defaults)
 
     type: str = Field(description="https://settlekit.dev/problems/<code in kebab case>")
     title: str
