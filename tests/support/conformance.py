@@ -1,6 +1,6 @@
 """Checks that an API answer is one the OpenAPI document declares: schemathesis' conformance checks (status
 code, content type, body schema, required headers), and for a problem, that its `code` is one of those the
-document lists for the operation and status."""
+document lists for the operation and status, and that its `status` and `requestId` are the answer's."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ def nonconformance(case: Any, response: Any) -> str | None:
         return "; ".join(f"{getattr(e, 'title', type(e).__name__)}: {str(e)[:300]}" for e in exc.exceptions)
     if response.headers.get("content-type", [""])[0].startswith("application/problem+json"):
         declared = case.operation.definition.raw["responses"][str(response.status_code)]["description"]
-        code = response.json().get("code")
-        if code not in _CODE_LINE.findall(declared):
-            return f"problem code {code} is not listed for {response.status_code}"
+        body = response.json()
+        if body.get("code") not in _CODE_LINE.findall(declared):
+            return f"problem code {body.get('code')} is not listed for {response.status_code}"
+        if body["status"] != response.status_code or body.get("requestId") != response.headers["x-request-id"][0]:
+            return "the problem's status or requestId is not the answer's"
     return None
