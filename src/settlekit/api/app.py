@@ -93,12 +93,14 @@ def create_app(
     destination_policy: DestinationPolicy | None = None,
     registered_consumers: Sequence[str] | None = None,
     registry: CollectorRegistry | None = None,
+    close_db: bool = False,
 ) -> FastAPI:
     """Build the API on a Database (or a URL, opened, migrated and closed with the app) with `settings` (default:
     `Settings()`, from the environment): body limit, rate limits, operator tenant and the webhook network policy.
     The live objects are given as they are: `destination_policy` (default: from the settings),
     `registered_consumers`, the metrics `registry` (default: the global one). Destination secrets given by value
     are stored per tenant in the database. Consumer verbs need an `admin` key of the operator tenant.
+    `close_db`: close a given Database when the app shuts down (a URL's is always closed).
     """
     settings = settings if settings is not None else Settings()
     owned = isinstance(db, str)
@@ -119,7 +121,7 @@ def create_app(
         registry=registry if registry is not None else REGISTRY,
     )
     app = FastAPI(title="settlekit", version="0.1.0", docs_url=None, redoc_url=None,
-                  lifespan=_lifespan_closing(database if owned else None),
+                  lifespan=_lifespan_closing(database if owned or close_db else None),
                   description="Event-sourced settlement engine: jobs, ledger, artifacts, deliveries, ops.")
     app.state.settlekit = ctx
     _add_error_handlers(app)

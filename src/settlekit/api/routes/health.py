@@ -4,6 +4,7 @@ tenant)."""
 from __future__ import annotations
 
 import logging
+import os
 
 import anyio
 import anyio.to_thread
@@ -22,7 +23,8 @@ READY_TIMEOUT_SECONDS = 0.5  # /readyz answers within this, reachable or not
 
 @router.get("/healthz", summary="Liveness")
 def healthz() -> JsonResponse:
-    return JsonResponse({"status": "ok"})
+    """`pid`: the answering API process (`serve --workers N` runs several on one port)."""
+    return JsonResponse({"status": "ok", "pid": os.getpid()})
 
 
 @router.get("/readyz", summary="Readiness: database reachable and migrations current")
