@@ -8,21 +8,20 @@ path no route serves answers 404 with or without a key. Errors are RFC 9457 prob
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
-from settlekit.api.deps import ApiContext, AuthMiddleware
+from settlekit.api.deps import ApiContext
 from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
-from settlekit.api.guards import BodyLimitMiddleware, InputGuardMiddleware
+from settlekit.api.middleware import ApiMiddleware
 from settlekit.api.problems import (
     http_error_handler,
     settlekit_error_handler,
@@ -30,59 +29,18 @@ from settlekit.api.problems import (
     validation_error_handler,
 )
 from settlekit.api.ratelimit import RateLimiter
-from settlekit.api.request_log import RequestLogMiddleware
 from settlekit.api.routes import ROUTERS
 from settlekit.api.routes.jobs import append_metrics_for
 from settlekit.append import job_appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
-from settlekit.metrics import PerRegistry
 from settlekit.runtime.settings import Settings
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", *DOC_PATHS})
 OPEN_PREFIXES = (f"{ASSETS_PATH}/",)
-
-
-class _ApiMetrics:
-    def __init__(self, registry: CollectorRegistry):
-        self.requests = Counter("settlekit_api_requests", "API requests by method, route and status",
-                                ["method", "route", "status"], registry=registry)
-        self.duration = Histogram("settlekit_api_request_duration_seconds", "API request duration by route",
-                                  ["method", "route"], registry=registry,
-                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-
-
-_metrics_for: PerRegistry[_ApiMetrics] = PerRegistry(_ApiMetrics)
-
-
-class _MetricsMiddleware:
-    def __init__(self, app: ASGIApp, metrics: _ApiMetrics):
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
-            self.metrics.duration.labels(scope["method"], path).observe(time.perf_counter() - started)
 
 
 def create_app(
@@ -163,14 +121,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
-    """The middleware stack; the last added runs first (request log, metrics, input guard, auth, body limit)."""
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
-                       routed=_routed_by(app))
-    app.add_middleware(InputGuardMiddleware)
-    app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
+    """The one middleware (api.middleware: request id and log line, metrics, input guard, auth, body limit)."""
+    app.add_middleware(ApiMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
+                       routed=_routed_by(app), max_body_bytes=settings.max_body_bytes)
     append_metrics_for(ctx.registry)  # registered now: every append outcome is exported (at 0) before the first
-    app.add_middleware(RequestLogMiddleware)
 
 
 def _routed_by(app: FastAPI) -> Callable[[Scope], bool]:
