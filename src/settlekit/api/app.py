@@ -31,7 +31,7 @@ from settlekit.api.problems import (
 from settlekit.api.ratelimit import RateLimiter
 from settlekit.api.routes import ROUTERS
 from settlekit.api.routes.jobs import append_metrics_for
-from settlekit.append import job_appender
+from settlekit.append import Appender, job_appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
@@ -68,7 +68,7 @@ def create_app(
     policy = destination_policy or _destination_policy(settings)
     ctx = ApiContext(
         db=database,
-        store=job_appender(database, server_signer=server_signer),
+        store=job_appender(database, server_signer=server_signer, group_commit=True),
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         auth_failures=RateLimiter(settings.auth_failure_rate_per_second, settings.auth_failure_burst,
                                   max_entries=50_000),
@@ -79,7 +79,7 @@ def create_app(
         registry=registry if registry is not None else REGISTRY,
     )
     app = FastAPI(title="settlekit", version="0.1.0", docs_url=None, redoc_url=None,
-                  lifespan=_lifespan_closing(database if owned or close_db else None),
+                  lifespan=_lifespan_closing(ctx.store, database if owned or close_db else None),
                   description="Event-sourced settlement engine: jobs, ledger, artifacts, deliveries, ops.")
     app.state.settlekit = ctx
     _add_error_handlers(app)
@@ -100,12 +100,15 @@ def _destination_policy(settings: Settings) -> DestinationPolicy:
         allowed_networks=settings.allowed_webhook_networks)
 
 
-def _lifespan_closing(database: Database | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """An app lifespan that closes `database` (if any) at shutdown."""
+def _lifespan_closing(appender: Appender, database: Database | None
+                      ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """An app lifespan that stops the appender's group commit writer and closes `database` (if any) at
+    shutdown."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        appender.close()
         if database is not None:
             database.close()
 

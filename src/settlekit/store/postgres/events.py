@@ -66,6 +66,20 @@ def commit(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) 
     return Committed(int(row[1]), [int(p) for p in row[3]])
 
 
+def write(tx: PostgresTx, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
+    """The append inside an open transaction (a group commit's): the function call, then `after` when it
+    succeeded. A head mismatch writes nothing; a uniqueness violation raises (and aborts the transaction)."""
+    sql, params = append_params(batch)
+    row = tx.raw.execute(sql, params, binary=True).fetchone()
+    assert row is not None
+    if row[0] == "conflict":
+        return HeadMismatch(None if row[1] is None else int(row[1]), row[2])
+    base_seq, positions = int(row[1]), [int(p) for p in row[3]]
+    if after is not None:
+        after(tx, base_seq, positions)
+    return Committed(base_seq, positions)
+
+
 class _Conflict(Exception):
     def __init__(self, row: tuple[Any, ...]):
         super().__init__("conflict")
