@@ -83,7 +83,8 @@ def duplicate_kind(constraint: str) -> str:
 class _Backend(Protocol):
     def commit(self, db: Any, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch: ...
 
-    def write(self, tx: Any, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch: ...
+    def write_group(self, db: Any, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
+                    before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]: ...
 
 
 class EventRecorder:
@@ -193,18 +194,19 @@ class GroupCommitter:
         if len(group) == 1:
             return [self._alone(*group[0])]
         written = False
+
+        def before_commit(count: int) -> None:
+            nonlocal written
+            for index in range(count):
+                failpoints.hit("append.group_commit", index)
+            written = True
+
         try:
-            with self.db.transaction() as tx:
-                outcomes: list[Outcome | BaseException] = []
-                for index, (batch, after) in enumerate(group):
-                    outcomes.append(self.backend.write(tx, batch, after))
-                    failpoints.hit("append.group_commit", index)
-                written = True
+            return list(self.backend.write_group(self.db, group, before_commit))
         except Exception:
             if written:
                 raise  # the COMMIT failed: unknown outcome, so no answer is a success
             return [self._alone(batch, after) for batch, after in group]
-        return outcomes
 
     def _alone(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome | BaseException:
         try:

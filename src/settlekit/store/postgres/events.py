@@ -7,6 +7,7 @@ writes and COMMIT are pipelined.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg.errors
@@ -66,18 +67,33 @@ def commit(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) 
     return Committed(int(row[1]), [int(p) for p in row[3]])
 
 
-def write(tx: PostgresTx, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
-    """The append inside an open transaction (a group commit's): the function call, then `after` when it
-    succeeded. A head mismatch writes nothing; a uniqueness violation raises (and aborts the transaction)."""
-    sql, params = append_params(batch)
-    row = tx.raw.execute(sql, params, binary=True).fetchone()
+def write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
+                before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
+    """Several appends in one transaction (a group commit), pipelined: every function call is sent before the
+    first answer is read, then the follow-up writes of those that succeeded; `before_commit(count)` runs once all
+    are written. A uniqueness violation raises (the transaction is rolled back)."""
+    with db.connection() as conn, conn.pipeline() as pipeline, conn.transaction():
+        cursors = []
+        for batch, _ in group:
+            sql, params = append_params(batch)
+            cursor = conn.cursor()
+            cursor.execute(sql, params, binary=True)
+            cursors.append(cursor)
+        pipeline.sync()
+        outcomes = [_outcome(cursor.fetchone()) for cursor in cursors]
+        tx = PostgresTx(conn)
+        for (_, after), outcome in zip(group, outcomes, strict=True):
+            if after is not None and isinstance(outcome, Committed):
+                after(tx, outcome.base_seq, outcome.positions)
+        before_commit(len(outcomes))
+    return outcomes
+
+
+def _outcome(row: tuple[Any, ...] | None) -> Committed | HeadMismatch:
     assert row is not None
     if row[0] == "conflict":
         return HeadMismatch(None if row[1] is None else int(row[1]), row[2])
-    base_seq, positions = int(row[1]), [int(p) for p in row[3]]
-    if after is not None:
-        after(tx, base_seq, positions)
-    return Committed(base_seq, positions)
+    return Committed(int(row[1]), [int(p) for p in row[3]])
 
 
 class _Conflict(Exception):

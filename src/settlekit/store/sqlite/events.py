@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Sequence
 
 from settlekit.store.db import Tx
 from settlekit.store.events import AfterCommit, CommitBatch, Committed, DuplicateKey, HeadMismatch
@@ -22,6 +23,15 @@ def commit(db: SqliteDatabase, batch: CommitBatch, after: AfterCommit | None) ->
 def _write(db: SqliteDatabase, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
     with db.transaction() as tx:
         return write(tx, batch, after)
+
+
+def write_group(db: SqliteDatabase, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
+                before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
+    """Several appends in one transaction (a group commit); `before_commit(count)` runs once all are written."""
+    with db.transaction() as tx:
+        outcomes = [write(tx, batch, after) for batch, after in group]
+        before_commit(len(outcomes))
+    return outcomes
 
 
 def write(tx: Tx, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
