@@ -26,6 +26,7 @@ API_SETTINGS = (
     "operator_tenant",
 )
 METRICS_SETTINGS = ("metrics_host", "metrics_port")
+HEALTHCHECK_TIMEOUT_SECONDS = 60  # `serve --workers N`: a process silent this long is replaced
 # the flag names of earlier releases, still accepted (hidden)
 OLD_WORKER_FLAGS = {
     "allowed_webhook_networks": "--allowed-webhook-network", "delivery_lease": "--lease",
@@ -141,7 +142,10 @@ def _serve_many(flags: dict[str, Any], settings: Any, processes: int) -> None:
 
     signer = load_server_signer(settings.server_key_file)  # one key for every process (made once if missing)
     factory = functools.partial(api_process_app, flags, signer.private_key_pem())
-    config = _uvicorn_config(factory, settings, factory=True, workers=processes)
+    # uvicorn pings each process every half second and replaces one that does not answer within the timeout: a
+    # process busy under load answers late (its ping thread waits for the interpreter lock), so be patient
+    config = _uvicorn_config(factory, settings, factory=True, workers=processes,
+                             timeout_worker_healthcheck=HEALTHCHECK_TIMEOUT_SECONDS)
     sock = config.bind_socket()
     Multiprocess(config, sockets=[sock]).run()
 
