@@ -57,8 +57,9 @@ def test_a_group_keeps_each_outcome_its_own(db: Database) -> None:
 
 
 def test_a_failing_append_fails_alone(db: Database) -> None:
-    """A uniqueness violation and an error in one append's follow-up writes roll the group back; the group is
-    written again one append at a time, so only those two fail and the others commit once."""
+    """A uniqueness violation (of an event, of a follow-up write) and an error in one append's follow-up writes
+    roll the group back; the group is written again one append at a time, so only those fail and the others
+    commit once."""
     streams = Streams(db)
     taken = _events("s_taken")
     EventRecorder(db).commit(_batch("s_taken", taken))
@@ -67,14 +68,19 @@ def test_a_failing_append_fails_alone(db: Database) -> None:
     def broken(tx: Tx, base_seq: int, positions: list[int]) -> None:
         raise RuntimeError("domain write failed")
 
+    def duplicate_row(tx: Tx, base_seq: int, positions: list[int]) -> None:
+        tx.execute("INSERT INTO schema_migrations (name) SELECT min(name) FROM schema_migrations")
+
     calls: list[int] = []
 
     def counted(tx: Tx, base_seq: int, positions: list[int]) -> None:
         calls.append(base_seq)
 
     group = [(_batch("s_a", _events("s_a")), counted), (copy, None), (_batch("s_b", _events("s_b")), broken),
-             (_batch("s_c", _events("s_c")), None)]
+             (_batch("s_c", _events("s_c")), None), (_batch("s_d", _events("s_d")), duplicate_row)]
     outcomes = _group(db).write_group(group)
+    assert isinstance(outcomes[4], DuplicateKey)  # a follow-up write broke a uniqueness rule
+    assert streams.head(T, "s_d") is None
     assert isinstance(outcomes[0], Committed) and isinstance(outcomes[3], Committed)
     assert isinstance(outcomes[1], DuplicateKey) and outcomes[1].kind == "event_id"
     assert isinstance(outcomes[2], RuntimeError)

@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -21,7 +22,7 @@ from starlette.types import Scope
 
 from settlekit.api.deps import ApiContext
 from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
-from settlekit.api.middleware import ApiMiddleware
+from settlekit.api.middleware import ApiMiddleware, DirectRoute
 from settlekit.api.problems import (
     http_error_handler,
     settlekit_error_handler,
@@ -30,7 +31,7 @@ from settlekit.api.problems import (
 )
 from settlekit.api.ratelimit import RateLimiter
 from settlekit.api.routes import ROUTERS
-from settlekit.api.routes.jobs import append_metrics_for
+from settlekit.api.routes.jobs import DIRECT_HANDLERS, append_metrics_for
 from settlekit.append import Appender, job_appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
@@ -125,8 +126,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
     """The one middleware (api.middleware: request id and log line, metrics, input guard, auth, body limit)."""
+    direct = [DirectRoute(route, DIRECT_HANDLERS[route.path]) for route in app.router.routes
+              if isinstance(route, APIRoute) and route.path in DIRECT_HANDLERS and "POST" in (route.methods or ())]
     app.add_middleware(ApiMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
-                       routed=_routed_by(app), max_body_bytes=settings.max_body_bytes)
+                       routed=_routed_by(app), max_body_bytes=settings.max_body_bytes, direct=direct)
     append_metrics_for(ctx.registry)  # registered now: every append outcome is exported (at 0) before the first
 
 

@@ -85,6 +85,7 @@ def write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCo
         for (_, after), outcome in zip(group, outcomes, strict=True):
             if after is not None and isinstance(outcome, Committed):
                 after(tx, outcome.base_seq, outcome.positions)
+        pipeline.sync()  # a follow-up write's failure surfaces here, before the COMMIT
         before_commit(len(outcomes))
     return outcomes
 
