@@ -26,14 +26,13 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ceiling  # noqa: E402
-from common import LoadResult, free_port, run_job_load, scratch_pg, stop_process, wait_ready  # noqa: E402
+from common import LOAD_TENANT, LoadResult, free_port, run_job_load, scratch_pg, stop_process, wait_ready  # noqa: E402
 from settlekit.api.auth import create_api_key  # noqa: E402
 from settlekit.delivery.receiver import ReceiverServer  # noqa: E402
 from settlekit.delivery.signing import generate_secret  # noqa: E402
 from settlekit.simulate import Fleet  # noqa: E402
 from settlekit.store.db import Database, connect  # noqa: E402
 
-TENANT = "tenant_load"
 TARGETS = {1: "target ratio >= 0.6x, p99 <= 150 ms, 0 errors", 2: "target ratio >= 1.0x, 0 errors"}
 
 
@@ -90,7 +89,7 @@ def measure(anchor: LoadResult, processes: int) -> LoadResult | None:
     with scratch_pg("load") as url, tempfile.TemporaryDirectory() as tmp:
         db = connect(url)
         db.migrate()
-        _, api_key = create_api_key(db, TENANT, ["admin"])
+        _, api_key = create_api_key(db, LOAD_TENANT, ["admin"])
         secret = generate_secret()
         receiver = ReceiverServer(secrets=[secret], port=0)
         receiver.start()

@@ -158,7 +158,7 @@ def _append_jobs(console: Console, base_url: str, headers: dict[str, str], fleet
         def client(index: int) -> None:
             with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
                 for n in range(index, jobs, CLIENTS):
-                    for event in job_stream(scenario_for(n), job_ids[n], fleet, n):
+                    for event in job_stream(scenario_for(n), job_ids[n], fleet, n, tenant_id=TENANT):
                         _ok(http.post(f"/v1/jobs/{job_ids[n]}/events", json=event))
                         counts[index] += 1
                     with lock:
