@@ -90,6 +90,7 @@ def report(name: str, value: float, unit: str, *, anchor: float | None = None, a
 
 LOAD_CLIENTS = int(os.environ.get("LOAD_CLIENTS", "50"))
 LOAD_SECONDS = float(os.environ.get("LOAD_SECONDS", "20"))
+LOAD_TENANT = "tenant_load"  # the tenant of the API key and of every simulated job
 
 
 def free_port() -> int:
@@ -179,7 +180,7 @@ def run_job_load(base_url: str, headers: Mapping[str, str], fleet: Fleet, *, cli
         with httpx.Client(base_url=base_url, headers=dict(headers), timeout=30) as http:
             while time.monotonic() < stop_at:
                 job_id = f"job_load_{index:03d}_{n:04d}"
-                events = job_stream(scenario_for(index + n), job_id, fleet, index + n)
+                events = job_stream(scenario_for(index + n), job_id, fleet, index + n, tenant_id=LOAD_TENANT)
                 n += 1
                 ok: list[dict[str, Any]] = []
                 for event in events:

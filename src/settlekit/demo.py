@@ -11,11 +11,17 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,37 +33,53 @@ from rich.table import Table
 from settlekit.artifacts.verify import verify_artifact_against_stream
 from settlekit.errors import VerificationError
 from settlekit.events.envelope import verify_chain
-from settlekit.runtime import Settings, Workers, load_server_signer
+from settlekit.runtime import Settings, Workers
 from settlekit.simulate import OUTCOME_BY_SCENARIO, Fleet, job_stream, scenario_for
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.db import Database, connect
 
 TENANT = "tenant_demo"
+CLIENTS = 8  # concurrent HTTP clients appending jobs
 
 
 @contextlib.contextmanager
-def api_server(db: Database, settings: Settings) -> Iterator[str]:
-    """The HTTP API on a free loopback port, in a background thread."""
-    import uvicorn
-
-    from settlekit.api.app import create_app
-
-    app = create_app(db, settings, server_signer=load_server_signer(settings.server_key_file))
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="settlekit-api", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the API server did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
+def api_server(settings: Settings, log_path: Path) -> Iterator[str]:
+    """`settlekit serve --no-workers` on a free loopback port, in a process of its own (the API and this one, which
+    runs the clients and the workers, each get a core of their own); stopped with SIGTERM."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "SETTLEKIT_DB": settings.db_url, "SETTLEKIT_LOG_LEVEL": "WARNING",
+           "SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS": "true", "SETTLEKIT_SERVER_KEY_FILE": str(settings.server_key_file),
+           "SETTLEKIT_RATE_LIMIT_PER_SECOND": str(settings.rate_limit_per_second),
+           "SETTLEKIT_RATE_LIMIT_BURST": str(settings.rate_limit_burst)}
+    with log_path.open("wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--no-workers", "--host",
+                                   "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}"
+        _wait_ready(base_url, server, log_path)
+        yield base_url
     finally:
-        server.should_exit = True
-        thread.join(10)
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _wait_ready(base_url: str, server: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the API server did not start:\n{log_path.read_text()[-2000:]}")
+        time.sleep(0.1)
 
 
 def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
@@ -76,7 +98,7 @@ def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
     try:
         db.migrate()
         settings = Settings(db_url=db_url, allow_loopback_webhooks=True, rate_limit_per_second=1e6,
-                            rate_limit_burst=1_000_000)
+                            rate_limit_burst=1_000_000, server_key_file=str(Path(tmp.name) / "server.pem"))
         webhook_secret = generate_secret()
         receiver = ReceiverServer(secrets=[webhook_secret], port=0, out_dir=Path(tmp.name) / "received")
         receiver.start()
@@ -84,10 +106,10 @@ def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
         workers.start()
         _, api_key = create_api_key(db, TENANT, ["jobs:read", "jobs:write", "finance:write", "ops", "admin"])
         fleet = Fleet.create()
-        with api_server(db, settings) as base_url, httpx.Client(
+        with api_server(settings, Path(tmp.name) / "serve.log") as base_url, httpx.Client(
                 base_url=base_url, headers={"authorization": f"Bearer {api_key}"}, timeout=30) as client:
             _register(client, fleet, f"{receiver.url}webhooks", webhook_secret)
-            outcomes, job_ids, events_total = _append_jobs(console, client, fleet, jobs)
+            outcomes, job_ids, events_total = _append_jobs(console, base_url, dict(client.headers), fleet, jobs)
             append_seconds = time.perf_counter() - started
             console.print("waiting for artifacts to be built and delivered …")
             if not workers.drain(timeout=max(120.0, jobs * 1.0)):
@@ -122,24 +144,30 @@ def _register(client: httpx.Client, fleet: Fleet, webhook_url: str, webhook_secr
         "allowPrivateNetwork": True}))
 
 
-def _append_jobs(console: Console, client: httpx.Client, fleet: Fleet,
+def _append_jobs(console: Console, base_url: str, headers: dict[str, str], fleet: Fleet,
                  jobs: int) -> tuple[Counter[str], list[str], int]:
-    """Append the events of `jobs` simulated jobs over HTTP: the jobs by outcome, their ids, the event count."""
-    outcomes: Counter[str] = Counter()
-    job_ids: list[str] = []
-    events_total = 0
+    """Append the events of `jobs` simulated jobs over HTTP, one event per request, from CLIENTS concurrent
+    clients (each job's events in order, by one client): the jobs by outcome, their ids, the event count."""
+    outcomes: Counter[str] = Counter(OUTCOME_BY_SCENARIO[scenario_for(n)] for n in range(jobs))
+    job_ids = [f"job_demo_{n:05d}" for n in range(jobs)]
+    counts = [0] * CLIENTS
+    lock = threading.Lock()
     with Progress(console=console, transient=False) as progress:
         task = progress.add_task("appending job events over HTTP", total=jobs)
-        for n in range(jobs):
-            scenario = scenario_for(n)
-            job_id = f"job_demo_{n:05d}"
-            for event in job_stream(scenario, job_id, fleet, n):
-                _ok(client.post(f"/v1/jobs/{job_id}/events", json=event))
-                events_total += 1
-            outcomes[OUTCOME_BY_SCENARIO[scenario]] += 1
-            job_ids.append(job_id)
-            progress.advance(task)
-    return outcomes, job_ids, events_total
+
+        def client(index: int) -> None:
+            with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
+                for n in range(index, jobs, CLIENTS):
+                    for event in job_stream(scenario_for(n), job_ids[n], fleet, n, tenant_id=TENANT):
+                        _ok(http.post(f"/v1/jobs/{job_ids[n]}/events", json=event))
+                        counts[index] += 1
+                    with lock:
+                        progress.advance(task)
+
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            for done in [pool.submit(client, i) for i in range(CLIENTS)]:
+                done.result()
+    return outcomes, job_ids, sum(counts)
 
 
 def _check(console: Console, db: Database, streams: dict[str, list[dict[str, Any]]], fleet: Fleet,

@@ -27,6 +27,9 @@ POINTS: Final[dict[str, str]] = {
     "delivery.sent": "requests answered, no outcome recorded",
     "delivery.completing": "inside the completion transaction, before commit",
     "delivery.completed": "outcomes committed",
+    # the append group commit (store.events.GroupCommitter), hit once per append of a group (argument: its index)
+    # once all of them are written, before the COMMIT
+    "append.group_commit": "the group's appends written, the group not committed",
     # the reference receiver, once a request body is read; arguments: the request handler, headers, body.
     # A hook that answered the request itself returns True.
     "receiver.request": "request read, not verified",

@@ -67,8 +67,9 @@ def scenario_for(index: int) -> str:
     return SCENARIO_ORDER[index % len(SCENARIO_ORDER)]
 
 
-def job_stream(scenario: str, job_id: str, fleet: Fleet, index: int) -> list[Event]:
-    """The finalized, signed events of one simulated job."""
+def job_stream(scenario: str, job_id: str, fleet: Fleet, index: int, *, tenant_id: str | None = None) -> list[Event]:
+    """The finalized, signed events of one simulated job; `tenant_id`: the tenant its JOB_CREATED names (the API
+    refuses a job of another tenant than the key's; none: settld's default tenant)."""
     template = scenarios()[scenario]
     robot_id = sorted(fleet.robots)[index % len(fleet.robots)]
     operator_id = sorted(fleet.operators)[index % len(fleet.operators)]
@@ -91,8 +92,11 @@ def job_stream(scenario: str, job_id: str, fleet: Fleet, index: int) -> list[Eve
             signer = fleet.operators[operator_id]
         else:
             signer = fleet.server
-        draft = make_draft(stream_id=job_id, type=item["type"], actor=actor, payload=parse_json(payload_text),
-                           at=item["at"], id=new_id)
+        payload = parse_json(payload_text)
+        if tenant_id is not None and item["type"] == "JOB_CREATED":
+            payload["tenantId"] = tenant_id
+        draft = make_draft(stream_id=job_id, type=item["type"], actor=actor, payload=payload, at=item["at"],
+                           id=new_id)
         event = finalize(draft, prev, signer)
         replacements[json.dumps(item["chainHash"])] = json.dumps(event["chainHash"])
         replacements[json.dumps(item["payloadHash"])] = json.dumps(event["payloadHash"])

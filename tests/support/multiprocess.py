@@ -94,7 +94,8 @@ def run_shared_workload(check_url: str, tmp_path: Path, process_env: dict[str, s
         assert r.status_code < 300, r.text
 
         jobs = 2 * len(SCENARIO_ORDER)
-        streams = {f"job_mp_{n:03d}": job_stream(scenario_for(n), f"job_mp_{n:03d}", fleet, n) for n in range(jobs)}
+        streams = {f"job_mp_{n:03d}": job_stream(scenario_for(n), f"job_mp_{n:03d}", fleet, n, tenant_id=TENANT)
+                   for n in range(jobs)}
         errors: list[str] = []
 
         def drive(job_ids: list[str], seed: int) -> None:

@@ -8,20 +8,20 @@ path no route serves answers 404 with or without a key. Errors are RFC 9457 prob
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from fastapi.routing import APIRoute
+from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
-from settlekit.api.deps import ApiContext, AuthMiddleware
+from settlekit.api.deps import ApiContext
 from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
-from settlekit.api.guards import BodyLimitMiddleware, InputGuardMiddleware
+from settlekit.api.middleware import ApiMiddleware, DirectRoute
 from settlekit.api.openapi import document
 from settlekit.api.problems import (
     http_error_handler,
@@ -30,59 +30,18 @@ from settlekit.api.problems import (
     validation_error_handler,
 )
 from settlekit.api.ratelimit import RateLimiter
-from settlekit.api.request_log import RequestLogMiddleware
 from settlekit.api.routes import ROUTERS
-from settlekit.api.routes.jobs import append_metrics_for
-from settlekit.append import job_appender
+from settlekit.api.routes.jobs import DIRECT_HANDLERS, append_metrics_for
+from settlekit.append import Appender, job_appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
-from settlekit.metrics import PerRegistry
 from settlekit.runtime.settings import Settings
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", *DOC_PATHS})
 OPEN_PREFIXES = (f"{ASSETS_PATH}/",)
-
-
-class _ApiMetrics:
-    def __init__(self, registry: CollectorRegistry):
-        self.requests = Counter("settlekit_api_requests", "API requests by method, route and status",
-                                ["method", "route", "status"], registry=registry)
-        self.duration = Histogram("settlekit_api_request_duration_seconds", "API request duration by route",
-                                  ["method", "route"], registry=registry,
-                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-
-
-_metrics_for: PerRegistry[_ApiMetrics] = PerRegistry(_ApiMetrics)
-
-
-class _MetricsMiddleware:
-    def __init__(self, app: ASGIApp, metrics: _ApiMetrics):
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
-            self.metrics.duration.labels(scope["method"], path).observe(time.perf_counter() - started)
 
 
 def create_app(
@@ -93,12 +52,14 @@ def create_app(
     destination_policy: DestinationPolicy | None = None,
     registered_consumers: Sequence[str] | None = None,
     registry: CollectorRegistry | None = None,
+    close_db: bool = False,
 ) -> FastAPI:
     """Build the API on a Database (or a URL, opened, migrated and closed with the app) with `settings` (default:
     `Settings()`, from the environment): body limit, rate limits, operator tenant and the webhook network policy.
     The live objects are given as they are: `destination_policy` (default: from the settings),
     `registered_consumers`, the metrics `registry` (default: the global one). Destination secrets given by value
     are stored per tenant in the database. Consumer verbs need an `admin` key of the operator tenant.
+    `close_db`: close a given Database when the app shuts down (a URL's is always closed).
     """
     settings = settings if settings is not None else Settings()
     owned = isinstance(db, str)
@@ -108,7 +69,7 @@ def create_app(
     policy = destination_policy or _destination_policy(settings)
     ctx = ApiContext(
         db=database,
-        store=job_appender(database, server_signer=server_signer),
+        store=job_appender(database, server_signer=server_signer, group_commit=True),
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         auth_failures=RateLimiter(settings.auth_failure_rate_per_second, settings.auth_failure_burst,
                                   max_entries=50_000),
@@ -120,7 +81,7 @@ def create_app(
     )
     # redirect_slashes off: `/v1/jobs/` (an empty job id) is 404 NOT_FOUND, not a 307 to the job listing
     app = FastAPI(title="settlekit", version="0.1.0", docs_url=None, redoc_url=None, redirect_slashes=False,
-                  lifespan=_lifespan_closing(database if owned else None),
+                  lifespan=_lifespan_closing(ctx.store, database if owned or close_db else None),
                   description="Event-sourced settlement engine: jobs, ledger, artifacts, deliveries, ops.")
     app.state.settlekit = ctx
     _add_error_handlers(app)
@@ -141,12 +102,15 @@ def _destination_policy(settings: Settings) -> DestinationPolicy:
         allowed_networks=settings.allowed_webhook_networks)
 
 
-def _lifespan_closing(database: Database | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """An app lifespan that closes `database` (if any) at shutdown."""
+def _lifespan_closing(appender: Appender, database: Database | None
+                      ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """An app lifespan that stops the appender's group commit writer and closes `database` (if any) at
+    shutdown."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        appender.close()
         if database is not None:
             database.close()
 
@@ -162,14 +126,12 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
-    """The middleware stack; the last added runs first (request log, metrics, input guard, auth, body limit)."""
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(AuthMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
-                       routed=_routed_by(app))
-    app.add_middleware(InputGuardMiddleware)
-    app.add_middleware(_MetricsMiddleware, metrics=_metrics_for(ctx.registry))
+    """The one middleware (api.middleware: request id and log line, metrics, input guard, auth, body limit)."""
+    direct = [DirectRoute(route, DIRECT_HANDLERS[route.path]) for route in app.router.routes
+              if isinstance(route, APIRoute) and route.path in DIRECT_HANDLERS and "POST" in (route.methods or ())]
+    app.add_middleware(ApiMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
+                       routed=_routed_by(app), max_body_bytes=settings.max_body_bytes, direct=direct)
     append_metrics_for(ctx.registry)  # registered now: every append outcome is exported (at 0) before the first
-    app.add_middleware(RequestLogMiddleware)
 
 
 def _routed_by(app: FastAPI) -> Callable[[Scope], bool]:

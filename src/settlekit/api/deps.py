@@ -10,16 +10,13 @@ import anyio
 from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.guards import check_text
-from settlekit.api.problems import error_headers, no_route_problem, problem_from_error
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, retry_after_seconds
 from settlekit.append import Appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
-from settlekit.runtime import logging as logs
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.streams import StreamHead
@@ -81,11 +78,13 @@ def require(scope: str, *, operator: bool = False) -> Any:
     """Dependency: the authenticated key, rate-limited, holding `scope` (and for deployment-wide operations,
     belonging to the operator tenant)."""
 
-    def dependency(request: Request) -> ApiKey:
+    async def dependency(request: Request) -> ApiKey:
+        # async: no thread hop, as api.middleware has authenticated the request already
         ctx = context(request)
         key: ApiKey | None = getattr(request.state, "api_key", None)
-        if key is None:  # AuthMiddleware normally did this already
-            key = authenticate_request(ctx, request.headers, request.client.host if request.client else None)
+        if key is None:
+            key = await run_in_threadpool(authenticate_request, ctx, request.headers,
+                                          request.client.host if request.client else None)
             request.state.api_key = key
         if not key.allows(scope):
             raise ForbiddenError(f"this API key lacks the {scope!r} scope", code="SCOPE_REQUIRED", scope=scope)
@@ -122,50 +121,6 @@ def authenticate_with_quota(ctx: ApiContext, headers: Headers, client: str | Non
     if quota is not None and quota.wait > 0:
         raise RateLimitedError("rate limit exceeded for this API key", quota)
     return key, quota
-
-
-class AuthMiddleware:
-    """Authenticates every request outside `open_paths` (exact paths) and `open_prefixes` before the body is
-    parsed or a route is matched, so no unauthenticated request reaches a route. A refused request for a path no
-    route serves (`routed(scope)` false) answers 404 NOT_FOUND rather than the refusal. Answers to an
-    authenticated request carry the key's RateLimit-* headers."""
-
-    def __init__(self, app: ASGIApp, ctx: ApiContext, open_paths: frozenset[str],
-                 open_prefixes: tuple[str, ...] = (), routed: Callable[[Scope], bool] | None = None):
-        self.app = app
-        self.ctx = ctx
-        self.open_paths = open_paths
-        self.open_prefixes = open_prefixes
-        self.routed = routed
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"] if scope["type"] == "http" else ""
-        if not path or path in self.open_paths or path.startswith(self.open_prefixes):
-            await self.app(scope, receive, send)
-            return
-        try:
-            client = scope.get("client")
-            key, quota = await run_in_threadpool(authenticate_with_quota, self.ctx, Headers(scope=scope),
-                                                 client[0] if client else None)
-        except SettlekitError as exc:
-            if self.routed is not None and not self.routed(scope):
-                await no_route_problem(scope["method"], path)(scope, receive, send)
-            else:
-                await problem_from_error(exc, error_headers(exc))(scope, receive, send)
-            return
-        scope.setdefault("state", {})["api_key"] = key
-        logs.bind(tenant=key.tenant_id, key_id=key.key_id)
-        if quota is None:
-            await self.app(scope, receive, send)
-            return
-        quota_headers = quota.headers()
-
-        async def send_with_quota(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *quota_headers]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_quota)
 
 
 def require_scopes(key: ApiKey, scopes: Sequence[str]) -> None:

@@ -7,9 +7,8 @@ import json
 import re
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
-from settlekit.api.problems import problem_from_error, problem_response
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.canonical import js_int
 
@@ -39,7 +38,8 @@ _SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 
 
 class InputError(SettlekitError):
-    """U+0000 in a request's path, query or headers (a JSON body's strings answer SCHEMA_INVALID instead)."""
+    """U+0000 in a request's path, query or headers (a JSON body's strings answer SCHEMA_INVALID instead):
+    refused by api.middleware before authentication or a route."""
 
     code = "INPUT_INVALID"
     status = 400
@@ -93,24 +93,6 @@ def check_request_head(scope: Scope) -> None:
             raise InputError("a header must not contain U+0000", field=name.decode("latin-1"))
 
 
-class InputGuardMiddleware:
-    """Refuses a request whose path, query or headers hold U+0000 (400 INPUT_INVALID) before it reaches
-    authentication or a route; JSON bodies are checked where they are read (BodyLimitMiddleware, parse_body:
-    400 SCHEMA_INVALID with the JSON path)."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            try:
-                check_request_head(scope)
-            except InputError as exc:
-                await problem_from_error(exc)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
 def check_json_body(body: bytes) -> None:
     """A JSON request body whose strings hold U+0000 or a lone surrogate: SCHEMA_INVALID. Bodies that are not JSON
     are left to the route's parser (which answers JSON_INVALID)."""
@@ -125,65 +107,3 @@ def check_json_body(body: bytes) -> None:
 
 def _ignore(text: str) -> None:
     return None
-
-
-
-class BodyLimitMiddleware:
-    """Reads the raw request body (up to the limit) before any parsing; larger bodies get 413
-    PAYLOAD_TOO_LARGE without reaching a route. Content-Length is checked first when present."""
-
-    def __init__(self, app: ASGIApp, max_body_bytes: int):
-        self.app = app
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        limit = self.max_body_bytes
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = 0
-                if declared > limit:
-                    await self._too_large(scope, receive, send, declared)
-                    return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                await self._too_large(scope, receive, send, size)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
-        try:
-            check_json_body(body)
-        except SettlekitError as exc:
-            await problem_from_error(exc)(scope, receive, send)
-            return
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send, size: int) -> None:
-        response = problem_response(413, "PAYLOAD_TOO_LARGE",
-                                    f"request body is over the limit of {self.max_body_bytes} bytes",
-                                    limitBytes=self.max_body_bytes, sizeBytes=size)
-        await response(scope, receive, send)
-

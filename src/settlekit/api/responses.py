@@ -8,11 +8,19 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+import orjson
 from starlette.responses import Response
+
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 
 
 def dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    """Compact UTF-8 JSON (not the canonical form: answers are not hashed). orjson where it can; what it refuses
+    (integers beyond 64 bits, lone surrogates in strings) takes the standard library's path, whose errors stand."""
+    try:
+        return orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
 class JsonResponse(Response):

@@ -39,6 +39,7 @@ JOB_DESCRIPTION = "The job's snapshot as the reducer folds it (status, booking, 
 
 class Health(_Closed):
     status: Literal["ok"]
+    pid: int = Field(description="the answering API process (`serve --workers N` runs several on one port)")
 
 
 class Ready(_Closed):

@@ -78,19 +78,24 @@ class _StreamState:
 
 class Appender:
     """Appends to tenant-scoped hash-chained streams on one Database. `streams` and `signer_keys` are the
-    repositories it reads (and that callers use for reads and for the key registry)."""
+    repositories it reads (and that callers use for reads and for the key registry). `group_commit`: concurrent
+    appends of this process are committed together (store.events.GroupCommitter; the API uses it)."""
 
     def __init__(self, db: Database, *, server_signer: Signer | None = None,
                  domain: StreamDomain | None = None, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 clock: Callable[[], datetime] | None = None):
+                 clock: Callable[[], datetime] | None = None, group_commit: bool = False):
         self.db = db
         self.server_signer = server_signer
         self.domain: StreamDomain = domain or PassThroughDomain()
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.recorder = EventRecorder(db)
+        self.recorder = EventRecorder(db, group_commit=group_commit)
         self.streams = Streams(db)
         self.signer_keys = SignerKeys(db)
+
+    def close(self) -> None:
+        """Stop the group commit writer, if any (the appends already queued are written first)."""
+        self.recorder.close()
 
     def append(
         self,
@@ -358,7 +363,7 @@ class Appender:
                 write(tx)
             if idempotency is not None:
                 idempotent.record(tx, request.tenant_id, idempotency, result, self.clock())
-            built.append(result)
+            built[:] = [result]  # a group commit may run this again (alone) after rolling its group back
 
         return after
 

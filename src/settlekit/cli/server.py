@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import functools
+import signal
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -23,6 +26,7 @@ API_SETTINGS = (
     "operator_tenant",
 )
 METRICS_SETTINGS = ("metrics_host", "metrics_port")
+HEALTHCHECK_TIMEOUT_SECONDS = 60  # `serve --workers N`: a process silent this long is replaced
 # the flag names of earlier releases, still accepted (hidden)
 OLD_WORKER_FLAGS = {
     "allowed_webhook_networks": "--allowed-webhook-network", "delivery_lease": "--lease",
@@ -35,14 +39,11 @@ OLD_WORKER_FLAGS = {
 def _graceful_server(config: Any) -> Any:
     """uvicorn's server, except that a SIGTERM/SIGINT that led to a clean shutdown ends the process with exit 0
     (uvicorn re-raises the signal after shutting down, which makes the exit status -15)."""
-    import signal as signal_module
-    from types import FrameType
-
     import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if self.should_exit and sig == signal_module.SIGINT:
+            if self.should_exit and sig == signal.SIGINT:
                 self.force_exit = True
             else:
                 self.should_exit = True
@@ -50,49 +51,103 @@ def _graceful_server(config: Any) -> Any:
     return Server(config)
 
 
-@settings_flags(*WORKER_SETTINGS, *API_SETTINGS, aliases=OLD_WORKER_FLAGS)
-def serve(
-    flags: dict[str, Any],
-    workers: Annotated[bool, typer.Option("--workers/--no-workers", help="run the dispatcher and delivery "
-                                          "worker in this process too")] = True,
-) -> None:
-    """Run the HTTP API (uvicorn), with the workers embedded unless --no-workers. SIGTERM shuts down gracefully."""
-    import uvicorn
-
+def api_process_app(flags: dict[str, Any], server_key_pem: str) -> Any:
+    """The app of one API process of `serve --workers N` (a uvicorn factory, run in each child process): its own
+    database pool and logging, the parent's server key, no background workers."""
     from settlekit.api.app import create_app
+    from settlekit.events.envelope import Signer
     from settlekit.runtime.logging import configure_logging
     from settlekit.runtime.settings import Settings
-    from settlekit.runtime.workers import (
-        Workers,
-        load_server_signer,
-        register_queue_gauges,
-        unregister_queue_gauges,
-        uvicorn_options,
-    )
     from settlekit.store.db import connect
 
     settings = Settings(**flags)
+    configure_logging(settings.log_level)
+    database = connect(settings.db_url, **settings.database_options())
+    return create_app(database, settings, server_signer=Signer.from_pem(server_key_pem), close_db=True)
+
+
+def _check_processes(processes: int, db_url: str) -> None:
+    if processes < 1:
+        raise typer.BadParameter("must be at least 1", param_hint="--workers")
+    if processes > 1 and not db_url.startswith(("postgresql://", "postgres://")):
+        # SQLite wakes the dispatcher in-process and serializes writers per process: one API process only
+        raise typer.BadParameter("several API processes need PostgreSQL; on SQLite run one (the default)",
+                                 param_hint="--workers")
+
+
+@settings_flags(*WORKER_SETTINGS, *API_SETTINGS, aliases=OLD_WORKER_FLAGS)
+def serve(
+    flags: dict[str, Any],
+    processes: Annotated[int, typer.Option("--workers", min=1, help="number of API processes sharing the port "
+                                           "(PostgreSQL only above 1); the background workers run once, in the "
+                                           "parent process")] = 1,
+    no_workers: Annotated[bool, typer.Option("--no-workers", help="do not run the dispatcher and delivery worker "
+                                             "in this process (run `settlekit worker` instead)")] = False,
+) -> None:
+    """Run the HTTP API (uvicorn), with the workers embedded unless --no-workers. SIGTERM shuts down gracefully."""
+    from settlekit.runtime.logging import configure_logging
+    from settlekit.runtime.settings import Settings
+    from settlekit.runtime.workers import Workers, register_queue_gauges, unregister_queue_gauges
+    from settlekit.store.db import connect
+
+    settings = Settings(**flags)
+    _check_processes(processes, settings.db_url)
     database = connect(settings.db_url, **settings.database_options())
     database.migrate()  # before logging is configured: an unreachable database is one line on stderr
     configure_logging(settings.log_level)
-    background = Workers(database, settings) if workers else None
+    background = None if no_workers else Workers(database, settings)
     gauges = None
     try:
         if background is not None:
             background.start()
         else:
             gauges = register_queue_gauges(database)
-        app_ = create_app(database, settings, server_signer=load_server_signer(settings.server_key_file))
-        # uvicorn logs through the JSON handler; the API logs one line per request itself (no access log)
-        config = uvicorn.Config(app_, log_level=settings.log_level.lower(), log_config=None, access_log=False,
-                                timeout_graceful_shutdown=20, **uvicorn_options(settings))
-        _graceful_server(config).run()
+        if processes == 1:
+            _serve_one(database, settings)
+        else:
+            _serve_many(flags, settings, processes)
     finally:
         if background is not None:
             background.stop()
         if gauges is not None:
             unregister_queue_gauges(gauges)
         database.close()
+
+
+def _uvicorn_config(app: Any, settings: Any, **options: Any) -> Any:
+    import uvicorn
+
+    from settlekit.runtime.workers import uvicorn_options
+
+    # uvicorn logs through the JSON handler; the API logs one line per request itself (no access log)
+    return uvicorn.Config(app, log_level=settings.log_level.lower(), log_config=None, access_log=False,
+                          timeout_graceful_shutdown=20, **uvicorn_options(settings), **options)
+
+
+def _serve_one(database: Any, settings: Any) -> None:
+    """The API in this process."""
+    from settlekit.api.app import create_app
+    from settlekit.runtime.workers import load_server_signer
+
+    app_ = create_app(database, settings, server_signer=load_server_signer(settings.server_key_file))
+    _graceful_server(_uvicorn_config(app_, settings)).run()
+
+
+def _serve_many(flags: dict[str, Any], settings: Any, processes: int) -> None:
+    """`processes` API processes accepting on one socket bound here; SIGTERM/SIGINT stops them (each finishes
+    its requests in flight) and then returns."""
+    from uvicorn.supervisors import Multiprocess
+
+    from settlekit.runtime.workers import load_server_signer
+
+    signer = load_server_signer(settings.server_key_file)  # one key for every process (made once if missing)
+    factory = functools.partial(api_process_app, flags, signer.private_key_pem())
+    # uvicorn pings each process every half second and replaces one that does not answer within the timeout: a
+    # process busy under load answers late (its ping thread waits for the interpreter lock), so be patient
+    config = _uvicorn_config(factory, settings, factory=True, workers=processes,
+                             timeout_worker_healthcheck=HEALTHCHECK_TIMEOUT_SECONDS)
+    sock = config.bind_socket()
+    Multiprocess(config, sockets=[sock]).run()
 
 
 @settings_flags(*WORKER_SETTINGS, *METRICS_SETTINGS, aliases=OLD_WORKER_FLAGS)

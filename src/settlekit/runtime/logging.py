@@ -9,10 +9,12 @@ stdlib logging as they set it up.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from typing import IO, Any
 
+import orjson
 import structlog
 
 from settlekit.errors import ConfigurationError
@@ -47,6 +49,15 @@ def _pre_chain() -> list[Any]:
     ]
 
 
+def _json_line(event: dict[str, Any], **_: Any) -> str:
+    """One log record as JSON (orjson; a value it cannot encode is written as its str(); what it refuses outright,
+    such as a lone surrogate, goes through the standard library)."""
+    try:
+        return orjson.dumps(event, default=str, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(event, default=str)
+
+
 def json_formatter() -> logging.Formatter:
     """The formatter turning a stdlib record into one JSON line."""
     return structlog.stdlib.ProcessorFormatter(
@@ -54,7 +65,7 @@ def json_formatter() -> logging.Formatter:
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(default=str),
+            structlog.processors.JSONRenderer(serializer=_json_line),
         ],
     )
 

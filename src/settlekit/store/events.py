@@ -9,10 +9,14 @@ record) in the same transaction.
 from __future__ import annotations
 
 import importlib
+import queue
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from settlekit import failpoints
 from settlekit.store.db import Database, Tx
 
 
@@ -79,16 +83,133 @@ def duplicate_kind(constraint: str) -> str:
 class _Backend(Protocol):
     def commit(self, db: Any, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch: ...
 
+    def write_group(self, db: Any, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
+                    before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]: ...
+
 
 class EventRecorder:
-    """Writes append batches to one Database with its dialect's backend."""
+    """Writes append batches to one Database with its dialect's backend. With `group_commit`, the commits of
+    concurrent callers in this process are coalesced (GroupCommitter)."""
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, *, group_commit: bool = False):
         self.db = db
         backend: _Backend = importlib.import_module(f"settlekit.store.{db.dialect}.events")
         self._commit = backend.commit
+        self.group = GroupCommitter(db, backend) if group_commit else None
 
     def commit(self, batch: CommitBatch, after: AfterCommit | None = None) -> Committed | HeadMismatch:
         """Write `batch` if the stream head is the one it expects, with `after` in the same transaction.
-        Raises DuplicateKey when an insert breaks a uniqueness rule (nothing is written)."""
+        Raises DuplicateKey when an insert breaks a uniqueness rule (nothing is written). Returns once the
+        write is committed."""
+        if self.group is not None:
+            return self.group.commit(batch, after)
         return self._commit(self.db, batch, after)
+
+    def close(self) -> None:
+        if self.group is not None:
+            self.group.close()
+
+
+
+Outcome = Committed | HeadMismatch
+# one append waiting for the writer: what to write, and where its outcome goes
+_Pending = tuple[CommitBatch, AfterCommit | None, "Future[Outcome]"]
+
+
+class GroupCommitter:
+    """Group commit: one writer thread takes every append waiting in this process and writes them in ONE
+    transaction (one commit, one WAL flush), then answers each caller.
+
+    Each append keeps its own outcome. A head mismatch writes nothing (the backend checks before it inserts), so
+    it is that append's answer alone. Any other failure while the group is written (a uniqueness violation, an
+    error in a domain write) rolls the whole transaction back and the group is written again one append per
+    transaction, so the failure lands on its own append only. Nothing is answered before its commit: a failure
+    of the COMMIT itself (or a crash) is every caller's error, never a success. At most `max_group` appends go
+    in one transaction; there is no waiting for more (the group is whatever queued during the last commit)."""
+
+    def __init__(self, db: Database, backend: _Backend, *, max_group: int = 64):
+        self.db = db
+        self.backend = backend
+        self.max_group = max_group
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def commit(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome:
+        """Queue `batch` for the writer and wait for its outcome (raises what its write raised)."""
+        future: Future[Outcome] = Future()
+        self._ensure_writer()
+        self._queue.put((batch, after, future))
+        return future.result()
+
+    def _ensure_writer(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            with self._lock:
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(target=self._run, name="settlekit-group-commit", daemon=True)
+                    self._thread.start()
+
+    def close(self) -> None:
+        """Stop the writer once the appends already queued are written."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._queue.put(None)
+            thread.join(30)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            group = [first]
+            while len(group) < self.max_group:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)  # stop after this group
+                    break
+                group.append(item)
+            self._answer(group)
+
+    def _answer(self, group: list[_Pending]) -> None:
+        try:
+            outcomes = self.write_group([(batch, after) for batch, after, _ in group])
+        except BaseException as exc:  # a crash or a failed COMMIT: nobody is told "committed"
+            for _, _, future in group:
+                future.set_exception(exc)
+            return
+        for (_, _, future), outcome in zip(group, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+    def write_group(self, group: Sequence[tuple[CommitBatch, AfterCommit | None]]
+                    ) -> list[Outcome | BaseException]:
+        """Write `group` in one transaction, or (after a failure before COMMIT) each append in a transaction of
+        its own; the outcome of each, or the exception it raised. Raises what made the COMMIT fail (or a
+        failpoint's crash)."""
+        if len(group) == 1:
+            return [self._alone(*group[0])]
+        written = False
+
+        def before_commit(count: int) -> None:
+            nonlocal written
+            for index in range(count):
+                failpoints.hit("append.group_commit", index)
+            written = True
+
+        try:
+            return list(self.backend.write_group(self.db, group, before_commit))
+        except Exception:
+            if written:
+                raise  # the COMMIT failed: unknown outcome, so no answer is a success
+            return [self._alone(batch, after) for batch, after in group]
+
+    def _alone(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome | BaseException:
+        try:
+            return self.backend.commit(self.db, batch, after)
+        except Exception as exc:
+            return exc

@@ -4,6 +4,7 @@ tenant)."""
 from __future__ import annotations
 
 import logging
+import os
 
 import anyio
 import anyio.to_thread
@@ -26,7 +27,8 @@ _EXPOSITION = {"description": "The Prometheus text exposition format (`text/plai
 
 @router.get("/healthz", summary="Liveness", response_model=Health)
 def healthz() -> JsonResponse:
-    return JsonResponse({"status": "ok"})
+    """`pid`: the answering API process (`serve --workers N` runs several on one port)."""
+    return JsonResponse({"status": "ok", "pid": os.getpid()})
 
 
 @router.get("/readyz", summary="Readiness: database reachable and migrations current", response_model=Ready,

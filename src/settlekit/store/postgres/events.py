@@ -7,6 +7,7 @@ writes and COMMIT are pipelined.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg.errors
@@ -60,6 +61,36 @@ def commit(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) 
         row = conflict.row
     except psycopg.errors.UniqueViolation as exc:
         raise DuplicateKey(str(exc.diag.constraint_name or exc)) from exc
+    assert row is not None
+    if row[0] == "conflict":
+        return HeadMismatch(None if row[1] is None else int(row[1]), row[2])
+    return Committed(int(row[1]), [int(p) for p in row[3]])
+
+
+def write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
+                before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
+    """Several appends in one transaction (a group commit), pipelined: every function call is sent before the
+    first answer is read, then the follow-up writes of those that succeeded; `before_commit(count)` runs once all
+    are written. A uniqueness violation raises (the transaction is rolled back)."""
+    with db.connection() as conn, conn.pipeline() as pipeline, conn.transaction():
+        cursors = []
+        for batch, _ in group:
+            sql, params = append_params(batch)
+            cursor = conn.cursor()
+            cursor.execute(sql, params, binary=True)
+            cursors.append(cursor)
+        pipeline.sync()
+        outcomes = [_outcome(cursor.fetchone()) for cursor in cursors]
+        tx = PostgresTx(conn)
+        for (_, after), outcome in zip(group, outcomes, strict=True):
+            if after is not None and isinstance(outcome, Committed):
+                after(tx, outcome.base_seq, outcome.positions)
+        pipeline.sync()  # a follow-up write's failure surfaces here, before the COMMIT
+        before_commit(len(outcomes))
+    return outcomes
+
+
+def _outcome(row: tuple[Any, ...] | None) -> Committed | HeadMismatch:
     assert row is not None
     if row[0] == "conflict":
         return HeadMismatch(None if row[1] is None else int(row[1]), row[2])

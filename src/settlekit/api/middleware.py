@@ -1,0 +1,300 @@
+"""The API's one middleware, pure ASGI: what every request goes through before a route, in this order.
+
+1. A request id (the client's `X-Request-Id` or a new one), bound to every log line and echoed in the answer.
+2. The request head: U+0000 in the path, query or a header is 400 INPUT_INVALID.
+3. Authentication outside the open paths (a refused request for a path no route serves is 404), the key's rate
+   limit; answers to an authenticated request carry its RateLimit-* headers.
+4. The raw body of a write, up to the limit (413 PAYLOAD_TOO_LARGE beyond, Content-Length checked first); a JSON
+   body's strings must be storable (400 SCHEMA_INVALID).
+
+Afterwards: one log line per request (request_log) and the request counter and duration histogram. One layer
+and one `send` wrapper instead of a stack of five: each layer costs a call chain and a closure per request.
+
+A direct route (`DirectRoute`: the event append, the hot path) is served here without FastAPI's routing and
+dependency resolution, and with ONE trip to a worker thread for authentication, the body check and the handler
+(instead of one for the key lookup and another for the handler). The checks come in the same order and give the
+same answers as on the routed path; a body without Content-Length or over the limit takes the routed path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from settlekit.api.auth import ApiKey
+from settlekit.api.deps import ApiContext, authenticate_with_quota
+from settlekit.api.guards import InputError, check_json_body, check_request_head
+from settlekit.api.problems import error_headers, no_route_problem, problem_from_error, problem_response
+from settlekit.api.ratelimit import Quota
+from settlekit.api.request_log import HEADER, MAX_PROBLEM_BYTES, error_code, log_request, request_id_from
+from settlekit.errors import SettlekitError
+from settlekit.metrics import PerRegistry
+from settlekit.runtime import logging as logs
+
+_REQUEST_ID = HEADER.encode()
+_BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class ApiMetrics:
+    def __init__(self, registry: CollectorRegistry):
+        self.requests = Counter("settlekit_api_requests", "API requests by method, route and status",
+                                ["method", "route", "status"], registry=registry)
+        self.duration = Histogram("settlekit_api_request_duration_seconds", "API request duration by route",
+                                  ["method", "route"], registry=registry,
+                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count and time one request (the labelled children are looked up once per combination)."""
+        label = (method, route, str(status))
+        children = self._children.get(label)
+        if children is None:
+            children = (self.requests.labels(*label), self.duration.labels(method, route))
+            self._children[label] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+
+metrics_for: PerRegistry[ApiMetrics] = PerRegistry(ApiMetrics)
+
+
+# The work of a direct route once the request is authenticated, run on a worker thread: (ctx, request, key, body).
+DirectHandler = Callable[[ApiContext, Request, ApiKey, bytes], Response]
+
+
+@dataclass(frozen=True)
+class DirectRoute:
+    """A route the middleware serves itself: `route` (its APIRoute, for matching, the path parameters and the
+    metrics label) and `handler`."""
+
+    route: BaseRoute
+    handler: DirectHandler
+
+
+class _Exchange:
+    """What the middleware learns about one request while it runs."""
+
+    __slots__ = ("extra_headers", "problem", "request_id", "status")
+
+    def __init__(self, request_id: str):
+        self.request_id = request_id
+        self.status = 500
+        self.problem: bytearray | None = None
+        self.extra_headers: list[tuple[bytes, bytes]] = []
+
+
+class ApiMiddleware:
+    """See the module docstring. `routed(scope)`: whether a route serves the request's path (any method)."""
+
+    def __init__(self, app: ASGIApp, ctx: ApiContext, *, open_paths: frozenset[str], open_prefixes: tuple[str, ...],
+                 routed: Callable[[Scope], bool], max_body_bytes: int, direct: Sequence[DirectRoute] = ()):
+        self.app = app
+        self.direct = tuple(direct)
+        self.ctx = ctx
+        self.open_paths = open_paths
+        self.open_prefixes = open_prefixes
+        self.routed = routed
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics_for(ctx.registry)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        exchange = _Exchange(request_id_from(scope))
+        logs.clear()
+        logs.bind(request_id=exchange.request_id)
+        started = time.perf_counter()
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = _start_message(message, exchange)
+            elif exchange.problem is not None and len(exchange.problem) < MAX_PROBLEM_BYTES:
+                exchange.problem.extend(message.get("body", b""))
+            await send(message)
+
+        failed = False
+        try:
+            await self._handle(scope, receive, send_wrapper, exchange)
+        except Exception:
+            failed = True
+            raise
+        finally:
+            self._finish(scope, exchange, started, failed)
+
+    def _finish(self, scope: Scope, exchange: _Exchange, started: float, failed: bool) -> None:
+        seconds = time.perf_counter() - started
+        route = getattr(scope.get("route"), "path", None)
+        status = 500 if failed else exchange.status
+        self.metrics.observe(scope["method"], route or "unmatched", status, seconds)
+        code = "INTERNAL" if failed else error_code(exchange.problem)
+        log_request(scope, exchange.request_id, status, seconds, route, code)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, exchange: _Exchange) -> None:
+        try:
+            check_request_head(scope)
+        except InputError as exc:
+            await problem_from_error(exc)(scope, receive, send)
+            return
+        path: str = scope["path"]
+        if path in self.open_paths or path.startswith(self.open_prefixes):
+            await self.app(scope, receive, send)
+            return
+        if self.direct and await self._serve_direct(scope, receive, send, exchange):
+            return
+        if not await self._authenticate(scope, receive, send, exchange):
+            return
+        if scope["method"] in _BODYLESS:
+            await self.app(scope, receive, send)
+            return
+        body = await self._read_body(scope, receive, send)
+        if body is None:
+            return
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _authenticate(self, scope: Scope, receive: Receive, send: Send, exchange: _Exchange) -> bool:
+        """The request's key in scope["state"]["api_key"] (True), or the refusal sent (False)."""
+        try:
+            client = scope.get("client")
+            key, quota = await run_in_threadpool(authenticate_with_quota, self.ctx, Headers(scope=scope),
+                                                 client[0] if client else None)
+        except SettlekitError as exc:
+            if not self.routed(scope):
+                await no_route_problem(scope["method"], scope["path"])(scope, receive, send)
+            else:
+                await problem_from_error(exc, error_headers(exc))(scope, receive, send)
+            return False
+        scope.setdefault("state", {})["api_key"] = key
+        logs.bind(tenant=key.tenant_id, key_id=key.key_id)
+        if quota is not None:
+            exchange.extra_headers = quota.headers()
+        return True
+
+    async def _serve_direct(self, scope: Scope, receive: Receive, send: Send, exchange: _Exchange) -> bool:
+        """Serve a direct route's request (True), or leave it to the routed path (False: no direct route matches,
+        or the body has no Content-Length or one over the limit, answered there)."""
+        found = self._direct_match(scope)
+        if found is None:
+            return False
+        direct, child_scope = found
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
+        if not declared.isdigit() or int(declared) > self.max_body_bytes:
+            return False
+        body = await _read_whole(receive)
+        if body is None:
+            return True  # the client left
+        scope.update(child_scope)
+        request = Request(scope, receive)
+        client = scope.get("client")
+        response, quota = await run_in_threadpool(self._direct_work, direct, request, body,
+                                                  client[0] if client else None)
+        if quota is not None:
+            exchange.extra_headers = quota.headers()
+        await response(scope, receive, send)
+        return True
+
+    def _direct_match(self, scope: Scope) -> tuple[DirectRoute, Scope] | None:
+        for direct in self.direct:
+            match, child_scope = direct.route.matches(scope)
+            if match is Match.FULL:
+                return direct, child_scope
+        return None
+
+    def _direct_work(self, direct: DirectRoute, request: Request, body: bytes, client: str | None
+                     ) -> tuple[Response, Quota | None]:
+        """On the worker thread: authenticate, check the body, run the handler; a refusal as its problem answer."""
+        try:
+            key, quota = authenticate_with_quota(self.ctx, request.headers, client)
+        except SettlekitError as exc:
+            return problem_from_error(exc, error_headers(exc)), None
+        request.scope.setdefault("state", {})["api_key"] = key
+        logs.bind(tenant=key.tenant_id, key_id=key.key_id)
+        try:
+            check_json_body(body)
+            return direct.handler(self.ctx, request, key, body), quota
+        except SettlekitError as exc:
+            return problem_from_error(exc, error_headers(exc)), quota
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The whole raw body within the limit, or None once a refusal (413, 400) was sent (or the client left)."""
+        limit = self.max_body_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = int(value) if value.isdigit() else 0
+                if declared > limit:
+                    await self._too_large(scope, receive, send, declared)
+                    return None
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await self._too_large(scope, receive, send, size)
+                return None
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        try:
+            check_json_body(body)
+        except SettlekitError as exc:
+            await problem_from_error(exc)(scope, receive, send)
+            return None
+        return body
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, size: int) -> None:
+        response = problem_response(413, "PAYLOAD_TOO_LARGE",
+                                    f"request body is over the limit of {self.max_body_bytes} bytes",
+                                    limitBytes=self.max_body_bytes, sizeBytes=size)
+        await response(scope, receive, send)
+
+
+async def _read_whole(receive: Receive) -> bytes | None:
+    """The request body (its size bounded by the Content-Length the server enforces); None if the client left."""
+    chunks: list[bytes] = []
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _start_message(message: Message, exchange: _Exchange) -> Message:
+    """The response head with the request id (replacing any other) and the rate-limit headers; notes the status and
+    whether the body is a problem (kept for the log line's error code)."""
+    exchange.status = int(message["status"])
+    headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != _REQUEST_ID]
+    headers.extend(exchange.extra_headers)
+    headers.append((_REQUEST_ID, exchange.request_id.encode("latin-1")))
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            if value.startswith(b"application/problem+json"):
+                exchange.problem = bytearray()
+            break
+    return {**message, "headers": headers}

@@ -1,0 +1,180 @@
+"""Group commit (store.events.GroupCommitter), on both backends: appends written together keep their own outcomes
+(one stream's conflict or failure never fails another), and nothing is answered or half-written when the group
+does not commit."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+from settlekit.append import Appender
+from settlekit.errors import ConflictError
+from settlekit.events.canonical import storable_json
+from settlekit.events.envelope import Event, Signer, finalize_chain, make_draft
+from settlekit.store.db import Database, Tx
+from settlekit.store.events import CommitBatch, Committed, DuplicateKey, EventRecorder, HeadMismatch
+from settlekit.store.streams import Streams
+from support.failpoints import SimulatedCrash, crash_at
+
+T = "tenant_a"
+ACTOR = {"type": "system", "id": "proxy"}
+
+
+def _events(stream_id: str, n: int = 1, prev: str | None = None) -> list[Event]:
+    drafts = [make_draft(stream_id=stream_id, type="NOTE", actor=ACTOR, payload={"n": i}) for i in range(n)]
+    return finalize_chain(drafts, prev)
+
+
+def _batch(stream_id: str, events: list[Event], prev: str | None = None) -> CommitBatch:
+    return CommitBatch(tenant_id=T, stream_id=stream_id, stream_type="generic", prev_chain_hash=prev,
+                       expected_version=None, events=events, jsons=[storable_json(e) for e in events],
+                       snapshot_json=None, batch_id=str(uuid.uuid4()))
+
+
+def _group(db: Database) -> Any:
+    group = EventRecorder(db, group_commit=True).group
+    assert group is not None
+    return group
+
+
+def test_a_group_keeps_each_outcome_its_own(db: Database) -> None:
+    """Ten streams in one group, one of them on a head that moved: that one mismatches, the others commit."""
+    streams = Streams(db)
+    existing = _events("s_conflict")
+    EventRecorder(db).commit(_batch("s_conflict", existing))
+    batches = [_batch(f"s_{i}", _events(f"s_{i}")) for i in range(10)]
+    batches[4] = _batch("s_conflict", _events("s_conflict"))  # expects an empty stream: it is not
+    outcomes = _group(db).write_group([(b, None) for b in batches])
+    assert outcomes[4] == HeadMismatch(1, existing[0]["chainHash"])
+    for i, outcome in enumerate(outcomes):
+        if i != 4:
+            assert isinstance(outcome, Committed) and outcome.base_seq == 0, outcome
+            assert streams.read_stream(T, f"s_{i}") == list(batches[i].events)
+    assert streams.read_stream(T, "s_conflict") == existing
+
+
+def test_a_failing_append_fails_alone(db: Database) -> None:
+    """A uniqueness violation (of an event, of a follow-up write) and an error in one append's follow-up writes
+    roll the group back; the group is written again one append at a time, so only those fail and the others
+    commit once."""
+    streams = Streams(db)
+    taken = _events("s_taken")
+    EventRecorder(db).commit(_batch("s_taken", taken))
+    copy = _batch("s_copy", list(taken))  # the same event ids in another stream: DuplicateKey
+
+    def broken(tx: Tx, base_seq: int, positions: list[int]) -> None:
+        raise RuntimeError("domain write failed")
+
+    def duplicate_row(tx: Tx, base_seq: int, positions: list[int]) -> None:
+        tx.execute("INSERT INTO schema_migrations (name) SELECT min(name) FROM schema_migrations")
+
+    calls: list[int] = []
+
+    def counted(tx: Tx, base_seq: int, positions: list[int]) -> None:
+        calls.append(base_seq)
+
+    group = [(_batch("s_a", _events("s_a")), counted), (copy, None), (_batch("s_b", _events("s_b")), broken),
+             (_batch("s_c", _events("s_c")), None), (_batch("s_d", _events("s_d")), duplicate_row)]
+    outcomes = _group(db).write_group(group)
+    assert isinstance(outcomes[4], DuplicateKey)  # a follow-up write broke a uniqueness rule
+    assert streams.head(T, "s_d") is None
+    assert isinstance(outcomes[0], Committed) and isinstance(outcomes[3], Committed)
+    assert isinstance(outcomes[1], DuplicateKey) and outcomes[1].kind == "event_id"
+    assert isinstance(outcomes[2], RuntimeError)
+    assert calls and set(calls) == {0}  # once alone, perhaps also in the rolled-back group before
+    assert streams.read_stream(T, "s_a") == list(group[0][0].events)
+    assert streams.read_stream(T, "s_c") == list(group[3][0].events)
+    assert streams.head(T, "s_copy") is None and streams.head(T, "s_b") is None
+    with db.read() as tx:
+        assert tx.scalar("SELECT count(*) FROM events WHERE tenant_id = ?", (T,)) == 3
+
+
+def test_a_crash_in_the_middle_of_a_group_answers_nothing_and_writes_nothing(db: Database) -> None:
+    crash_at("append.group_commit", subject=2)  # after the third append of the group is written
+    batches = [_batch(f"s_{i}", _events(f"s_{i}")) for i in range(5)]
+    with pytest.raises(SimulatedCrash):
+        _group(db).write_group([(b, None) for b in batches])
+    with db.read() as tx:
+        assert tx.scalar("SELECT count(*) FROM events") == 0
+        assert tx.scalar("SELECT count(*) FROM streams") == 0
+
+
+def test_a_crash_fails_every_waiting_caller(db: Database) -> None:
+    """Through the writer thread: every append of the crashed group gets the crash, none a result."""
+    recorder = EventRecorder(db, group_commit=True)
+    assert recorder.group is not None
+    release = threading.Event()
+    crash_at("append.group_commit", subject=1)
+    gate = threading.Lock()
+    gate.acquire()
+    results: dict[int, Any] = {}
+
+    def first_append() -> None:
+        # holds the writer inside its first (one-append) group until the others have queued
+        def wait(tx: Tx, base_seq: int, positions: list[int]) -> None:
+            release.set()
+            gate.acquire()
+
+        results[-1] = recorder.commit(_batch("s_first", _events("s_first")), wait)
+
+    def append(i: int) -> None:
+        try:
+            results[i] = recorder.commit(_batch(f"s_{i}", _events(f"s_{i}")))
+        except BaseException as exc:  # the crash reaches the caller
+            results[i] = exc
+
+    threads = [threading.Thread(target=first_append)]
+    threads[0].start()
+    assert release.wait(10)
+    threads += [threading.Thread(target=append, args=(i,)) for i in range(4)]
+    for t in threads[1:]:
+        t.start()
+    while _queued(recorder) < 4:
+        threading.Event().wait(0.01)
+    gate.release()
+    for t in threads:
+        t.join(10)
+    recorder.close()
+    assert isinstance(results[-1], Committed)
+    assert all(isinstance(results[i], SimulatedCrash) for i in range(4)), results
+    with db.read() as tx:
+        assert tx.scalar("SELECT count(*) FROM events") == 1
+
+
+def _queued(recorder: EventRecorder) -> int:
+    assert recorder.group is not None
+    return recorder.group._queue.qsize()
+
+
+def test_concurrent_appends_to_many_streams_with_one_conflict(db: Database) -> None:
+    """Through the append use case with group commit: 24 threads append to 24 streams at once, two of them to
+    the same new stream; exactly one of those two wins, every other append succeeds."""
+    appender = Appender(db, server_signer=Signer.generate(), group_commit=True)
+    barrier = threading.Barrier(24)
+    outcomes: dict[int, Any] = {}
+
+    def append(i: int) -> None:
+        stream = "s_shared" if i < 2 else f"s_{i}"
+        draft = {"type": "NOTE", "actor": ACTOR, "payload": {"i": i}}
+        barrier.wait()
+        try:
+            outcomes[i] = appender.append(T, stream, [draft], expected_prev_chain_hash=None)
+        except ConflictError as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    appender.close()
+    shared = [outcomes[0], outcomes[1]]
+    assert sum(isinstance(o, ConflictError) for o in shared) == 1
+    assert all(not isinstance(outcomes[i], ConflictError) for i in range(2, 24)), outcomes
+    streams = Streams(db)
+    for i in range(2, 24):
+        assert [e["chainHash"] for e in streams.read_stream(T, f"s_{i}")] == [outcomes[i].head_chain_hash]
+    assert len(streams.read_stream(T, "s_shared")) == 1
