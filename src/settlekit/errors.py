@@ -269,6 +269,9 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "WEBHOOK_BODY_INVALID": ErrorSpec(400, "the webhook body is not canonical JSON of an artifact"),
     "SETTLEMENT_TOTALS_UNBALANCED": ErrorSpec(422, "a SettlementStatement's totals do not sum to zero"),
     "WEBHOOK_ID_CONFLICT": ErrorSpec(409, "the webhook-id was received before with another artifactHash"),
+    # --- the event feed
+    "FEED_STREAM_LIMIT": ErrorSpec(429, "the tenant has as many open event streams as allowed; retry after "
+                                        "Retry-After"),
     # --- the dispatcher and its consumers
     "CONSUMER_INVALID": ErrorSpec(400, "a consumer definition is malformed"),
     "CONSUMER_NOT_FOUND": ErrorSpec(404, "no consumer with this name (and instance)"),

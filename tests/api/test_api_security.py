@@ -44,7 +44,9 @@ OPERATOR_ROUTES = {p for p in (
     "/v1/ops/consumers/{name}/disable", "/v1/ops/consumers/{name}/enable", "/v1/ops/consumers/{name}/skip",
     "/v1/ops/consumers/{name}/reset", "/v1/ops/consumers/{name}/dead-letters", "/metrics")}
 # Collections: tenant B gets its own (empty or own) list, never A's rows.
-COLLECTIONS = {"/v1/jobs", "/v1/destinations", "/v1/deliveries", "/v1/keys", "/v1/ledger/balances"}
+# (the event feed too: the app's streams are closed in these tests, so a stream answers its first line and ends)
+COLLECTIONS = {"/v1/jobs", "/v1/destinations", "/v1/deliveries", "/v1/keys", "/v1/ledger/balances", "/v1/events",
+               "/v1/events/stream"}
 CREATES = {("POST", "/v1/jobs"), ("POST", "/v1/destinations"), ("POST", "/v1/keys")}
 
 
@@ -88,6 +90,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     db = connect(url)
     db.migrate()
     app = make_app(db)
+    app.state.settlekit.feed.close()
     seeded = seed_tenant(db, client(app, key_for(db, TENANT_A)))
     yield {"db": db, "app": app, "seeded": seeded, "b_key": key_for(db, TENANT_B)}
     db.close()
@@ -140,6 +143,7 @@ def test_cross_tenant_isolation(world: dict[str, Any], method: str, template: st
 
 def test_cross_tenant_isolation_all_routes_on_both_backends(db: Database) -> None:
     app = make_app(db)
+    app.state.settlekit.feed.close()
     seeded = seed_tenant(db, client(app, key_for(db, TENANT_A)))
     api = client(app, key_for(db, TENANT_B))
     for method, template in ROUTES:

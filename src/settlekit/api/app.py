@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api.deps import ApiContext, AuthMiddleware
 from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
+from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import BodyLimitMiddleware, InputGuardMiddleware
 from settlekit.api.problems import (
     http_error_handler,
@@ -35,6 +36,7 @@ from settlekit.api.routes import ROUTERS
 from settlekit.api.routes.jobs import append_metrics_for
 from settlekit.append import job_appender
 from settlekit.delivery.service import DestinationPolicy
+from settlekit.dispatch.feed import FeedReader
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
 from settlekit.metrics import PerRegistry
@@ -117,9 +119,12 @@ def create_app(
         operator_tenant=settings.operator_tenant,
         registered_consumers=registered_consumers,
         registry=registry if registry is not None else REGISTRY,
+        feed=FeedStreams(FeedReader(database), max_per_tenant=settings.feed_max_streams_per_tenant,
+                         poll_interval=settings.feed_poll_interval,
+                         heartbeat_interval=settings.feed_heartbeat_interval),
     )
     app = FastAPI(title="settlekit", version="0.1.0", docs_url=None, redoc_url=None,
-                  lifespan=_lifespan_closing(database if owned else None),
+                  lifespan=_lifespan_closing(ctx, database if owned else None),
                   description="Event-sourced settlement engine: jobs, ledger, artifacts, deliveries, ops.")
     app.state.settlekit = ctx
     _add_error_handlers(app)
@@ -140,12 +145,15 @@ def _destination_policy(settings: Settings) -> DestinationPolicy:
         allowed_networks=settings.allowed_webhook_networks)
 
 
-def _lifespan_closing(database: Database | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """An app lifespan that closes `database` (if any) at shutdown."""
+def _lifespan_closing(ctx: ApiContext, database: Database | None,
+                      ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """An app lifespan that ends the open event streams and closes `database` (if any) at shutdown."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        if ctx.feed is not None:
+            ctx.feed.close()
         if database is not None:
             database.close()
 

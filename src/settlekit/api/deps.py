@@ -13,6 +13,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
+from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.problems import error_headers, no_route_problem, problem_from_error
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, retry_after_seconds
@@ -45,6 +46,7 @@ class ApiContext:
     auth_failures: RateLimiter = field(default_factory=lambda: RateLimiter(1.0, 20, max_entries=50_000))
     # /readyz runs on threads of its own, so it answers even when every API thread waits on the database
     ready_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
+    feed: FeedStreams | None = None  # the event feed's reader and open streams
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -20,7 +20,7 @@ WORKER_SETTINGS = (
 API_SETTINGS = (
     "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes",
     "rate_limit_per_second", "rate_limit_burst", "auth_failure_rate_per_second", "auth_failure_burst",
-    "operator_tenant",
+    "operator_tenant", "feed_max_streams_per_tenant", "feed_poll_interval", "feed_heartbeat_interval",
 )
 METRICS_SETTINGS = ("metrics_host", "metrics_port")
 # the flag names of earlier releases, still accepted (hidden)
@@ -32,9 +32,10 @@ OLD_WORKER_FLAGS = {
 }
 
 
-def _graceful_server(config: Any) -> Any:
+def _graceful_server(config: Any, on_exit: Any = None) -> Any:
     """uvicorn's server, except that a SIGTERM/SIGINT that led to a clean shutdown ends the process with exit 0
-    (uvicorn re-raises the signal after shutting down, which makes the exit status -15)."""
+    (uvicorn re-raises the signal after shutting down, which makes the exit status -15), and that `on_exit()`
+    runs at the first signal (it ends the open event streams, which would otherwise hold the shutdown)."""
     import signal as signal_module
     from types import FrameType
 
@@ -46,6 +47,8 @@ def _graceful_server(config: Any) -> Any:
                 self.force_exit = True
             else:
                 self.should_exit = True
+                if on_exit is not None:
+                    on_exit()
 
     return Server(config)
 
@@ -86,7 +89,8 @@ def serve(
         # uvicorn logs through the JSON handler; the API logs one line per request itself (no access log)
         config = uvicorn.Config(app_, log_level=settings.log_level.lower(), log_config=None, access_log=False,
                                 timeout_graceful_shutdown=20, **uvicorn_options(settings))
-        _graceful_server(config).run()
+        feed = app_.state.settlekit.feed
+        _graceful_server(config, feed.close if feed is not None else None).run()
     finally:
         if background is not None:
             background.stop()

@@ -105,6 +105,15 @@ class Settings(BaseSettings):
     secrets_dir: Path = Field(
         Path("secrets"), description="directory of webhook secret files: where `deliveries destinations add "
         "--generate-secret` writes and `deliveries secrets migrate` may import legacy `file:` secrets from")
+    feed_max_streams_per_tenant: int = Field(
+        10, ge=1, description="open `GET /v1/events/stream` connections per tenant and API process; one more is "
+        "refused with 429 and Retry-After")
+    feed_poll_interval: float = Field(
+        0.5, gt=0, le=60, description="seconds between the event feed's checks for newly settled positions (one "
+        "read per API process, shared by every open stream)")
+    feed_heartbeat_interval: float = Field(
+        15.0, gt=0, le=3600, description="seconds of silence after which an event stream sends a comment line, so "
+        "proxies keep the connection open")
     log_level: LogLevel = Field(
         "INFO", description="level of the JSON logs of `serve`, `worker`, `receive` and `deliveries run` "
         "(stderr, one object per line)")

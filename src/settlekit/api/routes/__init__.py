@@ -10,6 +10,7 @@ from settlekit.api.routes import (
     consumers,
     deliveries,
     destinations,
+    events,
     health,
     jobs,
     ledger,
@@ -18,6 +19,7 @@ from settlekit.api.routes import (
 
 ROUTERS: tuple[APIRouter, ...] = (
     jobs.router,
+    events.router,
     ledger.router,
     artifacts.router,
     destinations.router,
