@@ -261,6 +261,7 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SECRET_NOT_FOUND": ErrorSpec(400, "the referenced secret does not exist or is empty"),
     "SECRET_PROVIDER_FORBIDDEN": ErrorSpec(400, "the secret provider (env:, inline:) is not enabled"),
     "SECRET_FILE_REFUSED": ErrorSpec(400, "file: secret references are no longer read; migrate them"),
+    "DELIVERY_WINDOW_INVALID": ErrorSpec(400, "a replay or statistics window is empty, reversed or over 90 days"),
     "DELIVERY_LEASE_TOO_SHORT": ErrorSpec(500, "the delivery lease is not longer than its renewal interval and margin"),
     # --- receiving webhooks (verify_webhook and the reference receiver)
     "WEBHOOK_HEADER_MISSING": ErrorSpec(400, "a required webhook header is missing"),

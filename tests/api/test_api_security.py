@@ -5,6 +5,7 @@ problem+json errors without stack traces."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/v1/destinations/{destination_id}"): {"url": "http://127.0.0.1:9/b2"},
     ("POST", "/v1/destinations/{destination_id}/disable"): {"reason": "operator"},
     ("POST", "/v1/deliveries/requeue"): {"since": "2000-01-01T00:00:00Z", "destinationId": "dst_a"},
+    ("POST", "/v1/destinations/{destination_id}/replay"): {
+        "since": (datetime.now(UTC) - timedelta(days=1)).isoformat()},
     ("POST", "/v1/keys"): {"publicKeyPem": Signer.generate().public_key_pem, "purpose": "robot"},
     ("POST", "/v1/keys/{key_id}/rotate"): {},
     ("POST", "/v1/ops/consumers/{name}/reset"): {"to": 0},

@@ -14,7 +14,8 @@ WORKER_SETTINGS = (
     "db_url", "db_direct", "db_prepared_statements", "instance_id", "allow_loopback_webhooks",
     "allow_private_webhooks", "allowed_webhook_networks", "allow_insecure_http", "metrics_per_destination",
     "delivery_concurrency", "delivery_lease", "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts",
-    "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims", "dispatch_batch_size",
+    "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims",
+    "destination_disable_after_failures", "destination_disable_after_hours", "dispatch_batch_size",
     "dispatch_max_attempts", "rearm_cooldown", "max_rearm_count", "cleanup_interval", "log_level",
 )
 API_SETTINGS = (

@@ -89,6 +89,12 @@ class Settings(BaseSettings):
     delivery_max_claims: int = Field(
         5, ge=1, description="claims of one delivery without a recorded outcome (its worker died each time) "
         "before it goes to the DLQ as `crash_loop`")
+    destination_disable_after_failures: int = Field(
+        100, ge=0, description="failed delivery attempts in a row after which a destination is disabled "
+        "automatically (reason `failing: …`, shown on the destination; enabling clears it); 0: never")
+    destination_disable_after_hours: float = Field(
+        120.0, ge=0, description="how long the run of failed attempts must have lasted (hours) before it disables "
+        "the destination")
     dispatch_max_attempts: int = Field(10, ge=1,
                                        description="handler attempts on one event before its consumer is dead")
     rearm_cooldown: float = Field(300.0, ge=0, description="seconds before a dead consumer is re-armed")
