@@ -63,6 +63,7 @@ class FeedStreams:
         """Count one more open stream of the tenant (FeedStreamLimitError past the limit); returns its release."""
         with self._lock:
             if self._open.get(tenant_id, 0) >= self.max_per_tenant:
+                # a client that went away frees its slot when the next heartbeat finds the connection closed
                 raise FeedStreamLimitError(
                     f"this tenant already has {self.max_per_tenant} open event streams",
                     limit=self.max_per_tenant, retryAfterSeconds=max(1, round(self.heartbeat_interval)))

@@ -15,6 +15,7 @@ window, send it a test message, its statistics, and automatic disabling after a 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
@@ -129,8 +130,19 @@ async def send_test(db: Database, tenant_id: str, destination_id: str, *, policy
     """POST one signed test message to the destination now (its signing mode and secrets, the SSRF guard of
     `policy`), whether it is active or disabled; NOT_FOUND for an unknown destination."""
     at = _now(now)
-    dest = get_destination(db, tenant_id, destination_id)
     message_id = f"msg_test_{uuid.uuid4().hex}"
+    request = await asyncio.to_thread(_test_request, db, tenant_id, destination_id, message_id, policy, at)
+    async with WebhookSender(sender) as client:
+        outcome = await client.send(request)
+    audit.info("test message sent", extra={"tenant_id": tenant_id, "destination_id": destination_id,
+                                           "ok": outcome.ok, "http_status": outcome.status})
+    return SentTest(destination_id, message_id, outcome)
+
+
+def _test_request(db: Database, tenant_id: str, destination_id: str, message_id: str, policy: DestinationPolicy,
+                  at: datetime) -> PreparedRequest:
+    """The signed test POST (reads the destination and its secrets)."""
+    dest = get_destination(db, tenant_id, destination_id)
     body = canonical_bytes(sample_body(destination_id, message_id, at))
     with db.read() as tx:
         secrets = policy.secrets().for_destination(tx, dest, at)
@@ -139,13 +151,8 @@ async def send_test(db: Database, tenant_id: str, destination_id: str, *, policy
         secrets=secrets, body=body, message_id=message_id, dedupe_key=message_id, delivery_id="test",
         artifact_type=TEST_TYPE, artifact_id=message_id, artifact_hash=sha256_hex(body), order_key=message_id,
         attempt=1, now=at)
-    request = PreparedRequest(url=dest.url, headers=headers, body=body,
-                              policy=policy.ssrf(allow_private_network=dest.allow_private_network))
-    async with WebhookSender(sender) as client:
-        outcome = await client.send(request)
-    audit.info("test message sent", extra={"tenant_id": tenant_id, "destination_id": destination_id,
-                                           "ok": outcome.ok, "http_status": outcome.status})
-    return SentTest(destination_id, message_id, outcome)
+    return PreparedRequest(url=dest.url, headers=headers, body=body,
+                           policy=policy.ssrf(allow_private_network=dest.allow_private_network))
 
 
 # --- statistics --------------------------------------------------------------------------------------------------
