@@ -279,3 +279,20 @@ def test_sse_follows_resumes_with_last_event_id_and_limits_streams(db: Database,
 def read_sse_heartbeat(lines: Iterator[str]) -> bool:
     """True once a heartbeat comment arrives on a stream with nothing to send."""
     return any(line.startswith(": heartbeat") for line in lines)  # `lines` stays open: the caller holds it
+
+
+def test_feed_listener_is_a_session_of_its_own(pg_url: str) -> None:
+    """PostgreSQL: the feed's LISTEN session is its own, so the dispatcher's wait and the feed's both see an
+    append's notification."""
+    from settlekit.store.db import connect
+
+    db = connect(pg_url)
+    try:
+        listener = db.event_listener()
+        listener.wait(0)  # opens the session and LISTENs
+        db.wait_for_notify(0)  # and the database's own (the dispatcher's)
+        append(db, TENANT_A, "s1")
+        assert listener.wait(30) and db.wait_for_notify(30)
+        listener.close()
+    finally:
+        db.close()

@@ -1,9 +1,11 @@
 """The event feed's Server-Sent Events: per-tenant connection counts, one shared watch for newly settled
 positions, and the stream body (`id:` the position, `data:` the envelope as stored, comment heartbeats).
 
-New events are noticed by polling (`feed_poll_interval`): one process-wide read of the settled bound, not one per
-client, on both backends. (The dispatcher's LISTEN session is one per database handle and belongs to its wait.)
-`close()` ends every open stream within one poll interval; `serve` calls it when it starts to shut down.
+New events are noticed by one process-wide watch, not one per client: it reads the settled bound after every
+append wake-up of the database (PostgreSQL: a LISTEN session of its own on the direct URL, `SETTLEKIT_DB_DIRECT`
+behind PgBouncer, apart from the dispatcher's; SQLite: the in-process wake-up) and at least every
+`feed_poll_interval` (a rolled-back hole wakes nobody). `close()` ends every open stream within one poll interval;
+`serve` calls it when it starts to shut down.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from settlekit.dispatch.feed import FeedPage, FeedReader
 from settlekit.errors import SettlekitError
+from settlekit.store.db import EventListener
 from settlekit.store.feed import FeedEvent
 
 
@@ -126,20 +129,35 @@ class FeedStreams:
             self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
-        """While streams are open: every poll interval, move the shared settled bound and wake the streams."""
-        while not self.closing:
-            with self._lock:
-                if not self._open:
-                    break
-            try:
-                bound = await anyio.to_thread.run_sync(self.reader.safe_bound, self._bound)
-            except SettlekitError:
-                bound = self._bound  # the database is away: the streams' own reads report it
-            if bound > self._bound and self._changed is not None:
-                self._bound = bound
-                changed, self._changed = self._changed, asyncio.Event()
-                changed.set()
-            await asyncio.sleep(self.poll_interval)
+        """While streams are open: move the shared settled bound and wake the streams, after each append (the
+        database's wake-ups) or each poll interval, whichever comes first."""
+        listener = self.reader.db.event_listener()
+        try:
+            while not self.closing and self._any_open():
+                try:
+                    bound = await anyio.to_thread.run_sync(self.reader.safe_bound, self._bound)
+                except SettlekitError:
+                    bound = self._bound  # the database is away: the streams' own reads report it
+                if bound > self._bound and self._changed is not None:
+                    self._bound = bound
+                    changed, self._changed = self._changed, asyncio.Event()
+                    changed.set()
+                await anyio.to_thread.run_sync(self._wait, listener)
+        finally:
+            with contextlib.suppress(Exception):
+                listener.close()
+
+    def _any_open(self) -> bool:
+        with self._lock:
+            return bool(self._open)
+
+    def _wait(self, listener: EventListener) -> None:
+        """One poll interval, cut short by an append; a failing wake-up source leaves plain polling."""
+        started = time.monotonic()
+        try:
+            listener.wait(self.poll_interval)
+        except SettlekitError:
+            time.sleep(max(0.0, self.poll_interval - (time.monotonic() - started)))
 
 
 class _ReleasingStream(StreamingResponse):

@@ -115,8 +115,8 @@ class Settings(BaseSettings):
         10, ge=1, description="open `GET /v1/events/stream` connections per tenant and API process; one more is "
         "refused with 429 and Retry-After")
     feed_poll_interval: float = Field(
-        0.5, gt=0, le=60, description="seconds between the event feed's checks for newly settled positions (one "
-        "read per API process, shared by every open stream)")
+        0.5, gt=0, le=60, description="longest wait between the event feed's checks for newly settled positions "
+        "(one read per API process, shared by every open stream; appends wake it sooner)")
     feed_heartbeat_interval: float = Field(
         15.0, gt=0, le=3600, description="seconds of silence after which an event stream sends a comment line, so "
         "proxies keep the connection open")
