@@ -4,6 +4,7 @@ order, and none of another tenant's; SSE resume with Last-Event-ID; the per-tena
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import pytest
 
 from settlekit.append import Appender, DomainOutcome, PassThroughDomain
 from settlekit.events.envelope import Event
+from settlekit.store.consumers import ConsumerRepository
 from settlekit.store.db import Database, Tx
 from support.api import TENANT_A, TENANT_B, client, key_for, make_app
 
@@ -97,12 +99,24 @@ class Follower:
                 return got
 
     def poll_until(self, position: int) -> None:
-        """Poll until `position` was passed (writers elsewhere on the server may hold the horizon back a while)."""
-        deadline = time.monotonic() + 30
+        """Poll until `position` was passed. A rolled-back hole settles once every older transaction of the
+        PostgreSQL cluster has ended, so other sessions on the same server may hold the feed back a while."""
+        deadline = time.monotonic() + 90
         while self.after < position:
-            assert time.monotonic() < deadline, f"the feed stayed at {self.after}, below {position}"
+            if time.monotonic() > deadline:
+                self._held_back_elsewhere(position)
             self.poll()
             time.sleep(0.02)
+
+    def _held_back_elsewhere(self, position: int) -> None:
+        """Skip when a transaction of another database on the server holds the horizon (the tests share the
+        server with other sessions); fail otherwise."""
+        db: Database = self.api.app.state.settlekit.db
+        writer = ConsumerRepository(db).oldest_writer()
+        if writer is not None and writer.database != db.url.rsplit("/", 1)[-1]:
+            pytest.skip(f"a transaction of database {writer.database} (pid {writer.pid}, {writer.age_seconds:.0f} s "
+                        "old) holds the server's horizon, so a rolled-back position cannot settle yet")
+        pytest.fail(f"the feed stayed at {self.after}, below {position} (oldest writer: {writer})")
 
 
 def committed(db: Database, tenant: str) -> list[tuple[int, str]]:
@@ -190,9 +204,10 @@ def test_types_filter_limit_and_envelopes_as_stored(db: Database) -> None:
 # ---------------------------------------------------------------------------------------------------- SSE
 
 
-@pytest.fixture
-def served(db: Database) -> Iterator[tuple[str, Any]]:
-    """The API under uvicorn on a loopback port (SSE needs a real server): (base URL, app)."""
+@contextlib.contextmanager
+def serving(db: Database) -> Iterator[tuple[str, Any]]:
+    """The API under uvicorn on a loopback port (SSE needs a real server): (base URL, app). On exit the server
+    shuts down as `serve` does on SIGTERM (the streams are told to end, then uvicorn stops), open streams and all."""
     import uvicorn
 
     app = make_app(db, feed_poll_interval=0.05, feed_heartbeat_interval=0.2, feed_max_streams_per_tenant=2)
@@ -211,6 +226,12 @@ def served(db: Database) -> Iterator[tuple[str, Any]]:
         server.should_exit = True
         thread.join(30)
         assert not thread.is_alive(), "an open event stream held the shutdown"
+
+
+@pytest.fixture
+def served(db: Database) -> Iterator[tuple[str, Any]]:
+    with serving(db) as out:
+        yield out
 
 
 def read_sse(lines: Iterator[str], want: int) -> tuple[list[tuple[int, str]], int]:
@@ -296,3 +317,33 @@ def test_feed_listener_is_a_session_of_its_own(pg_url: str) -> None:
         listener.close()
     finally:
         db.close()
+
+
+def test_sse_stream_ends_at_shutdown_and_resumes_on_the_next_server(db: Database) -> None:
+    """A client following the stream through a server restart: the open stream ends when the server stops, and
+    the next server's stream, resumed with Last-Event-ID, sends exactly what came after."""
+    headers = {"authorization": f"Bearer {key_for(db, TENANT_A, ['jobs:read'])}"}
+    append(db, TENANT_A, "s1", 2)
+    seen: list[tuple[int, str]] = []
+    with serving(db) as (base, _), httpx.Client(base_url=base, headers=headers, timeout=30) as http, \
+            http.stream("GET", "/v1/events/stream") as stream:
+        lines = stream.iter_lines()
+        seen += read_sse(lines, 2)[0]
+        ended = threading.Event()
+
+        def drain() -> None:
+            with contextlib.suppress(httpx.HTTPError):
+                for _ in lines:
+                    pass
+            ended.set()
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+    reader.join(30)
+    assert ended.is_set(), "the open stream did not end with the server"
+    append(db, TENANT_A, "s2", 2)  # while no server runs
+    append(db, TENANT_B, "b1", 1)
+    with serving(db) as (base, _), httpx.Client(base_url=base, headers=headers, timeout=30) as http, \
+            http.stream("GET", "/v1/events/stream", headers={"Last-Event-ID": str(seen[-1][0])}) as stream:
+        seen += read_sse(stream.iter_lines(), 2)[0]
+    assert seen == committed(db, TENANT_A)
