@@ -347,3 +347,44 @@ def test_sse_stream_ends_at_shutdown_and_resumes_on_the_next_server(db: Database
             http.stream("GET", "/v1/events/stream", headers={"Last-Event-ID": str(seen[-1][0])}) as stream:
         seen += read_sse(stream.iter_lines(), 2)[0]
     assert seen == committed(db, TENANT_A)
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_reader_stops_before_a_lower_position_that_commits_late(pg_url: str, outcome: str) -> None:
+    """PostgreSQL, the dispatcher's hard interleaving: B takes its transaction id first, then A draws position p
+    and holds it, then B draws p + 1 and commits. The reader must not pass p until A has ended; then it passes
+    it once, with A's event when A committed."""
+    import psycopg
+
+    from settlekit.dispatch.feed import FeedReader
+    from settlekit.store.db import connect
+
+    db = connect(pg_url)
+    try:
+        reader = FeedReader(db)
+        conn_b = psycopg.connect(pg_url, autocommit=False)
+        conn_b.execute("SELECT pg_current_xact_id()")
+        holder = Holder(db, TENANT_A, "held", rollback=outcome == "rollback")
+        p_b = conn_b.execute(
+            "INSERT INTO events (tenant_id, stream_type, stream_id, seq, event_id, type, at, payload_hash,"
+            " chain_hash, event_json, txid, batch_id) VALUES (%s, 'generic', 'sB', 1, 'evt_b', 'T',"
+            " '2026-01-01T00:00:00.000Z', 'x', 'ch_b', '{\"id\":\"evt_b\",\"type\":\"T\"}', pg_current_xact_id(),"
+            " gen_random_uuid()) RETURNING position", (TENANT_A,)).fetchone()[0]
+        conn_b.commit()
+        conn_b.close()
+        page = reader.read(TENANT_A, 0)
+        assert page.events == [] and page.next < p_b - 1, "passed a position that may still commit"
+        holder.finish()
+        deadline = time.monotonic() + 90
+        positions: list[int] = []
+        after = 0
+        while after < p_b:
+            if time.monotonic() > deadline:
+                pytest.skip("another session holds the server's horizon")
+            page = reader.read(TENANT_A, after)
+            positions += [e.position for e in page.events]
+            after = page.next
+            time.sleep(0.02)
+        assert positions == ([p_b - 1, p_b] if outcome == "commit" else [p_b])
+    finally:
+        db.close()
