@@ -449,15 +449,10 @@ def deliveries_run(
 
     settings = Settings(**flags)
     config = WorkerConfig(
-        batch_size=batch,
-        lease=timedelta(seconds=lease),
-        lease_renew=lease_renew,
-        max_claims=max_claims,
-        idle_sleep=idle_sleep,
-        allow_loopback=settings.allow_loopback_webhooks,
-        allow_insecure_http=settings.allow_insecure_http,
-        allow_private_network=settings.allow_private_webhooks,
-        allowed_networks=settings.allowed_webhook_networks,
+        batch_size=batch, lease=timedelta(seconds=lease), lease_renew=lease_renew,
+        max_claims=max_claims, idle_sleep=idle_sleep,
+        allow_loopback=settings.allow_loopback_webhooks, allow_insecure_http=settings.allow_insecure_http,
+        allow_private_network=settings.allow_private_webhooks, allowed_networks=settings.allowed_webhook_networks,
         sender=SenderConfig(timeout=timeout, concurrency=concurrency),
         auto_disable=AutoDisable(settings.destination_disable_after_failures,
                                  timedelta(hours=settings.destination_disable_after_hours)),
