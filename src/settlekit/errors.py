@@ -261,6 +261,7 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SECRET_NOT_FOUND": ErrorSpec(400, "the referenced secret does not exist or is empty"),
     "SECRET_PROVIDER_FORBIDDEN": ErrorSpec(400, "the secret provider (env:, inline:) is not enabled"),
     "SECRET_FILE_REFUSED": ErrorSpec(400, "file: secret references are no longer read; migrate them"),
+    "DELIVERY_WINDOW_INVALID": ErrorSpec(400, "a replay or statistics window is empty, reversed or over 90 days"),
     "DELIVERY_LEASE_TOO_SHORT": ErrorSpec(500, "the delivery lease is not longer than its renewal interval and margin"),
     # --- receiving webhooks (verify_webhook and the reference receiver)
     "WEBHOOK_HEADER_MISSING": ErrorSpec(400, "a required webhook header is missing"),
@@ -269,6 +270,9 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "WEBHOOK_BODY_INVALID": ErrorSpec(400, "the webhook body is not canonical JSON of an artifact"),
     "SETTLEMENT_TOTALS_UNBALANCED": ErrorSpec(422, "a SettlementStatement's totals do not sum to zero"),
     "WEBHOOK_ID_CONFLICT": ErrorSpec(409, "the webhook-id was received before with another artifactHash"),
+    # --- the event feed
+    "FEED_STREAM_LIMIT": ErrorSpec(429, "the tenant has as many open event streams as allowed; retry after "
+                                        "Retry-After"),
     # --- the dispatcher and its consumers
     "CONSUMER_INVALID": ErrorSpec(400, "a consumer definition is malformed"),
     "CONSUMER_NOT_FOUND": ErrorSpec(404, "no consumer with this name (and instance)"),

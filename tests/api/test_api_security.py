@@ -5,6 +5,7 @@ problem+json errors without stack traces."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/v1/destinations/{destination_id}"): {"url": "http://127.0.0.1:9/b2"},
     ("POST", "/v1/destinations/{destination_id}/disable"): {"reason": "operator"},
     ("POST", "/v1/deliveries/requeue"): {"since": "2000-01-01T00:00:00Z", "destinationId": "dst_a"},
+    ("POST", "/v1/destinations/{destination_id}/replay"): {
+        "since": (datetime.now(UTC) - timedelta(days=1)).isoformat()},
     ("POST", "/v1/keys"): {"publicKeyPem": Signer.generate().public_key_pem, "purpose": "robot"},
     ("POST", "/v1/keys/{key_id}/rotate"): {},
     ("POST", "/v1/ops/consumers/{name}/reset"): {"to": 0},
@@ -44,7 +47,9 @@ OPERATOR_ROUTES = {p for p in (
     "/v1/ops/consumers/{name}/disable", "/v1/ops/consumers/{name}/enable", "/v1/ops/consumers/{name}/skip",
     "/v1/ops/consumers/{name}/reset", "/v1/ops/consumers/{name}/dead-letters", "/metrics")}
 # Collections: tenant B gets its own (empty or own) list, never A's rows.
-COLLECTIONS = {"/v1/jobs", "/v1/destinations", "/v1/deliveries", "/v1/keys", "/v1/ledger/balances"}
+# (the event feed too: the app's streams are closed in these tests, so a stream answers its first line and ends)
+COLLECTIONS = {"/v1/jobs", "/v1/destinations", "/v1/deliveries", "/v1/keys", "/v1/ledger/balances", "/v1/events",
+               "/v1/events/stream"}
 CREATES = {("POST", "/v1/jobs"), ("POST", "/v1/destinations"), ("POST", "/v1/keys")}
 
 
@@ -88,6 +93,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     db = connect(url)
     db.migrate()
     app = make_app(db)
+    app.state.settlekit.feed.close()
     seeded = seed_tenant(db, client(app, key_for(db, TENANT_A)))
     yield {"db": db, "app": app, "seeded": seeded, "b_key": key_for(db, TENANT_B)}
     db.close()
@@ -140,6 +146,7 @@ def test_cross_tenant_isolation(world: dict[str, Any], method: str, template: st
 
 def test_cross_tenant_isolation_all_routes_on_both_backends(db: Database) -> None:
     app = make_app(db)
+    app.state.settlekit.feed.close()
     seeded = seed_tenant(db, client(app, key_for(db, TENANT_A)))
     api = client(app, key_for(db, TENANT_B))
     for method, template in ROUTES:

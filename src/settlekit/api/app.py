@@ -21,6 +21,7 @@ from starlette.types import Scope
 
 from settlekit.api.deps import ApiContext
 from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
+from settlekit.api.feed import FeedStreams
 from settlekit.api.middleware import ApiMiddleware, DirectRoute
 from settlekit.api.openapi import document
 from settlekit.api.problems import (
@@ -32,8 +33,9 @@ from settlekit.api.problems import (
 from settlekit.api.ratelimit import RateLimiter
 from settlekit.api.routes import ROUTERS
 from settlekit.api.routes.jobs import DIRECT_HANDLERS, append_metrics_for
-from settlekit.append import Appender, job_appender
+from settlekit.append import job_appender
 from settlekit.delivery.service import DestinationPolicy
+from settlekit.dispatch.feed import FeedReader
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
 from settlekit.runtime.settings import Settings
@@ -78,10 +80,13 @@ def create_app(
         operator_tenant=settings.operator_tenant,
         registered_consumers=registered_consumers,
         registry=registry if registry is not None else REGISTRY,
+        feed=FeedStreams(FeedReader(database), max_per_tenant=settings.feed_max_streams_per_tenant,
+                         poll_interval=settings.feed_poll_interval,
+                         heartbeat_interval=settings.feed_heartbeat_interval),
     )
     # redirect_slashes off: `/v1/jobs/` (an empty job id) is 404 NOT_FOUND, not a 307 to the job listing
     app = FastAPI(title="settlekit", version="0.1.0", docs_url=None, redoc_url=None, redirect_slashes=False,
-                  lifespan=_lifespan_closing(ctx.store, database if owned or close_db else None),
+                  lifespan=_lifespan_closing(ctx, database if owned or close_db else None),
                   description="Event-sourced settlement engine: jobs, ledger, artifacts, deliveries, ops.")
     app.state.settlekit = ctx
     _add_error_handlers(app)
@@ -102,15 +107,17 @@ def _destination_policy(settings: Settings) -> DestinationPolicy:
         allowed_networks=settings.allowed_webhook_networks)
 
 
-def _lifespan_closing(appender: Appender, database: Database | None
+def _lifespan_closing(ctx: ApiContext, database: Database | None
                       ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """An app lifespan that stops the appender's group commit writer and closes `database` (if any) at
-    shutdown."""
+    """An app lifespan that ends the open event streams, stops the appender's group commit writer and closes
+    `database` (if any) at shutdown."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        appender.close()
+        if ctx.feed is not None:
+            ctx.feed.close()
+        ctx.store.close()
         if database is not None:
             database.close()
 

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
+from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, retry_after_seconds
 from settlekit.append import Appender
@@ -42,6 +43,7 @@ class ApiContext:
     auth_failures: RateLimiter = field(default_factory=lambda: RateLimiter(1.0, 20, max_entries=50_000))
     # /readyz runs on threads of its own, so it answers even when every API thread waits on the database
     ready_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
+    feed: FeedStreams | None = None  # the event feed's reader and open streams
     extra: dict[str, Any] = field(default_factory=dict)
 
 

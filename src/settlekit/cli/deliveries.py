@@ -330,9 +330,101 @@ def deliveries_requeue(
     typer.echo(f"requeued {n} deliver{'y' if n == 1 else 'ies'}")
 
 
+@delivery_app.command("replay")
+def deliveries_replay(
+    destination_id: Annotated[str, typer.Argument(help="the destination")],
+    *,
+    db: DbOption = None,
+    tenant: TenantOption,
+    since: Annotated[str, typer.Option("--since", help="ISO-8601 time: deliveries created at or after it")],
+    until: Annotated[str | None, typer.Option("--until", help="ISO-8601 time: created before it (default: now)")]
+    = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Send again every delivered or failed delivery of a destination created in [since, until): new attempts,
+    the same webhook-id; pending ones are left as they are."""
+    from settlekit.delivery.recovery import replay_destination
+
+    start, end = _parse_since(since), (_parse_since(until) if until is not None else None)
+    report = run_with_db(db, lambda database: replay_destination(database, tenant, destination_id, since=start,
+                                                                 until=end, actor="cli"))
+    if as_json:
+        print_json(report.to_json())
+        return
+    typer.echo(f"replayed {report.replayed} deliveries of {destination_id} ({report.pending} still pending)")
+
+
+@delivery_app.command("test")
+@settings_flags("db_url", "allow_loopback_webhooks", "allow_insecure_http", "allowed_webhook_networks",
+                "allow_private_webhooks", "delivery_timeout")
+def deliveries_test(
+    flags: dict[str, Any],
+    destination_id: Annotated[str, typer.Argument(help="the destination")],
+    tenant: TenantOption,
+    as_json: JsonOption = False,
+) -> None:
+    """Send one signed test message (type settlekit.test) to a destination now and print how it went; exit 1
+    when it was not answered with a 2xx."""
+    from settlekit.delivery.recovery import send_test
+    from settlekit.delivery.sender import SenderConfig
+
+    settings = Settings(**flags)
+    policy = service.DestinationPolicy(
+        allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
+        allow_loopback=settings.allow_loopback_webhooks, allow_private_network=settings.allow_private_webhooks,
+        allowed_networks=settings.allowed_webhook_networks)
+    sender = SenderConfig(timeout=settings.delivery_timeout, connect_timeout=min(5.0, settings.delivery_timeout))
+    sent = run_with_db(settings.db_url, lambda database: asyncio.run(
+        send_test(database, tenant, destination_id, policy=policy, sender=sender)), reading=True)
+    body = sent.to_json()
+    if as_json:
+        print_json(body)
+    else:
+        typer.echo(f"test {body['webhookId']} to {destination_id}: "
+                   + (f"HTTP {body['httpStatus']}" if body["httpStatus"] is not None else str(body["error"]))
+                   + f" in {body['durationMs']:.0f} ms")
+    if not body["ok"]:
+        raise typer.Exit(1)
+
+
+@delivery_app.command("stats")
+def deliveries_stats(
+    destination_id: Annotated[str, typer.Argument(help="the destination")],
+    *,
+    db: DbOption = None,
+    tenant: TenantOption,
+    since: Annotated[str | None, typer.Option("--since", help="ISO-8601 window start (default: 24 h ago)")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="ISO-8601 window end (default: now)")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A destination's endpoint statistics over a window: attempts, success rate, latency percentiles, the last
+    error, deliveries per state and its current failure streak."""
+    from settlekit.delivery.recovery import destination_stats
+
+    start = _parse_since(since) if since is not None else None
+    end = _parse_since(until) if until is not None else None
+    stats = run_with_db(db, lambda database: destination_stats(database, tenant, destination_id, since=start,
+                                                               until=end), reading=True)
+    if as_json:
+        print_json(stats)
+        return
+    rate = stats["successRate"]
+    latency = stats["latencyMs"]
+    reason = f": {stats['disabledReason']}" if stats["disabledReason"] else ""
+    typer.echo(f"{destination_id} ({stats['status']}{reason}) {stats['since']} .. {stats['until']}")
+    typer.echo(f"attempts {stats['attempts']['total']} ({stats['attempts']['failed']} failed), success rate "
+               f"{'-' if rate is None else f'{rate:.1%}'}, latency ms p50 {latency['p50']} p90 {latency['p90']} "
+               f"p99 {latency['p99']}")
+    typer.echo(f"deliveries {stats['deliveries']}, failures in a row {stats['consecutiveFailures']}"
+               + (f" since {stats['failingSince']}" if stats["failingSince"] else ""))
+    if stats["lastError"]:
+        typer.echo(f"last error {stats['lastError']}")
+
+
 @delivery_app.command("run")
 @settings_flags("db_url", "allow_loopback_webhooks", "allow_insecure_http", "allowed_webhook_networks",
-                "allow_private_webhooks", "log_level",
+                "allow_private_webhooks", "log_level", "destination_disable_after_failures",
+                "destination_disable_after_hours",
                 aliases={"allow_loopback_webhooks": "--allow-loopback", "allowed_webhook_networks": "--allow-network"})
 def deliveries_run(
     flags: dict[str, Any],
@@ -348,6 +440,7 @@ def deliveries_run(
     allow_env_secrets: Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")] = False,
 ) -> None:
     """Run a delivery worker for all tenants until SIGINT/SIGTERM (then finishes in-flight attempts)."""
+    from settlekit.delivery.recovery import AutoDisable
     from settlekit.delivery.secrets import SecretResolver
     from settlekit.delivery.sender import SenderConfig
     from settlekit.delivery.sink import artifact_loader
@@ -356,16 +449,13 @@ def deliveries_run(
 
     settings = Settings(**flags)
     config = WorkerConfig(
-        batch_size=batch,
-        lease=timedelta(seconds=lease),
-        lease_renew=lease_renew,
-        max_claims=max_claims,
-        idle_sleep=idle_sleep,
-        allow_loopback=settings.allow_loopback_webhooks,
-        allow_insecure_http=settings.allow_insecure_http,
-        allow_private_network=settings.allow_private_webhooks,
-        allowed_networks=settings.allowed_webhook_networks,
+        batch_size=batch, lease=timedelta(seconds=lease), lease_renew=lease_renew,
+        max_claims=max_claims, idle_sleep=idle_sleep,
+        allow_loopback=settings.allow_loopback_webhooks, allow_insecure_http=settings.allow_insecure_http,
+        allow_private_network=settings.allow_private_webhooks, allowed_networks=settings.allowed_webhook_networks,
         sender=SenderConfig(timeout=timeout, concurrency=concurrency),
+        auto_disable=AutoDisable(settings.destination_disable_after_failures,
+                                 timedelta(hours=settings.destination_disable_after_hours)),
     )
 
     async def main(database: Database) -> None:

@@ -17,13 +17,14 @@ WORKER_SETTINGS = (
     "db_url", "db_direct", "db_prepared_statements", "instance_id", "allow_loopback_webhooks",
     "allow_private_webhooks", "allowed_webhook_networks", "allow_insecure_http", "metrics_per_destination",
     "delivery_concurrency", "delivery_lease", "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts",
-    "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims", "dispatch_batch_size",
+    "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims",
+    "destination_disable_after_failures", "destination_disable_after_hours", "dispatch_batch_size",
     "dispatch_max_attempts", "rearm_cooldown", "max_rearm_count", "cleanup_interval", "log_level",
 )
 API_SETTINGS = (
     "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes",
     "rate_limit_per_second", "rate_limit_burst", "auth_failure_rate_per_second", "auth_failure_burst",
-    "operator_tenant",
+    "operator_tenant", "feed_max_streams_per_tenant", "feed_poll_interval", "feed_heartbeat_interval",
 )
 METRICS_SETTINGS = ("metrics_host", "metrics_port")
 HEALTHCHECK_TIMEOUT_SECONDS = 60  # `serve --workers N`: a process silent this long is replaced
@@ -36,9 +37,10 @@ OLD_WORKER_FLAGS = {
 }
 
 
-def _graceful_server(config: Any) -> Any:
+def _graceful_server(config: Any, on_exit: Any = None) -> Any:
     """uvicorn's server, except that a SIGTERM/SIGINT that led to a clean shutdown ends the process with exit 0
-    (uvicorn re-raises the signal after shutting down, which makes the exit status -15)."""
+    (uvicorn re-raises the signal after shutting down, which makes the exit status -15), and that `on_exit()`
+    runs at the first signal (it ends the open event streams, which would otherwise hold the shutdown)."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -47,6 +49,8 @@ def _graceful_server(config: Any) -> Any:
                 self.force_exit = True
             else:
                 self.should_exit = True
+                if on_exit is not None:
+                    on_exit()
 
     return Server(config)
 
@@ -130,7 +134,8 @@ def _serve_one(database: Any, settings: Any) -> None:
     from settlekit.runtime.workers import load_server_signer
 
     app_ = create_app(database, settings, server_signer=load_server_signer(settings.server_key_file))
-    _graceful_server(_uvicorn_config(app_, settings)).run()
+    feed = app_.state.settlekit.feed
+    _graceful_server(_uvicorn_config(app_, settings), feed.close if feed is not None else None).run()
 
 
 def _serve_many(flags: dict[str, Any], settings: Any, processes: int) -> None:

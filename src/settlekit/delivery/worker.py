@@ -27,6 +27,7 @@ from settlekit import failpoints
 from settlekit.delivery import metrics as m
 from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.message import PreparedRequest
+from settlekit.delivery.recovery import AUTO_DISABLED, AutoDisable, record_outcomes
 from settlekit.delivery.retry import (
     CRASH_LOOP,
     EXCEPTION,
@@ -79,6 +80,7 @@ class WorkerConfig:
     error_sleep: float = 1.0  # back-off after a pass failed unexpectedly (database down, …)
     sender: SenderConfig = field(default_factory=SenderConfig)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    auto_disable: AutoDisable = field(default_factory=AutoDisable)  # off unless min_failures > 0
 
 
     @property
@@ -326,16 +328,28 @@ class DeliveryWorker:
                 counted.append((d.destination_id, outcome if ok else m.LEASE_LOST, dec.reason))
                 if i == 0:
                     failpoints.hit("delivery.completing", self.worker_id)
+            self._count_streaks(tx, outcomes[:sent], now, result, disabled_reasons)
         self._count_outcomes(outcomes, counted, disabled_reasons, sent)
         return result
 
+    def _count_streaks(self, tx: Tx, sent: list[Outcome], now: datetime, result: DeliveryPassResult,
+                       disabled_reasons: list[str]) -> None:
+        """Count the real HTTP attempts into their destinations' failure streaks; disable the ones the
+        auto-disable rule catches (their pending deliveries wait until they are enabled)."""
+        attempts = [(out.tag.tenant_id, out.tag.destination_id, out) for out in sent]
+        for tenant_id, destination_id, reason in record_outcomes(tx, attempts, self.config.auto_disable, now):
+            result.disabled += 1
+            disabled_reasons.append(AUTO_DISABLED)
+            log.warning("destination %s/%s disabled: %s", tenant_id, destination_id, reason)
+
     def _record_attempt(self, tx: Tx, d: store.Delivery, out: Outcome) -> Decision:
-        """Record the attempt (`attempts` before it + 1) and decide what becomes of the delivery."""
+        """Record the attempt (numbered on in the attempt log across requeues and replays) and decide what
+        becomes of the delivery (`attempts` before it + 1 counts against the retry policy)."""
         attempt = d.attempts + 1
         store.record_attempt(
             tx,
             d.id,
-            attempt,
+            d.next_log_attempt,
             started_at=out.started_at,
             duration_ms=out.duration_ms,
             http_status=out.status,

@@ -89,6 +89,12 @@ class Settings(BaseSettings):
     delivery_max_claims: int = Field(
         5, ge=1, description="claims of one delivery without a recorded outcome (its worker died each time) "
         "before it goes to the DLQ as `crash_loop`")
+    destination_disable_after_failures: int = Field(
+        100, ge=0, description="failed delivery attempts in a row after which a destination is disabled "
+        "automatically (reason `failing: …`, shown on the destination; enabling clears it); 0: never")
+    destination_disable_after_hours: float = Field(
+        120.0, ge=0, description="how long the run of failed attempts must have lasted (hours) before it disables "
+        "the destination")
     dispatch_max_attempts: int = Field(10, ge=1,
                                        description="handler attempts on one event before its consumer is dead")
     rearm_cooldown: float = Field(300.0, ge=0, description="seconds before a dead consumer is re-armed")
@@ -105,6 +111,15 @@ class Settings(BaseSettings):
     secrets_dir: Path = Field(
         Path("secrets"), description="directory of webhook secret files: where `deliveries destinations add "
         "--generate-secret` writes and `deliveries secrets migrate` may import legacy `file:` secrets from")
+    feed_max_streams_per_tenant: int = Field(
+        10, ge=1, description="open `GET /v1/events/stream` connections per tenant and API process; one more is "
+        "refused with 429 and Retry-After")
+    feed_poll_interval: float = Field(
+        0.5, gt=0, le=60, description="longest wait between the event feed's checks for newly settled positions "
+        "(one read per API process, shared by every open stream; appends wake it sooner)")
+    feed_heartbeat_interval: float = Field(
+        15.0, gt=0, le=3600, description="seconds of silence after which an event stream sends a comment line, so "
+        "proxies keep the connection open")
     log_level: LogLevel = Field(
         "INFO", description="level of the JSON logs of `serve`, `worker`, `receive` and `deliveries run` "
         "(stderr, one object per line)")

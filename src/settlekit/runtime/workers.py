@@ -54,6 +54,7 @@ def worker_config(settings: Settings) -> Any:
     that cannot work together."""
     from datetime import timedelta
 
+    from settlekit.delivery.recovery import AutoDisable
     from settlekit.delivery.retry import RetryPolicy
     from settlekit.delivery.sender import SenderConfig
     from settlekit.delivery.worker import WorkerConfig
@@ -78,6 +79,8 @@ def worker_config(settings: Settings) -> Any:
         lease_renew=settings.delivery_lease_renew,
         max_claims=settings.delivery_max_claims,
         retry=retry,
+        auto_disable=AutoDisable(settings.destination_disable_after_failures,
+                                 timedelta(hours=settings.destination_disable_after_hours)),
         sender=SenderConfig(concurrency=settings.delivery_concurrency, timeout=settings.delivery_timeout,
                             connect_timeout=min(5.0, settings.delivery_timeout)),
     )

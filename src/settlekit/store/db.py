@@ -68,6 +68,28 @@ class Tx(abc.ABC):
         """Wake dispatchers once this transaction commits (PostgreSQL NOTIFY; in-process on SQLite)."""
 
 
+class EventListener(abc.ABC):
+    """Wake-ups on appends for one waiter of its own (the event feed), apart from the dispatcher's wait."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: float) -> bool:
+        """Block until an append commits (or timeout); True when woken. Called from one thread at a time."""
+
+    def close(self) -> None:  # noqa: B027  (a listener that holds nothing has nothing to release)
+        """Release what the listener holds (from the thread that waits on it)."""
+        return None
+
+
+class _SharedWait(EventListener):
+    """A listener that shares the database's own wait (where every waiter is woken anyway)."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def wait(self, timeout: float) -> bool:
+        return self.db.wait_for_notify(timeout)
+
+
 class Database(abc.ABC):
     """A connection pool (PostgreSQL) or a per-thread connection set (SQLite)."""
 
@@ -102,6 +124,11 @@ class Database(abc.ABC):
     @abc.abstractmethod
     def wait_for_notify(self, timeout: float) -> bool:
         """Block until an append commits (or timeout); True when woken."""
+
+    def event_listener(self) -> EventListener:
+        """A wake-up source of its own for one more waiter (on PostgreSQL a LISTEN session of its own, on the
+        direct URL: a notification taken by one session is not seen by another's wait)."""
+        return _SharedWait(self)
 
     def pending_migrations(self) -> list[str]:
         done = set(self.applied_migrations())

@@ -138,6 +138,12 @@ class Delivery(NewDelivery):
     created_at: datetime | None = None
     updated_at: datetime | None = None
     claims: int = 0  # claims since the last recorded outcome (crash-loop guard)
+    attempt_base: int = 0  # attempts logged before the last requeue or replay (the log numbers on from it)
+
+    @property
+    def next_log_attempt(self) -> int:
+        """The number the attempt being made gets in the attempt log (unique across requeues and replays)."""
+        return self.attempt_base + self.attempts + 1
 
     def to_json(self) -> dict[str, Any]:
         """API/CLI view (timestamps as ISO-8601 UTC)."""
@@ -155,9 +161,10 @@ def _iso(dt: datetime) -> str:
 _DLV_COLS: Final = (
     "id, tenant_id, destination_id, artifact_type, artifact_id, artifact_hash, dedupe_key, message_id,"
     " scope_key, order_seq, priority, order_key, state, attempts, next_attempt_at, lease_owner,"
-    " lease_expires_at, last_status, last_error, delivered_at, created_at, updated_at, claims"
+    " lease_expires_at, last_status, last_error, delivered_at, created_at, updated_at, claims, attempt_base"
 )
-_DELIVERY_FIELDS: Final = tuple(name.strip() for name in _DLV_COLS.split(","))  # the API/CLI key order
+# the API/CLI key order (attempt_base is bookkeeping of the attempt log, not shown)
+_DELIVERY_FIELDS: Final = tuple(name.strip() for name in _DLV_COLS.split(",") if name.strip() != "attempt_base")
 
 
 def _dlv(row: Sequence[Any]) -> Delivery:
@@ -185,6 +192,7 @@ def _dlv(row: Sequence[Any]) -> Delivery:
         created_at=from_timestamp(row[20]),
         updated_at=from_timestamp(row[21]),
         claims=int(row[22]),
+        attempt_base=int(row[23]),
     )
 
 
@@ -246,8 +254,10 @@ def set_destination_status(
     tx: Tx, tenant_id: str, destination_id: str, *, status: str, reason: str | None, now: datetime
 ) -> None:
     ts = db_time(tx, now)
+    # enabling also forgets the failure streak, so an auto-disabled destination starts afresh
+    streak = ", failure_streak = 0, failing_since = NULL" if status == "active" else ""
     n = tx.execute(
-        "UPDATE destinations SET status = ?, disabled_reason = ?, disabled_at = ?, updated_at = ?"
+        f"UPDATE destinations SET status = ?, disabled_reason = ?, disabled_at = ?, updated_at = ?{streak}"
         " WHERE tenant_id = ? AND destination_id = ?",
         (status, reason, ts if status == "disabled" else None, ts, tenant_id, destination_id),
     )
@@ -496,7 +506,8 @@ def mark_failed(
 
 
 _REQUEUE_SET: Final = (
-    "UPDATE deliveries SET state = 'pending', attempts = 0, claims = 0, next_attempt_at = ?, acked_at = NULL,"
+    "UPDATE deliveries SET state = 'pending', attempt_base = attempt_base + attempts, attempts = 0, claims = 0,"
+    " next_attempt_at = ?, acked_at = NULL,"
     " lease_owner = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = ?"
 )
 

@@ -9,7 +9,9 @@ from settlekit.api.routes import (
     artifacts,
     consumers,
     deliveries,
+    destination_tools,
     destinations,
+    events,
     health,
     jobs,
     ledger,
@@ -18,9 +20,11 @@ from settlekit.api.routes import (
 
 ROUTERS: tuple[APIRouter, ...] = (
     jobs.router,
+    events.router,
     ledger.router,
     artifacts.router,
     destinations.router,
+    destination_tools.router,
     deliveries.router,
     signer_keys.router,
     consumers.router,

@@ -18,7 +18,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from settlekit.errors import DatabaseUnavailableError
-from settlekit.store.db import Database, Dialect, Row, Tx, migration_files
+from settlekit.store.db import Database, Dialect, EventListener, Row, Tx, migration_files
 
 NOTIFY_CHANNEL = "settlekit_events"
 _MIGRATION_LOCK_KEY = 0x5E77_1E1D
@@ -196,9 +196,39 @@ class PostgresDatabase(Database):
             woke = True
         return woke
 
+    def event_listener(self) -> EventListener:
+        return _Listener(self.direct_url, self._listen_kwargs)
+
     def close(self) -> None:
         with self._listen_lock:
             if self._listen_conn is not None:
                 self._listen_conn.close()
                 self._listen_conn = None
         self.pool.close()
+
+
+class _Listener(EventListener):
+    """A LISTEN session of its own on the direct URL, opened on the first wait (and again after a failure)."""
+
+    def __init__(self, url: str, kwargs: dict[str, Any]):
+        self.url = url
+        self.kwargs = kwargs
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def wait(self, timeout: float) -> bool:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self.url, autocommit=True, **self.kwargs)
+                self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            woke = False
+            for _ in self._conn.notifies(timeout=timeout, stop_after=1):
+                woke = True
+            return woke
+        except psycopg.Error:
+            self.close()
+            raise DatabaseUnavailableError("the LISTEN session failed") from None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,255 @@
+"""Delivery recovery and endpoint tools (as Svix offers them): replay a destination's deliveries over a time
+window, send it a test message, its statistics, and automatic disabling after a long run of failed attempts.
+
+- Replay: every delivered or failed delivery of the destination created in [since, until) goes back to pending,
+  due now, with its attempts counted afresh (the attempt log numbers on) and the same message id, so receivers see
+  the same `webhook-id` (and can dedupe).
+- Test: one signed POST of a `settlekit.test` message, sent now from the caller's process through the SSRF guard;
+  the answer says how it went. Nothing is queued or stored.
+- Statistics over a window: attempts, success rate, latency percentiles, the last error, deliveries per state and
+  the current failure streak.
+- Auto-disable (`AutoDisable`): the worker counts each destination's failed attempts in a row; once there are at
+  least `min_failures` of them and the run began `min_duration` ago or earlier, the destination is disabled with a
+  reason that says so. Enabling it again clears the streak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from settlekit.delivery.message import PreparedRequest
+from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
+from settlekit.delivery.service import DestinationPolicy, get_destination
+from settlekit.delivery.signing import delivery_headers
+from settlekit.errors import ValidationError
+from settlekit.events.canonical import canonical_bytes, sha256_hex
+from settlekit.store import delivery_recovery as store
+from settlekit.store.db import Database, Tx
+
+audit = logging.getLogger("settlekit.delivery.audit")
+
+AUTO_DISABLED: Final = "failing"
+"""The first word of an automatic disable's reason."""
+TEST_TYPE: Final = "settlekit.test"
+MAX_WINDOW: Final = timedelta(days=90)
+STATS_ATTEMPTS: Final = 50_000  # attempts one statistics window reads at most (the newest)
+
+
+def _now(now: datetime | None) -> datetime:
+    return now if now is not None else datetime.now(UTC)
+
+
+def _iso(dt: datetime | None) -> str | None:
+    if dt is None:
+        return None
+    dt = dt.astimezone(UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def _utc(dt: datetime | None) -> datetime | None:
+    """A window bound in UTC (DELIVERY_WINDOW_INVALID when it has none: out of the representable range)."""
+    try:
+        return None if dt is None else dt.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ValidationError("a window bound is out of range", code="DELIVERY_WINDOW_INVALID") from None
+
+
+def check_window(since: datetime, until: datetime) -> None:
+    """A replay or statistics window: `since` before `until`, at most MAX_WINDOW long."""
+    if since >= until:
+        raise ValidationError("`since` must be before `until`", code="DELIVERY_WINDOW_INVALID",
+                              since=_iso(since), until=_iso(until))
+    if until - since > MAX_WINDOW:
+        raise ValidationError(f"a window spans at most {MAX_WINDOW.days} days", code="DELIVERY_WINDOW_INVALID",
+                              since=_iso(since), until=_iso(until))
+
+
+# --- replay ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Replay:
+    destination_id: str
+    since: datetime
+    until: datetime
+    replayed: int
+    pending: int  # deliveries of the window that were still pending (left as they are)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"destinationId": self.destination_id, "since": _iso(self.since), "until": _iso(self.until),
+                "replayed": self.replayed, "alreadyPending": self.pending}
+
+
+def replay_destination(db: Database, tenant_id: str, destination_id: str, *, since: datetime,
+                       until: datetime | None = None, actor: str | None = None,
+                       now: datetime | None = None) -> Replay:
+    """Send again every delivered or failed delivery of the destination created in [since, until) (default
+    until now). NOT_FOUND for an unknown destination; DELIVERY_WINDOW_INVALID for a bad window."""
+    at = _now(now)
+    get_destination(db, tenant_id, destination_id)
+    since = _utc(since) or at
+    end = _utc(until) or at
+    check_window(since, end)
+    with db.transaction() as tx:
+        replayed, pending = store.replay(tx, tenant_id, destination_id, since=since, until=end, now=at)
+    audit.info("deliveries replayed", extra={"tenant_id": tenant_id, "destination_id": destination_id,
+                                             "since": _iso(since), "until": _iso(end), "replayed": replayed,
+                                             "actor": actor})
+    return Replay(destination_id, since, end, replayed, pending)
+
+
+# --- test message ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SentTest:
+    destination_id: str
+    message_id: str
+    outcome: Outcome
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.outcome
+        return {"destinationId": self.destination_id, "webhookId": self.message_id, "ok": out.ok,
+                "httpStatus": out.status, "error": out.error, "errorMessage": out.error_message,
+                "durationMs": round(out.duration_ms, 3), "responseSnippet": out.response_snippet}
+
+
+def sample_body(destination_id: str, message_id: str, now: datetime) -> dict[str, Any]:
+    """The body of a test send."""
+    return {"type": TEST_TYPE, "destinationId": destination_id, "testId": message_id, "sentAt": _iso(now)}
+
+
+async def send_test(db: Database, tenant_id: str, destination_id: str, *, policy: DestinationPolicy,
+                    sender: SenderConfig | None = None, now: datetime | None = None) -> SentTest:
+    """POST one signed test message to the destination now (its signing mode and secrets, the SSRF guard of
+    `policy`), whether it is active or disabled; NOT_FOUND for an unknown destination."""
+    at = _now(now)
+    message_id = f"msg_test_{uuid.uuid4().hex}"
+    request = await asyncio.to_thread(_test_request, db, tenant_id, destination_id, message_id, policy, at)
+    async with WebhookSender(sender) as client:
+        outcome = await client.send(request)
+    audit.info("test message sent", extra={"tenant_id": tenant_id, "destination_id": destination_id,
+                                           "ok": outcome.ok, "http_status": outcome.status})
+    return SentTest(destination_id, message_id, outcome)
+
+
+def _test_request(db: Database, tenant_id: str, destination_id: str, message_id: str, policy: DestinationPolicy,
+                  at: datetime) -> PreparedRequest:
+    """The signed test POST (reads the destination and its secrets)."""
+    dest = get_destination(db, tenant_id, destination_id)
+    body = canonical_bytes(sample_body(destination_id, message_id, at))
+    with db.read() as tx:
+        secrets = policy.secrets().for_destination(tx, dest, at)
+    headers = delivery_headers(
+        mode=dest.signing,  # type: ignore[arg-type]  # checked when stored
+        secrets=secrets, body=body, message_id=message_id, dedupe_key=message_id, delivery_id="test",
+        artifact_type=TEST_TYPE, artifact_id=message_id, artifact_hash=sha256_hex(body), order_key=message_id,
+        attempt=1, now=at)
+    return PreparedRequest(url=dest.url, headers=headers, body=body,
+                           policy=policy.ssrf(allow_private_network=dest.allow_private_network))
+
+
+# --- statistics --------------------------------------------------------------------------------------------------
+
+
+def percentile(ascending: Sequence[float], fraction: float) -> float | None:
+    """The nearest-rank percentile of ascending values (None for none)."""
+    if not ascending:
+        return None
+    rank = max(1, -int(-len(ascending) * fraction // 1))
+    return ascending[min(len(ascending), rank) - 1]
+
+
+def _last_error(rows: Sequence[store.AttemptRow]) -> dict[str, Any] | None:
+    for row in rows:  # newest first
+        if not (row.http_status is not None and 200 <= row.http_status < 300):
+            return {"at": _iso(row.started_at), "httpStatus": row.http_status, "error": row.error,
+                    "deliveryId": row.delivery_id}
+    return None
+
+
+def destination_stats(db: Database, tenant_id: str, destination_id: str, *, since: datetime | None = None,
+                      until: datetime | None = None, now: datetime | None = None) -> dict[str, Any]:
+    """The destination's endpoint statistics over [since, until) (default: the last 24 hours)."""
+    dest = get_destination(db, tenant_id, destination_id)
+    end = _utc(until) or _now(now)
+    try:
+        start = _utc(since) or end - timedelta(hours=24)
+    except OverflowError:
+        start = end
+    check_window(start, end)
+    with db.read() as tx:
+        rows = store.attempts_in_window(tx, tenant_id, destination_id, since=start, until=end, limit=STATS_ATTEMPTS)
+        states = store.delivery_states(tx, tenant_id, destination_id, since=start, until=end)
+        failures, failing_since = store.streak(tx, tenant_id, destination_id)
+    ok = sum(1 for r in rows if r.http_status is not None and 200 <= r.http_status < 300)
+    latencies = sorted(r.duration_ms for r in rows)
+    return {
+        "destinationId": destination_id, "since": _iso(start), "until": _iso(end),
+        "status": dest.status, "disabledReason": dest.disabled_reason,
+        "attempts": {"total": len(rows), "succeeded": ok, "failed": len(rows) - ok,
+                     "truncated": len(rows) >= STATS_ATTEMPTS},
+        "successRate": round(ok / len(rows), 6) if rows else None,
+        "latencyMs": {name: percentile(latencies, q) for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))},
+        "lastError": _last_error(rows),
+        "deliveries": {state: states.get(state, 0) for state in ("pending", "delivered", "failed")},
+        "consecutiveFailures": failures, "failingSince": _iso(failing_since),
+    }
+
+
+# --- automatic disabling -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AutoDisable:
+    """Disable a destination after at least `min_failures` failed attempts in a row over at least
+    `min_duration`; `min_failures` 0 never disables."""
+
+    min_failures: int = 0
+    min_duration: timedelta = timedelta(hours=120)
+
+    @property
+    def enabled(self) -> bool:
+        return self.min_failures > 0
+
+
+@dataclass
+class _Run:
+    reset: bool = False
+    failures: int = 0
+    first_failure: datetime | None = None
+    last_error: str | None = None
+
+
+def record_outcomes(tx: Tx, outcomes: Sequence[tuple[str, str, Outcome]], rule: AutoDisable,
+                    now: datetime) -> list[tuple[str, str, str]]:
+    """Count a batch's attempts, `(tenant_id, destination_id, outcome)` in send order, into each destination's
+    failure streak and disable those the rule catches; returns (tenant_id, destination_id, reason) of each
+    destination disabled now."""
+    runs: dict[tuple[str, str], _Run] = {}
+    for tenant_id, destination_id, out in outcomes:
+        run = runs.setdefault((tenant_id, destination_id), _Run())
+        if out.ok:
+            run.reset, run.failures, run.first_failure = True, 0, None
+        else:
+            run.failures += 1
+            run.first_failure = run.first_failure or out.started_at
+            run.last_error = f"HTTP {out.status}" if out.error is None else out.error
+    disabled = []
+    for (tenant_id, destination_id), run in runs.items():
+        store.update_streak(tx, tenant_id, destination_id, reset=run.reset, failures=run.failures,
+                            first_failure=run.first_failure)
+        if rule.enabled and run.failures:
+            failures, since = store.streak(tx, tenant_id, destination_id)
+            reason = (f"{AUTO_DISABLED}: {failures} failed attempts in a row since {_iso(since)} "
+                      f"(last: {run.last_error})")
+            if store.disable_if_failing(tx, tenant_id, destination_id, min_failures=rule.min_failures,
+                                        failing_before=now - rule.min_duration, reason=reason[:200], now=now):
+                disabled.append((tenant_id, destination_id, reason))
+    return disabled
