@@ -27,6 +27,10 @@ POINTS: Final[dict[str, str]] = {
     "delivery.sent": "requests answered, no outcome recorded",
     "delivery.completing": "inside the completion transaction, before commit",
     "delivery.completed": "outcomes committed",
+    # the client's spool flusher, one batch; argument: the stream id
+    "spool.batch_stored": "batch and its idempotency key stored, nothing sent",
+    "spool.answered": "the API answered the append, the batch not marked sent",
+    "spool.marked": "the batch marked sent",
     # the reference receiver, once a request body is read; arguments: the request handler, headers, body.
     # A hook that answered the request itself returns True.
     "receiver.request": "request read, not verified",

@@ -4,7 +4,6 @@ injects faults in front of it: refused connections, answers lost after the serve
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,22 +18,22 @@ HANG_GUARD = 30.0
 @contextlib.contextmanager
 def serve(app: Any) -> Iterator[str]:
     """Serve `app` on 127.0.0.1 (a free port) until the block ends; yields its base URL."""
-    sock = socket.create_server(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", log_level="warning")
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="off",
+                            log_level="warning")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="api-server", daemon=True)
+    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + HANG_GUARD
     while not server.started:
         assert time.monotonic() < deadline and thread.is_alive(), "hang guard: the API server did not start"
         time.sleep(0.01)
+    sock = server.servers[0].sockets[0]
+    port = sock.getsockname()[1]
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(HANG_GUARD)
-        sock.close()
 
 
 # what happens to a request: "refuse" (no connection: nothing reaches the server), "drop" (the server handles it,

@@ -1,0 +1,163 @@
+"""The executor: a robot's or operator's signing identity on the API.
+
+It builds each event as the envelope says (id, time, payloadHash, the chain link to the stream's head, the
+Ed25519 signature; `settlekit.events`), spools it (fsync'd) and sends it. Online, `append` returns once the API
+holds the event; while the API cannot be reached the event waits in the spool and a background flusher
+(`start`) sends it, in order, when the API is back. A refusal (someone else appended to the stream, or a rule
+refused the event) is raised and stops that stream in the spool until `discard`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from settlekit.client.errors import ApiError, ApiNotFoundError, SpoolError
+from settlekit.client.flusher import Flusher, FlushReport
+from settlekit.client.http import Client, prepare
+from settlekit.client.operations import UNSET
+from settlekit.client.retry import NO_RETRY, RetryPolicy, is_transient
+from settlekit.client.spool import Spool
+from settlekit.errors import SettlekitError
+from settlekit.events.canonical import require_well_formed
+from settlekit.events.envelope import Event, Signer, finalize, make_draft, now_iso
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What became of an appended event: `sent` (the API holds it) or `spooled` (it waits in the spool; `error`
+    says why it was not sent now)."""
+
+    event: Event
+    state: Literal["sent", "spooled"]
+    error: SettlekitError | None = None
+
+    @property
+    def chain_hash(self) -> str:
+        return str(self.event["chainHash"])
+
+
+class Executor:
+    """Signs and sends the events of one actor (`actor_type` "robot" or "operator", `actor_id`) with `signer`.
+    `spool`: a Spool or the path of its file (":memory:" keeps it in memory: nothing survives a crash)."""
+
+    def __init__(self, client: Client, signer: Signer, *, actor_type: str, actor_id: str,
+                 spool: Spool | str = ":memory:", flusher: Flusher | None = None,
+                 retry: RetryPolicy | None = None):
+        self.client = client
+        self.signer = signer
+        self.actor = {"type": actor_type, "id": actor_id}
+        self.spool = spool if isinstance(spool, Spool) else Spool(spool)
+        self.flusher = flusher or Flusher(self.spool, client, retry=retry)
+
+    def register_key(self) -> Any:
+        """Register the signer's public key for the actor (needs an admin key; a repeat is harmless)."""
+        return self.client.register_key(self.signer.public_key_pem, _purpose(self.actor["type"]),
+                                        entity_id=self.actor["id"], idempotency_key=f"register_{self.signer.key_id}")
+
+    def append(self, job_id: str, event_type: str, payload: Any, *, at: str | None = None,
+               wait: bool = True) -> Receipt:
+        """Sign `event_type` with `payload` as the next event of job `job_id`, spool it and (with `wait`) send
+        the stream's waiting events now. Raises the API's error when it refuses the stream's next batch (the
+        stream is then blocked in the spool); returns `spooled` when the API cannot be reached."""
+        require_well_formed(payload, "$.payload")
+        event = self._spool(job_id, event_type, payload, at)
+        if not wait:
+            self.flusher.wake()
+            return Receipt(event, "spooled")
+        return self._send(job_id, event)
+
+    def _spool(self, job_id: str, event_type: str, payload: Any, at: str | None) -> Event:
+        known = self.spool.head(job_id)
+        if known.blocked_code is not None:
+            raise SpoolError(f"stream {job_id} is blocked by {known.blocked_code}", code="SPOOL_STREAM_BLOCKED",
+                             status=409, streamId=job_id, blockedCode=known.blocked_code)
+        server_head, fresh = None, False
+        if known.pending == 0:
+            server_head, fresh = self._server_head(job_id, event_type, known.known)
+
+        def build(prev: str | None) -> Event:
+            draft = make_draft(stream_id=job_id, type=event_type, actor=self.actor, payload=payload,
+                               at=at or now_iso())
+            return finalize(draft, prev, self.signer)
+
+        return self.spool.add(job_id, build, server_head=server_head, use_server_head=fresh)
+
+    def _server_head(self, job_id: str, event_type: str, known: bool) -> tuple[str | None, bool]:
+        """The job's head as the API reports it now, (None, True) for no job yet; (None, False) when the API
+        cannot be reached and the spool knows the stream (its last head is used). SPOOL_HEAD_UNKNOWN when it
+        can be reached neither for a stream the spool never saw (except to create the job)."""
+        try:
+            job = self.client.send(prepare("GET /v1/jobs/{job_id}", UNSET, None, None, {"job_id": job_id}), NO_RETRY)
+            return job["headChainHash"], True
+        except ApiNotFoundError:
+            return None, True
+        except ApiError as exc:
+            if not is_transient(exc):
+                raise
+            error: SettlekitError = exc
+        except SettlekitError as exc:
+            if not is_transient(exc):
+                raise
+            error = exc
+        if not known and event_type != "JOB_CREATED":
+            raise SpoolError(f"the API is unreachable ({error.code}) and the spool has never seen job {job_id}: "
+                             "follow() it with the head you know", code="SPOOL_HEAD_UNKNOWN", status=503,
+                             streamId=job_id)
+        return None, False
+
+    def _send(self, job_id: str, event: Event) -> Receipt:
+        report = FlushReport()
+        try:
+            self.flusher.flush_stream(job_id, report)
+        except SettlekitError as exc:
+            if not is_transient(exc):
+                raise
+            self.flusher.wake()
+            return Receipt(event, "spooled", exc)
+        if job_id in report.blocked:
+            raise report.blocked[job_id]
+        return Receipt(event, "sent")
+
+    def follow(self, job_id: str, head_chain_hash: str | None) -> None:
+        """Tell the spool the job's head (from a dispatch message, say) so events can be spooled offline."""
+        self.spool.follow(job_id, head_chain_hash)
+
+    def discard(self, job_id: str) -> int:
+        """Drop the waiting events of a blocked stream (kept in the spool file as discarded) and follow the
+        API's head again. Returns how many were dropped."""
+        try:
+            head = self.client.get_job(job_id)["headChainHash"]
+        except ApiNotFoundError:
+            head = None
+        return self.spool.discard(job_id, head)
+
+    def flush(self) -> FlushReport:
+        """Send every stream's waiting events now (one pass)."""
+        return self.flusher.flush()
+
+    def start(self) -> None:
+        """Send waiting events in the background until `stop`."""
+        self.flusher.start()
+
+    def stop(self) -> None:
+        self.flusher.stop()
+
+    def close(self) -> None:
+        self.stop()
+        self.spool.close()
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _purpose(actor_type: str) -> Literal["robot", "operator", "server"]:
+    if actor_type == "robot":
+        return "robot"
+    if actor_type == "operator":
+        return "operator"
+    return "server"
+
