@@ -9,6 +9,7 @@ refused the event) is raised and stops that stream in the spool until `discard`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -60,28 +61,39 @@ class Executor:
         """Sign `event_type` with `payload` as the next event of job `job_id`, spool it and (with `wait`) send
         the stream's waiting events now. Raises the API's error when it refuses the stream's next batch (the
         stream is then blocked in the spool); returns `spooled` when the API cannot be reached."""
-        require_well_formed(payload, "$.payload")
-        event = self._spool(job_id, event_type, payload, at)
+        return self.append_many(job_id, [(event_type, payload, at)], wait=wait)[0]
+
+    def append_many(self, job_id: str, events: Sequence[tuple[str, Any, str | None]], *,
+                    wait: bool = True) -> list[Receipt]:
+        """`append` for several events of one job, given as (type, payload, at or None): spooled together (one
+        sync to disk) and sent together."""
+        for _, payload, _ in events:
+            require_well_formed(payload, "$.payload")
+        spooled = self._spool(job_id, events)
         if not wait:
             self.flusher.wake()
-            return Receipt(event, "spooled")
-        return self._send(job_id, event)
+            return [Receipt(e, "spooled") for e in spooled]
+        return self._send(job_id, spooled)
 
-    def _spool(self, job_id: str, event_type: str, payload: Any, at: str | None) -> Event:
+    def _spool(self, job_id: str, events: Sequence[tuple[str, Any, str | None]]) -> list[Event]:
         known = self.spool.head(job_id)
         if known.blocked_code is not None:
             raise SpoolError(f"stream {job_id} is blocked by {known.blocked_code}", code="SPOOL_STREAM_BLOCKED",
                              status=409, streamId=job_id, blockedCode=known.blocked_code)
         server_head, fresh = None, False
         if known.pending == 0:
-            server_head, fresh = self._server_head(job_id, event_type, known.known)
+            server_head, fresh = self._server_head(job_id, events[0][0], known.known)
 
-        def build(prev: str | None) -> Event:
-            draft = make_draft(stream_id=job_id, type=event_type, actor=self.actor, payload=payload,
-                               at=at or now_iso())
-            return finalize(draft, prev, self.signer)
+        def builder(event_type: str, payload: Any, at: str | None) -> Callable[[str | None], Event]:
+            def build(prev: str | None) -> Event:
+                draft = make_draft(stream_id=job_id, type=event_type, actor=self.actor, payload=payload,
+                                   at=at or now_iso())
+                return finalize(draft, prev, self.signer)
 
-        return self.spool.add(job_id, build, server_head=server_head, use_server_head=fresh)
+            return build
+
+        return self.spool.add_many(job_id, [builder(*e) for e in events], server_head=server_head,
+                                   use_server_head=fresh)
 
     def _server_head(self, job_id: str, event_type: str, known: bool) -> tuple[str | None, bool]:
         """The job's head as the API reports it now, (None, True) for no job yet; (None, False) when the API
@@ -106,7 +118,7 @@ class Executor:
                              streamId=job_id)
         return None, False
 
-    def _send(self, job_id: str, event: Event) -> Receipt:
+    def _send(self, job_id: str, events: list[Event]) -> list[Receipt]:
         report = FlushReport()
         try:
             self.flusher.flush_stream(job_id, report)
@@ -114,10 +126,10 @@ class Executor:
             if not is_transient(exc):
                 raise
             self.flusher.wake()
-            return Receipt(event, "spooled", exc)
+            return [Receipt(e, "spooled", exc) for e in events]
         if job_id in report.blocked:
             raise report.blocked[job_id]
-        return Receipt(event, "sent")
+        return [Receipt(e, "sent") for e in events]
 
     def follow(self, job_id: str, head_chain_hash: str | None) -> None:
         """Tell the spool the job's head (from a dispatch message, say) so events can be spooled offline."""

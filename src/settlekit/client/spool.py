@@ -180,11 +180,16 @@ class Spool:
             if self._pending_count(stream_id) == 0:
                 self._set_head(conn, stream_id, head_chain_hash)
 
-    def add(self, stream_id: str, build: Callable[[str | None], Event], *,
-            server_head: str | None = None, use_server_head: bool = False) -> Event:
+    def add(self, stream_id: str, build: Callable[[str | None], Event], *, server_head: str | None = None,
+            use_server_head: bool = False) -> Event:
         """Finalize the next event of `stream_id` with `build(prev_chain_hash)` and store it, in one transaction.
         It links to the last spooled event while some wait; otherwise to `server_head` when `use_server_head`
         (the head just read from the API), else to the last head the spool knows (None for a new stream)."""
+        return self.add_many(stream_id, [build], server_head=server_head, use_server_head=use_server_head)[0]
+
+    def add_many(self, stream_id: str, builds: Sequence[Callable[[str | None], Event]], *,
+                 server_head: str | None = None, use_server_head: bool = False) -> list[Event]:
+        """`add` for several events of one stream, chained in order, in one transaction (one sync to disk)."""
         with self._write() as conn:
             row = conn.execute("SELECT head_chain_hash, blocked_code, blocked_message FROM spool_streams "
                                "WHERE stream_id = ?", (stream_id,)).fetchone()
@@ -194,14 +199,18 @@ class Spool:
             prev = row[0] if row is not None else None
             if use_server_head and self._pending_count(stream_id) == 0:
                 prev = server_head
-            event = build(prev)
-            if event.get("streamId") != stream_id or event.get("prevChainHash") != prev:
-                raise SpoolError("the event built does not belong at the head of its stream", streamId=stream_id)
-            conn.execute("INSERT INTO spool_events (stream_id, event_id, prev_chain_hash, chain_hash, event_json, "
-                         "spooled_at) VALUES (?, ?, ?, ?, ?, ?)",
-                         (stream_id, event["id"], prev, event["chainHash"], dumps_event(event), _now()))
-            self._set_head(conn, stream_id, event["chainHash"])
-        return event
+            events = []
+            for build in builds:
+                event = build(prev)
+                if event.get("streamId") != stream_id or event.get("prevChainHash") != prev:
+                    raise SpoolError("the event built does not belong at the head of its stream", streamId=stream_id)
+                conn.execute("INSERT INTO spool_events (stream_id, event_id, prev_chain_hash, chain_hash, "
+                             "event_json, spooled_at) VALUES (?, ?, ?, ?, ?, ?)",
+                             (stream_id, event["id"], prev, event["chainHash"], dumps_event(event), _now()))
+                events.append(event)
+                prev = event["chainHash"]
+            self._set_head(conn, stream_id, prev)
+        return events
 
     def _set_head(self, conn: sqlite3.Connection, stream_id: str, head: str | None) -> None:
         conn.execute("INSERT INTO spool_streams (stream_id, head_chain_hash) VALUES (?, ?) "
