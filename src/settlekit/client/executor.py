@@ -138,11 +138,7 @@ class Executor:
     def discard(self, job_id: str) -> int:
         """Drop the waiting events of a blocked stream (kept in the spool file as discarded) and follow the
         API's head again. Returns how many were dropped."""
-        try:
-            head = self.client.get_job(job_id)["headChainHash"]
-        except ApiNotFoundError:
-            head = None
-        return self.spool.discard(job_id, head)
+        return discard_blocked(self.client, self.spool, job_id)
 
     def flush(self) -> FlushReport:
         """Send every stream's waiting events now (one pass)."""
@@ -173,3 +169,11 @@ def _purpose(actor_type: str) -> Literal["robot", "operator", "server"]:
         return "operator"
     return "server"
 
+
+def discard_blocked(client: Client, spool: Spool, job_id: str) -> int:
+    """`Executor.discard` for a spool on its own (the CLI): the job's head is read from the API first."""
+    try:
+        head = client.get_job(job_id)["headChainHash"]
+    except ApiNotFoundError:
+        head = None
+    return spool.discard(job_id, head)

@@ -1,0 +1,84 @@
+"""`settlekit spool status|flush|export|discard` on a robot's spool file, against the API over loopback: status
+shows each stream pending, sent or blocked with the API's reason; flush sends the pending ones and exits 1 while
+a stream is blocked; export gives every event as a JSON line; discard unblocks the stream."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from settlekit.cli import app
+from settlekit.client import Client
+from settlekit.client.executor import Executor
+from settlekit.events.envelope import Signer
+from settlekit.store.db import Database
+from support.api import TENANT_A, key_for, make_app
+from support.http_server import serve
+from support.sdk import BACK_OFFICE, dispatched_job, heartbeat, start_events
+
+ROBOT = "rob_1"
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_spool_commands(db: Database, tmp_path: Path) -> None:
+    path = tmp_path / "robot.spool"
+    runner = CliRunner()
+    with serve(make_app(db)) as url:
+        key = key_for(db, TENANT_A)
+        admin = Client(url, key)
+        with Executor(Client(url, key), Signer.generate(), actor_type="robot", actor_id=ROBOT,
+                      spool=str(path)) as robot:
+            robot.register_key()
+            for job_id in ("job_ok", "job_moved"):
+                dispatched_job(admin, job_id, ROBOT)
+                for event_type, payload in start_events(job_id):
+                    robot.append(job_id, event_type, payload)
+                for n in range(3):
+                    event_type, payload, at = heartbeat(job_id, ROBOT, n)
+                    robot.append(job_id, event_type, payload, at=at, wait=False)
+        head = admin.get_job("job_moved")["headChainHash"]
+        admin.append_events("job_moved", {"type": "INCIDENT_REPORTED", "actor": BACK_OFFICE, "payload": {
+            "incidentId": "inc_1", "type": "DAMAGE_PROPERTY", "severity": 2, "summary": "x", "reportedBy": "ops"}},
+            expected_prev_chain_hash=head)
+        common = ["--spool", str(path)]
+        remote = [*common, "--url", url, "--api-key", key]
+
+        status = runner.invoke(app, ["spool", "status", *common, "--json"])
+        assert status.exit_code == 0, status.output
+        assert {s["streamId"]: (s["state"], s["pending"], s["sent"]) for s in json.loads(status.stdout)["streams"]} \
+            == {"job_ok": ("pending", 3, 3), "job_moved": ("pending", 3, 3)}
+
+        flushed = runner.invoke(app, ["spool", "flush", *remote, "--json"])
+        assert flushed.exit_code == 1, flushed.output
+        report = json.loads(flushed.stdout)
+        assert report["sent"] == {"job_ok": 3} and "PREV_CHAIN_HASH_MISMATCH" in report["blocked"]["job_moved"]
+
+        text = runner.invoke(app, ["spool", "status", *common])
+        assert text.exit_code == 0
+        moved = next(line for line in text.stdout.splitlines() if line.startswith("job_moved"))
+        assert "blocked" in moved and "PREV_CHAIN_HASH_MISMATCH" in moved
+
+        exported = runner.invoke(app, ["spool", "export", *common])
+        rows = _json_lines(exported.stdout)
+        assert len(rows) == 12 and [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
+        assert {(r["streamId"], r["state"]) for r in rows if r["event"]["type"] == "JOB_HEARTBEAT"} == \
+            {("job_ok", "sent"), ("job_moved", "pending")}
+        out = tmp_path / "moved.jsonl"
+        only = runner.invoke(app, ["spool", "export", *common, "--stream", "job_moved", "--out", str(out)])
+        assert only.exit_code == 0
+        assert len(_json_lines(out.read_text())) == 6
+
+        discarded = runner.invoke(app, ["spool", "discard", *remote, "job_moved"])
+        assert discarded.exit_code == 0, discarded.output
+        assert "discarded 3" in discarded.stdout
+        again = runner.invoke(app, ["spool", "flush", *remote, "--json"])
+        assert again.exit_code == 0 and json.loads(again.stdout)["blocked"] == {}
+        admin.close()
+
+    missing = runner.invoke(app, ["spool", "status", "--spool", str(tmp_path / "nope")])
+    assert missing.exit_code == 1 and "SPOOL_INVALID" in missing.stderr
