@@ -61,7 +61,7 @@ def test_answers_and_typed_errors(served: tuple[str, str, Database]) -> None:
     assert isinstance(error, NotFoundError) and isinstance(error, SettlekitError)
     assert (error.code, error.status) == ("JOB_NOT_FOUND", 404)
     assert error.request_id and error.problem["requestId"] == error.request_id
-    assert error.problem["detail"] == error.message
+    assert error.problem["detail"] == error.detail == error.message
     assert taken.value.code == "JOB_ALREADY_EXISTS" and taken.value.details == {"jobId": "job_c1"}
 
 

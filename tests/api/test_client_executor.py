@@ -243,3 +243,19 @@ def test_the_background_flusher_killed_mid_batch_is_restarted(world: World) -> N
     _until(lambda: _pending(w) == 0, "the restarted flusher drains the spool")
     robot.stop()
     _check_stream(w, "job_bg", spooled)
+
+
+def test_events_already_stored_under_another_key_are_recognised_as_sent(world: World) -> None:
+    w = world
+    _started(w, "job_elsewhere")
+    w.transport.down()
+    spooled = _spool_heartbeats(w, "job_elsewhere", 4)
+    batch = w.robot.spool.next_batch("job_elsewhere")  # its key is stored, then the process stops
+    assert batch is not None
+    events = [row["event"] for row in w.robot.spool.export("job_elsewhere") if row["state"] == "pending"]
+    stored = w.admin.append_events("job_elsewhere", events)  # the same events reach the API another way
+    w.transport.up()
+    report = w.restart().flush()
+    assert report.sent == {"job_elsewhere": 4} and not report.blocked
+    assert [row["position"] for row in w.robot.spool.export("job_elsewhere")][-4:] == stored["positions"]
+    _check_stream(w, "job_elsewhere", spooled)

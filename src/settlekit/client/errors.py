@@ -27,6 +27,11 @@ class ApiError(SettlekitError):
         self.request_id: str | None = request_id if isinstance(request_id, str) else None
         self.retry_after = retry_after
 
+    @property
+    def detail(self) -> str:
+        """The problem's `detail` (the same as `message`)."""
+        return self.message
+
     def __str__(self) -> str:
         rid = f" (request {self.request_id})" if self.request_id else ""
         return f"{self.code}: {self.message}{rid}"
