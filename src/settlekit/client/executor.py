@@ -23,6 +23,10 @@ from settlekit.errors import SettlekitError
 from settlekit.events.canonical import require_well_formed
 from settlekit.events.envelope import Event, Signer, finalize, make_draft, now_iso
 
+# `append` tries the API briefly and otherwise leaves the event to the background flusher (`start`), so a robot
+# is not held up by an outage: two attempts, the second after at most 0.2 s (or the API's Retry-After, capped).
+SEND_RETRY = RetryPolicy(attempts=2, base_delay=0.2, max_retry_after=2.0)
+
 
 @dataclass(frozen=True)
 class Receipt:
@@ -44,12 +48,13 @@ class Executor:
 
     def __init__(self, client: Client, signer: Signer, *, actor_type: str, actor_id: str,
                  spool: Spool | str = ":memory:", flusher: Flusher | None = None,
-                 retry: RetryPolicy | None = None):
+                 retry: RetryPolicy | None = None, send_retry: RetryPolicy = SEND_RETRY):
         self.client = client
         self.signer = signer
         self.actor = {"type": actor_type, "id": actor_id}
         self.spool = spool if isinstance(spool, Spool) else Spool(spool)
         self.flusher = flusher or Flusher(self.spool, client, retry=retry)
+        self.send_retry = send_retry
 
     def register_key(self) -> Any:
         """Register the signer's public key for the actor (needs an admin key; a repeat is harmless)."""
@@ -121,7 +126,7 @@ class Executor:
     def _send(self, job_id: str, events: list[Event]) -> list[Receipt]:
         report = FlushReport()
         try:
-            self.flusher.flush_stream(job_id, report)
+            self.flusher.flush_stream(job_id, report, self.send_retry)
         except SettlekitError as exc:
             if not is_transient(exc):
                 raise

@@ -68,18 +68,20 @@ class Flusher:
         with self._locks_lock:
             return self._stream_locks.setdefault(stream_id, threading.Lock())
 
-    def flush_stream(self, stream_id: str, report: FlushReport | None = None) -> FlushReport:
-        """Send the stream's waiting events. A transient failure or an authentication failure raises (nothing
-        is lost: the batch stays pending with its key); a refusal blocks the stream and is in the report."""
+    def flush_stream(self, stream_id: str, report: FlushReport | None = None,
+                     retry: RetryPolicy | None = None) -> FlushReport:
+        """Send the stream's waiting events (`retry`: per request, default the flusher's). A transient failure
+        or an authentication failure raises (nothing is lost: the batch stays pending with its key); a refusal
+        blocks the stream and is in the report."""
         report = report if report is not None else FlushReport()
         with self._stream_lock(stream_id):
-            return self._send_batches(stream_id, report)
+            return self._send_batches(stream_id, report, retry or self.retry)
 
-    def _send_batches(self, stream_id: str, report: FlushReport) -> FlushReport:
+    def _send_batches(self, stream_id: str, report: FlushReport, retry: RetryPolicy) -> FlushReport:
         while (batch := self.spool.next_batch(stream_id, self.batch_events)) is not None:
             failpoints.hit("spool.batch_stored", stream_id)
             try:
-                answer = self.client.send(append_request(batch), self.retry)
+                answer = self.client.send(append_request(batch), retry)
             except ApiError as exc:
                 if is_transient(exc) or exc.status in _STOP_PASS_STATUSES:
                     raise
