@@ -29,12 +29,18 @@ def document(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         db.close()
 
 
-class _Recorder(Operations[tuple[str, dict[str, Any], Any]]):
-    """Answers each call with what the method asked for instead of sending it."""
+Asked = tuple[str, dict[str, Any], Any]
+
+
+class _Recorder(Operations[Asked, Asked]):
+    """Answers each call (or stream) with what the method asked for instead of sending it."""
 
     def _call(self, route: str, /, *, body: Any = UNSET, headers: Mapping[str, str] | None = None,
-              idempotency_key: str | None = None, **params: Any) -> tuple[str, dict[str, Any], Any]:
+              idempotency_key: str | None = None, **params: Any) -> Asked:
         return route, params, body
+
+    def _stream(self, route: str, /, *, headers: Mapping[str, str] | None = None, **params: Any) -> Asked:
+        return route, params, UNSET
 
 
 def _sample(annotation: str) -> Any:

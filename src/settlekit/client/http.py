@@ -7,7 +7,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -18,6 +18,7 @@ import httpx
 from settlekit.client.errors import ApiUnreachableError, error_from_response
 from settlekit.client.operations import UNSET, Json, Operations
 from settlekit.client.retry import RetryPolicy
+from settlekit.client.sse import ServerSentEvent, aparse, parse
 from settlekit.errors import SettlekitError
 
 _PARAM = re.compile(r"\{([a-z_]+)\}")
@@ -81,7 +82,7 @@ def _headers(api_key: str | None, user_agent: str) -> dict[str, str]:
 USER_AGENT = "settlekit-client/0.1"
 
 
-class Client(Operations[Json]):
+class Client(Operations[Json, Iterator[ServerSentEvent]]):
     """The API over a synchronous httpx client. Give `base_url` and `api_key`, or a ready `http` client (its base
     URL and transport are used; the key is still added). Use as a context manager or `close()` it."""
 
@@ -121,6 +122,21 @@ class Client(Operations[Json]):
                     raise
                 self._sleep(policy.delay(attempt, exc))
 
+    def _stream(self, route: str, /, *, headers: Mapping[str, str] | None = None,
+                **params: Any) -> Iterator[ServerSentEvent]:
+        """The events of a Server-Sent Events route as they come, until the server ends the stream (no retry:
+        resume by giving the last event's id back to the route)."""
+        request = prepare(route, UNSET, {"accept": "text/event-stream", **(headers or {})}, None, params)
+        try:
+            with self._http.stream(request.method, request.path, params=request.query,
+                                   headers={**self._auth, **request.headers}) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    decode(response)
+                yield from parse(response.iter_lines())
+        except httpx.TransportError as exc:
+            raise _unreachable(request, exc) from exc
+
     def _once(self, request: Prepared) -> httpx.Response:
         try:
             return self._http.request(request.method, request.path, params=request.query, content=request.content,
@@ -129,7 +145,7 @@ class Client(Operations[Json]):
             raise _unreachable(request, exc) from exc
 
 
-class AsyncClient(Operations[Awaitable[Json]]):
+class AsyncClient(Operations[Awaitable[Json], AsyncIterator[ServerSentEvent]]):
     """The same routes over an asynchronous httpx client: every method returns an awaitable."""
 
     def __init__(self, base_url: str = "http://127.0.0.1:8080", api_key: str | None = None, *,
@@ -165,6 +181,20 @@ class AsyncClient(Operations[Awaitable[Json]]):
                 if not policy.should_retry(attempt, exc):
                     raise
                 await anyio.sleep(policy.delay(attempt, exc))
+
+    async def _stream(self, route: str, /, *, headers: Mapping[str, str] | None = None,
+                      **params: Any) -> AsyncIterator[ServerSentEvent]:
+        request = prepare(route, UNSET, {"accept": "text/event-stream", **(headers or {})}, None, params)
+        try:
+            async with self._http.stream(request.method, request.path, params=request.query,
+                                         headers={**self._auth, **request.headers}) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    decode(response)
+                async for event in aparse(response.aiter_lines()):
+                    yield event
+        except httpx.TransportError as exc:
+            raise _unreachable(request, exc) from exc
 
     async def _once(self, request: Prepared) -> httpx.Response:
         try:

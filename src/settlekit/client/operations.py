@@ -2,8 +2,10 @@
 
 A method names its route as `"METHOD /path/{param}"` and hands `_call` the path parameters, the query parameters
 (under their API names; None is left out), and `body` when the route takes one. `Client._call` sends it and
-returns the decoded answer; `AsyncClient._call` returns an awaitable of it. Adding a route is one method here;
-tests/api/test_client_openapi.py checks every method against the OpenAPI document, and that no route is missing.
+returns the decoded answer; `AsyncClient._call` returns an awaitable of it. A route answering Server-Sent Events
+goes through `_stream` instead: an iterator of `ServerSentEvent`s (an async one for `AsyncClient`). Adding a
+route is one method here; tests/api/test_client_openapi.py checks every method against the OpenAPI document,
+and that no route is missing.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Generic, Literal, TypeVar
 
 R = TypeVar("R")
+S = TypeVar("S")
 Json = Any
 UNSET: Any = object()  # a keyword not given (distinct from None, which some routes take as a value)
 
@@ -21,12 +24,16 @@ def fields(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not UNSET and v is not None}
 
 
-class Operations(Generic[R]):
+class Operations(Generic[R, S]):
     """The routes of the API. `R` is what a call returns: the decoded JSON (or text) for `Client`, an awaitable
-    of it for `AsyncClient`. Writes send an Idempotency-Key (generated unless `idempotency_key` is given)."""
+    of it for `AsyncClient`; `S` what a stream of Server-Sent Events is. Writes send an Idempotency-Key
+    (generated unless `idempotency_key` is given)."""
 
     def _call(self, route: str, /, *, body: Any = UNSET, headers: Mapping[str, str] | None = None,
               idempotency_key: str | None = None, **params: Any) -> R:
+        raise NotImplementedError
+
+    def _stream(self, route: str, /, *, headers: Mapping[str, str] | None = None, **params: Any) -> S:
         raise NotImplementedError
 
     # --- jobs
