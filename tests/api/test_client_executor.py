@@ -16,6 +16,7 @@ import pytest
 
 from settlekit.client import ApiConflictError, ApiValidationError, Client, RetryPolicy, SpoolError
 from settlekit.client.executor import Executor
+from settlekit.client.flusher import Flusher
 from settlekit.events.envelope import Signer, verify_chain
 from settlekit.store.db import Database
 from support.api import TENANT_A, key_for, make_app
@@ -259,3 +260,17 @@ def test_events_already_stored_under_another_key_are_recognised_as_sent(world: W
     assert report.sent == {"job_elsewhere": 4} and not report.blocked
     assert [row["position"] for row in w.robot.spool.export("job_elsewhere")][-4:] == stored["positions"]
     _check_stream(w, "job_elsewhere", spooled)
+
+
+def test_a_refused_api_key_stops_the_pass_and_blocks_nothing(world: World) -> None:
+    w = world
+    _started(w, "job_key")
+    w.transport.down()
+    spooled = _spool_heartbeats(w, "job_key", 3)
+    w.transport.up()
+    bad = Client(w.url, "sk_0000000000000000_not-a-key", retry=RetryPolicy(attempts=1))
+    report = Flusher(w.robot.spool, bad).flush()
+    assert report.error is not None and report.error.code in ("API_KEY_INVALID", "UNAUTHENTICATED")
+    assert not report.blocked and w.robot.spool.head("job_key").blocked_code is None
+    assert w.robot.flush().sent == {"job_key": 3}
+    _check_stream(w, "job_key", spooled)
