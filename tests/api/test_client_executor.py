@@ -274,3 +274,19 @@ def test_a_refused_api_key_stops_the_pass_and_blocks_nothing(world: World) -> No
     assert not report.blocked and w.robot.spool.head("job_key").blocked_code is None
     assert w.robot.flush().sent == {"job_key": 3}
     _check_stream(w, "job_key", spooled)
+
+
+def test_offline_a_job_the_spool_never_saw_needs_its_head_first(world: World) -> None:
+    w = world
+    head = dispatched_job(w.admin, "job_unseen", ROBOT)
+    w.transport.down()
+    with pytest.raises(SpoolError) as unknown:
+        w.robot.append("job_unseen", "EN_ROUTE", {"etaSeconds": 600})
+    assert unknown.value.code == "SPOOL_HEAD_UNKNOWN" and unknown.value.status == 503
+    assert w.robot.spool.head("job_unseen").known is False  # nothing was spooled
+    w.robot.follow("job_unseen", head)  # the head the robot was dispatched with
+    spooled = [w.robot.append("job_unseen", t, p).event["id"] for t, p in start_events("job_unseen")]
+    w.transport.up()
+    assert w.robot.flush().sent == {"job_unseen": 3}
+    events = w.stream("job_unseen")
+    assert [e["id"] for e in events][-3:] == spooled and events[-4]["chainHash"] == head

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from settlekit.client.errors import ApiError, ApiNotFoundError, SpoolError
+from settlekit.client.errors import ApiNotFoundError, SpoolError
 from settlekit.client.flusher import Flusher, FlushReport
 from settlekit.client.http import Client, prepare
 from settlekit.client.operations import UNSET
@@ -72,6 +72,8 @@ class Executor:
                     wait: bool = True) -> list[Receipt]:
         """`append` for several events of one job, given as (type, payload, at or None): spooled together (one
         sync to disk) and sent together."""
+        if not events:
+            return []
         for _, payload, _ in events:
             require_well_formed(payload, "$.payload")
         spooled = self._spool(job_id, events)
@@ -109,10 +111,6 @@ class Executor:
             return job["headChainHash"], True
         except ApiNotFoundError:
             return None, True
-        except ApiError as exc:
-            if not is_transient(exc):
-                raise
-            error: SettlekitError = exc
         except SettlekitError as exc:
             if not is_transient(exc):
                 raise
