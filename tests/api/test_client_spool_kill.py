@@ -32,7 +32,7 @@ from settlekit.client.flusher import Flusher
 from settlekit.client.spool import Spool
 spool = Spool(sys.argv[1])
 flusher = Flusher(spool, Client(sys.argv[2], sys.argv[3], retry=RetryPolicy(attempts=20, base_delay=0.01)),
-                  batch_events=3)
+                  batch_events=2)
 print("ready", flush=True)
 while spool.streams_to_send():
     report = flusher.flush()
@@ -79,7 +79,7 @@ def test_a_flusher_process_killed_at_random_moments(sqlite_url: str, tmp_path: P
                     beats = [heartbeat(job_id, ROBOT, n) for n in range(PER_JOB)]
                     spooled[job_id] = [r.event["id"] for r in robot.append_many(job_id, beats, wait=False)]
             args = [str(path), url, key]
-            outcomes = [_run_child(args, rng.uniform(0.0, 0.4)) for _ in range(KILLS)]
+            outcomes = [_run_child(args, rng.uniform(0.0, 0.1)) for _ in range(KILLS)]
             assert -signal.SIGKILL in outcomes  # at least one kill landed before the spool drained
             assert _run_child(args, None) == 0
             keys = {signer.key_id: signer.public_key_pem, server.key_id: server.public_key_pem}
