@@ -82,6 +82,13 @@ def test_spool_commands(robot_spool: tuple[Path, str, str], tmp_path: Path) -> N
     again = runner.invoke(app, ["spool", "flush", *remote, "--json"])
     assert again.exit_code == 0 and json.loads(again.stdout)["blocked"] == {}
 
+    kept = runner.invoke(app, ["spool", "prune", *common, "--json"])
+    assert kept.exit_code == 0 and json.loads(kept.stdout) == {"pruned": 0}  # all sent within the week
+    pruned = runner.invoke(app, ["spool", "prune", *common, "--keep-days", "0", "--json"])
+    assert json.loads(pruned.stdout) == {"pruned": 9}  # 6 on job_ok, 3 on job_moved; the 3 discarded stay
+    assert [r["state"] for r in _json_lines(runner.invoke(app, ["spool", "export", *common]).stdout)] == \
+        ["discarded"] * 3
+
 
 def test_a_missing_spool_file_is_one_error_line(tmp_path: Path) -> None:
     missing = CliRunner().invoke(app, ["spool", "status", "--spool", str(tmp_path / "nope")])

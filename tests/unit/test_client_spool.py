@@ -81,6 +81,7 @@ def test_a_blocked_stream_refuses_new_events_until_discarded(tmp_path: Path) -> 
         status = {s.stream_id: s.to_json() for s in spool.status()}
         assert status["job_a"]["state"] == "blocked" and status["job_a"]["pending"] == 2
         assert status["job_a"]["blocked"]["code"] == "PREV_CHAIN_HASH_MISMATCH"
+        assert status["job_a"]["blocked"]["problem"] == {"code": "PREV_CHAIN_HASH_MISMATCH"}
         assert status["job_b"]["state"] == "pending"
         assert spool.discard("job_a", "e" * 64) == 2
         assert spool.add("job_a", _builder("job_a", 10))["prevChainHash"] == "e" * 64
@@ -101,3 +102,18 @@ def test_a_foreign_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "text.db").write_text("not a database " * 100)
     with pytest.raises(SpoolError):
         Spool(tmp_path / "text.db")
+
+
+def test_prune_forgets_only_what_the_api_holds(tmp_path: Path) -> None:
+    with Spool(tmp_path / "spool.db") as spool:
+        _fill(spool, "job_a", 5)
+        batch = spool.next_batch("job_a", max_events=3)
+        assert batch is not None
+        spool.mark_sent(batch, [1, 2, 3])
+        head = spool.head("job_a").chain_hash
+        assert spool.prune("2000-01-01T00:00:00.000Z") == 0
+        assert spool.prune("9999-01-01T00:00:00.000Z") == 3
+        [status] = [s.to_json() for s in spool.status()]
+        assert (status["pending"], status["sent"], status["headChainHash"]) == (2, 0, head)
+        assert status["oldestPendingAt"] == list(spool.export())[0]["spooledAt"]
+        assert spool.add("job_a", _builder("job_a", 9))["prevChainHash"] == head

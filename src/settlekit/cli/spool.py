@@ -1,11 +1,13 @@
 """`settlekit spool`: a client executor's offline spool file. `status` per stream (pending, sent, blocked with the
-API's reason), `flush` (one pass to the API now), `export` (every spooled event as JSON lines) and `discard` (give
-up the waiting events of a blocked stream). The spool file is the client's, not the server's database."""
+API's reason), `flush` (one pass to the API now), `export` (every spooled event as JSON lines), `prune` (forget
+the events the API has held for a while) and `discard` (give up the waiting events of a blocked stream). The
+spool file is the client's, not the server's database."""
 
 from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +21,7 @@ from settlekit.client.flusher import Flusher
 from settlekit.client.spool import Spool
 from settlekit.errors import SettlekitError
 
-spool_app = typer.Typer(help="A client executor's offline spool: status, flush, export, discard.",
+spool_app = typer.Typer(help="A client executor's offline spool: status, flush, export, prune, discard.",
                         no_args_is_help=True)
 
 SpoolOption = Annotated[Path, typer.Option("--spool", envvar="SETTLEKIT_SPOOL",
@@ -92,6 +94,20 @@ def export(*, spool_path: SpoolOption,
         finally:
             if out is not None:
                 handle.close()
+
+
+@spool_app.command("prune")
+def prune(*, spool_path: SpoolOption,
+          keep_days: Annotated[float, typer.Option("--keep-days", min=0, help="keep sent events this long")] = 7.0,
+          as_json: JsonOption = False) -> None:
+    """Delete the events sent more than --keep-days ago (the API holds them); waiting and discarded events stay."""
+    cutoff = (datetime.now(UTC) - timedelta(days=keep_days)).isoformat(timespec="milliseconds")
+    with _open(spool_path) as opened:
+        pruned = opened.prune(cutoff.replace("+00:00", "Z"))
+    if as_json:
+        print_json({"pruned": pruned})
+    else:
+        typer.echo(f"pruned {pruned} sent event(s)")
 
 
 @spool_app.command("discard")

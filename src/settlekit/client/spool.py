@@ -80,6 +80,8 @@ class StreamStatus:
     blocked_code: str | None
     blocked_message: str | None
     blocked_at: str | None
+    blocked_problem: dict[str, Any] | None
+    oldest_pending_at: str | None
 
     @property
     def state(self) -> str:
@@ -87,9 +89,11 @@ class StreamStatus:
 
     def to_json(self) -> dict[str, Any]:
         return {"streamId": self.stream_id, "state": self.state, "pending": self.pending, "sent": self.sent,
-                "discarded": self.discarded, "headChainHash": self.head_chain_hash,
+                "discarded": self.discarded, "oldestPendingAt": self.oldest_pending_at,
+                "headChainHash": self.head_chain_hash,
                 "blocked": None if self.blocked_code is None else {
-                    "code": self.blocked_code, "message": self.blocked_message, "at": self.blocked_at}}
+                    "code": self.blocked_code, "message": self.blocked_message, "at": self.blocked_at,
+                    "problem": self.blocked_problem}}
 
 
 def _now() -> str:
@@ -286,20 +290,24 @@ class Spool:
         """Each stream's counts and state, in stream id order."""
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT s.stream_id, s.head_chain_hash, s.blocked_code, s.blocked_message, s.blocked_at, "
-                f"SUM(CASE WHEN e.seq IS NOT NULL AND {_PENDING} THEN 1 ELSE 0 END), "
+                "SELECT s.stream_id, s.head_chain_hash, s.blocked_code, s.blocked_message, s.blocked_at, "
+                f"s.blocked_problem, SUM(CASE WHEN e.seq IS NOT NULL AND {_PENDING} THEN 1 ELSE 0 END), "
                 "SUM(CASE WHEN e.sent_at IS NOT NULL THEN 1 ELSE 0 END), "
-                "SUM(CASE WHEN e.discarded_at IS NOT NULL THEN 1 ELSE 0 END) "
+                "SUM(CASE WHEN e.discarded_at IS NOT NULL THEN 1 ELSE 0 END), "
+                f"MIN(CASE WHEN e.seq IS NOT NULL AND {_PENDING} THEN e.spooled_at END) "
                 "FROM spool_streams s LEFT JOIN spool_events e ON e.stream_id = s.stream_id "
                 "GROUP BY s.stream_id ORDER BY s.stream_id").fetchall()
-        return [StreamStatus(r[0], int(r[5] or 0), int(r[6] or 0), int(r[7] or 0), r[1], r[2], r[3], r[4])
+        return [StreamStatus(stream_id=r[0], pending=int(r[6] or 0), sent=int(r[7] or 0), discarded=int(r[8] or 0),
+                             head_chain_hash=r[1], blocked_code=r[2], blocked_message=r[3], blocked_at=r[4],
+                             blocked_problem=json.loads(r[5]) if r[5] else None, oldest_pending_at=r[9])
                 for r in rows]
 
-    def blocked_problem(self, stream_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._conn.execute("SELECT blocked_problem FROM spool_streams WHERE stream_id = ?",
-                                     (stream_id,)).fetchone()
-        return json.loads(row[0]) if row is not None and row[0] else None
+    def prune(self, sent_before: str) -> int:
+        """Delete the events sent before `sent_before` (an ISO-8601 UTC instant as the spool writes them): the API
+        holds them. Waiting and discarded events, and every stream's head, stay. Returns how many went."""
+        with self._write() as conn:
+            return int(conn.execute("DELETE FROM spool_events WHERE sent_at IS NOT NULL AND sent_at < ?",
+                                    (sent_before,)).rowcount)
 
     def export(self, stream_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Every spooled event in spool order (of one stream, if given) with its state, as JSON-ready dicts."""
