@@ -35,7 +35,7 @@ bench: venv
 	$(PY) bench/run_all.py
 
 lint: venv
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 

@@ -287,6 +287,13 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "DISPATCH_DUPLICATE_CONSUMER": ErrorSpec(500, "two consumers share a name"),
     "DISPATCH_INSTANCE_ID": ErrorSpec(500, "the dispatcher's instance_id is missing or reserved"),
     "DISPATCH_OPTIONS_INVALID": ErrorSpec(500, "a dispatcher option is out of range"),
+    # --- the client SDK (settlekit.client): its own failures; the API's answers keep the server's code
+    "API_UNREACHABLE": ErrorSpec(503, "the client got no answer from the API (refused, dropped or timed out)"),
+    "SPOOL_INVALID": ErrorSpec(400, "the client's spool file is not a settlekit spool, or an event cannot be spooled"),
+    "SPOOL_STREAM_BLOCKED": ErrorSpec(409, "the API refused the stream's spooled events; its spool is stopped until "
+                                           "they are discarded (`settlekit spool status` shows why)"),
+    "SPOOL_HEAD_UNKNOWN": ErrorSpec(503, "the API is unreachable and the spool has never seen the stream, so the "
+                                         "event cannot be chained"),
     # --- storage and process wiring
     "DATABASE_URL_INVALID": ErrorSpec(500, "the database URL is not postgresql://… or sqlite:///path"),
     "DATABASE_NOT_FOUND": ErrorSpec(503, "the SQLite file does not exist (create it with `settlekit migrate`)"),

@@ -30,6 +30,10 @@ POINTS: Final[dict[str, str]] = {
     # the append group commit (store.events.GroupCommitter), hit once per append of a group (argument: its index)
     # once all of them are written, before the COMMIT
     "append.group_commit": "the group's appends written, the group not committed",
+    # the client's spool flusher, one batch; argument: the stream id
+    "spool.batch_stored": "batch and its idempotency key stored, nothing sent",
+    "spool.answered": "the API answered the append, the batch not marked sent",
+    "spool.marked": "the batch marked sent",
     # the reference receiver, once a request body is read; arguments: the request handler, headers, body.
     # A hook that answered the request itself returns True.
     "receiver.request": "request read, not verified",

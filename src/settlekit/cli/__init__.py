@@ -29,6 +29,7 @@ from settlekit.cli.common import (
 from settlekit.cli.consumers import consumers_app
 from settlekit.cli.deliveries import delivery_app, receive_command
 from settlekit.cli.ledger import ledger_app
+from settlekit.cli.spool import spool_app
 from settlekit.errors import SettlekitError, VerificationError
 from settlekit.events.envelope import parse_keys_file, verify_chain
 
@@ -228,6 +229,7 @@ app.add_typer(consumers_app, name="consumers")
 app.add_typer(artifacts_app, name="artifacts")
 app.add_typer(delivery_app, name="deliveries")
 app.add_typer(api_keys_app, name="api-keys")
+app.add_typer(spool_app, name="spool")
 app.add_typer(api_keys_app, name="keys", hidden=True)  # the earlier name of `api-keys`, still accepted
 app.command("receive", help="Run the reference webhook receiver (verifies, dedupes, stores).")(receive_command)
 app.command()(server.serve)
