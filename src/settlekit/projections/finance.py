@@ -4,7 +4,8 @@ and sign the MonthClose.v1, store it, enqueue its deliveries, all in one transac
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -133,25 +134,65 @@ def _closed(tx: Tx, tenant_id: str, month: str) -> dict[str, Any]:
     return doc
 
 
-def export_journal(db: Database, tenant_id: str, month: str, write: Callable[[bytes], Any],
-                   progress: Progress | None = None) -> dict[str, Any]:
-    """Write the period's JournalCsv.v1 bytes to `write`, page by page; returns {rows, sha256, bytes} and checks the
-    hash against the close document (FINANCE_CLOSE_MISMATCH otherwise)."""
-    writer = J.HashingWriter(write)
-    rows = 0
+CHUNK = 1 << 16  # bytes handed to the writer at a time
+
+
+class _Chunks:
+    """Collects text into chunks of about CHUNK bytes, hashing exactly the bytes it emits."""
+
+    def __init__(self) -> None:
+        self.writer = J.HashingWriter(self._take)
+        self.rows = 0
+        self._parts: list[bytes] = []
+        self._size = 0
+
+    def _take(self, data: bytes) -> None:
+        self._parts.append(data)
+        self._size += len(data)
+
+    def ready(self, final: bool = False) -> bytes | None:
+        if not self._parts or (self._size < CHUNK and not final):
+            return None
+        out = b"".join(self._parts)
+        self._parts, self._size = [], 0
+        return out
+
+
+def iter_journal(db: Database, tenant_id: str, month: str, progress: Progress | None = None) -> Iterator[bytes]:
+    """The period's JournalCsv.v1 bytes in chunks, read page by page in one read transaction (constant memory).
+    At the end the hash is checked against the close document (FINANCE_CLOSE_MISMATCH otherwise)."""
+    out = _Chunks()
     with db.read() as tx:
         doc = _closed(tx, tenant_id, month)
-        writer.write(J.CSV_HEADER)
+        out.writer.write(J.CSV_HEADER)
         for entry in F.period_entries(tx, tenant_id, month):
             for line in J.journal_lines(entry):
-                writer.write(line)
-                rows += 1
-            if progress is not None:
-                progress(rows)
-    if writer.hexdigest() != doc["journal"]["sha256"]:
+                out.writer.write(line)
+                out.rows += 1
+            if (chunk := out.ready()) is not None:
+                yield chunk
+                if progress is not None:
+                    progress(out.rows)
+    if (chunk := out.ready(final=True)) is not None:
+        yield chunk
+    if progress is not None:
+        progress(out.rows)
+    if out.writer.hexdigest() != doc["journal"]["sha256"]:
         raise SettlekitError("the exported journal does not match the close document",
                              code="FINANCE_CLOSE_MISMATCH", month=month, tenantId=tenant_id)
-    return {"rows": rows, "sha256": writer.hexdigest(), "bytes": writer.bytes_written}
+
+
+def export_journal(db: Database, tenant_id: str, month: str, write: Callable[[bytes], Any],
+                   progress: Progress | None = None) -> dict[str, Any]:
+    """Write the period's JournalCsv.v1 to `write`; returns {rows, sha256, bytes} (see `iter_journal`)."""
+    sha, size = hashlib.sha256(), 0
+    for chunk in iter_journal(db, tenant_id, month, progress):
+        sha.update(chunk)
+        size += len(chunk)
+        write(chunk)
+    with db.read() as tx:
+        rows = int(_closed(tx, tenant_id, month)["journal"]["rows"])
+    return {"rows": rows, "sha256": sha.hexdigest(), "bytes": size}
 
 
 def put_gl_mapping(db: Database, tenant_id: str, mapping: Any) -> str:
@@ -168,29 +209,57 @@ def get_gl_mapping(db: Database, tenant_id: str) -> dict[str, Any]:
     return found[0]
 
 
+def _gl_inputs(tx: Tx, tenant_id: str, month: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(close document, mapping, mapping hash); FINANCE_GL_ACCOUNT_UNMAPPED when the close names an account the
+    mapping lacks."""
+    doc = _closed(tx, tenant_id, month)
+    found = F.gl_mapping(tx, tenant_id)
+    if found is None:
+        raise NotFoundError(f"tenant {tenant_id} has no GL mapping", code="FINANCE_GL_MAPPING_NOT_FOUND")
+    for account in doc["statement"]["accounts"]:
+        J.gl_account(found[0], account["accountId"])
+    return doc, found[0], found[1]
+
+
+def check_gl_export(db: Database, tenant_id: str, month: str) -> None:
+    """Raise what `iter_gl_batch` would raise before its first byte (for a streamed response)."""
+    with db.read() as tx:
+        _gl_inputs(tx, tenant_id, month)
+
+
+def iter_gl_batch(db: Database, tenant_id: str, month: str, progress: Progress | None = None) -> Iterator[bytes]:
+    """The period's GlBatch.v1 JSON in chunks (constant memory)."""
+    out = _Chunks()
+    with db.read() as tx:
+        doc, mapping, mapping_hash = _gl_inputs(tx, tenant_id, month)
+        out.writer.write(J.gl_batch_head(tenant_id, month, doc["artifactHash"], mapping_hash))
+        for entry in F.period_entries(tx, tenant_id, month):
+            for line in J.gl_lines(entry, mapping):
+                out.writer.write(line if out.rows == 0 else "," + line)
+                out.rows += 1
+            if (chunk := out.ready()) is not None:
+                yield chunk
+                if progress is not None:
+                    progress(out.rows)
+    out.writer.write(J.gl_batch_tail(out.rows))
+    if (chunk := out.ready(final=True)) is not None:
+        yield chunk
+    if progress is not None:
+        progress(out.rows)
+
+
 def export_gl_batch(db: Database, tenant_id: str, month: str, write: Callable[[bytes], Any],
                     progress: Progress | None = None) -> dict[str, Any]:
     """Write the period's GlBatch.v1 JSON to `write`; an account missing from the tenant's mapping is
-    FINANCE_GL_ACCOUNT_UNMAPPED, raised before any byte is written when the close's totals name it."""
-    writer = J.HashingWriter(write)
-    rows = 0
+    FINANCE_GL_ACCOUNT_UNMAPPED, raised before any byte is written."""
+    sha, size = hashlib.sha256(), 0
+    for chunk in iter_gl_batch(db, tenant_id, month, progress):
+        sha.update(chunk)
+        size += len(chunk)
+        write(chunk)
     with db.read() as tx:
-        doc = _closed(tx, tenant_id, month)
-        found = F.gl_mapping(tx, tenant_id)
-        if found is None:
-            raise NotFoundError(f"tenant {tenant_id} has no GL mapping", code="FINANCE_GL_MAPPING_NOT_FOUND")
-        mapping, mapping_hash = found
-        for account in doc["statement"]["accounts"]:
-            J.gl_account(mapping, account["accountId"])
-        writer.write(J.gl_batch_head(tenant_id, month, doc["artifactHash"], mapping_hash))
-        for entry in F.period_entries(tx, tenant_id, month):
-            for line in J.gl_lines(entry, mapping):
-                writer.write(line if rows == 0 else "," + line)
-                rows += 1
-            if progress is not None:
-                progress(rows)
-        writer.write(J.gl_batch_tail(rows))
-    return {"rows": rows, "sha256": writer.hexdigest(), "bytes": writer.bytes_written}
+        rows = int(_closed(tx, tenant_id, month)["journal"]["rows"])
+    return {"rows": rows, "sha256": sha.hexdigest(), "bytes": size}
 
 
 def journal_rows(db: Database, tenant_id: str, month: str) -> int:
