@@ -10,6 +10,7 @@ from settlekit.api.routes import (
     consumers,
     deliveries,
     destinations,
+    finance,
     health,
     jobs,
     ledger,
@@ -19,6 +20,7 @@ from settlekit.api.routes import (
 ROUTERS: tuple[APIRouter, ...] = (
     jobs.router,
     ledger.router,
+    finance.router,
     artifacts.router,
     destinations.router,
     deliveries.router,
