@@ -88,15 +88,17 @@ def _inputs(tenant_id: str, month: str, previous: dict[str, Any] | None, head: T
 
 def _body(tx: Tx, inputs: CloseInputs) -> dict[str, Any]:
     """The unsigned document: one pass over the period's entries folds the statement and hashes the journal."""
-    writer = J.HashingWriter()
-    writer.write(J.CSV_HEADER)
-    totals, rows = StatementTotals(), 0
+    out = _Chunks()
+    out.add(J.CSV_HEADER)
+    totals = StatementTotals()
     for entry in F.period_entries(tx, inputs.tenant_id, inputs.month):
         totals.add(entry)
         for line in J.journal_lines(entry):
-            writer.write(line)
-            rows += 1
-    full = replace(inputs, journal_sha256=writer.hexdigest(), journal_rows=rows)
+            out.add(line)
+            out.rows += 1
+        out.ready()
+    out.ready(final=True)
+    full = replace(inputs, journal_sha256=out.hexdigest(), journal_rows=out.rows)
     return close_document(full, totals)
 
 
@@ -138,24 +140,31 @@ CHUNK = 1 << 16  # bytes handed to the writer at a time
 
 
 class _Chunks:
-    """Collects text into chunks of about CHUNK bytes, hashing exactly the bytes it emits."""
+    """Collects text and hands it out as UTF-8 chunks of about CHUNK characters; hashes exactly the bytes it hands
+    out (SHA-256), so the hash is over the export's bytes."""
 
     def __init__(self) -> None:
-        self.writer = J.HashingWriter(self._take)
         self.rows = 0
-        self._parts: list[bytes] = []
-        self._size = 0
+        self.size = 0
+        self._sha = hashlib.sha256()
+        self._parts: list[str] = []
+        self._chars = 0
 
-    def _take(self, data: bytes) -> None:
-        self._parts.append(data)
-        self._size += len(data)
+    def add(self, text: str) -> None:
+        self._parts.append(text)
+        self._chars += len(text)
 
     def ready(self, final: bool = False) -> bytes | None:
-        if not self._parts or (self._size < CHUNK and not final):
+        if not self._parts or (self._chars < CHUNK and not final):
             return None
-        out = b"".join(self._parts)
-        self._parts, self._size = [], 0
-        return out
+        data = "".join(self._parts).encode("utf-8")
+        self._parts, self._chars = [], 0
+        self._sha.update(data)
+        self.size += len(data)
+        return data
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
 
 
 def iter_journal(db: Database, tenant_id: str, month: str, progress: Progress | None = None) -> Iterator[bytes]:
@@ -164,10 +173,10 @@ def iter_journal(db: Database, tenant_id: str, month: str, progress: Progress | 
     out = _Chunks()
     with db.read() as tx:
         doc = _closed(tx, tenant_id, month)
-        out.writer.write(J.CSV_HEADER)
+        out.add(J.CSV_HEADER)
         for entry in F.period_entries(tx, tenant_id, month):
             for line in J.journal_lines(entry):
-                out.writer.write(line)
+                out.add(line)
                 out.rows += 1
             if (chunk := out.ready()) is not None:
                 yield chunk
@@ -177,7 +186,7 @@ def iter_journal(db: Database, tenant_id: str, month: str, progress: Progress | 
         yield chunk
     if progress is not None:
         progress(out.rows)
-    if out.writer.hexdigest() != doc["journal"]["sha256"]:
+    if out.hexdigest() != doc["journal"]["sha256"]:
         raise SettlekitError("the exported journal does not match the close document",
                              code="FINANCE_CLOSE_MISMATCH", month=month, tenantId=tenant_id)
 
@@ -232,16 +241,16 @@ def iter_gl_batch(db: Database, tenant_id: str, month: str, progress: Progress |
     out = _Chunks()
     with db.read() as tx:
         doc, mapping, mapping_hash = _gl_inputs(tx, tenant_id, month)
-        out.writer.write(J.gl_batch_head(tenant_id, month, doc["artifactHash"], mapping_hash))
+        out.add(J.gl_batch_head(tenant_id, month, doc["artifactHash"], mapping_hash))
         for entry in F.period_entries(tx, tenant_id, month):
             for line in J.gl_lines(entry, mapping):
-                out.writer.write(line if out.rows == 0 else "," + line)
+                out.add(line if out.rows == 0 else "," + line)
                 out.rows += 1
             if (chunk := out.ready()) is not None:
                 yield chunk
                 if progress is not None:
                     progress(out.rows)
-    out.writer.write(J.gl_batch_tail(out.rows))
+    out.add(J.gl_batch_tail(out.rows))
     if (chunk := out.ready(final=True)) is not None:
         yield chunk
     if progress is not None:

@@ -3,6 +3,7 @@ the signed close documents and the GL mappings. Every function runs in the calle
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -101,7 +102,7 @@ def period_entries(tx: Tx, tenant_id: str, month: str, *, page: int = PAGE) -> I
     """The entries assigned to a period in journal order (time, then entry id), read page by page."""
     at, entry_id = "", ""
     while True:
-        rows = tx.fetchall(_sql(tx, "period_entries_page"), (tenant_id, month, at, at, entry_id, page))
+        rows = tx.fetchall(_sql(tx, "period_entries_page"), (tenant_id, month, at, entry_id, page))
         if not rows:
             return
         last = rows[-1]
@@ -116,7 +117,7 @@ def period_entries(tx: Tx, tenant_id: str, month: str, *, page: int = PAGE) -> I
 def _allocations(tx: Tx, tenant_id: str, month: str, after: tuple[str, str],
                  through: tuple[str, str]) -> dict[str, list[tuple[int, str, str, int]]]:
     rows = tx.fetchall(_sql(tx, "period_allocations_range"),
-                       (tenant_id, month, after[0], after[0], after[1], through[0], through[0], through[1]))
+                       (tenant_id, month, after[0], after[1], through[0], through[1]))
     out: dict[str, list[tuple[int, str, str, int]]] = {}
     for entry_id, posting_id, party, role, cents in rows:
         out.setdefault(entry_id, []).append((int(posting_id[1:]), party, role, int(cents)))
@@ -126,7 +127,7 @@ def _allocations(tx: Tx, tenant_id: str, month: str, after: tuple[str, str],
 
 
 def _entry(r: Row, shares: list[tuple[int, str, str, int]]) -> PeriodEntry:
-    entry = parse_json(r[7])
+    entry = json.loads(r[7])  # written by the ledger: integers and strings only
     postings = tuple((p["accountId"], int(p["amountCents"])) for p in entry["postings"])
     return PeriodEntry(entry_id=r[0], job_id=r[3], event_type=r[4], source_event_id=r[5], at=r[1], memo=r[6],
                        postings=postings, allocations=tuple(shares), carried=bool(r[2]))

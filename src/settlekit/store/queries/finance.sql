@@ -20,7 +20,7 @@ WHERE e.tenant_id = ?
 SELECT p.entry_id, p.at, p.carried, e.job_id, e.event_type, e.source_event_id, e.memo, e.entry_json
 FROM finance_entry_periods p
 JOIN ledger_entries e ON e.tenant_id = p.tenant_id AND e.entry_id = p.entry_id
-WHERE p.tenant_id = ? AND p.period = ? AND (p.at > ? OR (p.at = ? AND p.entry_id > ?))
+WHERE p.tenant_id = ? AND p.period = ? AND (p.at, p.entry_id) > (?, ?)
 ORDER BY p.at, p.entry_id
 LIMIT ?
 
@@ -28,5 +28,4 @@ LIMIT ?
 SELECT a.entry_id, a.posting_id, a.party_id, a.party_role, a.amount_cents
 FROM finance_entry_periods p
 JOIN ledger_allocations a ON a.tenant_id = p.tenant_id AND a.entry_id = p.entry_id
-WHERE p.tenant_id = ? AND p.period = ? AND (p.at > ? OR (p.at = ? AND p.entry_id > ?))
-  AND (p.at < ? OR (p.at = ? AND p.entry_id <= ?))
+WHERE p.tenant_id = ? AND p.period = ? AND (p.at, p.entry_id) > (?, ?) AND (p.at, p.entry_id) <= (?, ?)
