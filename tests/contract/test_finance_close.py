@@ -288,3 +288,30 @@ def test_closes_count_every_entry_once_and_their_totals_are_their_sums(
         assert sum(a["debitCents"] for a in stmt["accounts"]) == stmt["debitCents"] == stmt["creditCents"]
         assert by_account.get(A.CASH, {"debitCents": 0})["debitCents"] == stmt["debitCents"]
     assert all(canonical_json(_close(db, tenant, d["period"]["month"])) == canonical_json(d) for d in docs)
+
+
+def test_concurrent_closes_of_one_month_give_one_document(db: Database) -> None:
+    import threading
+
+    tenant = _tenant()
+    for i in range(20):
+        _post(db, tenant, f"job_{i}", f"e{i:03d}", f"2026-01-{1 + i:02d}T00:00:00.000Z", 100 + i)
+    _extend(db, tenant, "job_x", datetime(2026, 1, 3, tzinfo=UTC), 2)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            results.append(FIN.close_month(db, tenant, "2026-01", SIGNER, now=NOW))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=close) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(r.created for r in results) == [False, False, False, True]
+    assert len({canonical_json(r.document) for r in results}) == 1
+    assert results[0].document["merkleLog"]["treeSize"] == 1

@@ -52,6 +52,7 @@ def close_month(db: Database, tenant_id: str, month: str, signer: Signer, *, now
     if end > iso_millis(now):
         raise ConflictError(f"{month} has not ended yet", code="FINANCE_PERIOD_OPEN", month=month)
     with db.transaction() as tx:
+        F.lock_tenant_closes(tx, tenant_id)
         stored = F.close_document(tx, tenant_id, month)
         if stored is not None:
             _check_rerun(tx, tenant_id, month, stored, signer)
@@ -307,4 +308,4 @@ def consistency_proof(db: Database, tenant_id: str, old_month: str, new_month: s
 
 def tenants_to_close(db: Database) -> list[str]:
     with db.read() as tx:
-        return F.tenants_with_entries(tx)
+        return F.tenants_to_close(tx)

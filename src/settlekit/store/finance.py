@@ -19,8 +19,16 @@ def _sql(tx: Tx, name: str) -> str:
     return statements("finance", tx.dialect)[name]
 
 
-def tenants_with_entries(tx: Tx) -> list[str]:
-    return sorted(r[0] for r in tx.fetchall("SELECT DISTINCT tenant_id FROM ledger_entries"))
+def lock_tenant_closes(tx: Tx, tenant_id: str) -> None:
+    """Wait for any other close of the tenant to finish, and hold the tenant's closes until `tx` ends."""
+    tx.scalar(_sql(tx, "lock_tenant_closes"), (tenant_id,))
+
+
+def tenants_to_close(tx: Tx) -> list[str]:
+    """Tenants with journal entries or job streams."""
+    rows = tx.fetchall("SELECT tenant_id FROM ledger_entries UNION SELECT tenant_id FROM streams"
+                       " WHERE stream_type = 'job'")
+    return sorted(r[0] for r in rows)
 
 
 def closed_months(tx: Tx, tenant_id: str) -> list[str]:
