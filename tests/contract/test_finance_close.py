@@ -221,10 +221,12 @@ def test_a_close_is_delivered_to_destinations_that_subscribe_to_it(db: Database)
         rows = tx.fetchall("SELECT destination_id, artifact_id, artifact_hash FROM deliveries WHERE tenant_id = ?",
                            (tenant,))
     assert [tuple(r) for r in rows] == [("closes", "close_2026-01", first.document["artifactHash"])]
+    from settlekit.delivery.receiver import verify_artifact
     from settlekit.delivery.sink import artifact_loader
 
     with db.read() as tx:
         assert artifact_loader(tx, tenant, "close_2026-01") == first.document
+    verify_artifact(first.document)  # what a receiver checks: the artifactHash
 
 
 def test_gl_batch_maps_every_account_and_refuses_an_unmapped_one(db: Database) -> None:

@@ -53,6 +53,9 @@ def test_close_show_export_and_verify_offline(closed: tuple[str, Path]) -> None:
     assert code == 0, out
     code, out = _run("verify", "--artifact", str(tmp / "close.json"), "--journal", str(tmp / "j.csv"))
     assert code == 0 and json.loads(out)["journalValid"], out
+    _run("export", "--stream", "job_0001", "--db", url, "--out", str(tmp / "stream.json"))
+    code, out = _run("verify", str(tmp / "stream.json"), "--artifact", str(tmp / "close.json"))
+    assert code == 0 and json.loads(out)["signatureValid"], out
     if shutil.which("sha256sum"):
         digest = subprocess.run(["sha256sum", str(tmp / "j.csv")], capture_output=True, text=True, check=True)
         assert digest.stdout.split()[0] == json.loads((tmp / "close.json").read_text())["journal"]["sha256"]

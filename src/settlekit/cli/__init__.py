@@ -80,7 +80,7 @@ def verify(
 ) -> None:
     """Verify a stream offline (hashes, chain links, signatures); exit 1 naming the first bad index. Also checks a
     MonthClose.v1 (hash, server signature, journal bytes) and the tenant log's inclusion and consistency proofs."""
-    if proof is not None or (artifact is not None and stream is None):
+    if proof is not None or (artifact is not None and (stream is None or _is_month_close(artifact))):
         _verify_finance(stream, keys, artifact, proof, journal)
         return
     if stream is None:
@@ -104,6 +104,13 @@ def verify(
             raise typer.Exit(code=1)
         return
     print(json.dumps(result))
+
+
+def _is_month_close(path: Path) -> bool:
+    from settlekit.ledger.close import MONTH_CLOSE
+
+    doc = read_json(path)
+    return isinstance(doc, dict) and doc.get("artifactType") == MONTH_CLOSE
 
 
 def _verify_finance(stream: Path | None, keys: Path | None, artifact: Path | None, proof: Path | None,
