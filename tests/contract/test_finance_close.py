@@ -317,3 +317,15 @@ def test_concurrent_closes_of_one_month_give_one_document(db: Database) -> None:
     assert sorted(r.created for r in results) == [False, False, False, True]
     assert len({canonical_json(r.document) for r in results}) == 1
     assert results[0].document["merkleLog"]["treeSize"] == 1
+
+
+def test_a_late_event_in_a_closed_month_moves_its_stream_leaf_in_the_next_close(db: Database) -> None:
+    tenant = _tenant()
+    _extend(db, tenant, "job_a", datetime(2026, 1, 10, tzinfo=UTC), 1)
+    jan = _close(db, tenant, "2026-01")
+    _extend(db, tenant, "job_a", datetime(2026, 1, 20, tzinfo=UTC), 1)  # dated January, appended after the close
+    feb = _close(db, tenant, "2026-02")
+    assert (jan["merkleLog"]["treeSize"], feb["merkleLog"]["treeSize"]) == (1, 2)
+    proof = FIN.inclusion_proof(db, tenant, "2026-02", "job_a")
+    assert proof["leaf"]["eventCount"] == 2 and verify_inclusion_proof(proof)["ok"]
+    assert canonical_json(_close(db, tenant, "2026-01")) == canonical_json(jan)
