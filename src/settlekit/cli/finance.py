@@ -73,16 +73,14 @@ def show(*, month: MonthOption, tenant: TenantArg = "tenant_default", db: DbOpti
 
 
 def _progress_bar(total: int, label: str) -> Any:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
+    from rich.text import Text
 
-    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), TransferSpeedColumn(),
+    class RowRate(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            return Text(f"{task.speed:,.0f} rows/s" if task.speed else "", style="progress.data.speed")
+
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("rows"), RowRate(),
                     TimeRemainingColumn(), console=console, transient=True,
                     disable=not console.is_terminal or total < 1000)
 
