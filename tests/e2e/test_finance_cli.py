@@ -111,3 +111,20 @@ def test_close_needs_the_server_key(tmp_path: Path) -> None:
                                       "--db", f"sqlite:///{tmp_path / 'x.db'}"],
                                 env={"SETTLEKIT_SERVER_KEY_FILE": ""})
     assert result.exit_code == 2 and "SETTINGS_INVALID" in result.output
+
+
+def test_closing_every_tenant_goes_on_past_one_that_is_refused(closed: tuple[str, Path]) -> None:
+    url, tmp = closed
+    with opened(url) as db:
+        store = job_appender(db, clock=lambda: datetime(2026, 1, 6, tzinfo=UTC), server_rules=False)
+        fleet = Fleet.create()
+        for reg in fleet.registrations():
+            store.signer_keys.register("tenant_other", reg["publicKeyPem"], reg["purpose"],
+                                       entity_id=reg.get("entityId"))
+        events = job_stream(SCENARIO_ORDER[0], "job_other", fleet, 0)
+        store.append("tenant_other", "job_other", events)
+    result = CliRunner().invoke(app, ["finance", "close", "--month", "2025-12", "--db", url, "--server-key-file",
+                                      str(tmp / "server.pem"), "--json"])
+    assert result.exit_code == 1
+    assert [r["tenantId"] for r in json.loads(result.stdout.splitlines()[0])] == ["tenant_other"]
+    assert "FINANCE_PERIOD_ORDER" in result.output

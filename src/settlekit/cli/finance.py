@@ -10,8 +10,17 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from settlekit.cli.common import DbOption, JsonOption, console, print_json, read_json, run_with_db, settings_flags
-from settlekit.errors import ConfigurationError
+from settlekit.cli.common import (
+    DbOption,
+    JsonOption,
+    console,
+    error_line,
+    print_json,
+    read_json,
+    run_with_db,
+    settings_flags,
+)
+from settlekit.errors import ConfigurationError, SettlekitError
 from settlekit.events.canonical import canonical_json
 from settlekit.store.db import Database
 
@@ -34,24 +43,39 @@ def _signer(flags: dict[str, Any]) -> Any:
 @finance_app.command("close")
 @settings_flags("server_key_file")
 def close(*, month: MonthOption, tenant: Annotated[str | None, typer.Option(
-              "--tenant", "-t", help="tenant id (default: every tenant with journal entries)")] = None,
+              "--tenant", "-t", help="tenant id (default: every tenant with journal entries or job streams)")] = None,
           db: DbOption = None, as_json: JsonOption = False, flags: dict[str, Any]) -> None:
     """Close a month: assign its entries, grow the tenant log, sign and store the MonthClose.v1, enqueue its
-    deliveries. Re-running prints the stored document (checked against a rebuild)."""
+    deliveries. Re-running prints the stored document (checked against a rebuild). Without --tenant every tenant
+    is closed; one that cannot be (e.g. a later month already closed) is reported and the others go on (exit 1)."""
     from settlekit.projections.finance import close_month, tenants_to_close
 
-    def action(database: Database) -> list[dict[str, Any]]:
+    def action(database: Database) -> tuple[list[dict[str, Any]], list[SettlekitError]]:
         signer = _signer(flags)
         tenants = [tenant] if tenant is not None else tenants_to_close(database)
         now = datetime.now(UTC)
-        out = []
+        out, refused = [], []
         for t in tenants:
-            result = close_month(database, t, month, signer, now=now)
+            try:
+                result = close_month(database, t, month, signer, now=now)
+            except SettlekitError as exc:
+                if tenant is not None:
+                    raise
+                refused.append(exc)
+                continue
             out.append({"tenantId": t, "created": result.created, "deliveries": result.deliveries,
                         "artifactHash": result.document["artifactHash"], "document": result.document})
-        return out
+        return out, refused
 
-    results = run_with_db(db, action)
+    results, refused = run_with_db(db, action)
+    _print_closes(month, results, as_json)
+    for exc in refused:
+        console.print(error_line(exc), highlight=False)
+    if refused:
+        raise typer.Exit(code=1)
+
+
+def _print_closes(month: str, results: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         print_json(results)
         return
