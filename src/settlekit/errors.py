@@ -232,6 +232,19 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SLA_CREDIT_MAX_EXCEEDED": ErrorSpec(409, "the SLA credit exceeds the configured maximum"),
     # --- contracts
     "CONTRACT_INVALID": ErrorSpec(400, "a ContractDocument.v1 or SplitPlan.v1 does not validate"),
+    # --- finance close, the tenant log and exports
+    "FINANCE_MONTH_INVALID": ErrorSpec(400, "a month is not YYYY-MM (or a proof's months are in the wrong order)"),
+    "FINANCE_PERIOD_OPEN": ErrorSpec(409, "the month has not ended yet, so it cannot be closed"),
+    "FINANCE_PERIOD_ORDER": ErrorSpec(409, "a later month of the tenant is already closed"),
+    "FINANCE_CLOSE_NOT_FOUND": ErrorSpec(404, "the month is not closed for the tenant"),
+    "FINANCE_CLOSE_MISMATCH": ErrorSpec(500, "a stored close differs from its rebuild from the ledger and the log"),
+    "FINANCE_LEAF_NOT_FOUND": ErrorSpec(404, "the close of that month appended no leaf for the job"),
+    "FINANCE_GL_MAPPING_INVALID": ErrorSpec(400, "a GlMapping.v1 document does not validate"),
+    "FINANCE_GL_MAPPING_NOT_FOUND": ErrorSpec(404, "the tenant has no GL mapping"),
+    "FINANCE_GL_ACCOUNT_UNMAPPED": ErrorSpec(400, "an account of the period has no glAccount in the tenant's mapping"),
+    "FINANCE_DOCUMENT_INVALID": ErrorSpec(400, "`verify`: the document is not a MonthClose.v1"),
+    "FINANCE_SIGNER_UNKNOWN": ErrorSpec(400, "`verify`: the close's signer key is not among the given keys"),
+    "FINANCE_PROOF_INVALID": ErrorSpec(400, "`verify`: an inclusion or consistency proof does not verify"),
     # --- artifacts
     "ARTIFACT_NOT_FOUND": ErrorSpec(404, "no such artifact (or no effective one of this type) for the job"),
     "ARTIFACT_TYPE_UNKNOWN": ErrorSpec(400, "the artifact type is not one of the v1 types"),

@@ -34,9 +34,11 @@ BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/keys"): {"publicKeyPem": Signer.generate().public_key_pem, "purpose": "robot"},
     ("POST", "/v1/keys/{key_id}/rotate"): {},
     ("POST", "/v1/ops/consumers/{name}/reset"): {"to": 0},
+    ("PUT", "/v1/finance/gl-mapping"): {"schemaVersion": "GlMapping.v1", "accounts": {"acct_cash": {"glAccount": "1"}}},
 }
 QUERIES: dict[tuple[str, str], dict[str, str]] = {
     ("GET", "/v1/jobs/{job_id}/artifacts/effective"): {"type": "WorkCertificate"},
+    ("GET", "/v1/finance/consistency"): {"from": "2026-01", "to": "2026-01"},
 }
 HEADERS: dict[tuple[str, str], dict[str, str]] = {
     ("POST", "/v1/jobs/{job_id}/events"): {"x-expected-prev-chain-hash": "null"},
@@ -51,6 +53,11 @@ OPERATOR_ROUTES = {p for p in (
 COLLECTIONS = {"/v1/jobs", "/v1/destinations", "/v1/deliveries", "/v1/keys", "/v1/ledger/balances", "/v1/events",
                "/v1/events/stream"}
 CREATES = {("POST", "/v1/jobs"), ("POST", "/v1/destinations"), ("POST", "/v1/keys")}
+# Finance routes answer for the key's own tenant: 404 until tenant B has its own close or mapping, then B's own
+# document (closing a month or storing a mapping writes in B's namespace only).
+OWN_TENANT = {"/v1/finance/closes/{month}", "/v1/finance/closes/{month}/journal.csv",
+              "/v1/finance/closes/{month}/gl-batch", "/v1/finance/closes/{month}/proofs/{job_id}",
+              "/v1/finance/consistency", "/v1/finance/gl-mapping"}
 
 
 def api_routes() -> list[tuple[str, str]]:
@@ -84,7 +91,8 @@ ROUTES = api_routes()
 def _path(template: str, seeded: Seeded) -> str:
     return (template.replace("{job_id}", seeded.job_id).replace("{artifact_id}", seeded.artifact_id)
             .replace("{destination_id}", seeded.destination_id).replace("{delivery_id}", str(seeded.delivery_id))
-            .replace("{key_id}", seeded.key_ids[0]).replace("{name}", "settlekit:artifacts"))
+            .replace("{key_id}", seeded.key_ids[0]).replace("{name}", "settlekit:artifacts")
+            .replace("{month}", "2026-01"))
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +126,8 @@ def _check_isolated(db: Database, api: Any, method: str, template: str, seeded: 
         assert r.status_code == 403 and r.json()["code"] == "OPERATOR_TENANT_REQUIRED"
     elif template in COLLECTIONS and method == "GET":
         assert r.status_code == 200
+    elif template in OWN_TENANT:
+        assert r.status_code in (200, 201, 404), f"{method} {template}: {r.status_code} {r.text[:300]}"
     elif (method, template) in CREATES:
         assert r.status_code in (201, 409), r.text  # created in B's own namespace (or B's own duplicate)
     else:
@@ -131,7 +141,7 @@ def test_route_list_is_covered() -> None:
     paths = {p for _, p in ROUTES}
     assert paths >= OPERATOR_ROUTES | COLLECTIONS
     assert {k for k in BODIES} <= set(ROUTES)
-    params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name"}
+    params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name", "month"}
     for _, template in ROUTES:
         names = {part[1:-1] for part in template.split("/") if part.startswith("{")}
         assert names <= params, f"unknown path parameter in {template}"

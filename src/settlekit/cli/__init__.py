@@ -28,9 +28,10 @@ from settlekit.cli.common import (
 )
 from settlekit.cli.consumers import consumers_app
 from settlekit.cli.deliveries import delivery_app, receive_command
+from settlekit.cli.finance import finance_app
 from settlekit.cli.ledger import ledger_app
 from settlekit.cli.spool import spool_app
-from settlekit.errors import SettlekitError, VerificationError
+from settlekit.errors import SettlekitError, ValidationError, VerificationError
 from settlekit.events.envelope import parse_keys_file, verify_chain
 
 if TYPE_CHECKING:
@@ -67,11 +68,24 @@ def verify_stream_file(stream: Path, keys: Path | None) -> tuple[list[Any], dict
 
 @app.command()
 def verify(
-    stream: Annotated[Path, typer.Argument(help="JSON array of finalized events")],
-    keys: Annotated[Path | None, typer.Option("--keys", help="keyId→PEM object or list of signers")] = None,
-    artifact: Annotated[Path | None, typer.Option("--artifact", help="artifact JSON to rebuild and compare")] = None,
+    stream: Annotated[Path | None, typer.Argument(help="JSON array of finalized events (not needed for a "
+                                                       "MonthClose.v1 or a consistency proof)")] = None,
+    keys: Annotated[Path | None, typer.Option("--keys", help="keyId→PEM object or list of signers; for a "
+                                                             "close or a proof: the server keys to pin")] = None,
+    artifact: Annotated[Path | None, typer.Option("--artifact", help="artifact JSON to rebuild and compare, or a "
+                                                                     "MonthClose.v1 to check")] = None,
+    proof: Annotated[Path | None, typer.Option("--proof", help="MerkleInclusionProof.v1 or "
+                                                               "MerkleConsistencyProof.v1 JSON")] = None,
+    journal: Annotated[Path | None, typer.Option("--journal", help="with a MonthClose.v1: the exported "
+                                                                   "JournalCsv.v1 whose SHA-256 it records")] = None,
 ) -> None:
-    """Verify a stream offline (hashes, chain links, signatures); exit 1 naming the first bad index."""
+    """Verify a stream offline (hashes, chain links, signatures); exit 1 naming the first bad index. Also checks a
+    MonthClose.v1 (hash, server signature, journal bytes) and the tenant log's inclusion and consistency proofs."""
+    if proof is not None or (artifact is not None and (stream is None or _is_month_close(artifact))):
+        _verify_finance(stream, keys, artifact, proof, journal)
+        return
+    if stream is None:
+        fail(ValidationError("give a stream file (or --artifact / --proof)", code="SCHEMA_INVALID"), 2)
     try:
         events, _ = verify_stream_file(stream, keys)
     except VerificationError as exc:
@@ -93,16 +107,80 @@ def verify(
     print(json.dumps(result))
 
 
+def _is_month_close(path: Path) -> bool:
+    from settlekit.ledger.close import MONTH_CLOSE
+
+    doc = read_json(path)
+    return isinstance(doc, dict) and doc.get("artifactType") == MONTH_CLOSE
+
+
+def _verify_finance(stream: Path | None, keys: Path | None, artifact: Path | None, proof: Path | None,
+                    journal: Path | None) -> None:
+    """`verify` of a MonthClose.v1 (and its journal) or of a log proof (and, for an inclusion proof with a stream,
+    that the leaf is that stream's head at its event count). Prints one JSON report; exit 1 unless ok."""
+    from settlekit.ledger import close as C
+
+    pinned = parse_keys_file(read_json(keys)) if keys is not None else None
+    if proof is not None:
+        data = read_json(proof)
+        kind = data.get("proofType") if isinstance(data, dict) else None
+        check = C.verify_consistency_proof if kind == C.CONSISTENCY_PROOF else C.verify_inclusion_proof
+        report = check(data, pinned)
+        if report["ok"] and stream is not None and kind == C.INCLUSION_PROOF:
+            report.update(_leaf_in_stream(data["leaf"], read_json(stream)))
+    else:
+        assert artifact is not None
+        doc = read_json(artifact)
+        report = C.verify_close_document(doc, pinned)
+        if journal is not None:
+            report["journalValid"] = C.journal_hash_matches(doc, journal.read_bytes())
+            report["ok"] = report["ok"] and report["journalValid"]
+    print(json.dumps(report))
+    if not report.get("ok"):
+        raise typer.Exit(code=1)
+
+
+def _leaf_in_stream(leaf: Mapping[str, Any], events: Any) -> dict[str, Any]:
+    """{ok, streamMatches}: the stream's first `eventCount` events recompute (payload and chain hashes, links; the
+    signatures are `verify STREAM --keys`'s job) and end at the leaf's chain hash."""
+    from settlekit.events.envelope import compute_chain_hash, compute_payload_hash
+
+    if isinstance(events, dict):
+        events = events.get("events")
+    count = leaf.get("eventCount")
+    ok = isinstance(events, list) and type(count) is int and 0 < count <= len(events)
+    prev = None
+    for event in events[:count] if ok else []:
+        ok = ok and isinstance(event, dict) and event.get("streamId") == leaf.get("streamId") \
+            and event.get("prevChainHash") == prev and event.get("payloadHash") == compute_payload_hash(event) \
+            and event.get("chainHash") == compute_chain_hash(prev, event["payloadHash"])
+        prev = event.get("chainHash") if isinstance(event, dict) else None
+    ok = ok and prev == leaf.get("headChainHash")
+    return {"ok": ok, "streamMatches": ok}
+
+
 @app.command()
 def export(
     *,
     db: DbOption = None,
-    stream: Annotated[str, typer.Option("--stream", help="stream id")],
+    stream: Annotated[str | None, typer.Option("--stream", help="stream id")] = None,
     tenant: TenantDefaultOption = "tenant_default",
     out: Annotated[Path | None, typer.Option("--out", help="file to write; default stdout")] = None,
+    proof: Annotated[str | None, typer.Option("--proof", help="job id: its inclusion proof in the close of "
+                                                              "--month")] = None,
+    consistency: Annotated[str | None, typer.Option("--consistency", help="an earlier closed month: the proof "
+                                                                          "that the log of --month extends it")] = None,
+    month: Annotated[str | None, typer.Option("--month", help="closed month, YYYY-MM")] = None,
 ) -> None:
-    """Write a stream in the offline verifier's format (a JSON array of events)."""
+    """Write a stream in the offline verifier's format (a JSON array of events), or with --proof / --consistency
+    and --month a proof over the tenant's Merkle log (for `settlekit verify --proof`)."""
     from settlekit.store.streams import Streams
+
+    if proof is not None or consistency is not None:
+        _export_proof(db, tenant, month, proof, consistency, out)
+        return
+    if stream is None:
+        fail(ValidationError("give --stream, or --proof/--consistency with --month", code="SCHEMA_INVALID"), 2)
 
     events = run_with_db(db, lambda database: Streams(database).read_stream(tenant, stream), reading=True)
     if not events:
@@ -114,6 +192,25 @@ def export(
     else:
         out.write_text(text, encoding="utf-8")
         console.print(f"wrote {len(events)} events to {out}")
+
+
+def _export_proof(db: str | None, tenant: str, month: str | None, job: str | None, since: str | None,
+                  out: Path | None) -> None:
+    from settlekit.projections import finance as fin
+
+    if month is None:
+        fail(ValidationError("--proof and --consistency need --month", code="SCHEMA_INVALID"), 2)
+    if job is not None:
+        value = run_with_db(db, lambda d: fin.inclusion_proof(d, tenant, month, job), reading=True)
+    else:
+        assert since is not None
+        value = run_with_db(db, lambda d: fin.consistency_proof(d, tenant, since, month), reading=True)
+    text = json.dumps(value, ensure_ascii=False, indent=2) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text, encoding="utf-8")
+        console.print(f"wrote {value['proofType']} to {out}", highlight=False)
 
 
 @app.command("import")
@@ -225,6 +322,7 @@ def contracts_add(
 
 app.add_typer(contracts_app, name="contracts")
 app.add_typer(ledger_app, name="ledger")
+app.add_typer(finance_app, name="finance")
 app.add_typer(consumers_app, name="consumers")
 app.add_typer(artifacts_app, name="artifacts")
 app.add_typer(delivery_app, name="deliveries")

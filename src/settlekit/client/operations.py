@@ -84,6 +84,38 @@ class Operations(Generic[R, S]):
         """A job's party allocations."""
         return self._call("GET /v1/jobs/{job_id}/ledger/allocations", job_id=job_id)
 
+    def close_month(self, month: str, *, idempotency_key: str | None = None) -> R:
+        """Close a month (YYYY-MM) for the key's tenant: the signed MonthClose.v1 (a re-run gives the same)."""
+        return self._call("POST /v1/finance/closes/{month}", month=month, idempotency_key=idempotency_key)
+
+    def get_close(self, month: str) -> R:
+        """The tenant's MonthClose.v1 of a month."""
+        return self._call("GET /v1/finance/closes/{month}", month=month)
+
+    def journal_csv(self, month: str) -> R:
+        """The month's JournalCsv.v1 (its SHA-256 is the close's journal hash)."""
+        return self._call("GET /v1/finance/closes/{month}/journal.csv", month=month)
+
+    def gl_batch(self, month: str) -> R:
+        """The month's GlBatch.v1 over the tenant's GL mapping."""
+        return self._call("GET /v1/finance/closes/{month}/gl-batch", month=month)
+
+    def inclusion_proof(self, month: str, job_id: str) -> R:
+        """The inclusion proof of a job's leaf in the month's close."""
+        return self._call("GET /v1/finance/closes/{month}/proofs/{job_id}", month=month, job_id=job_id)
+
+    def consistency_proof(self, from_month: str, to_month: str) -> R:
+        """The consistency proof between the tenant's logs at two closes."""
+        return self._call("GET /v1/finance/consistency", **{"from": from_month, "to": to_month})
+
+    def put_gl_mapping(self, mapping: Mapping[str, Any], *, idempotency_key: str | None = None) -> R:
+        """Store the tenant's GlMapping.v1."""
+        return self._call("PUT /v1/finance/gl-mapping", body=mapping, idempotency_key=idempotency_key)
+
+    def get_gl_mapping(self) -> R:
+        """The tenant's GL mapping."""
+        return self._call("GET /v1/finance/gl-mapping")
+
     def list_artifacts(self, job_id: str, *, type: str | None = None, source_event_id: str | None = None,
                        limit: int | None = None, cursor: str | None = None) -> R:
         """A job's artifacts in stream order."""

@@ -33,6 +33,7 @@ FRAGMENTS: Mapping[Dialect, Mapping[str, str]] = {
         "seconds_since_updated_at": "EXTRACT(EPOCH FROM (clock_timestamp() - updated_at))::float8",
         "claim_lock": "FOR UPDATE OF d SKIP LOCKED",
         "seconds_since_recorded_at": "EXTRACT(EPOCH FROM (clock_timestamp() - recorded_at))::float8",
+        "collate_c": 'COLLATE "C"',
     },
     "sqlite": {
         "now": "strftime('%Y-%m-%dT%H:%M:%fZ','now')",
@@ -40,8 +41,10 @@ FRAGMENTS: Mapping[Dialect, Mapping[str, str]] = {
         "seconds_since_updated_at": "((julianday('now') - julianday(updated_at)) * 86400.0)",
         "claim_lock": "",
         "seconds_since_recorded_at": "((julianday('now') - julianday(recorded_at)) * 86400.0)",
+        "collate_c": "",
     },
 }
+# `collate_c` follows a text expression that must compare by code point (SQLite's BINARY already does).
 # `claim_lock` ends a claim query whose claimed table is aliased `d`: PostgreSQL locks the claimed rows and
 # concurrent claimers skip them; SQLite needs nothing (its write transactions are BEGIN IMMEDIATE, one writer).
 

@@ -1,0 +1,311 @@
+"""Finance use cases over the store (docs/finance.md): close a month (assign entries, grow the tenant log, build
+and sign the MonthClose.v1, store it, enqueue its deliveries, all in one transaction), export a closed period
+(JournalCsv.v1, GL batch) in constant memory, and the Merkle inclusion and consistency proofs."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from settlekit.delivery.enqueue import enqueue_artifact
+from settlekit.errors import ConflictError, NotFoundError, SettlekitError, ValidationError
+from settlekit.events.canonical import canonical_json, iso_millis
+from settlekit.events.envelope import Signer
+from settlekit.ledger import journal as J
+from settlekit.ledger import merkle
+from settlekit.ledger.close import (
+    CONSISTENCY_PROOF,
+    INCLUSION_PROOF,
+    CloseInputs,
+    StatementTotals,
+    TreeHead,
+    changed_leaves,
+    close_document,
+    month_start,
+    next_month,
+    require_month,
+    sign_document,
+    tree_head,
+    unsigned_body,
+)
+from settlekit.store import finance as F
+from settlekit.store.db import Database, Tx
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class CloseResult:
+    document: dict[str, Any]
+    created: bool
+    deliveries: int
+
+
+def close_month(db: Database, tenant_id: str, month: str, signer: Signer, *, now: datetime,
+                max_pending: int | None = None) -> CloseResult:
+    """Close `month` for the tenant, or re-run a stored close (the same document, checked against a rebuild)."""
+    require_month(month)
+    end = month_start(next_month(month))
+    if end > iso_millis(now):
+        raise ConflictError(f"{month} has not ended yet", code="FINANCE_PERIOD_OPEN", month=month)
+    with db.transaction() as tx:
+        F.lock_tenant_closes(tx, tenant_id)
+        stored = F.close_document(tx, tenant_id, month)
+        if stored is not None:
+            _check_rerun(tx, tenant_id, month, stored, signer)
+            return CloseResult(stored, False, 0)
+        months = F.closed_months(tx, tenant_id)
+        if months and month < months[-1]:
+            raise ConflictError(f"{months[-1]} is already closed; {month} can no longer be closed",
+                                code="FINANCE_PERIOD_ORDER", month=month, lastClosed=months[-1])
+        floor = month_start(months[0] if months else month)
+        F.assign_entries(tx, tenant_id, month, floor=floor, start=month_start(month), end=end)
+        prior = F.leaf_hashes(tx, tenant_id)
+        leaves = changed_leaves(F.stream_heads_before(tx, tenant_id, end), F.latest_leaves(tx, tenant_id))
+        F.append_leaves(tx, tenant_id, month, len(prior), leaves)
+        previous = F.close_document(tx, tenant_id, months[-1]) if months else None
+        inputs = _inputs(tenant_id, month, previous, tree_head(prior + [leaf.hash() for leaf in leaves]),
+                         len(prior), len(leaves))
+        doc = sign_document(_body(tx, inputs), signer)
+        F.insert_close(tx, tenant_id, month, doc)
+        F.insert_close_artifact(tx, tenant_id, doc)
+        created = enqueue_artifact(tx, tenant_id, doc, now=now, max_pending=max_pending)
+    return CloseResult(doc, True, created)
+
+
+def _inputs(tenant_id: str, month: str, previous: dict[str, Any] | None, head: TreeHead, first: int,
+            appended: int) -> CloseInputs:
+    prev_head = None
+    if previous is not None:
+        log = previous["merkleLog"]
+        prev_head = TreeHead(log["treeSize"], log["rootHash"])
+    return CloseInputs(tenant_id=tenant_id, month=month, journal_sha256="", journal_rows=0, previous=prev_head,
+                       head=head, first_leaf_index=first, leaves_appended=appended,
+                       previous_month=None if previous is None else previous["period"]["month"])
+
+
+def _body(tx: Tx, inputs: CloseInputs) -> dict[str, Any]:
+    """The unsigned document: one pass over the period's entries folds the statement and hashes the journal."""
+    out = _Chunks()
+    out.add(J.CSV_HEADER)
+    totals = StatementTotals()
+    for entry in F.period_entries(tx, inputs.tenant_id, inputs.month):
+        totals.add(entry)
+        for line in J.journal_lines(entry):
+            out.add(line)
+            out.rows += 1
+        out.ready()
+    out.ready(final=True)
+    full = replace(inputs, journal_sha256=out.hexdigest(), journal_rows=out.rows)
+    return close_document(full, totals)
+
+
+def _check_rerun(tx: Tx, tenant_id: str, month: str, stored: dict[str, Any], signer: Signer) -> None:
+    """Rebuild a stored close from the frozen period and log; any difference is FINANCE_CLOSE_MISMATCH."""
+    log = stored["merkleLog"]
+    hashes = F.leaf_hashes(tx, tenant_id, log["treeSize"])
+    previous = None
+    if stored["period"]["previousClose"] is not None:
+        previous = F.close_document(tx, tenant_id, stored["period"]["previousClose"])
+    inputs = _inputs(tenant_id, month, previous, tree_head(hashes), log["firstLeafIndex"], log["leavesAppended"])
+    body = _body(tx, inputs)
+    same = (canonical_json(sign_document(body, signer)) == canonical_json(stored)
+            if signer.key_id == stored.get("signerKeyId") else body == unsigned_body(stored))
+    if not same:
+        raise SettlekitError(f"the stored close of {month} differs from its rebuild", code="FINANCE_CLOSE_MISMATCH",
+                             month=month, tenantId=tenant_id)
+
+
+def get_close(db: Database, tenant_id: str, month: str) -> dict[str, Any]:
+    require_month(month)
+    with db.read() as tx:
+        doc = F.close_document(tx, tenant_id, month)
+    if doc is None:
+        raise NotFoundError(f"{month} is not closed for tenant {tenant_id}", code="FINANCE_CLOSE_NOT_FOUND",
+                            month=month)
+    return doc
+
+
+def _closed(tx: Tx, tenant_id: str, month: str) -> dict[str, Any]:
+    doc = F.close_document(tx, tenant_id, require_month(month))
+    if doc is None:
+        raise NotFoundError(f"{month} is not closed for tenant {tenant_id}", code="FINANCE_CLOSE_NOT_FOUND",
+                            month=month)
+    return doc
+
+
+CHUNK = 1 << 16  # bytes handed to the writer at a time
+
+
+class _Chunks:
+    """Collects text and hands it out as UTF-8 chunks of about CHUNK characters; hashes exactly the bytes it hands
+    out (SHA-256), so the hash is over the export's bytes."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.size = 0
+        self._sha = hashlib.sha256()
+        self._parts: list[str] = []
+        self._chars = 0
+
+    def add(self, text: str) -> None:
+        self._parts.append(text)
+        self._chars += len(text)
+
+    def ready(self, final: bool = False) -> bytes | None:
+        if not self._parts or (self._chars < CHUNK and not final):
+            return None
+        data = "".join(self._parts).encode("utf-8")
+        self._parts, self._chars = [], 0
+        self._sha.update(data)
+        self.size += len(data)
+        return data
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+def iter_journal(db: Database, tenant_id: str, month: str, progress: Progress | None = None) -> Iterator[bytes]:
+    """The period's JournalCsv.v1 bytes in chunks, read page by page in one read transaction (constant memory).
+    At the end the hash is checked against the close document (FINANCE_CLOSE_MISMATCH otherwise)."""
+    out = _Chunks()
+    with db.read() as tx:
+        doc = _closed(tx, tenant_id, month)
+        out.add(J.CSV_HEADER)
+        for entry in F.period_entries(tx, tenant_id, month):
+            for line in J.journal_lines(entry):
+                out.add(line)
+                out.rows += 1
+            if (chunk := out.ready()) is not None:
+                yield chunk
+                if progress is not None:
+                    progress(out.rows)
+    if (chunk := out.ready(final=True)) is not None:
+        yield chunk
+    if progress is not None:
+        progress(out.rows)
+    if out.hexdigest() != doc["journal"]["sha256"]:
+        raise SettlekitError("the exported journal does not match the close document",
+                             code="FINANCE_CLOSE_MISMATCH", month=month, tenantId=tenant_id)
+
+
+def export_journal(db: Database, tenant_id: str, month: str, write: Callable[[bytes], Any],
+                   progress: Progress | None = None) -> dict[str, Any]:
+    """Write the period's JournalCsv.v1 to `write`; returns {rows, sha256, bytes} (see `iter_journal`)."""
+    sha, size = hashlib.sha256(), 0
+    for chunk in iter_journal(db, tenant_id, month, progress):
+        sha.update(chunk)
+        size += len(chunk)
+        write(chunk)
+    with db.read() as tx:
+        rows = int(_closed(tx, tenant_id, month)["journal"]["rows"])
+    return {"rows": rows, "sha256": sha.hexdigest(), "bytes": size}
+
+
+def put_gl_mapping(db: Database, tenant_id: str, mapping: Any) -> str:
+    checked = J.require_gl_mapping(mapping)
+    with db.transaction() as tx:
+        return F.put_gl_mapping(tx, tenant_id, checked)
+
+
+def get_gl_mapping(db: Database, tenant_id: str) -> dict[str, Any]:
+    with db.read() as tx:
+        found = F.gl_mapping(tx, tenant_id)
+    if found is None:
+        raise NotFoundError(f"tenant {tenant_id} has no GL mapping", code="FINANCE_GL_MAPPING_NOT_FOUND")
+    return found[0]
+
+
+def _gl_inputs(tx: Tx, tenant_id: str, month: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(close document, mapping, mapping hash); FINANCE_GL_ACCOUNT_UNMAPPED when the close names an account the
+    mapping lacks."""
+    doc = _closed(tx, tenant_id, month)
+    found = F.gl_mapping(tx, tenant_id)
+    if found is None:
+        raise NotFoundError(f"tenant {tenant_id} has no GL mapping", code="FINANCE_GL_MAPPING_NOT_FOUND")
+    for account in doc["statement"]["accounts"]:
+        J.gl_account(found[0], account["accountId"])
+    return doc, found[0], found[1]
+
+
+def check_gl_export(db: Database, tenant_id: str, month: str) -> None:
+    """Raise what `iter_gl_batch` would raise before its first byte (for a streamed response)."""
+    with db.read() as tx:
+        _gl_inputs(tx, tenant_id, month)
+
+
+def iter_gl_batch(db: Database, tenant_id: str, month: str, progress: Progress | None = None) -> Iterator[bytes]:
+    """The period's GlBatch.v1 JSON in chunks (constant memory)."""
+    out = _Chunks()
+    with db.read() as tx:
+        doc, mapping, mapping_hash = _gl_inputs(tx, tenant_id, month)
+        out.add(J.gl_batch_head(tenant_id, month, doc["artifactHash"], mapping_hash))
+        for entry in F.period_entries(tx, tenant_id, month):
+            for line in J.gl_lines(entry, mapping):
+                out.add(line if out.rows == 0 else "," + line)
+                out.rows += 1
+            if (chunk := out.ready()) is not None:
+                yield chunk
+                if progress is not None:
+                    progress(out.rows)
+    out.add(J.gl_batch_tail(out.rows))
+    if (chunk := out.ready(final=True)) is not None:
+        yield chunk
+    if progress is not None:
+        progress(out.rows)
+
+
+def export_gl_batch(db: Database, tenant_id: str, month: str, write: Callable[[bytes], Any],
+                    progress: Progress | None = None) -> dict[str, Any]:
+    """Write the period's GlBatch.v1 JSON to `write`; an account missing from the tenant's mapping is
+    FINANCE_GL_ACCOUNT_UNMAPPED, raised before any byte is written."""
+    sha, size = hashlib.sha256(), 0
+    for chunk in iter_gl_batch(db, tenant_id, month, progress):
+        sha.update(chunk)
+        size += len(chunk)
+        write(chunk)
+    with db.read() as tx:
+        rows = int(_closed(tx, tenant_id, month)["journal"]["rows"])
+    return {"rows": rows, "sha256": sha.hexdigest(), "bytes": size}
+
+
+def journal_rows(db: Database, tenant_id: str, month: str) -> int:
+    """How many rows the period's journal has (from its close document)."""
+    with db.read() as tx:
+        return int(_closed(tx, tenant_id, month)["journal"]["rows"])
+
+
+def inclusion_proof(db: Database, tenant_id: str, month: str, job_id: str) -> dict[str, Any]:
+    """The MerkleInclusionProof.v1 of the leaf the close of `month` appended for the job."""
+    with db.read() as tx:
+        doc = _closed(tx, tenant_id, month)
+        found = F.leaf_of_stream(tx, tenant_id, month, job_id)
+        if found is None:
+            raise NotFoundError(f"job {job_id} has no leaf in the close of {month}", code="FINANCE_LEAF_NOT_FOUND",
+                                jobId=job_id, month=month)
+        hashes = F.leaf_hashes(tx, tenant_id, doc["merkleLog"]["treeSize"])
+    index, leaf = found
+    return {"proofType": INCLUSION_PROOF, "tenantId": tenant_id, "month": month, "leaf": leaf.to_json(),
+            "leafIndex": index, "treeSize": len(hashes),
+            "auditPath": [h.hex() for h in merkle.inclusion_path(hashes, index)], "close": doc}
+
+
+def consistency_proof(db: Database, tenant_id: str, old_month: str, new_month: str) -> dict[str, Any]:
+    """The MerkleConsistencyProof.v1 between the logs signed by two closes (old first)."""
+    if require_month(old_month) > require_month(new_month):
+        raise ValidationError("the first month must not be after the second", code="FINANCE_MONTH_INVALID",
+                              month=old_month)
+    with db.read() as tx:
+        old, new = _closed(tx, tenant_id, old_month), _closed(tx, tenant_id, new_month)
+        hashes = F.leaf_hashes(tx, tenant_id, new["merkleLog"]["treeSize"])
+    proof = merkle.consistency_proof(hashes, old["merkleLog"]["treeSize"])
+    return {"proofType": CONSISTENCY_PROOF, "tenantId": tenant_id, "old": old, "new": new,
+            "proof": [h.hex() for h in proof]}
+
+
+def tenants_to_close(db: Database) -> list[str]:
+    with db.read() as tx:
+        return F.tenants_to_close(tx)

@@ -1,0 +1,155 @@
+"""Finance repository (docs/finance.md): period assignment of journal entries, the tenant's Merkle log leaves,
+the signed close documents and the GL mappings. Every function runs in the caller's transaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+from settlekit.events.canonical import canonical_hash, parse_json, storable_json
+from settlekit.ledger.close import PeriodEntry, StreamLeaf
+from settlekit.store.db import Row, Tx
+from settlekit.store.sql import statements
+
+PAGE: Final = 2000  # entries per keyset page of a period read
+
+
+def _sql(tx: Tx, name: str) -> str:
+    return statements("finance", tx.dialect)[name]
+
+
+def lock_tenant_closes(tx: Tx, tenant_id: str) -> None:
+    """Wait for any other close of the tenant to finish, and hold the tenant's closes until `tx` ends."""
+    tx.scalar(_sql(tx, "lock_tenant_closes"), (tenant_id,))
+
+
+def tenants_to_close(tx: Tx) -> list[str]:
+    """Tenants with journal entries or job streams."""
+    rows = tx.fetchall("SELECT tenant_id FROM ledger_entries UNION SELECT tenant_id FROM streams"
+                       " WHERE stream_type = 'job'")
+    return sorted(r[0] for r in rows)
+
+
+def closed_months(tx: Tx, tenant_id: str) -> list[str]:
+    rows = tx.fetchall("SELECT month FROM finance_closes WHERE tenant_id = ?", (tenant_id,))
+    return sorted(r[0] for r in rows)
+
+
+def close_document(tx: Tx, tenant_id: str, month: str) -> dict[str, Any] | None:
+    text = tx.scalar("SELECT document_json FROM finance_closes WHERE tenant_id = ? AND month = ?", (tenant_id, month))
+    return None if text is None else dict(parse_json(text))
+
+
+def insert_close(tx: Tx, tenant_id: str, month: str, doc: dict[str, Any]) -> None:
+    log = doc["merkleLog"]
+    tx.execute(
+        "INSERT INTO finance_closes (tenant_id, month, artifact_hash, tree_size, root_hash, journal_sha256,"
+        " document_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (tenant_id, month, doc["artifactHash"], log["treeSize"], log["rootHash"], doc["journal"]["sha256"],
+         storable_json(doc)))
+
+
+def insert_close_artifact(tx: Tx, tenant_id: str, doc: dict[str, Any]) -> None:
+    """The close document as an artifact row, so the delivery worker can load and send it."""
+    tx.execute(
+        "INSERT INTO artifacts (tenant_id, artifact_id, job_id, artifact_type, source_event_id, source_chain_hash,"
+        " artifact_hash, job_version, artifact_json, generated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT DO NOTHING",
+        (tenant_id, doc["artifactId"], doc["jobId"], doc["artifactType"], doc["sourceEventId"], doc["atChainHash"],
+         doc["artifactHash"], doc["jobVersion"], storable_json(doc), doc["generatedAt"]))
+
+
+def assign_entries(tx: Tx, tenant_id: str, month: str, *, floor: str, start: str, end: str) -> int:
+    """Assign to `month` every entry of the tenant with floor <= at < end not yet in a period; those before
+    `start` are marked carried. Returns how many were assigned."""
+    return tx.execute(_sql(tx, "assign_entries"), (month, start, tenant_id, floor, end))
+
+
+def stream_heads_before(tx: Tx, tenant_id: str, end: str) -> list[StreamLeaf]:
+    """Each job stream's last event with `at` before `end`: (stream, its chain hash, its position)."""
+    rows = tx.fetchall(_sql(tx, "stream_heads_before"), (tenant_id, end, tenant_id))
+    return [StreamLeaf(r[0], r[2], int(r[1])) for r in rows]
+
+
+def latest_leaves(tx: Tx, tenant_id: str) -> dict[str, StreamLeaf]:
+    rows = tx.fetchall(
+        "SELECT stream_id, head_chain_hash, event_count FROM finance_log_leaves l WHERE tenant_id = ? AND leaf_index ="
+        " (SELECT max(leaf_index) FROM finance_log_leaves m WHERE m.tenant_id = l.tenant_id"
+        " AND m.stream_id = l.stream_id)", (tenant_id,))
+    return {r[0]: StreamLeaf(r[0], r[1], int(r[2])) for r in rows}
+
+
+def leaf_hashes(tx: Tx, tenant_id: str, size: int | None = None) -> list[bytes]:
+    """The log's leaf hashes in order (the first `size` of them)."""
+    sql = "SELECT leaf_hash FROM finance_log_leaves WHERE tenant_id = ?"
+    params: tuple[Any, ...] = (tenant_id,)
+    if size is not None:
+        sql += " AND leaf_index < ?"
+        params = (tenant_id, size)
+    return [bytes.fromhex(r[0]) for r in tx.fetchall(sql + " ORDER BY leaf_index", params)]
+
+
+def append_leaves(tx: Tx, tenant_id: str, month: str, first_index: int, leaves: Sequence[StreamLeaf]) -> None:
+    tx.executemany(
+        "INSERT INTO finance_log_leaves (tenant_id, leaf_index, period, stream_id, head_chain_hash, event_count,"
+        " leaf_hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(tenant_id, first_index + i, month, leaf.stream_id, leaf.head_chain_hash, leaf.event_count,
+          leaf.hash().hex()) for i, leaf in enumerate(leaves)])
+
+
+def leaf_of_stream(tx: Tx, tenant_id: str, month: str, stream_id: str) -> tuple[int, StreamLeaf] | None:
+    """The leaf a close of `month` appended for the stream, with its index."""
+    row = tx.fetchone(
+        "SELECT leaf_index, head_chain_hash, event_count FROM finance_log_leaves"
+        " WHERE tenant_id = ? AND period = ? AND stream_id = ?", (tenant_id, month, stream_id))
+    return None if row is None else (int(row[0]), StreamLeaf(stream_id, row[1], int(row[2])))
+
+
+def period_entries(tx: Tx, tenant_id: str, month: str, *, page: int = PAGE) -> Iterator[PeriodEntry]:
+    """The entries assigned to a period in journal order (time, then entry id), read page by page."""
+    at, entry_id = "", ""
+    while True:
+        rows = tx.fetchall(_sql(tx, "period_entries_page"), (tenant_id, month, at, entry_id, page))
+        if not rows:
+            return
+        last = rows[-1]
+        shares = _allocations(tx, tenant_id, month, (at, entry_id), (last[1], last[0]))
+        for r in rows:
+            yield _entry(r, shares.get(r[0], []))
+        if len(rows) < page:
+            return
+        at, entry_id = last[1], last[0]
+
+
+def _allocations(tx: Tx, tenant_id: str, month: str, after: tuple[str, str],
+                 through: tuple[str, str]) -> dict[str, list[tuple[int, str, str, int]]]:
+    rows = tx.fetchall(_sql(tx, "period_allocations_range"),
+                       (tenant_id, month, after[0], after[1], through[0], through[1]))
+    out: dict[str, list[tuple[int, str, str, int]]] = {}
+    for entry_id, posting_id, party, role, cents in rows:
+        out.setdefault(entry_id, []).append((int(posting_id[1:]), party, role, int(cents)))
+    for shares in out.values():
+        shares.sort()
+    return out
+
+
+def _entry(r: Row, shares: list[tuple[int, str, str, int]]) -> PeriodEntry:
+    entry = json.loads(r[7])  # written by the ledger: integers and strings only
+    postings = tuple((p["accountId"], int(p["amountCents"])) for p in entry["postings"])
+    return PeriodEntry(entry_id=r[0], job_id=r[3], event_type=r[4], source_event_id=r[5], at=r[1], memo=r[6],
+                       postings=postings, allocations=tuple(shares), carried=bool(r[2]))
+
+
+def put_gl_mapping(tx: Tx, tenant_id: str, mapping: dict[str, Any]) -> str:
+    digest = canonical_hash(mapping)
+    tx.execute(
+        "INSERT INTO finance_gl_mappings (tenant_id, mapping_hash, mapping_json) VALUES (?, ?, ?)"
+        " ON CONFLICT (tenant_id) DO UPDATE SET mapping_hash = excluded.mapping_hash,"
+        " mapping_json = excluded.mapping_json", (tenant_id, digest, storable_json(mapping)))
+    return digest
+
+
+def gl_mapping(tx: Tx, tenant_id: str) -> tuple[dict[str, Any], str] | None:
+    row = tx.fetchone("SELECT mapping_json, mapping_hash FROM finance_gl_mappings WHERE tenant_id = ?", (tenant_id,))
+    return None if row is None else (dict(parse_json(row[0])), row[1])

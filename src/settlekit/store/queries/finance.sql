@@ -1,0 +1,33 @@
+-- Statements of the finance repository (store/finance.py): month close, the tenant log, exports.
+-- Times and ids compare by code point on both backends (${collate_c}).
+
+-- name: assign_entries
+-- an entry already in a period keeps it (the key conflict skips it)
+INSERT INTO finance_entry_periods (tenant_id, entry_id, period, at, carried)
+SELECT e.tenant_id, e.entry_id, ?, e.at, (e.at ${collate_c} < ?)
+FROM ledger_entries e
+WHERE e.tenant_id = ? AND e.at ${collate_c} >= ? AND e.at ${collate_c} < ?
+ON CONFLICT (tenant_id, entry_id) DO NOTHING
+
+-- name: stream_heads_before
+SELECT e.stream_id, e.seq, e.chain_hash
+FROM events e
+JOIN (SELECT stream_id, max(seq) AS seq FROM events
+      WHERE tenant_id = ? AND stream_type = 'job' AND at ${collate_c} < ? GROUP BY stream_id) h
+  ON e.stream_id = h.stream_id AND e.seq = h.seq
+WHERE e.tenant_id = ?
+
+-- name: period_entries_page
+SELECT p.entry_id, p.at, p.carried, e.job_id, e.event_type, e.source_event_id, e.memo, e.entry_json
+FROM finance_entry_periods p
+JOIN ledger_entries e ON e.tenant_id = p.tenant_id AND e.entry_id = p.entry_id
+WHERE p.tenant_id = ? AND p.period = ? AND (p.at ${collate_c}, p.entry_id ${collate_c}) > (?, ?)
+ORDER BY p.at ${collate_c}, p.entry_id ${collate_c}
+LIMIT ?
+
+-- name: period_allocations_range
+SELECT a.entry_id, a.posting_id, a.party_id, a.party_role, a.amount_cents
+FROM finance_entry_periods p
+JOIN ledger_allocations a ON a.tenant_id = p.tenant_id AND a.entry_id = p.entry_id
+WHERE p.tenant_id = ? AND p.period = ? AND (p.at ${collate_c}, p.entry_id ${collate_c}) > (?, ?)
+  AND (p.at ${collate_c}, p.entry_id ${collate_c}) <= (?, ?)
