@@ -232,6 +232,9 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SLA_CREDIT_MAX_EXCEEDED": ErrorSpec(409, "the SLA credit exceeds the configured maximum"),
     # --- contracts
     "CONTRACT_INVALID": ErrorSpec(400, "a ContractDocument.v1 or SplitPlan.v1 does not validate"),
+    # --- ledger reads and rebuild
+    "LEDGER_AS_OF_INVALID": ErrorSpec(400, "asOf is not an ISO-8601 instant with an offset, or both asOf and position"),
+    "LEDGER_ACCOUNT_NOT_FOUND": ErrorSpec(404, "the account is neither in the chart nor posted to by the tenant"),
     # --- artifacts
     "ARTIFACT_NOT_FOUND": ErrorSpec(404, "no such artifact (or no effective one of this type) for the job"),
     "ARTIFACT_TYPE_UNKNOWN": ErrorSpec(400, "the artifact type is not one of the v1 types"),

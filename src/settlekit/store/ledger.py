@@ -7,6 +7,8 @@ from typing import Any
 
 from settlekit.events.canonical import parse_json, storable_json, storable_text
 from settlekit.store.db import Database, Tx
+from settlekit.store.ledger_timeline import NewEntry
+from settlekit.store.ledger_timeline import record as record_timeline
 
 
 def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[Mapping[str, Any]],
@@ -18,6 +20,7 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
     for alloc in allocations:
         allocations_by_entry.setdefault(alloc["entryId"], []).append(alloc)
     inserted = 0
+    timeline: list[NewEntry] = []
     balance_deltas: dict[str, int] = {}
     new_allocations: list[tuple[Any, ...]] = []
     for index, item in enumerate(ledger_entries):
@@ -31,6 +34,7 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
         if row is None:
             continue
         inserted += 1
+        timeline.append(NewEntry(item["eventId"], index, entry, allocations_by_entry.get(entry["id"], ())))
         for posting in entry["postings"]:
             balance_deltas[posting["accountId"]] = balance_deltas.get(posting["accountId"], 0) + \
                 posting["amountCents"]
@@ -46,6 +50,7 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
     tx.executemany(
         "INSERT INTO ledger_allocations (tenant_id, entry_id, posting_id, account_id, party_id, party_role,"
         " currency, amount_cents) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", new_allocations)
+    record_timeline(tx, tenant_id, timeline)
     return inserted
 
 
