@@ -27,6 +27,9 @@ POINTS: Final[dict[str, str]] = {
     "delivery.sent": "requests answered, no outcome recorded",
     "delivery.completing": "inside the completion transaction, before commit",
     "delivery.completed": "outcomes committed",
+    # `settlekit ledger rebuild`; argument: the stream id (replayed) or the tenant id (swapping)
+    "ledger.rebuild.replayed": "a stream's entries recomputed, not yet in the shadow tables",
+    "ledger.rebuild.swapping": "inside the swap transaction: the tenant's ledger rows deleted, rebuilt rows not in",
     # the reference receiver, once a request body is read; arguments: the request handler, headers, body.
     # A hook that answered the request itself returns True.
     "receiver.request": "request read, not verified",

@@ -55,3 +55,20 @@ def test_bad_input_exits_with_the_code(tmp_path: Path) -> None:
     assert unknown.exit_code == 1 and "LEDGER_ACCOUNT_NOT_FOUND" in unknown.output
     cursor = runner.invoke(ledger_app, ["history", "acct_cash", "--db", url, "--cursor", "zz"])
     assert cursor.exit_code == 2 and "CURSOR_INVALID" in cursor.output
+
+
+def test_rebuild_reports_and_applies(tmp_path: Path) -> None:
+    url = _db(tmp_path)
+    runner = CliRunner()
+    clean = runner.invoke(ledger_app, ["rebuild", "--db", url, "--json"])
+    assert clean.exit_code == 0, clean.output
+    assert json.loads(clean.stdout)["differences"] == [] and json.loads(clean.stdout)["streams"] == 6
+    with connect(url) as db, db.transaction() as tx:
+        tx.execute("UPDATE ledger_allocations SET amount_cents = 1 WHERE entry_id = 'jnl_evt_settle_completed_0003'"
+                   " AND posting_id = 'p1' AND tenant_id = ?", (TENANT,))
+    found = runner.invoke(ledger_app, ["rebuild", "--db", url, "--tenant", TENANT])
+    assert found.exit_code == 1
+    assert "1 difference(s)" in found.stdout and "allocation" in found.stdout and "changed" in found.stdout
+    applied = runner.invoke(ledger_app, ["rebuild", "--db", url, "--apply", "--json"])
+    assert applied.exit_code == 0 and json.loads(applied.stdout)["applied"] is True
+    assert runner.invoke(ledger_app, ["rebuild", "--db", url]).exit_code == 0

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import typer
+from rich.markup import escape
 
-from settlekit.cli.common import USAGE_EXIT, DbOption, TenantOption, fail, run_with_db
+from settlekit.cli.common import USAGE_EXIT, DbOption, JsonOption, TenantOption, console, fail, print_json, run_with_db
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.events.canonical import canonical_json, parse_json
 from settlekit.jobs.stream_postings import posting_records
 from settlekit.ledger.timeline import Axis, decode_cursor, encode_cursor, parse_instant
 from settlekit.store import ledger_timeline as timeline
 from settlekit.store.db import Database
+from settlekit.store.ledger_rebuild import RebuildReport
 
 MAX_POSITION = 2**63 - 1
 
@@ -142,3 +147,66 @@ def history(
                 return
 
     run_with_db(db, read, reading=True)
+
+
+@ledger_app.command("rebuild")
+def rebuild(
+    *,
+    db: DbOption = None,
+    tenant: str | None = typer.Option(None, "--tenant", help="only this tenant (default: every tenant)"),
+    apply: bool = typer.Option(False, "--apply", help="swap the rebuilt ledger in (one transaction) when it differs"),
+    as_json: JsonOption = False,
+) -> None:
+    """Recompute every journal entry and party allocation from the job streams into shadow tables and report any
+    difference from the stored ledger (none expected). Exit 0 when there is none or --apply swapped the rebuilt
+    ledger in; 1 when differences were found and left as they are."""
+    from settlekit.store.ledger_rebuild import rebuild as run_rebuild
+
+    def action(database: Database) -> RebuildReport:
+        with _progress_bar() as advance:
+            return run_rebuild(database, tenant_id=tenant, apply=apply, progress=advance)
+
+    report = run_with_db(db, action)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        _print_rebuild(report)
+    if report.differences and not report.applied:
+        raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _progress_bar() -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar over the streams replayed (on a terminal only)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("rebuilding"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("rebuild", total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield advance
+
+
+def _print_rebuild(report: RebuildReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Console(soft_wrap=True)
+    out.print(f"{report.streams} stream(s), {report.entries} entries, {report.allocations} allocations rebuilt for "
+              f"{len(report.tenants)} tenant(s): {len(report.differences)} difference(s)"
+              + (", applied" if report.applied else ""), highlight=False)
+    if not report.differences:
+        return
+    table = Table("tenant", "kind", "change", "key", "stored", "rebuilt")
+    for d in report.differences:
+        table.add_row(d.tenant_id, d.kind, d.change, d.key, _brief(d.stored), _brief(d.rebuilt))
+    out.print(table)
+
+
+def _brief(values: Mapping[str, Any] | None) -> str:
+    if values is None:
+        return "-"
+    return escape(", ".join(f"{k}={str(v)[:60]}" for k, v in values.items()))

@@ -23,8 +23,10 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
     timeline: list[NewEntry] = []
     balance_deltas: dict[str, int] = {}
     new_allocations: list[tuple[Any, ...]] = []
-    for index, item in enumerate(ledger_entries):
+    per_event: dict[str, int] = {}
+    for item in ledger_entries:
         entry = item["entry"]
+        index = per_event[item["eventId"]] = per_event.get(item["eventId"], -1) + 1  # among the event's entries
         row = tx.fetchone(
             "INSERT INTO ledger_entries (tenant_id, entry_id, job_id, source_event_id, event_type, source_seq,"
             " entry_index, at, memo, entry_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"

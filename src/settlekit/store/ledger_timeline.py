@@ -85,6 +85,15 @@ def balances_as_of(db: Database, tenant_id: str, axis: Axis, value: int, *,
                    party_id: str = ACCOUNT) -> dict[str, int]:
     """{account: cents} of the postings (party '') or a party's allocations with time (axis 't', epoch ms) or
     position (axis 'p') at or before `value`; accounts sorted, those netting to 0 kept."""
+    sql, params = balances_as_of_query(tenant_id, axis, value, party_id)
+    with db.query() as tx:
+        rows = tx.fetchall(sql, params)
+    return {str(account): int(cents) for account, cents in sorted(rows)}
+
+
+def balances_as_of_query(tenant_id: str, axis: Axis, value: int, party_id: str = ACCOUNT) -> tuple[str, list[Any]]:
+    """The statement behind `balances_as_of` (the benchmark EXPLAINs it): one index range per bucket level, and
+    the postings of the finest bucket up to `value`."""
     ranges, tail = prefix_ranges(axis, value)
     parts: list[str] = []
     params: list[Any] = []
@@ -100,10 +109,7 @@ def balances_as_of(db: Database, tenant_id: str, axis: Axis, value: int, *,
     parts.append(f"SELECT account_id, amount_cents FROM ledger_postings WHERE tenant_id = ? AND party_id = ?"
                  f" AND {column} >= ? AND {column} <= ?")
     params += [tenant_id, party_id, tail, value]
-    sql = f"SELECT account_id, SUM(amount_cents) FROM ({' UNION ALL '.join(parts)}) s GROUP BY account_id"
-    with db.query() as tx:
-        rows = tx.fetchall(sql, params)
-    return {str(account): int(cents) for account, cents in sorted(rows)}
+    return f"SELECT account_id, SUM(amount_cents) FROM ({' UNION ALL '.join(parts)}) s GROUP BY account_id", params
 
 
 def head_position(db: Database, tenant_id: str) -> int | None:
@@ -127,6 +133,19 @@ def account_postings(db: Database, tenant_id: str, account_id: str, *, after: tu
                      limit: int, party_id: str = ACCOUNT) -> PostingsPage:
     """One page of an account's postings (or a party's allocations to it) in ledger order, after the key
     (position, entry index, posting index) of the previous page's last row."""
+    sql, params = account_postings_query(tenant_id, account_id, after, limit + 1, party_id)
+    with db.query() as tx:
+        rows = tx.fetchall(sql, params)
+    keys = [(int(r[0]), int(r[1]), int(r[2])) for r in rows[:limit]]
+    postings = [{"position": int(r[0]), "entryId": r[3], "postingId": f"p{int(r[2])}", "at": millis_to_iso(int(r[4])),
+                 "amountCents": int(r[5]), "jobId": r[6], "eventId": r[7], "eventType": r[8], "memo": r[9]}
+                for r in rows[:limit]]
+    return PostingsPage(postings, keys[-1] if keys else None, len(rows) > limit)
+
+
+def account_postings_query(tenant_id: str, account_id: str, after: tuple[int, int, int] | None, limit: int,
+                           party_id: str = ACCOUNT) -> tuple[str, list[Any]]:
+    """The statement behind `account_postings` (the benchmark EXPLAINs it): a range of the primary key."""
     sql = ("SELECT p.position, p.entry_index, p.posting_index, p.entry_id, p.at_ms, p.amount_cents, e.job_id,"
            " e.source_event_id, e.event_type, e.memo FROM ledger_postings p JOIN ledger_entries e"
            " ON e.tenant_id = p.tenant_id AND e.entry_id = p.entry_id"
@@ -136,14 +155,8 @@ def account_postings(db: Database, tenant_id: str, account_id: str, *, after: tu
         sql += " AND (p.position, p.entry_index, p.posting_index) > (?, ?, ?)"
         params += list(after)
     sql += " ORDER BY p.position, p.entry_index, p.posting_index LIMIT ?"
-    params.append(limit + 1)
-    with db.query() as tx:
-        rows = tx.fetchall(sql, params)
-    keys = [(int(r[0]), int(r[1]), int(r[2])) for r in rows[:limit]]
-    postings = [{"position": int(r[0]), "entryId": r[3], "postingId": f"p{int(r[2])}", "at": millis_to_iso(int(r[4])),
-                 "amountCents": int(r[5]), "jobId": r[6], "eventId": r[7], "eventType": r[8], "memo": r[9]}
-                for r in rows[:limit]]
-    return PostingsPage(postings, keys[-1] if keys else None, len(rows) > limit)
+    params.append(limit)
+    return sql, params
 
 
 def _text(value: Any) -> Any:
