@@ -23,7 +23,7 @@ from typing import Any
 
 from common import report, scratch_pg
 from settlekit.ledger.accounts import ACCOUNT_IDS
-from settlekit.ledger.timeline import LEVELS
+from settlekit.ledger.timeline import LEVELS, PARTY_LEVELS
 from settlekit.store import ledger_timeline as timeline
 from settlekit.store.db import Database, connect
 
@@ -52,14 +52,17 @@ def load(db: Database, entries: int) -> None:
     with db.transaction() as tx, tx.raw.cursor() as cur, cur.copy(
             "COPY ledger_entries (tenant_id, entry_id, job_id, source_event_id, event_type, source_seq, entry_index,"
             " at, memo, entry_json) FROM STDIN") as copy:
-        for i in range(1, entries + 1):
-            copy.write_row((TENANT, f"jnl_{i}", f"job_{i // 8}", f"evt_{i}", "SETTLED", i % 8 + 1, 0,
-                            str(i), f"job:job_{i // 8} SETTLED", "{}"))
+        for start in range(1, entries + 1, 50_000):
+            chunk = range(start, min(entries + 1, start + 50_000))
+            copy.write("".join(f"{TENANT}\tjnl_{i}\tjob_{i // 8}\tevt_{i}\tSETTLED\t{i % 8 + 1}\t0\t{i}\t"
+                               f"job:job_{i // 8} SETTLED\t{{}}\n" for i in chunk))
+    phase("entries (COPY)")
     accounts = _accounts_sql()
     at = f"({T0_MS}::bigint + g::bigint * {STEP_MS} + ((g::bigint * 7919) % {2 * JITTER_MS}) - {JITTER_MS})"
     debit, credit = f"{accounts}[1 + g % 12]", f"{accounts}[1 + (g + 1 + g % 11) % 12]"
     amount = "(100 + (g::bigint * 37) % 100000)"
     with db.transaction() as tx:
+        tx.execute("SET LOCAL work_mem = '256MB'")
         tx.execute(
             "INSERT INTO ledger_postings (tenant_id, party_id, account_id, position, entry_index, posting_index,"
             " entry_id, at_ms, amount_cents)"
@@ -67,7 +70,9 @@ def load(db: Database, entries: int) -> None:
             f" 'jnl_' || g, {at}, CASE WHEN k.side = 0 THEN {amount} ELSE -{amount} END"
             f" FROM generate_series(1, {entries}) g CROSS JOIN LATERAL (VALUES (0, ''), (1, ''),"
             f" (0, 'pty_' || ((g * 31) % {PARTIES})), (1, 'pty_' || ((g * 17 + 5) % {PARTIES}))) k(side, party)")
+        phase("postings and allocations")
         _load_sums(tx)
+        phase("bucket sums")
     with db.transaction() as tx:
         tx.execute("SET LOCAL maintenance_work_mem = '256MB'")
         tx.execute("ALTER TABLE ledger_postings ADD PRIMARY KEY"
@@ -77,26 +82,39 @@ def load(db: Database, entries: int) -> None:
                    " INCLUDE (account_id, amount_cents)")
         tx.execute("CREATE INDEX ledger_postings_position ON ledger_postings (tenant_id, party_id, position)"
                    " INCLUDE (account_id, amount_cents)")
+    phase("indexes")
     with db.transaction() as tx:
         tx.execute("INSERT INTO ledger_balances (tenant_id, account_id, balance_cents) SELECT tenant_id, account_id,"
                    " SUM(amount_cents) FROM ledger_postings WHERE party_id = '' GROUP BY tenant_id, account_id")
     with psycopg_autocommit(db) as conn:
         for table in TABLES:
             conn.execute(f"VACUUM ANALYZE {table}")
+    phase("vacuum analyze")
+
+
+_phase_started = [time.perf_counter()]
+
+
+def phase(name: str) -> None:
+    now = time.perf_counter()
+    print(f"  {name}: {now - _phase_started[0]:.1f} s", flush=True)
+    _phase_started[0] = now
 
 
 def _load_sums(tx: Any) -> None:
-    """The finest bucket of each axis from the postings, each coarser level from the one below it."""
+    """The finest bucket of each axis from the postings, each coarser level from the one below it (accounts and
+    parties have their own levels, see settlekit.ledger.timeline)."""
     for axis, column in (("t", "at_ms"), ("p", "position")):
-        sizes = LEVELS[axis]  # type: ignore[index]
-        finest = len(sizes) - 1
-        tx.execute(f"INSERT INTO ledger_sums SELECT tenant_id, party_id, '{axis}', {finest},"
-                   f" ({column} / {sizes[finest]}) * {sizes[finest]}, account_id, SUM(amount_cents)"
-                   " FROM ledger_postings GROUP BY 1, 2, 5, 6")
-        for level in range(finest - 1, -1, -1):
-            tx.execute(f"INSERT INTO ledger_sums SELECT tenant_id, party_id, axis, {level},"
-                       f" (bucket / {sizes[level]}) * {sizes[level]}, account_id, SUM(amount_cents) FROM ledger_sums"
-                       f" WHERE axis = '{axis}' AND level = {level + 1} GROUP BY 1, 2, 3, 5, 6")
+        for sizes, parties in ((LEVELS[axis], "= ''"), (PARTY_LEVELS[axis], "<> ''")):  # type: ignore[index]
+            finest = len(sizes) - 1
+            tx.execute(f"INSERT INTO ledger_sums SELECT tenant_id, party_id, '{axis}', {finest},"
+                       f" ({column} / {sizes[finest]}) * {sizes[finest]}, account_id, SUM(amount_cents)"
+                       f" FROM ledger_postings WHERE party_id {parties} GROUP BY 1, 2, 5, 6")
+            for level in range(finest - 1, -1, -1):
+                tx.execute(f"INSERT INTO ledger_sums SELECT tenant_id, party_id, axis, {level},"
+                           f" (bucket / {sizes[level]}) * {sizes[level]}, account_id, SUM(amount_cents)"
+                           f" FROM ledger_sums WHERE axis = '{axis}' AND level = {level + 1} AND party_id {parties}"
+                           " GROUP BY 1, 2, 3, 5, 6")
 
 
 class psycopg_autocommit:  # noqa: N801 (used as a context manager, like a function)

@@ -8,39 +8,43 @@ from hypothesis import strategies as st
 
 from settlekit.ledger.timeline import (
     LEVELS,
+    PARTY_LEVELS,
     buckets_of,
     decode_cursor,
     encode_cursor,
     epoch_millis,
+    levels_of,
     millis_to_iso,
     parse_instant,
     prefix_ranges,
 )
 
 
-def _as_of(axis: str, values: list[int], as_of: int) -> int:
+def _as_of(sizes: tuple[int, ...], values: list[int], as_of: int) -> int:
     """Each value counts 1: sum the buckets and the finest bucket's values the way the store query does."""
     sums: dict[tuple[int, int], int] = {}
     for value in values:
-        for key in buckets_of(axis, value):  # type: ignore[arg-type]
+        for key in buckets_of(sizes, value):
             sums[key] = sums.get(key, 0) + 1
-    ranges, tail = prefix_ranges(axis, as_of)  # type: ignore[arg-type]
+    ranges, tail = prefix_ranges(sizes, as_of)
     total = sum(n for (level, bucket), n in sums.items() for lv, low, high in ranges
                 if level == lv and bucket < high and (low is None or bucket >= low))
     return total + sum(1 for v in values if tail <= v <= as_of)
 
 
 @settings(max_examples=300, deadline=None)
-@given(axis=st.sampled_from(["t", "p"]), data=st.data())
-def test_bucket_sums_as_of_equal_the_plain_count(axis: str, data: st.DataObject) -> None:
-    span = LEVELS[axis][0] * 3  # type: ignore[index]
-    values = data.draw(st.lists(st.integers(0, span), max_size=40))
+@given(axis=st.sampled_from(["t", "p"]), party=st.sampled_from(["", "pty_1"]), data=st.data())
+def test_bucket_sums_as_of_equal_the_plain_count(axis: str, party: str, data: st.DataObject) -> None:
+    sizes = levels_of(axis, party)  # type: ignore[arg-type]
+    span = sizes[0] * 3
+    values = data.draw(st.lists(st.one_of(st.integers(0, span), st.integers(sizes[-1] * 5, sizes[-1] * 7)),
+                                max_size=40))
     as_of = data.draw(st.one_of(st.integers(-1, span + 1), st.sampled_from(values or [0])))
-    assert _as_of(axis, values, as_of) == sum(1 for v in values if v <= as_of)
+    assert _as_of(sizes, values, as_of) == sum(1 for v in values if v <= as_of)
 
 
 def test_levels_nest() -> None:
-    for sizes in LEVELS.values():
+    for sizes in (*LEVELS.values(), *PARTY_LEVELS.values()):
         assert all(big % small == 0 for big, small in zip(sizes, sizes[1:], strict=False))
 
 

@@ -17,11 +17,23 @@ from typing import Final, Literal
 Axis = Literal["t", "p"]
 
 # Bucket sizes, coarsest first: time in epoch milliseconds (32 days, a day, an hour, a minute), position in
-# event-store positions.
+# event-store positions (a million, 50,000, 2,500, 50). Below the coarsest level a query reads at most 20 to 60
+# buckets per level and account. An account's postings are dense, so even its finest buckets add many up.
 LEVELS: Final[dict[Axis, tuple[int, ...]]] = {
     "t": (32 * 86_400_000, 86_400_000, 3_600_000, 60_000),
-    "p": (100_000_000, 1_000_000, 10_000, 100),
+    "p": (1_000_000, 50_000, 2_500, 50),
 }
+# A party's allocations are sparse (most parties are on few entries): fine buckets would hold one allocation
+# each and only multiply the rows, so a party's sums stop at a day and at 2,500 positions.
+PARTY_LEVELS: Final[dict[Axis, tuple[int, ...]]] = {
+    "t": LEVELS["t"][:2],
+    "p": LEVELS["p"][:3],
+}
+
+
+def levels_of(axis: Axis, party_id: str) -> tuple[int, ...]:
+    """The bucket sizes of an account's own postings (party '') or of a party's allocations."""
+    return (LEVELS if party_id == "" else PARTY_LEVELS)[axis]
 
 
 def bucket_start(value: int, size: int) -> int:
@@ -29,18 +41,18 @@ def bucket_start(value: int, size: int) -> int:
     return (value // size) * size
 
 
-def buckets_of(axis: Axis, value: int) -> Iterator[tuple[int, int]]:
-    """(level, bucket start) of `value` at every level of `axis`."""
-    for level, size in enumerate(LEVELS[axis]):
+def buckets_of(sizes: tuple[int, ...], value: int) -> Iterator[tuple[int, int]]:
+    """(level, bucket start) of `value` at every level of `sizes`."""
+    for level, size in enumerate(sizes):
         yield level, bucket_start(value, size)
 
 
-def prefix_ranges(axis: Axis, value: int) -> tuple[list[tuple[int, int | None, int]], int]:
+def prefix_ranges(sizes: tuple[int, ...], value: int) -> tuple[list[tuple[int, int | None, int]], int]:
     """What "as of `value`" sums: [(level, lowest bucket start or None, bucket start bound (exclusive))] and the
     start of the finest bucket, from which the postings themselves are summed up to `value` inclusive."""
     ranges: list[tuple[int, int | None, int]] = []
     lower: int | None = None
-    for level, size in enumerate(LEVELS[axis]):
+    for level, size in enumerate(sizes):
         upper = bucket_start(value, size)
         ranges.append((level, lower, upper))
         lower = upper

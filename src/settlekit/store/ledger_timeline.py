@@ -13,7 +13,7 @@ from typing import Any
 
 from settlekit.events.canonical import storable_text
 from settlekit.ledger.accounts import ACCOUNT_IDS
-from settlekit.ledger.timeline import Axis, buckets_of, epoch_millis, millis_to_iso, prefix_ranges
+from settlekit.ledger.timeline import Axis, buckets_of, epoch_millis, levels_of, millis_to_iso, prefix_ranges
 from settlekit.store.db import Database, Tx
 
 ACCOUNT = ""  # the party id of an account's own postings
@@ -68,7 +68,7 @@ def bucket_sums(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
     sums: dict[tuple[Any, ...], int] = {}
     for tenant_id, party_id, account_id, position, _ei, _pi, _entry, at_ms, amount in rows:
         for axis, value in (("t", at_ms), ("p", position)):
-            for level, bucket in buckets_of(axis, value):  # type: ignore[arg-type]
+            for level, bucket in buckets_of(levels_of(axis, party_id), value):  # type: ignore[arg-type]
                 key = (tenant_id, party_id, axis, level, bucket, account_id)
                 sums[key] = sums.get(key, 0) + amount
     return [(*key, amount) for key, amount in sorted(sums.items())]
@@ -94,7 +94,7 @@ def balances_as_of(db: Database, tenant_id: str, axis: Axis, value: int, *,
 def balances_as_of_query(tenant_id: str, axis: Axis, value: int, party_id: str = ACCOUNT) -> tuple[str, list[Any]]:
     """The statement behind `balances_as_of` (the benchmark EXPLAINs it): one index range per bucket level, and
     the postings of the finest bucket up to `value`."""
-    ranges, tail = prefix_ranges(axis, value)
+    ranges, tail = prefix_ranges(levels_of(axis, party_id), value)
     parts: list[str] = []
     params: list[Any] = []
     for level, lower, upper in ranges:
