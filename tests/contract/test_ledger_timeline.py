@@ -11,11 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import backend_database
+from settlekit.append import HISTORY, job_appender
 from settlekit.ledger.timeline import epoch_millis
 from settlekit.store import ledger as ledger_rows
 from settlekit.store import ledger_timeline as timeline
 from settlekit.store.db import Database
 from support.ledger import OTHER_TENANT, TENANT, load_vectors
+from support.streams import ROBOT_ACTOR, StreamBuilder, lifecycle_to_executing
 
 T = TENANT
 OTHER = OTHER_TENANT
@@ -131,3 +133,50 @@ def test_history_rows_carry_the_entry(loaded: Database) -> None:
     assert first["jobId"].startswith("job_") and first["at"].endswith("Z") and first["memo"]
     assert timeline.account_known(loaded, T, "acct_cash")
     assert not timeline.account_known(loaded, T, "acct_nope")
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def fresh(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
+    with backend_database(request, tmp_path_factory, request.param) as database:
+        yield database
+
+
+_tenants = iter(range(10**6))
+
+
+@st.composite
+def interleaved_jobs(draw: st.DrawFn) -> list[tuple[str, list[dict[str, Any]]]]:
+    """1 to 3 settled jobs, as (job id, chunk of events) appends in an interleaved order."""
+    chunks: list[list[tuple[str, list[dict[str, Any]]]]] = []
+    for j in range(draw(st.integers(1, 3))):
+        b = StreamBuilder(job_id=f"job_{j}", prefix=f"evt_{j}")
+        amount = draw(st.integers(1, 10**9))
+        lifecycle_to_executing(b, amount=amount, coverage_fee=draw(st.integers(0, amount)))
+        b.add("EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
+        b.add("SETTLED", {})
+        cut = draw(st.integers(1, len(b.events) - 1))
+        chunks.append([(b.job_id, b.events[:cut]), (b.job_id, b.events[cut:])])
+    order: list[tuple[str, list[dict[str, Any]]]] = []
+    while any(chunks):
+        pending = [c for c in chunks if c]
+        order.append(draw(st.sampled_from(pending)).pop(0))
+    return order
+
+
+@PROPERTY
+@given(appends=interleaved_jobs(), data=st.data())
+def test_balances_as_of_the_last_position_equal_the_current_ones(fresh: Database, appends: list[Any],
+                                                                 data: st.DataObject) -> None:
+    tenant = f"tenant_p{next(_tenants)}"
+    store = job_appender(fresh, server_rules=False)
+    for job_id, events in appends:
+        store.append(tenant, job_id, events, policy=HISTORY)
+    now = ledger_rows.balances(fresh, tenant)[tenant]
+    head = timeline.head_position(fresh, tenant)
+    assert head is not None and timeline.balances_as_of(fresh, tenant, "p", head) == now
+    assert timeline.balances_as_of(fresh, tenant, "t", 2**62) == now
+    rows = postings(fresh, tenant)
+    position = data.draw(st.sampled_from(sorted({r["position"] for r in rows})))
+    party = data.draw(st.sampled_from(sorted({r["party"] for r in rows})))
+    assert timeline.balances_as_of(fresh, tenant, "p", position, party_id=party) == expected(
+        rows, "position", position, party)
