@@ -44,7 +44,8 @@ OPERATOR_ROUTES = {p for p in (
     "/v1/ops/consumers/{name}/disable", "/v1/ops/consumers/{name}/enable", "/v1/ops/consumers/{name}/skip",
     "/v1/ops/consumers/{name}/reset", "/v1/ops/consumers/{name}/dead-letters", "/metrics")}
 # Collections: tenant B gets its own (empty or own) list, never A's rows.
-COLLECTIONS = {"/v1/jobs", "/v1/destinations", "/v1/deliveries", "/v1/keys", "/v1/ledger/balances"}
+COLLECTIONS = {"/v1/jobs", "/v1/destinations", "/v1/deliveries", "/v1/keys", "/v1/ledger/balances",
+               "/v1/ledger/accounts/{account_id}/postings"}
 CREATES = {("POST", "/v1/jobs"), ("POST", "/v1/destinations"), ("POST", "/v1/keys")}
 
 
@@ -79,7 +80,8 @@ ROUTES = api_routes()
 def _path(template: str, seeded: Seeded) -> str:
     return (template.replace("{job_id}", seeded.job_id).replace("{artifact_id}", seeded.artifact_id)
             .replace("{destination_id}", seeded.destination_id).replace("{delivery_id}", str(seeded.delivery_id))
-            .replace("{key_id}", seeded.key_ids[0]).replace("{name}", "settlekit:artifacts"))
+            .replace("{key_id}", seeded.key_ids[0]).replace("{name}", "settlekit:artifacts")
+            .replace("{account_id}", "acct_cash"))
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +127,7 @@ def test_route_list_is_covered() -> None:
     paths = {p for _, p in ROUTES}
     assert paths >= OPERATOR_ROUTES | COLLECTIONS
     assert {k for k in BODIES} <= set(ROUTES)
-    params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name"}
+    params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name", "account_id"}
     for _, template in ROUTES:
         names = {part[1:-1] for part in template.split("/") if part.startswith("{")}
         assert names <= params, f"unknown path parameter in {template}"

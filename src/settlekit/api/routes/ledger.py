@@ -48,7 +48,7 @@ class AccountPostings(BaseModel):
 
 
 @router.get("/ledger/balances", summary="Ledger balances per account: now, as of an instant or position, per party",
-            responses={200: {"model": LedgerBalances}})
+            response_model=LedgerBalances)
 def balances(request: Request, key: ApiKey = require("jobs:read"),
              as_of: Annotated[str | None, Query(alias="asOf", max_length=64)] = None,
              position: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None,
@@ -73,7 +73,7 @@ def balances(request: Request, key: ApiKey = require("jobs:read"),
 
 
 @router.get("/ledger/accounts/{account_id}/postings", summary="An account's postings in ledger order (keyset pages)",
-            responses={200: {"model": AccountPostings}})
+            response_model=AccountPostings)
 def account_postings(account_id: str, request: Request, key: ApiKey = require("jobs:read"),
                      party: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
                      limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
