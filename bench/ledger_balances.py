@@ -171,10 +171,12 @@ def check_plans(db: Database, entries: int) -> None:
             plan = "\n".join(str(r[0]) for r in tx.fetchall("EXPLAIN " + sql, params))
             scans = sorted({line.strip().split(" on ")[0].lstrip("-> ") for line in plan.splitlines()
                             if " on " in line and "Scan" in line})
-            print(f"plan, {name}: {', '.join(scans)}")
             if "Seq Scan" in plan:
                 print(plan)
                 raise SystemExit(f"{name}: the plan has a sequential scan")
+            analyzed = [str(r[0]) for r in tx.fetchall("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)]
+            took = next((line.split(":")[1].strip() for line in analyzed if line.startswith("Execution Time")), "?")
+            print(f"plan, {name}: {', '.join(scans)}; executed in {took} on the server", flush=True)
 
 
 def main() -> int:
