@@ -26,6 +26,7 @@ from settlekit.jobs import process_job_events
 from settlekit.store import ledger_timeline as timeline
 from settlekit.store.contracts import contract_resolver
 from settlekit.store.db import Database, Tx
+from settlekit.store.sql import statements
 
 Progress = Callable[[int, int], None]  # (streams done, streams in all)
 _ENTRY_COLUMNS = ("tenant_id, entry_id, job_id, source_event_id, event_type, source_seq, entry_index, at, memo,"
@@ -230,8 +231,7 @@ def _balance_differences(tx: Tx, tenant: str, rebuilt: Mapping[str, int]) -> Ite
 def _swap(db: Database, run: _Run, tenants: Sequence[str], tenant_id: str | None) -> None:
     """Replace the tenants' ledger rows with the rebuilt ones, in one transaction."""
     with db.transaction() as tx:
-        if tx.dialect == "postgres":  # appends that post entries wait until the swap commits
-            tx.execute("LOCK TABLE ledger_entries IN SHARE ROW EXCLUSIVE MODE")
+        tx.execute(statements("ledger", tx.dialect)["lock_for_rebuild"])  # appends that post entries wait
         head = int(tx.scalar("SELECT COALESCE(MAX(position), 0) FROM events"
                              + ("" if tenant_id is None else " WHERE tenant_id = ?"),
                              () if tenant_id is None else (tenant_id,)))
