@@ -148,9 +148,9 @@ def account_postings_query(tenant_id: str, account_id: str, after: tuple[int, in
     """The statement behind `account_postings` (the benchmark EXPLAINs it): a range of the primary key."""
     sql = ("SELECT p.position, p.entry_index, p.posting_index, p.entry_id, p.at_ms, p.amount_cents, e.job_id,"
            " e.source_event_id, e.event_type, e.memo FROM ledger_postings p JOIN ledger_entries e"
-           " ON e.tenant_id = p.tenant_id AND e.entry_id = p.entry_id"
+           " ON e.tenant_id = ? AND e.entry_id = p.entry_id"
            " WHERE p.tenant_id = ? AND p.party_id = ? AND p.account_id = ?")
-    params: list[Any] = [tenant_id, party_id, account_id]
+    params: list[Any] = [tenant_id, tenant_id, party_id, account_id]
     if after is not None:
         sql += " AND (p.position, p.entry_index, p.posting_index) > (?, ?, ?)"
         params += list(after)

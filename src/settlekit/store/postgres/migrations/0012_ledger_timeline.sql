@@ -1,10 +1,11 @@
 -- Ledger timeline: every posting (party_id '') and every party allocation (party_id = the party) with its entry's
 -- event-store position and time, and per-bucket sums of both axes (see settlekit.ledger.timeline), so balances as
 -- of any instant or position and an account's postings page by page read a bounded number of index rows.
+-- The key columns compare bytewise (COLLATE "C"): ids, never sorted for people; index builds and probes are cheaper.
 CREATE TABLE ledger_postings (
-    tenant_id      TEXT NOT NULL,
-    party_id       TEXT NOT NULL,
-    account_id     TEXT NOT NULL,
+    tenant_id      TEXT COLLATE "C" NOT NULL,
+    party_id       TEXT COLLATE "C" NOT NULL,
+    account_id     TEXT COLLATE "C" NOT NULL,
     position       BIGINT NOT NULL,
     entry_index    INTEGER NOT NULL,
     posting_index  INTEGER NOT NULL,
@@ -18,12 +19,12 @@ CREATE INDEX ledger_postings_position ON ledger_postings (tenant_id, party_id, p
     INCLUDE (account_id, amount_cents);
 
 CREATE TABLE ledger_sums (
-    tenant_id     TEXT NOT NULL,
-    party_id      TEXT NOT NULL,
-    axis          TEXT NOT NULL CHECK (axis IN ('t', 'p')),
+    tenant_id     TEXT COLLATE "C" NOT NULL,
+    party_id      TEXT COLLATE "C" NOT NULL,
+    axis          TEXT COLLATE "C" NOT NULL CHECK (axis IN ('t', 'p')),
     level         SMALLINT NOT NULL,
     bucket        BIGINT NOT NULL,
-    account_id    TEXT NOT NULL,
+    account_id    TEXT COLLATE "C" NOT NULL,
     amount_cents  BIGINT NOT NULL,
     PRIMARY KEY (tenant_id, party_id, axis, level, bucket, account_id)
 );
