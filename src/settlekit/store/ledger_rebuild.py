@@ -192,24 +192,34 @@ def _differences(db: Database, run: _Run, tenants: Sequence[str]) -> list[Differ
 
 
 def _row_differences(tx: Tx, run_id: str, tenant: str, kind: str) -> Iterator[Difference]:
+    """Rows only in the shadow (missing), only stored (extra), or in both with another value (changed), found by
+    the database: only the differing rows come back."""
     stored_table, shadow_table, keys, compared = _COMPARED[kind]
-    columns = ", ".join((*keys, *compared))
-    stored = {r[:len(keys)]: r[len(keys):] for r in tx.fetchall(
-        f"SELECT {columns} FROM {stored_table} WHERE tenant_id = ?", (tenant,))}
-    rebuilt = {r[:len(keys)]: r[len(keys):] for r in tx.fetchall(
-        f"SELECT {columns} FROM {shadow_table} WHERE run_id = ? AND tenant_id = ?", (run_id, tenant))}
-    for key in sorted(stored.keys() | rebuilt.keys()):
-        before, after = stored.get(key), rebuilt.get(key)
-        if before is not None and after is not None and _same(before, after):
-            continue
-        change = "missing" if before is None else "extra" if after is None else "changed"
-        yield Difference(kind, change, tenant, "/".join(str(k) for k in key),
-                         None if before is None else dict(zip(compared, _plain(before), strict=True)),
-                         None if after is None else dict(zip(compared, _plain(after), strict=True)))
-
-
-def _same(before: Sequence[Any], after: Sequence[Any]) -> bool:
-    return list(_plain(before)) == list(_plain(after))
+    same_key = " AND ".join(f"r.{k} = s.{k}" for k in keys)
+    differs = " OR ".join(f"NOT (s.{c} = r.{c} OR (s.{c} IS NULL AND r.{c} IS NULL))" for c in compared)
+    key_list, s_values, r_values = (", ".join(f"{t}.{c}" for c in cols)
+                                    for t, cols in (("s", keys), ("s", compared), ("r", compared)))
+    queries = {
+        "missing": (f"SELECT {key_list.replace('s.', 'r.')}, {r_values} FROM {shadow_table} r WHERE r.run_id = ?"
+                    f" AND r.tenant_id = ? AND NOT EXISTS (SELECT 1 FROM {stored_table} s WHERE s.tenant_id = ?"
+                    f" AND {same_key})", (run_id, tenant, tenant)),
+        "extra": (f"SELECT {key_list}, {s_values} FROM {stored_table} s WHERE s.tenant_id = ? AND NOT EXISTS"
+                  f" (SELECT 1 FROM {shadow_table} r WHERE r.run_id = ? AND r.tenant_id = ? AND {same_key})",
+                  (tenant, run_id, tenant)),
+        "changed": (f"SELECT {key_list}, {s_values}, {r_values} FROM {stored_table} s JOIN {shadow_table} r"
+                    f" ON r.run_id = ? AND r.tenant_id = ? AND {same_key} WHERE s.tenant_id = ? AND ({differs})",
+                    (run_id, tenant, tenant)),
+    }
+    found: list[Difference] = []
+    for change, (sql, params) in queries.items():
+        for row in tx.fetchall(sql, params):
+            values = _plain(row[len(keys):])
+            first = dict(zip(compared, values[:len(compared)], strict=True))
+            second = dict(zip(compared, values[len(compared):], strict=True)) if change == "changed" else None
+            stored, rebuilt = {"missing": (None, first), "extra": (first, None), "changed": (first, second)}[change]
+            found.append(Difference(kind, change, tenant, "/".join(str(k) for k in row[:len(keys)]), stored,
+                                    rebuilt))
+    yield from sorted(found, key=lambda d: (d.key, d.change))
 
 
 def _plain(values: Sequence[Any]) -> list[Any]:
@@ -253,19 +263,31 @@ def _insert_rebuilt(tx: Tx, run: _Run, tenant: str) -> None:
                " FROM ledger_rebuild_allocations WHERE run_id = ? AND tenant_id = ?", (run.run_id, tenant))
     tx.executemany("INSERT INTO ledger_balances (tenant_id, account_id, balance_cents) VALUES (?, ?, ?)",
                    [(tenant, account, cents) for account, cents in sorted(run.balances.get(tenant, {}).items())])
-    allocations: dict[str, list[dict[str, Any]]] = {}
+    after: tuple[Any, ...] = ("", -1, -1)
+    while True:  # the timeline, a page of entries at a time (bounded memory), in stream order
+        rows = tx.fetchall(
+            "SELECT job_id, source_seq, entry_index, source_event_id, entry_json FROM ledger_rebuild_entries"
+            " WHERE run_id = ? AND tenant_id = ? AND (job_id, source_seq, entry_index) > (?, ?, ?)"
+            " ORDER BY job_id, source_seq, entry_index LIMIT 500", (run.run_id, tenant, *after))
+        if not rows:
+            return
+        entries = [parse_json(r[4]) for r in rows]
+        allocations = _page_allocations(tx, run.run_id, tenant, [e["id"] for e in entries])
+        timeline.record(tx, tenant, [
+            timeline.NewEntry(str(r[3]), int(r[2]), entry, allocations.get(entry["id"], []))
+            for r, entry in zip(rows, entries, strict=True)])
+        after = (rows[-1][0], int(rows[-1][1]), int(rows[-1][2]))
+
+
+def _page_allocations(tx: Tx, run_id: str, tenant: str, entry_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    marks = ", ".join("?" for _ in entry_ids)
+    out: dict[str, list[dict[str, Any]]] = {}
     for entry_id, posting_id, account_id, party_id, amount in tx.fetchall(
             "SELECT entry_id, posting_id, account_id, party_id, amount_cents FROM ledger_rebuild_allocations"
-            " WHERE run_id = ? AND tenant_id = ?", (run.run_id, tenant)):
-        allocations.setdefault(entry_id, []).append({"postingId": posting_id, "accountId": account_id,
-                                                     "partyId": party_id, "amountCents": int(amount)})
-    rows = tx.fetchall("SELECT source_event_id, entry_index, entry_json FROM ledger_rebuild_entries"
-                       " WHERE run_id = ? AND tenant_id = ? ORDER BY job_id, source_seq, entry_index",
-                       (run.run_id, tenant))
-    for start in range(0, len(rows), 500):
-        timeline.record(tx, tenant, [
-            timeline.NewEntry(str(event_id), int(index), entry, allocations.get(entry["id"], []))
-            for event_id, index, entry in ((r[0], r[1], parse_json(r[2])) for r in rows[start:start + 500])])
+            f" WHERE run_id = ? AND tenant_id = ? AND entry_id IN ({marks})", (run_id, tenant, *entry_ids)):
+        out.setdefault(entry_id, []).append({"postingId": posting_id, "accountId": account_id, "partyId": party_id,
+                                             "amountCents": int(amount)})
+    return out
 
 
 def _text(value: Any) -> Any:
