@@ -128,3 +128,10 @@ def test_apply_refuses_when_events_were_appended_meanwhile(ledger: Database) -> 
         rebuild(ledger, apply=True)
     assert refused.value.code == "LEDGER_REBUILD_STALE"
     assert stored(ledger) == before
+
+
+def test_an_entry_index_counted_across_a_batch_is_no_difference(ledger: Database) -> None:
+    with ledger.transaction() as tx:  # how ledgers written before per-event numbering index a batch's entries
+        tx.execute("UPDATE ledger_entries SET entry_index = 7 WHERE tenant_id = ?"
+                   " AND entry_id = 'jnl_evt_settle_completed_0003'", (TENANT,))
+    assert rebuild(ledger).differences == []

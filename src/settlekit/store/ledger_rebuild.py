@@ -4,8 +4,10 @@ shadow tables, compared with the stored ledger, and swapped in on request.
 The events are replayed through the pure job domain (validation, transitions and posting rules; the append-time
 server rules are not re-run, they only ever refuse), each stream from its first event, with the tenant's contract
 documents. Differences are reported per row: an entry or allocation missing from the stored ledger, extra in it,
-or changed; a balance that is not the
-sum of the rebuilt postings; a timeline whose row count is not that of the rebuilt postings and allocations.
+or changed; a balance that is not the sum of the rebuilt postings; a timeline whose row count is not that of the
+rebuilt postings and allocations. An entry's index is not compared: it only orders one event's entries, and
+ledgers written before each event's entries were numbered on their own counted them across the append's batch
+(a swap renumbers them).
 
 `apply=True` replaces the tenants' ledger rows (entries, allocations, balances, timeline) with the rebuilt ones in
 one transaction, after checking under lock that no event was appended since the rebuild read the streams
@@ -34,8 +36,7 @@ _ENTRY_COLUMNS = ("tenant_id, entry_id, job_id, source_event_id, event_type, sou
 _ALLOCATION_COLUMNS = "tenant_id, entry_id, posting_id, account_id, party_id, party_role, currency, amount_cents"
 _COMPARED = {
     "entry": ("ledger_entries", "ledger_rebuild_entries", ("entry_id",),
-              ("job_id", "source_event_id", "event_type", "source_seq", "entry_index", "at", "memo",
-               "entry_json")),
+              ("job_id", "source_event_id", "event_type", "source_seq", "at", "memo", "entry_json")),
     "allocation": ("ledger_allocations", "ledger_rebuild_allocations", ("entry_id", "posting_id", "party_id"),
                    ("account_id", "party_role", "currency", "amount_cents")),
 }
