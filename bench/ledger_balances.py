@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from common import scratch_pg
@@ -94,19 +95,33 @@ def phase(name: str) -> None:
     _phase_started[0] = now
 
 
+INDEXES = (  # the migrations' keys and indexes; the unique ones become the primary keys afterwards
+    "CREATE UNIQUE INDEX ledger_postings_pkey ON ledger_postings"
+    " (tenant_id, party_id, account_id, position, entry_index, posting_index)",
+    "CREATE UNIQUE INDEX ledger_sums_pkey ON ledger_sums (tenant_id, party_id, axis, level, bucket, account_id)",
+    "CREATE INDEX ledger_postings_time ON ledger_postings (tenant_id, party_id, at_ms)"
+    " INCLUDE (account_id, amount_cents)",
+    "CREATE INDEX ledger_postings_position ON ledger_postings (tenant_id, party_id, position)"
+    " INCLUDE (account_id, amount_cents)",
+    "CREATE UNIQUE INDEX ledger_entries_pkey ON ledger_entries (tenant_id, entry_id)",
+    "CREATE INDEX ledger_entries_job ON ledger_entries (tenant_id, job_id, source_seq, entry_index)",
+)
+
+
 def _build_indexes(db: Database) -> None:
-    """The indexes of the migrations, built once the rows are in."""
+    """The indexes, built three at a time on their own connections (CREATE INDEX runs beside another on the same
+    table), then the unique ones attached as the primary keys."""
+
+    def build(statement: str) -> None:
+        with psycopg_autocommit(db) as conn:
+            conn.execute("SET maintenance_work_mem = '256MB'")
+            conn.execute(statement)
+
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(build, INDEXES))
     with db.transaction() as tx:
-        tx.execute("SET LOCAL maintenance_work_mem = '256MB'")
-        tx.execute("ALTER TABLE ledger_entries ADD PRIMARY KEY (tenant_id, entry_id)")
-        tx.execute("CREATE INDEX ledger_entries_job ON ledger_entries (tenant_id, job_id, source_seq, entry_index)")
-        tx.execute("ALTER TABLE ledger_postings ADD PRIMARY KEY"
-                   " (tenant_id, party_id, account_id, position, entry_index, posting_index)")
-        tx.execute("ALTER TABLE ledger_sums ADD PRIMARY KEY (tenant_id, party_id, axis, level, bucket, account_id)")
-        tx.execute("CREATE INDEX ledger_postings_time ON ledger_postings (tenant_id, party_id, at_ms)"
-                   " INCLUDE (account_id, amount_cents)")
-        tx.execute("CREATE INDEX ledger_postings_position ON ledger_postings (tenant_id, party_id, position)"
-                   " INCLUDE (account_id, amount_cents)")
+        for table in ("ledger_postings", "ledger_sums", "ledger_entries"):
+            tx.execute(f"ALTER TABLE {table} ADD CONSTRAINT {table}_pkey PRIMARY KEY USING INDEX {table}_pkey")
     phase("indexes")
 
 
