@@ -16,11 +16,11 @@ from typing import Final, Literal
 
 Axis = Literal["t", "p"]
 
-# Bucket sizes, coarsest first: time in epoch milliseconds (32 days, a day, an hour, a minute), position in
-# event-store positions (a million, 50,000, 2,500, 50). Below the coarsest level a query reads at most 20 to 60
-# buckets per level and account. An account's postings are dense, so even its finest buckets add many up.
+# Bucket sizes, coarsest first: time in epoch milliseconds (32 days, a day, an hour, five minutes), position in
+# event-store positions (a million, 50,000, 2,500, 50). Below the coarsest level a query reads at most 12 to 50
+# buckets per level and account. An account's postings are dense, so even its finest buckets add several up.
 LEVELS: Final[dict[Axis, tuple[int, ...]]] = {
-    "t": (32 * 86_400_000, 86_400_000, 3_600_000, 60_000),
+    "t": (32 * 86_400_000, 86_400_000, 3_600_000, 300_000),
     "p": (1_000_000, 50_000, 2_500, 50),
 }
 # A party's allocations are sparse (most parties are on few entries): fine buckets would hold one allocation
