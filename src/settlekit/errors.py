@@ -245,6 +245,11 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "FINANCE_DOCUMENT_INVALID": ErrorSpec(400, "`verify`: the document is not a MonthClose.v1"),
     "FINANCE_SIGNER_UNKNOWN": ErrorSpec(400, "`verify`: the close's signer key is not among the given keys"),
     "FINANCE_PROOF_INVALID": ErrorSpec(400, "`verify`: an inclusion or consistency proof does not verify"),
+    # --- ledger reads and rebuild
+    "LEDGER_AS_OF_INVALID": ErrorSpec(400, "asOf is not an ISO-8601 instant with an offset, or both asOf and position"),
+    "LEDGER_ACCOUNT_NOT_FOUND": ErrorSpec(404, "the account is neither in the chart nor posted to by the tenant"),
+    "LEDGER_REBUILD_STALE": ErrorSpec(409, "events were appended during a ledger rebuild; nothing was swapped"),
+    "LEDGER_REBUILD_INCOMPLETE": ErrorSpec(409, "a job stream could not be replayed; the rebuild was not swapped in"),
     # --- artifacts
     "ARTIFACT_NOT_FOUND": ErrorSpec(404, "no such artifact (or no effective one of this type) for the job"),
     "ARTIFACT_TYPE_UNKNOWN": ErrorSpec(400, "the artifact type is not one of the v1 types"),

@@ -34,6 +34,9 @@ POINTS: Final[dict[str, str]] = {
     "spool.batch_stored": "batch and its idempotency key stored, nothing sent",
     "spool.answered": "the API answered the append, the batch not marked sent",
     "spool.marked": "the batch marked sent",
+    # `settlekit ledger rebuild`; argument: the stream id (replayed) or the tenant id (swapping)
+    "ledger.rebuild.replayed": "a stream's entries recomputed, not yet in the shadow tables",
+    "ledger.rebuild.swapping": "inside the swap transaction: the tenant's ledger rows deleted, rebuilt rows not in",
     # the reference receiver, once a request body is read; arguments: the request handler, headers, body.
     # A hook that answered the request itself returns True.
     "receiver.request": "request read, not verified",

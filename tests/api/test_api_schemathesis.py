@@ -106,7 +106,8 @@ def test_whole_api_conforms_without_5xx(db_url: str) -> None:
         seeded = seed_tenant(db, client(app, tenant_key))
         seeded_ids = {"job_id": seeded.job_id, "artifact_id": seeded.artifact_id,
                       "destination_id": seeded.destination_id, "delivery_id": str(seeded.delivery_id),
-                      "key_id": seeded.key_ids[0], "name": "settlekit:artifacts", "month": "2026-01"}
+                      "key_id": seeded.key_ids[0], "name": "settlekit:artifacts", "month": "2026-01",
+                      "account_id": "acct_cash"}
         operator_key = key_for(db, "system", ["admin"])  # deployment-wide routes need the operator tenant
         calls, failures = run_schemathesis(app, tenant_key, operator_key, seeded_ids, MAX_EXAMPLES)
     finally:

@@ -51,7 +51,7 @@ OPERATOR_ROUTES = {p for p in (
 # Collections: tenant B gets its own (empty or own) list, never A's rows.
 # (the event feed too: the app's streams are closed in these tests, so a stream answers its first line and ends)
 COLLECTIONS = {"/v1/jobs", "/v1/destinations", "/v1/deliveries", "/v1/keys", "/v1/ledger/balances", "/v1/events",
-               "/v1/events/stream"}
+               "/v1/events/stream", "/v1/ledger/accounts/{account_id}/postings"}
 CREATES = {("POST", "/v1/jobs"), ("POST", "/v1/destinations"), ("POST", "/v1/keys")}
 # Finance routes answer for the key's own tenant: 404 until tenant B has its own close or mapping, then B's own
 # document (closing a month or storing a mapping writes in B's namespace only).
@@ -92,7 +92,7 @@ def _path(template: str, seeded: Seeded) -> str:
     return (template.replace("{job_id}", seeded.job_id).replace("{artifact_id}", seeded.artifact_id)
             .replace("{destination_id}", seeded.destination_id).replace("{delivery_id}", str(seeded.delivery_id))
             .replace("{key_id}", seeded.key_ids[0]).replace("{name}", "settlekit:artifacts")
-            .replace("{month}", "2026-01"))
+            .replace("{month}", "2026-01").replace("{account_id}", "acct_cash"))
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_route_list_is_covered() -> None:
     paths = {p for _, p in ROUTES}
     assert paths >= OPERATOR_ROUTES | COLLECTIONS
     assert {k for k in BODIES} <= set(ROUTES)
-    params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name", "month"}
+    params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name", "month", "account_id"}
     for _, template in ROUTES:
         names = {part[1:-1] for part in template.split("/") if part.startswith("{")}
         assert names <= params, f"unknown path parameter in {template}"

@@ -72,9 +72,16 @@ class Operations(Generic[R, S]):
 
     # --- ledger and artifacts
 
-    def ledger_balances(self) -> R:
-        """The tenant's ledger balances per account."""
-        return self._call("GET /v1/ledger/balances")
+    def ledger_balances(self, *, as_of: str | None = None, position: int | None = None,
+                        party: str | None = None) -> R:
+        """Balances per account: now, or as of an instant (ISO-8601 with offset) or ledger position; a party's."""
+        return self._call("GET /v1/ledger/balances", asOf=as_of, position=position, party=party)
+
+    def account_postings(self, account_id: str, *, party: str | None = None, limit: int | None = None,
+                         cursor: str | None = None) -> R:
+        """An account's postings in ledger order, one keyset page ({postings, nextCursor})."""
+        return self._call("GET /v1/ledger/accounts/{account_id}/postings", account_id=account_id, party=party,
+                          limit=limit, cursor=cursor)
 
     def ledger_entries(self, job_id: str) -> R:
         """A job's journal entries."""
@@ -106,7 +113,8 @@ class Operations(Generic[R, S]):
 
     def consistency_proof(self, from_month: str, to_month: str) -> R:
         """The consistency proof between the tenant's logs at two closes."""
-        return self._call("GET /v1/finance/consistency", **{"from": from_month, "to": to_month})
+        months: dict[str, Any] = {"from": from_month, "to": to_month}  # `from` is a Python keyword
+        return self._call("GET /v1/finance/consistency", **months)
 
     def put_gl_mapping(self, mapping: Mapping[str, Any], *, idempotency_key: str | None = None) -> R:
         """Store the tenant's GlMapping.v1."""

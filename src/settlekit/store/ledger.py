@@ -7,6 +7,8 @@ from typing import Any
 
 from settlekit.events.canonical import parse_json, storable_json, storable_text
 from settlekit.store.db import Database, Tx
+from settlekit.store.ledger_timeline import NewEntry
+from settlekit.store.ledger_timeline import record as record_timeline
 
 
 def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[Mapping[str, Any]],
@@ -18,10 +20,13 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
     for alloc in allocations:
         allocations_by_entry.setdefault(alloc["entryId"], []).append(alloc)
     inserted = 0
+    timeline: list[NewEntry] = []
     balance_deltas: dict[str, int] = {}
     new_allocations: list[tuple[Any, ...]] = []
-    for index, item in enumerate(ledger_entries):
+    per_event: dict[str, int] = {}
+    for item in ledger_entries:
         entry = item["entry"]
+        index = per_event[item["eventId"]] = per_event.get(item["eventId"], -1) + 1  # among the event's entries
         row = tx.fetchone(
             "INSERT INTO ledger_entries (tenant_id, entry_id, job_id, source_event_id, event_type, source_seq,"
             " entry_index, at, memo, entry_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -31,6 +36,7 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
         if row is None:
             continue
         inserted += 1
+        timeline.append(NewEntry(item["eventId"], index, entry, allocations_by_entry.get(entry["id"], ())))
         for posting in entry["postings"]:
             balance_deltas[posting["accountId"]] = balance_deltas.get(posting["accountId"], 0) + \
                 posting["amountCents"]
@@ -46,6 +52,7 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
     tx.executemany(
         "INSERT INTO ledger_allocations (tenant_id, entry_id, posting_id, account_id, party_id, party_role,"
         " currency, amount_cents) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", new_allocations)
+    record_timeline(tx, tenant_id, timeline)
     return inserted
 
 

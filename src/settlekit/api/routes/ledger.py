@@ -1,23 +1,102 @@
-"""The tenant's ledger: balances per account, and a job's journal entries and party allocations."""
+"""The tenant's ledger: balances per account (now, as of an instant or a position, per party), an account's
+postings page by page, and a job's journal entries and party allocations."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import context, job_head, require
+from settlekit.api.deps import MAX_INT64, MAX_PAGE, context, job_head, require
 from settlekit.api.openapi import problems
 from settlekit.api.responses import JsonResponse
-from settlekit.api.schemas import Allocations, Balances, LedgerEntries
+from settlekit.api.schemas import Allocations, LedgerEntries
+from settlekit.errors import NotFoundError, ValidationError
+from settlekit.ledger.timeline import decode_cursor, encode_cursor, millis_to_iso, parse_instant
 from settlekit.store import ledger as ledger_rows
+from settlekit.store import ledger_timeline as timeline
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 
-@router.get("/ledger/balances", summary="Ledger balances per account for the tenant", response_model=Balances)
-def balances(request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
-    values = ledger_rows.balances(context(request).db, key.tenant_id).get(key.tenant_id, {})
-    return JsonResponse({"tenantId": key.tenant_id, "balances": values, "totalCents": sum(values.values())})
+class LedgerBalances(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tenantId: str
+    asOf: str | None = Field(None, description="the instant asked for (UTC), when one was")
+    position: int | None = Field(None, description="the event-store position asked for, when one was")
+    partyId: str | None = Field(None, description="the party whose allocations are summed, when one was")
+    balances: dict[str, int] = Field(description="cents per account id, accounts sorted")
+    totalCents: int
+
+
+class AccountPosting(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    position: int = Field(description="event-store position of the event that posted the entry")
+    entryId: str
+    postingId: str
+    at: str
+    amountCents: int = Field(description="positive: debit; negative: credit")
+    jobId: str
+    eventId: str
+    eventType: str
+    memo: str | None
+
+
+class AccountPostings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    accountId: str
+    partyId: str | None
+    postings: list[AccountPosting]
+    nextCursor: str | None
+
+
+@router.get("/ledger/balances", summary="Ledger balances per account: now, as of an instant or position, per party",
+            response_model=LedgerBalances, responses=problems("LEDGER_AS_OF_INVALID"))
+def balances(request: Request, key: ApiKey = require("jobs:read"),
+             as_of: Annotated[str | None, Query(alias="asOf", max_length=64)] = None,
+             position: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None,
+             party: Annotated[str | None, Query(min_length=1, max_length=200)] = None) -> JsonResponse:
+    db = context(request).db
+    if as_of is not None and position is not None:
+        raise ValidationError("give asOf or position, not both", code="LEDGER_AS_OF_INVALID", field="asOf")
+    body: dict[str, Any] = {"tenantId": key.tenant_id, "asOf": None, "position": position, "partyId": party}
+    if as_of is not None:
+        millis = parse_instant(as_of)
+        if millis is None:
+            raise ValidationError("asOf must be an ISO-8601 instant with an offset, e.g. 2026-01-31T23:59:59Z",
+                                  code="LEDGER_AS_OF_INVALID", field="asOf")
+        body["asOf"] = millis_to_iso(millis)
+        values = timeline.balances_as_of(db, key.tenant_id, "t", millis, party_id=party or timeline.ACCOUNT)
+    elif position is not None or party is not None:
+        values = timeline.balances_as_of(db, key.tenant_id, "p", MAX_INT64 if position is None else position,
+                                         party_id=party or timeline.ACCOUNT)
+    else:
+        values = ledger_rows.balances(db, key.tenant_id).get(key.tenant_id, {})
+    return JsonResponse({**body, "balances": values, "totalCents": sum(values.values())})
+
+
+@router.get("/ledger/accounts/{account_id}/postings", summary="An account's postings in ledger order (keyset pages)",
+            response_model=AccountPostings, responses=problems("CURSOR_INVALID", "LEDGER_ACCOUNT_NOT_FOUND"))
+def account_postings(account_id: str, request: Request, key: ApiKey = require("jobs:read"),
+                     party: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+                     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+                     cursor: Annotated[str | None, Query(max_length=800)] = None) -> JsonResponse:
+    db = context(request).db
+    party_id = party or timeline.ACCOUNT
+    if not timeline.account_known(db, key.tenant_id, account_id):
+        raise NotFoundError(f"no ledger account {account_id!r}", code="LEDGER_ACCOUNT_NOT_FOUND",
+                            accountId=account_id)
+    after = None
+    if cursor:
+        after = decode_cursor(cursor, account_id, party_id)
+        if after is None:
+            raise ValidationError("invalid cursor", code="CURSOR_INVALID", field="cursor")
+    page = timeline.account_postings(db, key.tenant_id, account_id, after=after, limit=limit, party_id=party_id)
+    next_cursor = encode_cursor(account_id, party_id, page.last_key) if page.more and page.last_key else None
+    return JsonResponse({"accountId": account_id, "partyId": party, "postings": page.postings,
+                         "nextCursor": next_cursor})
 
 
 @router.get("/jobs/{job_id}/ledger/entries", summary="Journal entries of a job", response_model=LedgerEntries,
