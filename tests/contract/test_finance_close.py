@@ -49,9 +49,18 @@ def _post(db: Database, tenant: str, job: str, entry_id: str, at: str, amount: i
     entry = make_entry(entry_id, at, f"job:{job} {event_type}", [(accounts[0], amount), (accounts[1], -amount)])
     alloc = [{"entryId": entry_id, "postingId": "p1", "accountId": accounts[1], "partyId": "pty_customer:c1",
               "partyRole": "customer", "currency": "USD", "amountCents": -amount}]
+    _source_event(db, tenant, f"evt_{entry_id}", at)
     with db.transaction() as tx:
         ledger_rows.write_entries(tx, tenant, job, [{"eventId": f"evt_{entry_id}", "eventType": event_type,
                                                      "entry": entry}], alloc, {f"evt_{entry_id}": 1})
+
+
+def _source_event(db: Database, tenant: str, event_id: str, at: str) -> None:
+    """A stored event for an entry written straight to the ledger (the ledger's timeline places an entry at its
+    source event's position), on a stream of its own that is not a job stream (so no log leaf)."""
+    draft = make_draft(stream_id=f"src_{event_id}", type="MONTH_CLOSE_REQUESTED", actor={"type": "system", "id": "t"},
+                       payload={}, at=at, id=event_id)
+    job_appender(db, server_rules=False).append(tenant, f"src_{event_id}", [finalize(draft, None)])
 
 
 def _close(db: Database, tenant: str, month: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
-from settlekit.api.openapi import IDEMPOTENT
+from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.delivery import recovery
 from settlekit.delivery.sender import SenderConfig
@@ -21,17 +21,7 @@ router = APIRouter(prefix="/v1", tags=["ops"])
 TEST_TIMEOUT = 10.0  # seconds a test send may take
 
 
-def _problem(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/problem+json": {}}}
-
-
-_PROBLEMS: dict[int | str, dict[str, Any]] = {
-    400: _problem("SCHEMA_INVALID, or DELIVERY_WINDOW_INVALID: `since` not before `until`, or over 90 days"),
-    401: _problem("UNAUTHENTICATED or API_KEY_INVALID"),
-    403: _problem("SCOPE_REQUIRED: the key lacks `ops`"),
-    404: _problem("NOT_FOUND: no such destination for the tenant"),
-    429: _problem("RATE_LIMITED"),
-}
+_PROBLEMS = problems("DELIVERY_WINDOW_INVALID", "NOT_FOUND")
 
 
 class ReplayIn(BaseModel):
