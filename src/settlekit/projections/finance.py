@@ -195,14 +195,18 @@ def iter_journal(db: Database, tenant_id: str, month: str, progress: Progress | 
 def export_journal(db: Database, tenant_id: str, month: str, write: Callable[[bytes], Any],
                    progress: Progress | None = None) -> dict[str, Any]:
     """Write the period's JournalCsv.v1 to `write`; returns {rows, sha256, bytes} (see `iter_journal`)."""
+    return _write_export(db, tenant_id, month, iter_journal(db, tenant_id, month, progress), write)
+
+
+def _write_export(db: Database, tenant_id: str, month: str, chunks: Iterator[bytes],
+                  write: Callable[[bytes], Any]) -> dict[str, Any]:
+    """Hand `chunks` to `write`; {rows (the close's journal rows), sha256 and bytes of what was written}."""
     sha, size = hashlib.sha256(), 0
-    for chunk in iter_journal(db, tenant_id, month, progress):
+    for chunk in chunks:
         sha.update(chunk)
         size += len(chunk)
         write(chunk)
-    with db.read() as tx:
-        rows = int(_closed(tx, tenant_id, month)["journal"]["rows"])
-    return {"rows": rows, "sha256": sha.hexdigest(), "bytes": size}
+    return {"rows": journal_rows(db, tenant_id, month), "sha256": sha.hexdigest(), "bytes": size}
 
 
 def put_gl_mapping(db: Database, tenant_id: str, mapping: Any) -> str:
@@ -213,22 +217,25 @@ def put_gl_mapping(db: Database, tenant_id: str, mapping: Any) -> str:
 
 def get_gl_mapping(db: Database, tenant_id: str) -> dict[str, Any]:
     with db.read() as tx:
-        found = F.gl_mapping(tx, tenant_id)
+        return _gl_mapping(tx, tenant_id)[0]
+
+
+def _gl_mapping(tx: Tx, tenant_id: str) -> tuple[dict[str, Any], str]:
+    """(mapping, mapping hash) of the tenant; FINANCE_GL_MAPPING_NOT_FOUND when it has none."""
+    found = F.gl_mapping(tx, tenant_id)
     if found is None:
         raise NotFoundError(f"tenant {tenant_id} has no GL mapping", code="FINANCE_GL_MAPPING_NOT_FOUND")
-    return found[0]
+    return found[0], found[1]
 
 
 def _gl_inputs(tx: Tx, tenant_id: str, month: str) -> tuple[dict[str, Any], dict[str, Any], str]:
     """(close document, mapping, mapping hash); FINANCE_GL_ACCOUNT_UNMAPPED when the close names an account the
     mapping lacks."""
     doc = _closed(tx, tenant_id, month)
-    found = F.gl_mapping(tx, tenant_id)
-    if found is None:
-        raise NotFoundError(f"tenant {tenant_id} has no GL mapping", code="FINANCE_GL_MAPPING_NOT_FOUND")
+    mapping, mapping_hash = _gl_mapping(tx, tenant_id)
     for account in doc["statement"]["accounts"]:
-        J.gl_account(found[0], account["accountId"])
-    return doc, found[0], found[1]
+        J.gl_account(mapping, account["accountId"])
+    return doc, mapping, mapping_hash
 
 
 def check_gl_export(db: Database, tenant_id: str, month: str) -> None:
@@ -262,14 +269,7 @@ def export_gl_batch(db: Database, tenant_id: str, month: str, write: Callable[[b
                     progress: Progress | None = None) -> dict[str, Any]:
     """Write the period's GlBatch.v1 JSON to `write`; an account missing from the tenant's mapping is
     FINANCE_GL_ACCOUNT_UNMAPPED, raised before any byte is written."""
-    sha, size = hashlib.sha256(), 0
-    for chunk in iter_gl_batch(db, tenant_id, month, progress):
-        sha.update(chunk)
-        size += len(chunk)
-        write(chunk)
-    with db.read() as tx:
-        rows = int(_closed(tx, tenant_id, month)["journal"]["rows"])
-    return {"rows": rows, "sha256": sha.hexdigest(), "bytes": size}
+    return _write_export(db, tenant_id, month, iter_gl_batch(db, tenant_id, month, progress), write)
 
 
 def journal_rows(db: Database, tenant_id: str, month: str) -> int:
