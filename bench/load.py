@@ -117,7 +117,24 @@ def measure(anchor: LoadResult, processes: int) -> LoadResult | None:
                 stop_process(name, proc)
             receiver.stop()
             db.close()
+            _print_server_problems(Path(tmp) / "serve.log")
     return result
+
+
+def _print_server_problems(log: Path) -> None:
+    """The server's log lines at warning level or above, and those about its processes (a 5xx or a reset
+    connection in the figures is explained here)."""
+    shown = 0
+    for line in log.read_text(errors="replace").splitlines():
+        if ('"level":"info"' in line.replace(" ", "") and "child process" not in line.lower()) or not line.strip():
+            continue
+        if shown == 0:
+            print("server log, warnings and process changes:")
+        if shown < 40:
+            print("  " + line[:400])
+        shown += 1
+    if shown > 40:
+        print(f"  ... {shown - 40} more")
 
 
 def _check_nothing_lost(db: Database, base: str, headers: dict[str, str], receiver: ReceiverServer,

@@ -34,7 +34,7 @@ class HoldingDomain(PassThroughDomain):
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None, events: list[Event],
                 first_seq: int) -> DomainOutcome:
-        return DomainOutcome(write=lambda tx: self.hook(tx))
+        return DomainOutcome(write=lambda tx, positions: self.hook(tx))
 
 
 def append(db: Database, tenant: str, stream: str, n: int = 1, domain: Any = None,

@@ -53,7 +53,7 @@ class HoldingDomain(PassThroughDomain):
     def process(
         self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None, events: list[Event], first_seq: int
     ) -> DomainOutcome:
-        return DomainOutcome(write=lambda tx: self.hook(tx, events))
+        return DomainOutcome(write=lambda tx, positions: self.hook(tx, events))
 
 
 def append(db: Database, stream: str, n: int = 1, domain: Any = None) -> list[int]:

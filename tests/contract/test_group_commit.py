@@ -56,6 +56,30 @@ def test_a_group_keeps_each_outcome_its_own(db: Database) -> None:
     assert streams.read_stream(T, "s_conflict") == existing
 
 
+def test_a_group_applies_its_appends_in_queue_order(db: Database) -> None:
+    """Two appends to one stream in one group, the second linked to the first: both commit, in order (one-event
+    appends go in one statement on PostgreSQL); with a two-event append in the group too (sent one by one)."""
+    streams = Streams(db)
+    for extra in (None, 2):
+        first = _events(f"s_chain_{extra}")
+        second = _events(f"s_chain_{extra}", prev=first[0]["chainHash"])
+        group = [(_batch(f"s_chain_{extra}", first), None),
+                 (_batch(f"s_other_{extra}", _events(f"s_other_{extra}")), None),
+                 (_batch(f"s_chain_{extra}", second, prev=first[0]["chainHash"]), None)]
+        if extra:
+            group.append((_batch(f"s_pair_{extra}", _events(f"s_pair_{extra}", n=extra)), None))
+        outcomes = _group(db).write_group(group)
+        assert [o.base_seq for o in outcomes if isinstance(o, Committed)] == [0, 0, 1] + ([0] if extra else [])
+        assert [e["chainHash"] for e in streams.read_stream(T, f"s_chain_{extra}")] == [
+            first[0]["chainHash"], second[0]["chainHash"]]
+        with db.read() as tx:
+            positions = [p for o in outcomes if isinstance(o, Committed) for p in o.positions]
+            stored = [int(r[0]) for r in tx.fetchall(
+                "SELECT position FROM events WHERE tenant_id = ? AND stream_id LIKE ? ORDER BY position",
+                (T, f"s_%_{extra}"))]
+        assert sorted(positions) == stored
+
+
 def test_a_failing_append_fails_alone(db: Database) -> None:
     """A uniqueness violation (of an event, of a follow-up write) and an error in one append's follow-up writes
     roll the group back; the group is written again one append at a time, so only those fail and the others

@@ -360,7 +360,7 @@ class Appender:
         def after(tx: Tx, base_seq: int, positions: list[int]) -> None:
             result = _appended(request, events, base_seq, positions, outcome.snapshot)
             if write is not None:
-                write(tx)
+                write(tx, positions)
             if idempotency is not None:
                 idempotent.record(tx, request.tenant_id, idempotency, result, self.clock())
             built[:] = [result]  # a group commit may run this again (alone) after rolling its group back

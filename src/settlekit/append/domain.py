@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,7 +15,8 @@ class DomainOutcome:
     """What a stream's domain adds to an append: the new snapshot and rows written in the same transaction."""
 
     snapshot: dict[str, Any] | None = None
-    write: Callable[[Tx], None] | None = None
+    # (tx, the store positions of the appended events, in order)
+    write: Callable[[Tx, Sequence[int]], None] | None = None
 
 
 class StreamDomain(Protocol):

@@ -4,7 +4,7 @@ and the ledger rows are stored in the same transaction as the events."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from settlekit.append.appender import Appender
@@ -103,9 +103,10 @@ class JobStreamDomain:
                 "eventType": item["eventType"], "code": item["error"]["code"], "error": item["error"]["message"],
             })
 
-        def write(tx: Tx) -> None:
+        def write(tx: Tx, positions: Sequence[int]) -> None:
+            position_by_event_id = {e["id"]: position for e, position in zip(events, positions, strict=True)}
             ledger_rows.write_entries(tx, tenant_id, stream_id, result.ledger_entries, result.allocations,
-                                      seq_by_event_id)
+                                      seq_by_event_id, position_by_event_id)
             ledger_rows.write_errors(tx, tenant_id, stream_id, result.ledger_errors, seq_by_event_id)
 
         return DomainOutcome(snapshot=result.state, write=write)

@@ -2,31 +2,41 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from settlekit.events.canonical import parse_json, storable_json, storable_text
 from settlekit.store.db import Database, Tx
-from settlekit.store.ledger_timeline import NewEntry
+from settlekit.store.ledger_timeline import NewEntry, timeline_rows
 from settlekit.store.ledger_timeline import record as record_timeline
 
 
 def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[Mapping[str, Any]],
-                  allocations: Sequence[Mapping[str, Any]], seq_by_event_id: Mapping[str, int]) -> int:
-    """Insert `{eventId, eventType, entry}` items; returns how many were new. Re-applying is a no-op."""
+                  allocations: Sequence[Mapping[str, Any]], seq_by_event_id: Mapping[str, int],
+                  position_by_event_id: Mapping[str, int] | None = None) -> None:
+    """Insert `{eventId, eventType, entry}` items with their allocations, balances and timeline rows; an entry
+    whose id is already stored adds nothing (re-applying is a no-op). `position_by_event_id`: the source events'
+    store positions when the caller knows them (the append does; otherwise they are read); with them, the dialect's
+    writer takes the rows (store/<dialect>/ledger.py: on PostgreSQL one statement with nothing read back)."""
     if not ledger_entries:
-        return 0
+        return
     allocations_by_entry: dict[str, list[Mapping[str, Any]]] = {}
     for alloc in allocations:
         allocations_by_entry.setdefault(alloc["entryId"], []).append(alloc)
-    inserted = 0
+    per_event: dict[str, int] = {}
+    indexed: list[tuple[Mapping[str, Any], int]] = []
+    for item in ledger_entries:
+        index = per_event[item["eventId"]] = per_event.get(item["eventId"], -1) + 1  # among the event's entries
+        indexed.append((item, index))
+    if position_by_event_id is not None:
+        _write_rows(tx, tenant_id, job_id, indexed, allocations_by_entry, seq_by_event_id, position_by_event_id)
+        return
     timeline: list[NewEntry] = []
     balance_deltas: dict[str, int] = {}
     new_allocations: list[tuple[Any, ...]] = []
-    per_event: dict[str, int] = {}
-    for item in ledger_entries:
+    for item, index in indexed:
         entry = item["entry"]
-        index = per_event[item["eventId"]] = per_event.get(item["eventId"], -1) + 1  # among the event's entries
         row = tx.fetchone(
             "INSERT INTO ledger_entries (tenant_id, entry_id, job_id, source_event_id, event_type, source_seq,"
             " entry_index, at, memo, entry_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -35,7 +45,6 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
              index, entry["at"], _text(entry.get("memo")), storable_json(entry)))
         if row is None:
             continue
-        inserted += 1
         timeline.append(NewEntry(item["eventId"], index, entry, allocations_by_entry.get(entry["id"], ())))
         for posting in entry["postings"]:
             balance_deltas[posting["accountId"]] = balance_deltas.get(posting["accountId"], 0) + \
@@ -52,22 +61,40 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
     tx.executemany(
         "INSERT INTO ledger_allocations (tenant_id, entry_id, posting_id, account_id, party_id, party_role,"
         " currency, amount_cents) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", new_allocations)
-    record_timeline(tx, tenant_id, timeline)
-    return inserted
+    record_timeline(tx, tenant_id, timeline, position_by_event_id)
+
+
+def _write_rows(tx: Tx, tenant_id: str, job_id: str, indexed: Sequence[tuple[Mapping[str, Any], int]],
+                            allocations_by_entry: Mapping[str, Sequence[Mapping[str, Any]]],
+                            seq_by_event_id: Mapping[str, int], position_by_event_id: Mapping[str, int]) -> None:
+    """The rows of every entry (as if all were new: the dialect's writer keeps those of the entries it inserts),
+    written by the dialect's writer (store/<dialect>/ledger.py; one statement on PostgreSQL)."""
+    entries: list[tuple[Any, ...]] = []
+    allocation_rows: list[tuple[Any, ...]] = []
+    timeline: list[NewEntry] = []
+    for item, index in indexed:
+        entry, event_id = item["entry"], item["eventId"]
+        entries.append((entry["id"], event_id, item["eventType"], seq_by_event_id[event_id], index, entry["at"],
+                        _text(entry.get("memo")), storable_json(entry)))
+        own = allocations_by_entry.get(entry["id"], ())
+        timeline.append(NewEntry(event_id, index, entry, own))
+        for a in own:
+            allocation_rows.append((entry["id"], event_id, index, a["postingId"], _text(a["accountId"]),
+                                    _text(a["partyId"]), a["partyRole"], a["currency"], a["amountCents"]))
+    postings, sums = timeline_rows(timeline, position_by_event_id)
+    writer = importlib.import_module(f"settlekit.store.{tx.dialect}.ledger")
+    writer.write_entries(tx, tenant_id, job_id, entries, postings, allocation_rows, sums)
 
 
 def write_errors(tx: Tx, tenant_id: str, job_id: str, ledger_errors: Sequence[Mapping[str, Any]],
-                 seq_by_event_id: Mapping[str, int]) -> int:
-    """Record posting errors `{eventId, eventType, error: {code, message}}` (once per source event)."""
-    inserted = 0
-    for item in ledger_errors:
-        row = tx.fetchone(
-            "INSERT INTO ledger_errors (tenant_id, job_id, source_event_id, event_type, source_seq, code, message)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING source_event_id",
-            (tenant_id, job_id, item["eventId"], item["eventType"], seq_by_event_id[item["eventId"]],
-             item["error"]["code"], _text(item["error"]["message"])))
-        inserted += row is not None
-    return inserted
+                 seq_by_event_id: Mapping[str, int]) -> None:
+    """Record posting errors `{eventId, eventType, error: {code, message}}` (once per source event; nothing is
+    read back)."""
+    tx.executemany(
+        "INSERT INTO ledger_errors (tenant_id, job_id, source_event_id, event_type, source_seq, code, message)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [(tenant_id, job_id, item["eventId"], item["eventType"], seq_by_event_id[item["eventId"]],
+          item["error"]["code"], _text(item["error"]["message"])) for item in ledger_errors])
 
 
 def errors_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[str, Any]]:

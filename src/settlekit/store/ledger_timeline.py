@@ -7,7 +7,7 @@ entry index, posting index). Party `''` is the account itself; any other party i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,14 +18,15 @@ from settlekit.store.db import Database, Tx
 
 ACCOUNT = ""  # the party id of an account's own postings
 
-_INSERT_POSTING = (
+INSERT_POSTING = (
     "INSERT INTO ledger_postings (tenant_id, party_id, account_id, position, entry_index, posting_index, entry_id,"
     " at_ms, amount_cents) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
-_ADD_SUM = (
+ADD_SUM = (
     "INSERT INTO ledger_sums (tenant_id, party_id, axis, level, bucket, account_id, amount_cents)"
     " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, party_id, axis, level, bucket, account_id) DO UPDATE"
     " SET amount_cents = ledger_sums.amount_cents + excluded.amount_cents")
 _AXIS_COLUMN: Mapping[Axis, str] = {"t": "at_ms", "p": "position"}
+_AXES: tuple[Axis, Axis] = ("t", "p")
 
 
 @dataclass(frozen=True)
@@ -45,22 +46,46 @@ class PostingsPage:
     more: bool = False
 
 
-def record(tx: Tx, tenant_id: str, entries: Sequence[NewEntry]) -> None:
-    """Insert the timeline rows of newly inserted entries and add them to the bucket sums."""
+def record(tx: Tx, tenant_id: str, entries: Sequence[NewEntry],
+           position_by_event_id: Mapping[str, int] | None = None) -> None:
+    """Insert the timeline rows of newly inserted entries and add them to the bucket sums (the source events'
+    positions are read unless given)."""
     if not entries:
         return
-    positions = _positions(tx, tenant_id, sorted({e.event_id for e in entries}))
-    rows: list[tuple[Any, ...]] = []
+    positions = position_by_event_id or _positions(tx, tenant_id, sorted({e.event_id for e in entries}))
+    rows = [(tenant_id, party, account, position, entry_index, posting_index, entry_id, at_ms, amount)
+            for _event, entry_id, party, account, position, entry_index, posting_index, at_ms, amount
+            in _posting_rows(entries, positions)]
+    tx.executemany(INSERT_POSTING, rows)
+    tx.executemany(ADD_SUM, bucket_sums(rows))
+
+
+def timeline_rows(entries: Sequence[NewEntry], position_by_event_id: Mapping[str, int]
+                  ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The timeline rows of `entries`, each keyed by its entry (id, source event id, index in the event), for a
+    writer that keeps only the entries it inserts (store/postgres/ledger.py): postings (entry id, event id, party,
+    account, position, entry index, posting index, at ms, cents) and bucket deltas (entry id, event id, entry
+    index, party, axis, level, bucket, account, cents), one per posting and bucket, not summed."""
+    postings = list(_posting_rows(entries, position_by_event_id))
+    sums: list[tuple[Any, ...]] = []
+    for event_id, entry_id, party_id, account_id, position, entry_index, _pi, at_ms, amount in postings:
+        for axis, value in zip(_AXES, (at_ms, position), strict=True):
+            for level, bucket in buckets_of(levels_of(axis, party_id), value):
+                sums.append((entry_id, event_id, entry_index, party_id, axis, level, bucket, account_id, amount))
+    return [(row[1], row[0], *row[2:]) for row in postings], sums
+
+
+def _posting_rows(entries: Sequence[NewEntry], positions: Mapping[str, int]) -> Iterator[tuple[Any, ...]]:
+    """(event id, entry id, party, account, position, entry index, posting index, at ms, cents) of every posting
+    (party '') and allocation of `entries`."""
     for item in entries:
         position, at_ms, entry_id = positions[item.event_id], epoch_millis(item.entry["at"]), item.entry["id"]
         for index, posting in enumerate(item.entry["postings"]):
-            rows.append((tenant_id, ACCOUNT, _text(posting["accountId"]), position, item.entry_index, index,
-                         entry_id, at_ms, posting["amountCents"]))
+            yield (item.event_id, entry_id, ACCOUNT, _text(posting["accountId"]), position, item.entry_index, index,
+                   at_ms, posting["amountCents"])
         for alloc in item.allocations:
-            rows.append((tenant_id, _text(alloc["partyId"]), _text(alloc["accountId"]), position, item.entry_index,
-                         int(str(alloc["postingId"])[1:]), entry_id, at_ms, alloc["amountCents"]))
-    tx.executemany(_INSERT_POSTING, rows)
-    tx.executemany(_ADD_SUM, bucket_sums(rows))
+            yield (item.event_id, entry_id, _text(alloc["partyId"]), _text(alloc["accountId"]), position,
+                   item.entry_index, int(str(alloc["postingId"])[1:]), at_ms, alloc["amountCents"])
 
 
 def bucket_sums(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:

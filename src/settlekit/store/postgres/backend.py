@@ -19,6 +19,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from settlekit.errors import DatabaseUnavailableError
 from settlekit.store.db import Database, Dialect, EventListener, Row, Tx, migration_files
+from settlekit.store.postgres.ledger import LedgerRows
 
 NOTIFY_CHANNEL = "settlekit_events"
 _MIGRATION_LOCK_KEY = 0x5E77_1E1D
@@ -50,12 +51,16 @@ def is_unavailable(exc: BaseException) -> bool:
 
 
 class PostgresTx(Tx):
+    """`ledger_rows`: where the ledger rows of the transaction's appends gather until one statement sends them
+    (a group commit sets it; store/postgres/ledger.py)."""
+
     dialect: Dialect = "postgres"
 
-    def __init__(self, conn: psycopg.Connection[Any]):
+    def __init__(self, conn: psycopg.Connection[Any], ledger_rows: LedgerRows | None = None):
         self._conn = conn
         self._cur = conn.cursor()
         self._notified = False
+        self.ledger_rows = ledger_rows
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         self._cur.execute(pg_sql(sql), params)

@@ -14,6 +14,7 @@ import psycopg.errors
 
 from settlekit.store.events import AfterCommit, CommitBatch, Committed, DuplicateKey, HeadMismatch
 from settlekit.store.postgres.backend import PostgresDatabase, PostgresTx, pg_sql
+from settlekit.store.postgres.ledger import LedgerRows
 
 _APPEND_SQL = pg_sql(
     "SELECT outcome, base_seq, head_hash, positions FROM settlekit_append(?::text, ?::text, ?::text,"
@@ -26,6 +27,18 @@ _APPEND1_SQL = pg_sql(
     " ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::boolean)"
 ).replace("%s", "%b")
 _COLUMNS = ("id", "type", "at", "payloadHash", "prevChainHash", "chainHash", "signature", "signerKeyId")
+# A group of one-event appends in ONE statement: the function runs once per row, in the group's order (each call
+# sees the rows of the calls before it), and an error in any call fails the statement, so the whole group.
+_APPEND_EACH_SQL = pg_sql(
+    "SELECT r.outcome, r.base_seq, r.head_hash, r.positions FROM unnest(?::text[], ?::text[], ?::text[],"
+    " ?::text[], ?::boolean[], ?::bigint[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],"
+    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[]) WITH ORDINALITY"
+    " AS b(tenant, stream, stream_type, expected_hash, expect_empty, expected_seq, snapshot, batch, id, type, at,"
+    " payload_hash, prev_hash, chain_hash, signature, key_id, json, correlation, causation, n)"
+    " CROSS JOIN LATERAL settlekit_append1(b.tenant, b.stream, b.stream_type, b.expected_hash, b.expect_empty,"
+    " b.expected_seq, b.snapshot, b.batch::uuid, b.id, b.type, b.at, b.payload_hash, b.prev_hash, b.chain_hash,"
+    " b.signature, b.key_id, b.json, b.correlation, b.causation, TRUE) AS r ORDER BY b.n"
+).replace("%s", "%b")
 
 
 def append_params(batch: CommitBatch) -> tuple[str, tuple[Any, ...]]:
@@ -69,25 +82,42 @@ def commit(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) 
 
 def write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
                 before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
-    """Several appends in one transaction (a group commit), pipelined: every function call is sent before the
-    first answer is read, then the follow-up writes of those that succeeded; `before_commit(count)` runs once all
-    are written. A uniqueness violation raises (the transaction is rolled back)."""
+    """Several appends in one transaction (a group commit), pipelined: the appends are sent before the first
+    answer is read (one statement when each has one event), then the follow-up writes of those that succeeded,
+    with their ledger rows gathered into one statement; `before_commit(count)` runs once all are written. A
+    uniqueness violation raises (the transaction is rolled back)."""
     with db.connection() as conn, conn.pipeline() as pipeline, conn.transaction():
-        cursors = []
-        for batch, _ in group:
-            sql, params = append_params(batch)
+        batches = [batch for batch, _ in group]
+        if all(len(batch.events) == 1 for batch in batches):
             cursor = conn.cursor()
-            cursor.execute(sql, params, binary=True)
-            cursors.append(cursor)
-        pipeline.sync()
-        outcomes = [_outcome(cursor.fetchone()) for cursor in cursors]
-        tx = PostgresTx(conn)
+            cursor.execute(_APPEND_EACH_SQL, _each_params(batches), binary=True)
+            pipeline.sync()
+            outcomes = [_outcome(row) for row in cursor.fetchall()]
+        else:
+            cursors = []
+            for batch in batches:
+                sql, params = append_params(batch)
+                cursors.append(conn.cursor())
+                cursors[-1].execute(sql, params, binary=True)
+            pipeline.sync()
+            outcomes = [_outcome(cursor.fetchone()) for cursor in cursors]
+        ledger_rows = LedgerRows()
+        tx = PostgresTx(conn, ledger_rows)
         for (_, after), outcome in zip(group, outcomes, strict=True):
             if after is not None and isinstance(outcome, Committed):
                 after(tx, outcome.base_seq, outcome.positions)
+        ledger_rows.flush(tx)
         pipeline.sync()  # a follow-up write's failure surfaces here, before the COMMIT
         before_commit(len(outcomes))
     return outcomes
+
+
+def _each_params(batches: Sequence[CommitBatch]) -> tuple[list[Any], ...]:
+    """The columns of `_APPEND_EACH_SQL`: one element per (one-event) batch."""
+    rows = [(b.tenant_id, b.stream_id, b.stream_type, b.prev_chain_hash, b.creates_stream, b.expected_version,
+             b.snapshot_json, b.batch_id, *(b.events[0][c] for c in _COLUMNS), b.jsons[0], b.correlation_id,
+             b.causation_id) for b in batches]
+    return tuple([row[i] for row in rows] for i in range(len(rows[0])))
 
 
 def _outcome(row: tuple[Any, ...] | None) -> Committed | HeadMismatch:
