@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from settlekit.api.auth import revoke_api_key
 from settlekit.simulate import Fleet, job_stream
 from settlekit.store.db import Database
 from support.api import TENANT_A, client, key_for, make_app
@@ -69,3 +70,60 @@ def test_both_ways_refuse_alike(api: Any, chunked: bool) -> None:
     r = post(keyed, event, {"x-request-id": "req-123"})
     assert r.status_code == 201 and r.headers["x-request-id"] == "req-123"
     assert "ratelimit-limit" in {k.lower() for k in r.headers}
+
+
+def test_the_key_read_with_the_stream_authenticates_as_on_its_own(api: Any) -> None:
+    """The direct append reads the API key's row with the stream: a wrong secret, an unknown key id and a revoked
+    key are refused before anything else (even a body that does not parse), and nothing is written."""
+    app, keyed, fleet = api
+    db = keyed.app.state.settlekit.db
+    event = job_stream("settle_completed", "job_keyed", fleet, 0)[0]
+    token = key_for(db, TENANT_A)
+    key_id = token.split("_")[1]
+    wrong_secret = client(app, f"sk_{key_id}_not-the-secret")
+    unknown = client(app, "sk_0000000000000000_secret")
+    for who in (wrong_secret, unknown):
+        for body in (orjson.dumps(event), b"{not json"):
+            r = who.post("/v1/jobs/job_keyed/events", content=body)
+            assert r.status_code == 401 and r.json()["code"] == "API_KEY_INVALID", r.text
+    own = client(app, token)
+    assert own.post("/v1/jobs/job_keyed/events", content=b"{not json").json()["code"] == "JSON_INVALID"
+    revoke_api_key(db, key_id)
+    r = own.post("/v1/jobs/job_keyed/events", content=orjson.dumps(event))
+    assert r.status_code == 401 and r.json()["code"] == "API_KEY_INVALID"
+    assert keyed.get("/v1/jobs/job_keyed/export").status_code == 404
+
+
+def test_a_signer_key_revoked_between_appends_is_refused_at_once(api: Any) -> None:
+    """The signer keys read with the API key are the current ones: after a revocation the next event signed by
+    that key is refused (SIGNER_KEY_NOT_ACTIVE) and not stored."""
+    app, keyed, fleet = api
+    events = job_stream("settle_completed", "job_signer", fleet, 0)
+    signed = [i for i, e in enumerate(events) if e.get("signature") and e["actor"]["type"] in ("robot", "operator")]
+    first = signed[0]
+    for event in events[:first]:
+        assert keyed.post("/v1/jobs/job_signer/events", json=event).status_code == 201
+    signer = events[first]["signerKeyId"]
+    assert keyed.post(f"/v1/keys/{signer}/revoke").status_code == 200
+    r = keyed.post("/v1/jobs/job_signer/events", json=events[first])
+    assert r.json()["code"] == "SIGNER_KEY_NOT_ACTIVE", r.text
+    assert len(keyed.get("/v1/jobs/job_signer/export").json()) == first
+
+
+def test_the_stream_is_read_in_the_keys_tenant(api: Any) -> None:
+    """Two tenants appending to the same job id each get their own stream: the stream read with the key is the
+    key's tenant's (here tenant B's JOB_CREATED names tenant B and starts at seq 1 beside tenant A's job)."""
+    app, keyed, fleet = api
+    db = keyed.app.state.settlekit.db
+    a_events = job_stream("settle_completed", "job_shared_id", fleet, 0)
+    assert keyed.post("/v1/jobs/job_shared_id/events", json=a_events[0]).status_code == 201
+    other = client(app, key_for(db, "tenant_b"))
+    for registration in fleet.registrations():
+        body = {k: v for k, v in registration.items() if k != "keyId"}
+        assert other.post("/v1/keys", json=body).status_code == 201
+    b_events = job_stream("settle_completed", "job_shared_id", fleet, 1, tenant_id="tenant_b")
+    r = other.post("/v1/jobs/job_shared_id/events", json=b_events[0])
+    assert r.status_code == 201 and r.json()["firstSeq"] == 1, r.text
+    r = other.post("/v1/jobs/job_shared_id/events", json=a_events[1])  # links to tenant A's head: not B's
+    assert r.status_code == 409 and r.json()["code"] == "PREV_CHAIN_HASH_MISMATCH"
+    assert keyed.post("/v1/jobs/job_shared_id/events", json=a_events[1]).status_code == 201

@@ -32,7 +32,7 @@ from settlekit.api.problems import (
 )
 from settlekit.api.ratelimit import RateLimiter
 from settlekit.api.routes import ROUTERS
-from settlekit.api.routes.jobs import DIRECT_HANDLERS, append_metrics_for
+from settlekit.api.routes.jobs import DIRECT_HANDLERS, DIRECT_PREFETCH, append_metrics_for
 from settlekit.append import job_appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.dispatch.feed import FeedReader
@@ -134,7 +134,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
     """The one middleware (api.middleware: request id and log line, metrics, input guard, auth, body limit)."""
-    direct = [DirectRoute(route, DIRECT_HANDLERS[route.path]) for route in app.router.routes
+    direct = [DirectRoute(route, DIRECT_HANDLERS[route.path], DIRECT_PREFETCH.get(route.path))
+              for route in app.router.routes
               if isinstance(route, APIRoute) and route.path in DIRECT_HANDLERS and "POST" in (route.methods or ())]
     app.add_middleware(ApiMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
                        routed=_routed_by(app), max_body_bytes=settings.max_body_bytes, direct=direct)

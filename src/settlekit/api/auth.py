@@ -8,12 +8,13 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.events.canonical import sha256_hex
 from settlekit.store import api_keys
+from settlekit.store.api_keys import StoredApiKey
 from settlekit.store.db import Database
 
 SCOPES = ("jobs:read", "jobs:write", "finance:write", "ops", "admin")
@@ -88,9 +89,11 @@ def list_api_keys(db: Database, tenant: str | None = None) -> list[ApiKey]:
     return [ApiKey(k.key_id, k.tenant_id, k.scopes, k.status, k.label) for k in api_keys.list_keys(db, tenant)]
 
 
-def authenticate(db: Database, token: str | None) -> ApiKey:
+def authenticate(db: Database, token: str | None,
+                 lookup: Callable[[str], StoredApiKey | None] | None = None) -> ApiKey:
     """The active key matching a presented `sk_<keyid>_<secret>`; AuthError otherwise (one message for every
-    failure, so a caller cannot probe which key ids exist)."""
+    failure, so a caller cannot probe which key ids exist). `lookup(key_id)`: how the stored key is read (the
+    append route reads it with the stream, in one statement); by default on its own."""
     if not token:
         raise AuthError("an API key is required (Authorization: Bearer sk_…)", code="UNAUTHENTICATED")
     bad = AuthError("invalid or revoked API key", code="API_KEY_INVALID")
@@ -99,7 +102,7 @@ def authenticate(db: Database, token: str | None) -> ApiKey:
     key_id, sep, secret = token[len(KEY_PREFIX):].partition("_")
     if not sep or not secret or not _KEY_ID_RE.match(key_id):
         raise bad
-    found = api_keys.find(db, key_id)
+    found = lookup(key_id) if lookup is not None else api_keys.find(db, key_id)
     if found is None or not hmac.compare_digest(found.secret_hash, _hash_secret(secret)) or found.status != "active":
         raise bad
     return ApiKey(key_id, found.tenant_id, found.scopes, found.status, found.label)

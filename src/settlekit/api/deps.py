@@ -18,6 +18,7 @@ from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, retry_
 from settlekit.append import Appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
+from settlekit.store.api_keys import StoredApiKey
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.streams import StreamHead
@@ -105,6 +106,7 @@ def authenticate_request(ctx: ApiContext, headers: Headers, client: str | None =
 
 
 def authenticate_with_quota(ctx: ApiContext, headers: Headers, client: str | None = None,
+                            lookup: Callable[[str], StoredApiKey | None] | None = None,
                             ) -> tuple[ApiKey, Quota | None]:
     """The request's key (AuthError otherwise) and its rate-limit bucket after taking a token (None when rate
     limiting is off); RateLimitedError when the bucket is empty. Failed authentications are rate-limited per client
@@ -115,7 +117,7 @@ def authenticate_with_quota(ctx: ApiContext, headers: Headers, client: str | Non
         raise SettlekitError("too many failed authentications from this address", code="RATE_LIMITED", status=429,
                              retryAfterSeconds=retry_after_seconds(wait))
     try:
-        key = authenticate(ctx.db, _token(headers))
+        key = authenticate(ctx.db, _token(headers), lookup)
     except AuthError:
         ctx.auth_failures.take(address)
         raise

@@ -40,6 +40,7 @@ from settlekit.api.request_log import HEADER, MAX_PROBLEM_BYTES, error_code, log
 from settlekit.errors import SettlekitError
 from settlekit.metrics import PerRegistry
 from settlekit.runtime import logging as logs
+from settlekit.store.api_keys import StoredApiKey
 
 _REQUEST_ID = HEADER.encode()
 _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -68,17 +69,22 @@ class ApiMetrics:
 metrics_for: PerRegistry[ApiMetrics] = PerRegistry(ApiMetrics)
 
 
-# The work of a direct route once the request is authenticated, run on a worker thread: (ctx, request, key, body).
-DirectHandler = Callable[[ApiContext, Request, ApiKey, bytes], Response]
+# The work of a direct route once the request is authenticated, run on a worker thread: (ctx, request, key, body,
+# what its prefetch read, or None).
+DirectHandler = Callable[[ApiContext, Request, ApiKey, bytes, Any], Response]
+# What a direct route reads together with the presented API key's row, in one round trip: (ctx, request, key id,
+# body) -> (the key's row or None, what the handler gets). It must not raise for a bad body (the handler does).
+DirectPrefetch = Callable[[ApiContext, Request, str, bytes], tuple[StoredApiKey | None, Any]]
 
 
 @dataclass(frozen=True)
 class DirectRoute:
     """A route the middleware serves itself: `route` (its APIRoute, for matching, the path parameters and the
-    metrics label) and `handler`."""
+    metrics label), `handler`, and `prefetch` when the route reads something with the key."""
 
     route: BaseRoute
     handler: DirectHandler
+    prefetch: DirectPrefetch | None = None
 
 
 class _Exchange:
@@ -221,16 +227,26 @@ class ApiMiddleware:
 
     def _direct_work(self, direct: DirectRoute, request: Request, body: bytes, client: str | None
                      ) -> tuple[Response, Quota | None]:
-        """On the worker thread: authenticate, check the body, run the handler; a refusal as its problem answer."""
+        """On the worker thread: authenticate (reading the route's prefetch with the key), check the body, run the
+        handler; a refusal as its problem answer."""
+        prefetched: list[Any] = [None]
+        lookup = None
+        if direct.prefetch is not None:
+            prefetch = direct.prefetch
+
+            def lookup(key_id: str) -> StoredApiKey | None:
+                found, prefetched[0] = prefetch(self.ctx, request, key_id, body)
+                return found
+
         try:
-            key, quota = authenticate_with_quota(self.ctx, request.headers, client)
+            key, quota = authenticate_with_quota(self.ctx, request.headers, client, lookup)
         except SettlekitError as exc:
             return problem_from_error(exc, error_headers(exc)), None
         request.scope.setdefault("state", {})["api_key"] = key
         logs.bind(tenant=key.tenant_id, key_id=key.key_id)
         try:
             check_json_body(body)
-            return direct.handler(self.ctx, request, key, body), quota
+            return direct.handler(self.ctx, request, key, body, prefetched[0]), quota
         except SettlekitError as exc:
             return problem_from_error(exc, error_headers(exc)), quota
 

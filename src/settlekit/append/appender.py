@@ -42,7 +42,7 @@ from settlekit.events.envelope import (
 from settlekit.store.db import Database, Tx
 from settlekit.store.events import AfterCommit, CommitBatch, DuplicateKey, EventRecorder, HeadMismatch
 from settlekit.store.signer_keys import SignerKey, SignerKeys
-from settlekit.store.streams import StreamHead, Streams
+from settlekit.store.streams import StreamHead, StreamRead, Streams
 
 _MISSING: Any = object()
 _FINALIZED_FIELDS = frozenset(("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash"))
@@ -110,6 +110,7 @@ class Appender:
         causation_id: str | None = None,
         policy: AppendPolicy = LIVE,
         precondition: StreamPrecondition | None = None,
+        prefetched: StreamRead | None = None,
     ) -> AppendResult:
         """Append drafts (`{type, actor, payload}`) or client-finalized envelopes to one stream, atomically.
 
@@ -117,10 +118,15 @@ class Appender:
         `expected_version` (0 = empty). Client-finalized events carry their own prevChainHash. `policy`: see
         AppendPolicy (`HISTORY` takes client-finalized envelopes only). `precondition` is checked on the stream
         head before anything else; that read (with the signer keys the items name) then serves the append.
+        `prefetched`: the same read made by the caller just before (Streams.api_key_and_stream), used instead.
         """
         state = None
+        if prefetched is not None and (prefetched.tenant_id, prefetched.stream_id) == (tenant_id, stream_id):
+            head, snapshot = prefetched.head_and_snapshot()
+            state = _StreamState(head, snapshot, prefetched.keys, prefetched.key_ids)
         if precondition is not None:
-            state = self._read_state(tenant_id, stream_id, _named_key_ids(items))
+            if state is None:
+                state = self._read_state(tenant_id, stream_id, named_key_ids(items))
             precondition(state.head)
         client_finalized = _check_items(tenant_id, stream_id, items, policy)
         request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id)
@@ -421,8 +427,9 @@ def _signer_key_ids(events: Sequence[Event]) -> frozenset[str]:
     return frozenset(e["signerKeyId"] for e in events if e.get("signerKeyId"))
 
 
-def _named_key_ids(items: Sequence[Any]) -> frozenset[str]:
-    """The signer key ids that unchecked items name (none when they name many): read with the stream head."""
+def named_key_ids(items: Sequence[Any]) -> frozenset[str]:
+    """The signer key ids that unchecked items name (none when they name many): read with the stream head (by
+    the append, or by a caller that reads the stream for it)."""
     ids = frozenset(key for item in items if isinstance(item, Mapping)
                     and isinstance(key := item.get("signerKeyId"), str) and key)
     return ids if len(ids) <= _PREFETCHED_KEYS else frozenset()

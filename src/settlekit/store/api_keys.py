@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from settlekit.store.db import Database, Row
 from settlekit.store.sql import statements
 
-_COLUMNS = "key_id, tenant_id, scopes, status, label, secret_hash"
+API_KEY_COLUMNS = "key_id, tenant_id, scopes, status, label, secret_hash"
 
 
 @dataclass(frozen=True)
@@ -39,21 +39,22 @@ def revoke(db: Database, key_id: str, *, tenant_id: str | None = None) -> bool:
 
 def find(db: Database, key_id: str) -> StoredApiKey | None:
     with db.query() as tx:
-        row = tx.fetchone(f"SELECT {_COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,))
-    return _stored(row) if row is not None else None
+        row = tx.fetchone(f"SELECT {API_KEY_COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,))
+    return stored_api_key(row) if row is not None else None
 
 
 def list_keys(db: Database, tenant_id: str | None = None) -> list[StoredApiKey]:
     """Every key (of `tenant_id`, when given), by tenant and key id."""
     with db.read() as tx:
         if tenant_id is None:
-            rows = tx.fetchall(f"SELECT {_COLUMNS} FROM api_keys ORDER BY tenant_id, key_id")
+            rows = tx.fetchall(f"SELECT {API_KEY_COLUMNS} FROM api_keys ORDER BY tenant_id, key_id")
         else:
-            rows = tx.fetchall(f"SELECT {_COLUMNS} FROM api_keys WHERE tenant_id = ? ORDER BY tenant_id, key_id",
+            rows = tx.fetchall(f"SELECT {API_KEY_COLUMNS} FROM api_keys WHERE tenant_id = ? ORDER BY tenant_id, key_id",
                                (tenant_id,))
-    return [_stored(r) for r in rows]
+    return [stored_api_key(r) for r in rows]
 
 
-def _stored(row: Row) -> StoredApiKey:
+def stored_api_key(row: Row) -> StoredApiKey:
+    """A StoredApiKey from the API_KEY_COLUMNS of a row."""
     return StoredApiKey(key_id=row[0], tenant_id=row[1], scopes=frozenset(row[2].split(",")), status=row[3],
                         label=row[4], secret_hash=row[5])

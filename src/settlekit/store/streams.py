@@ -10,6 +10,7 @@ from typing import Any
 from settlekit.errors import NotFoundError
 from settlekit.events.canonical import parse_json
 from settlekit.events.envelope import Event
+from settlekit.store.api_keys import API_KEY_COLUMNS, StoredApiKey, stored_api_key
 from settlekit.store.db import Database, Row
 from settlekit.store.signer_keys import SIGNER_KEY_COLUMNS, SignerKey
 from settlekit.store.sql import and_where, statements
@@ -24,8 +25,33 @@ _HEAD_AND_KEYS = (
     + " FROM (SELECT 1 AS one) AS seed"
     " LEFT JOIN streams s ON s.tenant_id = ? AND s.stream_id = ?"
     " LEFT JOIN signer_keys k ON k.tenant_id = ? AND k.key_id IN ({marks})")
+# The API key's row beside the stream's and the signer keys' of the key's tenant: one row per signer key found (at
+# least one row when the API key exists).
+_KEY_HEAD_AND_KEYS = (
+    "SELECT " + ", ".join(f"a.{c}" for c in API_KEY_COLUMNS.split(", "))
+    + ", " + ", ".join(f"s.{c}" for c in _HEAD_COLUMNS.split(", "))
+    + ", " + ", ".join(f"k.{c}" for c in SIGNER_KEY_COLUMNS.split(", "))
+    + " FROM api_keys a"
+    " LEFT JOIN streams s ON s.tenant_id = a.tenant_id AND s.stream_id = ?"
+    " LEFT JOIN signer_keys k ON k.tenant_id = a.tenant_id AND k.key_id IN ({marks})"
+    " WHERE a.key_id = ?")
 _JOB_AFTER = ("SELECT stream_id FROM streams WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ?"
               " ORDER BY stream_id LIMIT 1")
+
+
+@dataclass(frozen=True)
+class StreamRead:
+    """A stream read before an append (tenant, stream): its head row (None: no stream) with the stored state still
+    as text until `head_and_snapshot()`, and the tenant's registered signer keys among `key_ids`."""
+
+    tenant_id: str
+    stream_id: str
+    head_row: Row | None
+    keys: dict[str, SignerKey]
+    key_ids: frozenset[str]
+
+    def head_and_snapshot(self) -> tuple[StreamHead | None, dict[str, Any] | None]:
+        return _head_and_snapshot(self.head_row)
 
 
 @dataclass(frozen=True)
@@ -101,6 +127,25 @@ class Streams:
         head, snapshot = _head_and_snapshot(rows[0][:width] if rows and rows[0][0] is not None else None)
         keys = {row[width + 1]: SignerKey(*row[width:]) for row in rows if row[width] is not None}
         return head, snapshot, keys
+
+    def api_key_and_stream(self, api_key_id: str, stream_id: str, signer_key_ids: Collection[str]
+                           ) -> tuple[StoredApiKey, StreamRead] | None:
+        """An API key's row and, in its tenant, what `head_snapshot_and_keys` reads, with ONE statement (the
+        append route authenticates and reads the stream in one round trip); None when there is no such key.
+        The stored state is parsed only when asked for (`StreamRead.snapshot`), so after the key is checked."""
+        ids = sorted(set(signer_key_ids))
+        sql = _KEY_HEAD_AND_KEYS.format(marks=",".join("?" for _ in ids) if ids else "NULL")
+        with self.db.query() as tx:
+            rows = tx.fetchall(sql, (stream_id, *ids, api_key_id))
+        if not rows:
+            return None
+        key_width, head_width = len(API_KEY_COLUMNS.split(", ")), len(_HEAD_COLUMNS.split(", "))
+        first = rows[0]
+        head_row = first[key_width:key_width + head_width]
+        signer_start = key_width + head_width
+        keys = {row[signer_start + 1]: SignerKey(*row[signer_start:]) for row in rows if row[signer_start] is not None}
+        return stored_api_key(first[:key_width]), StreamRead(
+            first[1], stream_id, None if head_row[0] is None else head_row, keys, frozenset(ids))
 
     def read_stream(self, tenant_id: str, stream_id: str, *, through_chain_hash: str | None = None,
                     after_seq: int = 0) -> list[Event]:

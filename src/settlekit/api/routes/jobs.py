@@ -10,6 +10,7 @@ import base64
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -36,12 +37,13 @@ from settlekit.api.openapi import CHAIN_HEADERS, IDEMPOTENCY_HEADERS, IDEMPOTENT
 from settlekit.api.responses import JsonResponse, content_disposition
 from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, JobView
 from settlekit.append import AppendResult, Idempotency
-from settlekit.append.appender import StreamPrecondition
+from settlekit.append.appender import StreamPrecondition, named_key_ids
 from settlekit.errors import CATALOGUE, ConflictError, SettlekitError, ValidationError
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.metrics import PerRegistry
 from settlekit.store import streams
-from settlekit.store.streams import StreamHead
+from settlekit.store.api_keys import StoredApiKey
+from settlekit.store.streams import StreamHead, StreamRead
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -144,14 +146,14 @@ def _append_response(result: AppendResult) -> JsonResponse:
 
 def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
             expected: Any, idem_key: str | None, body: Any, *, expected_given: bool,
-            precondition: StreamPrecondition | None = None) -> AppendResult:
+            precondition: StreamPrecondition | None = None, prefetched: StreamRead | None = None) -> AppendResult:
     idem = None
     if idem_key is not None:
         path = request.url.path
         idem = Idempotency(key=idem_key, principal_id=key.key_id, endpoint=f"POST {path}",
                            request_hash=request_hash("POST", request_target(request), body,
                                                      expected if expected_given else None))
-    kwargs: dict[str, Any] = {"idempotency": idem, "precondition": precondition}
+    kwargs: dict[str, Any] = {"idempotency": idem, "precondition": precondition, "prefetched": prefetched}
     if expected_given:
         kwargs["expected_prev_chain_hash"] = expected
     try:
@@ -211,20 +213,51 @@ async def append_events(job_id: str, request: Request, key: ApiKey = require("jo
     return await run_in_threadpool(_measured, ctx, lambda: _append_events(ctx, job_id, request, key, raw))
 
 
-def append_events_direct(ctx: ApiContext, request: Request, key: ApiKey, raw: bytes) -> Response:
-    """`append_events` as api.middleware serves it (a DirectRoute): on a worker thread, the request authenticated,
-    its raw body read and checked."""
+@dataclass(frozen=True)
+class _Prefetched:
+    """What the append route read with the API key: the parsed body (_UNPARSED when it did not parse: the handler
+    parses it again for its error) and the job's stream in the key's tenant."""
+
+    body: Any
+    stream: StreamRead
+
+
+_UNPARSED: Any = object()
+
+
+def prefetch_append(ctx: ApiContext, request: Request, key_id: str, raw: bytes
+                    ) -> tuple[StoredApiKey | None, _Prefetched | None]:
+    """The presented key's row and the job's stream (head, stored state, the signer keys the body names), read in
+    one statement before the key is checked (api.middleware DirectPrefetch)."""
+    try:
+        body = parse_body(raw)
+    except SettlekitError:
+        body = _UNPARSED
+    items = body if isinstance(body, list) else [body]
+    found = ctx.store.streams.api_key_and_stream(key_id, request.path_params["job_id"], named_key_ids(items))
+    if found is None:
+        return None, None
+    return found[0], _Prefetched(body, found[1])
+
+
+def append_events_direct(ctx: ApiContext, request: Request, key: ApiKey, raw: bytes,
+                         prefetched: _Prefetched | None) -> Response:
+    """`append_events` as api.middleware serves it (a DirectRoute): on a worker thread, the request authenticated
+    (with the stream read alongside), its raw body read and checked."""
     require_scopes(key, ["jobs:write"])
     job_id: str = request.path_params["job_id"]
-    return _measured(ctx, lambda: _append_events(ctx, job_id, request, key, raw))
+    return _measured(ctx, lambda: _append_events(ctx, job_id, request, key, raw, prefetched))
 
 
 # routes api.middleware serves directly, by path: the hot path of appends (FastAPI keeps them for the schema)
 DIRECT_HANDLERS = {"/v1/jobs/{job_id}/events": append_events_direct}
+DIRECT_PREFETCH = {"/v1/jobs/{job_id}/events": prefetch_append}
 
 
-def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, raw: bytes) -> AppendResult:
-    body = parse_body(raw)
+def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, raw: bytes,
+                   prefetched: _Prefetched | None = None) -> AppendResult:
+    parsed = prefetched is not None and prefetched.body is not _UNPARSED
+    body = prefetched.body if parsed and prefetched is not None else parse_body(raw)
     items = body if isinstance(body, list) else [body]
     if not items or not all(isinstance(i, dict) for i in items):
         raise ValidationError("body must be an event object or a non-empty list of event objects",
@@ -244,7 +277,8 @@ def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, 
                 expected = None if value.strip() in ("", "null") else value.strip()
                 break
     return _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
-                   expected_given=given, precondition=_job_stream(job_id, items))
+                   expected_given=given, precondition=_job_stream(job_id, items),
+                   prefetched=prefetched.stream if prefetched is not None else None)
 
 
 def _require_own_tenant(key: ApiKey, payload: Any) -> None:
