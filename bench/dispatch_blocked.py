@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ class _Hold(PassThroughDomain):
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None, events: list[Event],
                 first_seq: int) -> DomainOutcome:
-        def write(tx: Tx) -> None:
+        def write(tx: Tx, positions: Sequence[int]) -> None:
             self.inside.set()
             self.release.wait(120)
 
