@@ -202,3 +202,66 @@ def test_concurrent_appends_to_many_streams_with_one_conflict(db: Database) -> N
     for i in range(2, 24):
         assert [e["chainHash"] for e in streams.read_stream(T, f"s_{i}")] == [outcomes[i].head_chain_hash]
     assert len(streams.read_stream(T, "s_shared")) == 1
+
+
+def test_concurrent_groups_post_to_the_same_accounts_without_deadlock(db: Database) -> None:
+    """Two group committers (two API processes) write groups whose appends post to the same accounts in opposite
+    orders, at the same time: every append commits (the ledger rows of a group are written by one statement that
+    takes the accounts' rows in one order), and the balances are the sums."""
+    from settlekit.ledger import accounts as A
+    from settlekit.ledger.postings import make_entry
+    from settlekit.store import ledger as ledger_rows
+
+    pairs = [(A.CASH, A.CUSTOMER_ESCROW), (A.PLATFORM_REVENUE, A.OPERATOR_PAYABLE)]
+    rounds = 25
+    failures: list[BaseException] = []
+
+    def posting(stream: str, accounts: tuple[str, str], amount: int) -> Any:
+        def after(tx: Tx, base_seq: int, positions: list[int]) -> None:
+            event_id = streams_events[stream]
+            entry = make_entry(f"jnl_{event_id}", "2026-05-01T00:00:00.000Z", "m", [(accounts[0], amount),
+                                                                                   (accounts[1], -amount)])
+            ledger_rows.write_entries(tx, T, stream, [{"eventId": event_id, "eventType": "NOTE", "entry": entry}],
+                                      [], {event_id: base_seq + 1}, {event_id: positions[0]})
+        return after
+
+    streams_events: dict[str, str] = {}
+
+    def writer(side: int) -> None:
+        group = _group(db)
+        try:
+            for n in range(rounds):
+                batch = []
+                for k in (0, 1) if side == 0 else (1, 0):
+                    stream = f"s_dl_{side}_{n}_{k}"
+                    events = _events(stream)
+                    streams_events[stream] = events[0]["id"]
+                    batch.append((_batch(stream, events), posting(stream, pairs[k], 100 + k)))
+                outcomes = group.write_group(batch)
+                failures.extend(o for o in outcomes if isinstance(o, BaseException))
+        except BaseException as exc:  # the thread's failure is the test's
+            failures.append(exc)
+
+    deadlocks_before = _deadlocks(db)
+    threads = [threading.Thread(target=writer, args=(side,)) for side in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert failures == []
+    assert _deadlocks(db) == deadlocks_before  # not even one resolved by writing a group again alone
+    with db.read() as tx:
+        balances = dict(tx.fetchall("SELECT account_id, balance_cents FROM ledger_balances WHERE tenant_id = ?",
+                                    (T,)))
+    total = 2 * rounds
+    assert balances == {A.CASH: 100 * total, A.CUSTOMER_ESCROW: -100 * total,
+                        A.PLATFORM_REVENUE: 101 * total, A.OPERATOR_PAYABLE: -101 * total}
+
+
+def _deadlocks(db: Database) -> int | None:
+    """PostgreSQL's count of deadlocks detected in this database (None on SQLite, whose writers take turns)."""
+    if db.dialect != "postgres":
+        return None
+    with db.read() as tx:
+        tx.execute("SELECT pg_stat_clear_snapshot()")
+        return int(tx.scalar("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"))
