@@ -265,3 +265,23 @@ def _deadlocks(db: Database) -> int | None:
     with db.read() as tx:
         tx.execute("SELECT pg_stat_clear_snapshot()")
         return int(tx.scalar("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"))
+
+
+def test_an_append_rolled_back_by_the_server_is_tried_again(db: Database) -> None:
+    """PostgreSQL: a transaction the server rolls back for a deadlock committed nothing, so the append runs again
+    (its follow-up writes too) and commits once."""
+    if db.dialect != "postgres":
+        return
+    import psycopg.errors
+
+    calls: list[int] = []
+
+    def deadlocked_once(tx: Tx, base_seq: int, positions: list[int]) -> None:
+        calls.append(base_seq)
+        if len(calls) == 1:
+            raise psycopg.errors.DeadlockDetected("deadlock detected (simulated)")
+
+    events = _events("s_retried")
+    outcome = EventRecorder(db).commit(_batch("s_retried", events), deadlocked_once)
+    assert isinstance(outcome, Committed) and calls == [0, 0]
+    assert Streams(db).read_stream(T, "s_retried") == events

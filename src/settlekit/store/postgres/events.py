@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import psycopg
 import psycopg.errors
 
 from settlekit.store.events import AfterCommit, CommitBatch, Committed, DuplicateKey, HeadMismatch
@@ -55,8 +56,25 @@ def append_params(batch: CommitBatch) -> tuple[str, tuple[Any, ...]]:
     return _APPEND_SQL, (*head, *columns, list(b.jsons), b.correlation_id, b.causation_id, True)
 
 
+# A transaction the server rolled back for a deadlock or a serialization failure (SQLSTATE class 40) committed
+# nothing: it is run again, up to this many times in all.
+_ATTEMPTS = 3
+
+
 def commit(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
-    """Run the append function; `after` runs in the same transaction only when the append succeeded."""
+    """Run the append function; `after` runs in the same transaction only when the append succeeded. A
+    transaction rolled back by the server (deadlock, serialization failure) is tried again."""
+    attempt = 1
+    while True:
+        try:
+            return _commit_once(db, batch, after)
+        except psycopg.Error as exc:
+            if attempt == _ATTEMPTS or not (exc.sqlstate or "").startswith("40"):
+                raise
+            attempt += 1
+
+
+def _commit_once(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
     sql, params = append_params(batch)
     try:
         with db.connection() as conn:
