@@ -1,10 +1,11 @@
-"""The ledger writer on both backends: written with the source events' positions known (the append's form; one
-statement on PostgreSQL, gathered over a whole group commit) it stores exactly the rows of the portable
-row-by-row form, including when an entry id is already stored or repeats within one write."""
+"""The ledger writer on both backends: with the source events' positions given (the append) or read, and on
+PostgreSQL (one statement, gathered over a whole group commit) as on SQLite (row by row), it stores the same rows,
+including when an entry id is already stored or repeats within one write."""
 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +16,7 @@ from settlekit.events.envelope import finalize, make_draft
 from settlekit.ledger import accounts as A
 from settlekit.ledger.postings import make_entry
 from settlekit.store import ledger as ledger_rows
-from settlekit.store.db import Database
+from settlekit.store.db import Database, connect
 from settlekit.store.postgres.backend import PostgresTx
 from settlekit.store.postgres.ledger import LedgerRows
 
@@ -82,24 +83,38 @@ def _write(db: Database, tenant: str, items: list[dict[str, Any]], allocations: 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(amounts=st.lists(st.integers(min_value=1, max_value=10**9), min_size=1, max_size=7), repeat=st.booleans(),
        stored_first=st.booleans())
-def test_positions_known_or_read_store_the_same_rows(db: Database, amounts: list[int], repeat: bool,
+def test_positions_known_or_read_store_the_same_rows(db: Database, tmp_path: Path, amounts: list[int], repeat: bool,
                                                      stored_first: bool) -> None:
-    """The same entries through both forms, in two tenants: the stored rows are identical (a repeated id adds
-    nothing; with `stored_first` the first entry is already stored, written alone before)."""
+    """The same entries with their positions given and read, in two tenants: the stored rows are identical (a
+    repeated id adds nothing; with `stored_first` the first entry is already stored, written alone before). On
+    PostgreSQL (one statement) they are also those the SQLite writer (row by row) stores."""
     tables = []
     for given_positions in (False, True):
-        tenant = f"t_{uuid.uuid4().hex[:10]}"
-        positions = _source_events(db, tenant, 3)
-        ordered = sorted(positions, key=positions.get)  # type: ignore[arg-type]
-        items, allocations = _items(ordered, amounts, repeat)
-        seqs = {event_id: i + 1 for i, event_id in enumerate(ordered)}
-        known = positions if given_positions else None
-        if stored_first:
-            _write(db, tenant, items[:1], [a for a in allocations if a["entryId"] == items[0]["entry"]["id"]],
-                   seqs, known)
-        _write(db, tenant, items, allocations, seqs, known)
-        tables.append(_normalised(_tables(db, tenant), ordered))
+        tables.append(_written(db, amounts, repeat, stored_first, given_positions))
     assert tables[0] == tables[1]
+    if db.dialect == "postgres":
+        reference = connect(f"sqlite:///{tmp_path / uuid.uuid4().hex}.db")
+        try:
+            reference.migrate()
+            assert _written(reference, amounts, repeat, stored_first, True) == tables[1]
+        finally:
+            reference.close()
+
+
+def _written(db: Database, amounts: list[int], repeat: bool, stored_first: bool,
+             given_positions: bool) -> dict[str, list[Any]]:
+    """The normalised ledger rows of a new tenant after writing the entries of `amounts` (see the test above)."""
+    tenant = f"t_{uuid.uuid4().hex[:10]}"
+    positions = _source_events(db, tenant, 3)
+    ordered = sorted(positions, key=positions.get)  # type: ignore[arg-type]
+    items, allocations = _items(ordered, amounts, repeat)
+    seqs = {event_id: i + 1 for i, event_id in enumerate(ordered)}
+    known = positions if given_positions else None
+    if stored_first:
+        _write(db, tenant, items[:1], [a for a in allocations if a["entryId"] == items[0]["entry"]["id"]],
+               seqs, known)
+    _write(db, tenant, items, allocations, seqs, known)
+    return _normalised(_tables(db, tenant), ordered)
 
 
 def _normalised(tables: dict[str, list[tuple[Any, ...]]], ordered: list[str]) -> dict[str, list[Any]]:

@@ -8,8 +8,7 @@ from typing import Any
 
 from settlekit.events.canonical import parse_json, storable_json, storable_text
 from settlekit.store.db import Database, Tx
-from settlekit.store.ledger_timeline import NewEntry, timeline_rows
-from settlekit.store.ledger_timeline import record as record_timeline
+from settlekit.store.ledger_timeline import NewEntry, event_positions, timeline_rows
 
 
 def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[Mapping[str, Any]],
@@ -17,63 +16,22 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
                   position_by_event_id: Mapping[str, int] | None = None) -> None:
     """Insert `{eventId, eventType, entry}` items with their allocations, balances and timeline rows; an entry
     whose id is already stored adds nothing (re-applying is a no-op). `position_by_event_id`: the source events'
-    store positions when the caller knows them (the append does; otherwise they are read); with them, the dialect's
-    writer takes the rows (store/<dialect>/ledger.py: on PostgreSQL one statement with nothing read back)."""
+    store positions when the caller knows them (the append does); otherwise they are read. The dialect's writer
+    takes the rows (store/<dialect>/ledger.py: on PostgreSQL one statement with nothing read back)."""
     if not ledger_entries:
         return
+    if position_by_event_id is None:
+        position_by_event_id = event_positions(tx, tenant_id, sorted({item["eventId"] for item in ledger_entries}))
     allocations_by_entry: dict[str, list[Mapping[str, Any]]] = {}
     for alloc in allocations:
         allocations_by_entry.setdefault(alloc["entryId"], []).append(alloc)
     per_event: dict[str, int] = {}
-    indexed: list[tuple[Mapping[str, Any], int]] = []
-    for item in ledger_entries:
-        index = per_event[item["eventId"]] = per_event.get(item["eventId"], -1) + 1  # among the event's entries
-        indexed.append((item, index))
-    if position_by_event_id is not None:
-        _write_rows(tx, tenant_id, job_id, indexed, allocations_by_entry, seq_by_event_id, position_by_event_id)
-        return
-    timeline: list[NewEntry] = []
-    balance_deltas: dict[str, int] = {}
-    new_allocations: list[tuple[Any, ...]] = []
-    for item, index in indexed:
-        entry = item["entry"]
-        row = tx.fetchone(
-            "INSERT INTO ledger_entries (tenant_id, entry_id, job_id, source_event_id, event_type, source_seq,"
-            " entry_index, at, memo, entry_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT DO NOTHING RETURNING entry_id",
-            (tenant_id, entry["id"], job_id, item["eventId"], item["eventType"], seq_by_event_id[item["eventId"]],
-             index, entry["at"], _text(entry.get("memo")), storable_json(entry)))
-        if row is None:
-            continue
-        timeline.append(NewEntry(item["eventId"], index, entry, allocations_by_entry.get(entry["id"], ())))
-        for posting in entry["postings"]:
-            balance_deltas[posting["accountId"]] = balance_deltas.get(posting["accountId"], 0) + \
-                posting["amountCents"]
-        for a in allocations_by_entry.get(entry["id"], ()):
-            new_allocations.append((tenant_id, a["entryId"], a["postingId"], _text(a["accountId"]), _text(a["partyId"]),
-                                    a["partyRole"], a["currency"], a["amountCents"]))
-    if balance_deltas:
-        tx.executemany(
-            "INSERT INTO ledger_balances (tenant_id, account_id, balance_cents) VALUES (?, ?, ?)"
-            " ON CONFLICT (tenant_id, account_id) DO UPDATE"
-            " SET balance_cents = ledger_balances.balance_cents + excluded.balance_cents",
-            [(tenant_id, _text(account), delta) for account, delta in sorted(balance_deltas.items())])
-    tx.executemany(
-        "INSERT INTO ledger_allocations (tenant_id, entry_id, posting_id, account_id, party_id, party_role,"
-        " currency, amount_cents) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", new_allocations)
-    record_timeline(tx, tenant_id, timeline, position_by_event_id)
-
-
-def _write_rows(tx: Tx, tenant_id: str, job_id: str, indexed: Sequence[tuple[Mapping[str, Any], int]],
-                            allocations_by_entry: Mapping[str, Sequence[Mapping[str, Any]]],
-                            seq_by_event_id: Mapping[str, int], position_by_event_id: Mapping[str, int]) -> None:
-    """The rows of every entry (as if all were new: the dialect's writer keeps those of the entries it inserts),
-    written by the dialect's writer (store/<dialect>/ledger.py; one statement on PostgreSQL)."""
     entries: list[tuple[Any, ...]] = []
     allocation_rows: list[tuple[Any, ...]] = []
     timeline: list[NewEntry] = []
-    for item, index in indexed:
+    for item in ledger_entries:
         entry, event_id = item["entry"], item["eventId"]
+        index = per_event[event_id] = per_event.get(event_id, -1) + 1  # among the event's entries
         entries.append((entry["id"], event_id, item["eventType"], seq_by_event_id[event_id], index, entry["at"],
                         _text(entry.get("memo")), storable_json(entry)))
         own = allocations_by_entry.get(entry["id"], ())
@@ -81,6 +39,7 @@ def _write_rows(tx: Tx, tenant_id: str, job_id: str, indexed: Sequence[tuple[Map
         for a in own:
             allocation_rows.append((entry["id"], event_id, index, a["postingId"], _text(a["accountId"]),
                                     _text(a["partyId"]), a["partyRole"], a["currency"], a["amountCents"]))
+    # the rows of every entry, as if all were new: the dialect's writer keeps those of the entries it inserts
     postings, sums = timeline_rows(timeline, position_by_event_id)
     writer = importlib.import_module(f"settlekit.store.{tx.dialect}.ledger")
     writer.write_entries(tx, tenant_id, job_id, entries, postings, allocation_rows, sums)

@@ -46,15 +46,13 @@ class PostingsPage:
     more: bool = False
 
 
-def record(tx: Tx, tenant_id: str, entries: Sequence[NewEntry],
-           position_by_event_id: Mapping[str, int] | None = None) -> None:
-    """Insert the timeline rows of newly inserted entries and add them to the bucket sums (the source events'
-    positions are read unless given)."""
+def record(tx: Tx, tenant_id: str, entries: Sequence[NewEntry]) -> None:
+    """Insert the timeline rows of newly inserted entries and add them to the bucket sums (`ledger rebuild`)."""
     if not entries:
         return
-    positions = position_by_event_id or _positions(tx, tenant_id, sorted({e.event_id for e in entries}))
+    positions = event_positions(tx, tenant_id, sorted({e.event_id for e in entries}))
     rows = [(tenant_id, party, account, position, entry_index, posting_index, entry_id, at_ms, amount)
-            for _event, entry_id, party, account, position, entry_index, posting_index, at_ms, amount
+            for entry_id, _event, party, account, position, entry_index, posting_index, at_ms, amount
             in _posting_rows(entries, positions)]
     tx.executemany(INSERT_POSTING, rows)
     tx.executemany(ADD_SUM, bucket_sums(rows))
@@ -63,28 +61,28 @@ def record(tx: Tx, tenant_id: str, entries: Sequence[NewEntry],
 def timeline_rows(entries: Sequence[NewEntry], position_by_event_id: Mapping[str, int]
                   ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The timeline rows of `entries`, each keyed by its entry (id, source event id, index in the event), for a
-    writer that keeps only the entries it inserts (store/postgres/ledger.py): postings (entry id, event id, party,
-    account, position, entry index, posting index, at ms, cents) and bucket deltas (entry id, event id, entry
-    index, party, axis, level, bucket, account, cents), one per posting and bucket, not summed."""
+    writer that keeps only the entries it inserts (store/<dialect>/ledger.py): postings (entry id, event id,
+    party, account, position, entry index, posting index, at ms, cents) and bucket deltas (entry id, event id,
+    entry index, party, axis, level, bucket, account, cents), one per posting and bucket, not summed."""
     postings = list(_posting_rows(entries, position_by_event_id))
     sums: list[tuple[Any, ...]] = []
-    for event_id, entry_id, party_id, account_id, position, entry_index, _pi, at_ms, amount in postings:
+    for entry_id, event_id, party_id, account_id, position, entry_index, _pi, at_ms, amount in postings:
         for axis, value in zip(_AXES, (at_ms, position), strict=True):
             for level, bucket in buckets_of(levels_of(axis, party_id), value):
                 sums.append((entry_id, event_id, entry_index, party_id, axis, level, bucket, account_id, amount))
-    return [(row[1], row[0], *row[2:]) for row in postings], sums
+    return postings, sums
 
 
 def _posting_rows(entries: Sequence[NewEntry], positions: Mapping[str, int]) -> Iterator[tuple[Any, ...]]:
-    """(event id, entry id, party, account, position, entry index, posting index, at ms, cents) of every posting
+    """(entry id, event id, party, account, position, entry index, posting index, at ms, cents) of every posting
     (party '') and allocation of `entries`."""
     for item in entries:
         position, at_ms, entry_id = positions[item.event_id], epoch_millis(item.entry["at"]), item.entry["id"]
         for index, posting in enumerate(item.entry["postings"]):
-            yield (item.event_id, entry_id, ACCOUNT, _text(posting["accountId"]), position, item.entry_index, index,
+            yield (entry_id, item.event_id, ACCOUNT, _text(posting["accountId"]), position, item.entry_index, index,
                    at_ms, posting["amountCents"])
         for alloc in item.allocations:
-            yield (item.event_id, entry_id, _text(alloc["partyId"]), _text(alloc["accountId"]), position,
+            yield (entry_id, item.event_id, _text(alloc["partyId"]), _text(alloc["accountId"]), position,
                    item.entry_index, int(str(alloc["postingId"])[1:]), at_ms, alloc["amountCents"])
 
 
@@ -99,7 +97,8 @@ def bucket_sums(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
     return [(*key, amount) for key, amount in sorted(sums.items())]
 
 
-def _positions(tx: Tx, tenant_id: str, event_ids: Sequence[str]) -> dict[str, int]:
+def event_positions(tx: Tx, tenant_id: str, event_ids: Sequence[str]) -> dict[str, int]:
+    """{event id: store position} of the tenant's stored events among `event_ids`."""
     marks = ", ".join("?" for _ in event_ids)
     rows = tx.fetchall(f"SELECT event_id, position FROM events WHERE tenant_id = ? AND event_id IN ({marks})",
                        (tenant_id, *event_ids))

@@ -1,6 +1,6 @@
-"""SQLite form of the ledger writer (store.ledger.write_entries with the source events' positions known): the
-entries are inserted one by one (a statement costs no round trip here), and only those inserted carry their
-balances, allocations, timeline postings and bucket sums. The row forms are store/postgres/ledger.py's."""
+"""SQLite form of the ledger writer (store.ledger.write_entries): the entries are inserted one by one (a statement
+costs no round trip here), and only those inserted carry their balances, allocations, timeline postings and bucket
+sums. The row forms are store/postgres/ledger.py's."""
 
 from __future__ import annotations
 
