@@ -125,7 +125,7 @@ class Streams:
             rows = tx.fetchall(sql, (tenant_id, stream_id, tenant_id, *ids))
         width = len(_HEAD_COLUMNS.split(", "))
         head, snapshot = _head_and_snapshot(rows[0][:width] if rows and rows[0][0] is not None else None)
-        keys = {row[width + 1]: SignerKey(*row[width:]) for row in rows if row[width] is not None}
+        keys = _signer_keys(rows, width)
         return head, snapshot, keys
 
     def api_key_and_stream(self, api_key_id: str, stream_id: str, signer_key_ids: Collection[str]
@@ -143,7 +143,7 @@ class Streams:
         first = rows[0]
         head_row = first[key_width:key_width + head_width]
         signer_start = key_width + head_width
-        keys = {row[signer_start + 1]: SignerKey(*row[signer_start:]) for row in rows if row[signer_start] is not None}
+        keys = _signer_keys(rows, signer_start)
         return stored_api_key(first[:key_width]), StreamRead(
             first[1], stream_id, None if head_row[0] is None else head_row, keys, frozenset(ids))
 
@@ -203,6 +203,11 @@ class Streams:
             rows = tx.fetchall(f"SELECT event_id, chain_hash, seq, position, stream_id, payload_hash FROM events"
                                f" WHERE tenant_id = ? AND event_id IN ({marks})", (tenant_id, *event_ids))
         return {r[0]: EventIdentity(r[0], r[1], int(r[2]), int(r[3]), r[4], r[5]) for r in rows}
+
+
+def _signer_keys(rows: Sequence[Row], start: int) -> dict[str, SignerKey]:
+    """{key id: key} of the signer key columns from `start` on (NULL where no key matched)."""
+    return {row[start + 1]: SignerKey(*row[start:]) for row in rows if row[start] is not None}
 
 
 def _head_and_snapshot(row: Row | None) -> tuple[StreamHead | None, dict[str, Any] | None]:

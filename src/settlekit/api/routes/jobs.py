@@ -256,8 +256,7 @@ DIRECT_PREFETCH = {"/v1/jobs/{job_id}/events": prefetch_append}
 
 def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, raw: bytes,
                    prefetched: _Prefetched | None = None) -> AppendResult:
-    parsed = prefetched is not None and prefetched.body is not _UNPARSED
-    body = prefetched.body if parsed and prefetched is not None else parse_body(raw)
+    body = prefetched.body if prefetched is not None and prefetched.body is not _UNPARSED else parse_body(raw)
     items = body if isinstance(body, list) else [body]
     if not items or not all(isinstance(i, dict) for i in items):
         raise ValidationError("body must be an event object or a non-empty list of event objects",
