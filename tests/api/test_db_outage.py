@@ -104,17 +104,17 @@ def env(db: Database) -> Iterator[tuple[Database, Any]]:
 def _commit_then_fail(api: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The next append commits, then the connection "dies" before the client learns it (503)."""
     store = api.app.state.settlekit.store
-    real = store.append
+    real = store.append_async
     calls: list[int] = []
 
-    def append(*args: Any, **kwargs: Any) -> Any:
-        result = real(*args, **kwargs)
+    async def append(*args: Any, **kwargs: Any) -> Any:
+        result = await real(*args, **kwargs)
         if not calls:
             calls.append(1)
             raise DatabaseUnavailableError(cause="failpoint: connection lost after commit")
         return result
 
-    monkeypatch.setattr(store, "append", append)
+    monkeypatch.setattr(store, "append_async", append)
     return calls
 
 

@@ -4,6 +4,7 @@ does not commit."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from typing import Any
@@ -285,3 +286,38 @@ def test_an_append_rolled_back_by_the_server_is_tried_again(db: Database) -> Non
     outcome = EventRecorder(db).commit(_batch("s_retried", events), deadlocked_once)
     assert isinstance(outcome, Committed) and calls == [0, 0]
     assert Streams(db).read_stream(T, "s_retried") == events
+
+
+def test_a_caller_that_stops_waiting_fails_nobody_in_its_group(db: Database) -> None:
+    """Two appends queued on an event loop while the writer is busy, the first one's caller cancelled: both are
+    written in the next group, and the second one's caller gets its outcome (a cancelled wait never breaks the
+    writer's answers to the rest of its group)."""
+    recorder = EventRecorder(db, group_commit=True)
+    release = threading.Event()
+    gate = threading.Lock()
+    gate.acquire()
+
+    def hold(tx: Tx, base_seq: int, positions: list[int]) -> None:
+        release.set()
+        gate.acquire()
+
+    holder = threading.Thread(target=recorder.commit, args=(_batch("s_hold", _events("s_hold")), hold))
+    holder.start()
+    assert release.wait(10)
+
+    async def run() -> Any:
+        gone = asyncio.ensure_future(recorder.commit_async(_batch("s_gone", _events("s_gone"))))
+        kept = asyncio.ensure_future(recorder.commit_async(_batch("s_kept", _events("s_kept"))))
+        while _queued(recorder) < 2:
+            await asyncio.sleep(0.01)
+        gone.cancel()
+        await asyncio.sleep(0.05)  # the cancellation reaches the queued append's future
+        gate.release()
+        return await asyncio.wait_for(kept, 10)
+
+    kept = asyncio.run(run())
+    holder.join(10)
+    recorder.close()
+    assert isinstance(kept, Committed)
+    streams = Streams(db)
+    assert [streams.head(T, s) is not None for s in ("s_hold", "s_gone", "s_kept")] == [True, True, True]

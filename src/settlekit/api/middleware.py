@@ -11,15 +11,16 @@ Afterwards: one log line per request (request_log) and the request counter and d
 and one `send` wrapper instead of a stack of five: each layer costs a call chain and a closure per request.
 
 A direct route (`DirectRoute`: the event append, the hot path) is served here without FastAPI's routing and
-dependency resolution, and with ONE trip to a worker thread for authentication, the body check and the handler
-(instead of one for the key lookup and another for the handler). The checks come in the same order and give the
-same answers as on the routed path; a body without Content-Length or over the limit takes the routed path.
+dependency resolution: ONE trip to a worker thread authenticates the request and reads what the route needs with
+the key; the body check and the handler then run on the event loop (the append waits for its group commit there,
+without holding a thread). The checks come in the same order and give the same answers as on the routed path; a
+body without Content-Length or over the limit takes the routed path.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +70,9 @@ class ApiMetrics:
 metrics_for: PerRegistry[ApiMetrics] = PerRegistry(ApiMetrics)
 
 
-# The work of a direct route once the request is authenticated, run on a worker thread: (ctx, request, key, body,
-# what its prefetch read, or None).
-DirectHandler = Callable[[ApiContext, Request, ApiKey, bytes, Any], Response]
+# The work of a direct route once the request is authenticated, on the event loop: (ctx, request, key, body, what
+# its prefetch read, or None). It must not block the loop: it awaits what waits on the database.
+DirectHandler = Callable[[ApiContext, Request, ApiKey, bytes, Any], Awaitable[Response]]
 # What a direct route reads together with the presented API key's row, in one round trip: (ctx, request, key id,
 # body) -> (the key's row or None, what the handler gets). It must not raise for a bad body (the handler does).
 DirectPrefetch = Callable[[ApiContext, Request, str, bytes], tuple[StoredApiKey | None, Any]]
@@ -211,11 +212,19 @@ class ApiMiddleware:
         scope.update(child_scope)
         request = Request(scope, receive)
         client = scope.get("client")
-        response, quota = await run_in_threadpool(self._direct_work, direct, request, body,
-                                                  client[0] if client else None)
+        answer, key, quota, prefetched = await run_in_threadpool(self._direct_authenticate, direct, request, body,
+                                                                 client[0] if client else None)
         if quota is not None:
             exchange.extra_headers = quota.headers()
-        await response(scope, receive, send)
+        if answer is None:
+            assert key is not None
+            logs.bind(tenant=key.tenant_id, key_id=key.key_id)
+            try:
+                check_json_body(body)
+                answer = await direct.handler(self.ctx, request, key, body, prefetched)
+            except SettlekitError as exc:
+                answer = problem_from_error(exc, error_headers(exc))
+        await answer(scope, receive, send)
         return True
 
     def _direct_match(self, scope: Scope) -> tuple[DirectRoute, Scope] | None:
@@ -225,10 +234,10 @@ class ApiMiddleware:
                 return direct, child_scope
         return None
 
-    def _direct_work(self, direct: DirectRoute, request: Request, body: bytes, client: str | None
-                     ) -> tuple[Response, Quota | None]:
-        """On the worker thread: authenticate (reading the route's prefetch with the key), check the body, run the
-        handler; a refusal as its problem answer."""
+    def _direct_authenticate(self, direct: DirectRoute, request: Request, body: bytes, client: str | None
+                             ) -> tuple[Response | None, ApiKey | None, Quota | None, Any]:
+        """On a worker thread: authenticate, reading the route's prefetch with the key. Returns (None, the key, its
+        quota, what the prefetch read), or (the refusal's problem answer, None, None, None)."""
         prefetched: list[Any] = [None]
         lookup = None
         if direct.prefetch is not None:
@@ -241,14 +250,9 @@ class ApiMiddleware:
         try:
             key, quota = authenticate_with_quota(self.ctx, request.headers, client, lookup)
         except SettlekitError as exc:
-            return problem_from_error(exc, error_headers(exc)), None
+            return problem_from_error(exc, error_headers(exc)), None, None, None
         request.scope.setdefault("state", {})["api_key"] = key
-        logs.bind(tenant=key.tenant_id, key_id=key.key_id)
-        try:
-            check_json_body(body)
-            return direct.handler(self.ctx, request, key, body, prefetched[0]), quota
-        except SettlekitError as exc:
-            return problem_from_error(exc, error_headers(exc)), quota
+        return None, key, quota, prefetched[0]
 
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The whole raw body within the limit, or None once a refusal (413, 400) was sent (or the client left)."""

@@ -7,12 +7,13 @@ events, the snapshot, the domain's rows and the idempotency record. A failure an
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from settlekit.append import idempotency as idempotent
 from settlekit.append.domain import DomainOutcome, PassThroughDomain, StreamDomain
@@ -40,7 +41,7 @@ from settlekit.events.envelope import (
     verify_link,
 )
 from settlekit.store.db import Database, Tx
-from settlekit.store.events import AfterCommit, CommitBatch, DuplicateKey, EventRecorder, HeadMismatch
+from settlekit.store.events import AfterCommit, CommitBatch, DuplicateKey, EventRecorder, HeadMismatch, Outcome
 from settlekit.store.signer_keys import SignerKey, SignerKeys
 from settlekit.store.streams import StreamHead, StreamRead, Streams
 
@@ -53,6 +54,54 @@ _PREFETCHED_KEYS = 16
 
 # A rule about the stream, checked on its head (None: no stream yet) before anything else: it raises to refuse.
 StreamPrecondition = Callable[[StreamHead | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A step of the append flow that reads the database: its driver runs `fn` and sends back the value."""
+
+    fn: Callable[[], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Commit:
+    """The append flow's write: its driver hands the batch to the recorder and sends back the outcome (or throws
+    what the write raised)."""
+
+    batch: CommitBatch
+    after: AfterCommit | None
+
+
+# The append written once as a generator: it yields its database steps, so one driver runs it on the calling
+# thread (Appender.append) and another on an event loop (Appender.append_async), with the same checks.
+_Flow = Generator[_Read | _Commit, Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    result: AppendResult
+
+
+def _resume(flow: _Flow, sent: Any, failed: Exception | None) -> _Read | _Commit | _Done:
+    """Run the flow to its next database step (sending it the last step's value, or throwing its error)."""
+    try:
+        return flow.send(sent) if failed is None else flow.throw(failed)
+    except StopIteration as done:
+        return _Done(done.value)
+
+
+class AppendOptions(TypedDict, total=False):
+    """The options of an append (Appender.append documents them); an absent expected_prev_chain_hash is not
+    the same as None (the stream must be empty)."""
+
+    expected_prev_chain_hash: str | None
+    expected_version: int | None
+    idempotency: Idempotency | None
+    correlation_id: str | None
+    causation_id: str | None
+    policy: AppendPolicy
+    precondition: StreamPrecondition | None
+    prefetched: StreamRead | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +146,47 @@ class Appender:
         """Stop the group commit writer, if any (the appends already queued are written first)."""
         self.recorder.close()
 
-    def append(
+    def append(self, tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]],
+               **options: Unpack[AppendOptions]) -> AppendResult:
+        """Append drafts (`{type, actor, payload}`) or client-finalized envelopes to one stream, atomically.
+
+        Give the expected head as `expected_prev_chain_hash` (None = the stream must be empty) or
+        `expected_version` (0 = empty). Client-finalized events carry their own prevChainHash. `policy`: see
+        AppendPolicy (`HISTORY` takes client-finalized envelopes only). `precondition` is checked on the stream
+        head before anything else; that read (with the signer keys the items name) then serves the append.
+        `prefetched`: the same read made by the caller just before (Streams.api_key_and_stream), used instead.
+        `idempotency`, `correlation_id`, `causation_id`: stored with the append.
+        """
+        flow = self._flow(tenant_id, stream_id, items, **options)
+        step = _resume(flow, None, None)
+        while not isinstance(step, _Done):
+            try:
+                sent = step.fn() if isinstance(step, _Read) else self.recorder.commit(step.batch, step.after)
+            except Exception as exc:
+                step = _resume(flow, None, exc)
+            else:
+                step = _resume(flow, sent, None)
+        return step.result
+
+    async def append_async(self, tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]],
+                           **options: Unpack[AppendOptions]) -> AppendResult:
+        """`append` on an event loop: the checks and the domain step run on the loop; the commit waits for the
+        group commit writer without holding a thread, and the rarer reads (idempotency, conflicts) run on one."""
+        flow = self._flow(tenant_id, stream_id, items, **options)
+        step = _resume(flow, None, None)
+        while not isinstance(step, _Done):
+            try:
+                if isinstance(step, _Read):
+                    sent = await asyncio.to_thread(step.fn)
+                else:
+                    sent = await self.recorder.commit_async(step.batch, step.after)
+            except Exception as exc:
+                step = _resume(flow, None, exc)
+            else:
+                step = _resume(flow, sent, None)
+        return step.result
+
+    def _flow(
         self,
         tenant_id: str,
         stream_id: str,
@@ -111,78 +200,73 @@ class Appender:
         policy: AppendPolicy = LIVE,
         precondition: StreamPrecondition | None = None,
         prefetched: StreamRead | None = None,
-    ) -> AppendResult:
-        """Append drafts (`{type, actor, payload}`) or client-finalized envelopes to one stream, atomically.
-
-        Give the expected head as `expected_prev_chain_hash` (None = the stream must be empty) or
-        `expected_version` (0 = empty). Client-finalized events carry their own prevChainHash. `policy`: see
-        AppendPolicy (`HISTORY` takes client-finalized envelopes only). `precondition` is checked on the stream
-        head before anything else; that read (with the signer keys the items name) then serves the append.
-        `prefetched`: the same read made by the caller just before (Streams.api_key_and_stream), used instead.
-        """
+    ) -> _Flow:
         state = None
         if prefetched is not None and (prefetched.tenant_id, prefetched.stream_id) == (tenant_id, stream_id):
             head, snapshot = prefetched.head_and_snapshot()
             state = _StreamState(head, snapshot, prefetched.keys, prefetched.key_ids)
         if precondition is not None:
             if state is None:
-                state = self._read_state(tenant_id, stream_id, named_key_ids(items))
+                state = yield from self._read_state(tenant_id, stream_id, named_key_ids(items))
             precondition(state.head)
         client_finalized = _check_items(tenant_id, stream_id, items, policy)
         request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id)
         if idempotency is not None:
-            replay = self._prepared_replay(request, idempotency, items, expected_prev_chain_hash, expected_version)
+            replay = yield from self._prepared_replay(request, idempotency, items, expected_prev_chain_hash,
+                                                      expected_version)
             if replay is not None:
                 return replay
         try:
             if client_finalized:
-                result = self._append_finalized(request, items, policy, state)
+                result = yield from self._append_finalized(request, items, policy, state)
             else:
-                result = self._append_drafts(request, items, expected_prev_chain_hash, expected_version, state)
+                result = yield from self._append_drafts(request, items, expected_prev_chain_hash, expected_version,
+                                                        state)
         except _IdempotencyRace:
-            return self._answer_after_race(request)
+            return (yield from self._answer_after_race(request))
         except SettlekitError:
             # A concurrent request with the same key may have committed first (its events moved the head, so
             # this attempt conflicted): its stored answer is the answer.
-            replay = self._stored_answer(request)
+            replay = yield from self._stored_answer(request)
             if replay is None:
                 raise
             return replay
         if result.already_exists:
-            replay = self._stored_answer(request)
+            replay = yield from self._stored_answer(request)
             if replay is not None:
                 return replay
         return result
 
     def _prepared_replay(self, request: _Request, idempotency: Idempotency, items: Sequence[Mapping[str, Any]],
-                         expected_prev_chain_hash: str | None, expected_version: int | None) -> AppendResult | None:
+                         expected_prev_chain_hash: str | None, expected_version: int | None) -> _Flow:
         """Fix the request's idempotency hash (the expected head is part of it); its stored answer, if any."""
         idempotent.prepare(idempotency, request.stream_id,
                            None if expected_prev_chain_hash is _MISSING else expected_prev_chain_hash,
                            expected_version, items)
-        return self._stored_answer(request)
+        return (yield from self._stored_answer(request))
 
-    def _stored_answer(self, request: _Request) -> AppendResult | None:
+    def _stored_answer(self, request: _Request) -> _Flow:
         """The answer recorded under the request's idempotency key, if it has one and it is recorded."""
         if request.idempotency is None:
             return None
-        return idempotent.replay(self.db, request.tenant_id, request.idempotency)
+        return (yield _Read(functools.partial(idempotent.replay, self.db, request.tenant_id, request.idempotency)))
 
-    def _answer_after_race(self, request: _Request) -> AppendResult:
+    def _answer_after_race(self, request: _Request) -> _Flow:
         """A concurrent request with the same idempotency key recorded its answer first: that is the answer."""
         assert request.idempotency is not None
-        replay = self._stored_answer(request)
+        replay = yield from self._stored_answer(request)
         if replay is None:
             raise ConflictError("idempotency record vanished during a concurrent append",
                                 code="IDEMPOTENCY_CONFLICT") from None
         return replay
 
-    def _read_state(self, tenant_id: str, stream_id: str, key_ids: frozenset[str]) -> _StreamState:
-        head, snapshot, keys = self.streams.head_snapshot_and_keys(tenant_id, stream_id, key_ids)
+    def _read_state(self, tenant_id: str, stream_id: str, key_ids: frozenset[str]) -> _Flow:
+        head, snapshot, keys = yield _Read(functools.partial(self.streams.head_snapshot_and_keys, tenant_id,
+                                                             stream_id, key_ids))
         return _StreamState(head, snapshot, keys, key_ids)
 
     def _append_drafts(self, request: _Request, items: Sequence[Mapping[str, Any]], expected_prev_chain_hash: Any,
-                       expected_version: int | None, state: _StreamState | None) -> AppendResult:
+                       expected_version: int | None, state: _StreamState | None) -> _Flow:
         """Server drafts: the server fills id, at and the chain link, then hashes and signs them. `state`: the
         stream as already read, if it was."""
         tenant_id, stream_id = request.tenant_id, request.stream_id
@@ -197,8 +281,10 @@ class Appender:
         head = None
         snapshot: dict[str, Any] | None = None
         if state is not None or expected_prev_chain_hash is _MISSING or self._domain_has_state():
-            head, snapshot = ((state.head, state.snapshot) if state is not None
-                              else self.streams.head_and_snapshot(tenant_id, stream_id))
+            if state is not None:
+                head, snapshot = state.head, state.snapshot
+            else:
+                head, snapshot = yield _Read(functools.partial(self.streams.head_and_snapshot, tenant_id, stream_id))
             if expected_version is not None and (head.seq if head else 0) != expected_version:
                 raise _version_conflict(expected_version, head)
             if expected_prev_chain_hash is not _MISSING:
@@ -219,11 +305,11 @@ class Appender:
             events.append(event)
             jsons.append(text)
             link = event["chainHash"]
-        return self._commit(request, events, jsons, prev=prev, expected_version=expected_version, head=head,
-                            snapshot=snapshot)
+        return (yield from self._commit(request, events, jsons, prev=prev, expected_version=expected_version,
+                                        head=head, snapshot=snapshot))
 
     def _append_finalized(self, request: _Request, items: Sequence[Mapping[str, Any]],
-                          policy: AppendPolicy, state: _StreamState | None) -> AppendResult:
+                          policy: AppendPolicy, state: _StreamState | None) -> _Flow:
         """Client-finalized envelopes: shapes, time, chain links, signatures and the signer policy checked.
         `state`: the stream as already read, if it was (else it is read here, with the signer keys)."""
         tenant_id, stream_id = request.tenant_id, request.stream_id
@@ -243,11 +329,11 @@ class Appender:
             events.append(event)
         prev = events[0]["prevChainHash"]
         if state is None or not _signer_key_ids(events) <= state.key_ids:
-            state = self._read_state(tenant_id, stream_id, _signer_key_ids(events))
+            state = yield from self._read_state(tenant_id, stream_id, _signer_key_ids(events))
         head, snapshot = state.head, state.snapshot
         current = head.chain_hash if head else None
         if prev != current:
-            existing = self._find_existing(tenant_id, events)
+            existing = yield from self._find_existing(tenant_id, events)
             if existing is not None:
                 return existing
             raise _hash_conflict(prev, current)
@@ -259,7 +345,8 @@ class Appender:
             required = self.domain.required_signer(event["type"], event["actor"]["type"])
             unsigned += not check_signer(event, i, keys, required, policy)
             link = event["chainHash"]
-        result = self._commit(request, events, None, prev=prev, expected_version=None, head=head, snapshot=snapshot)
+        result = yield from self._commit(request, events, None, prev=prev, expected_version=None, head=head,
+                                         snapshot=snapshot)
         if not policy.is_live and not result.already_exists:
             result.unsigned = unsigned
             result.lone_surrogates = sum(find_lone_surrogate(e["payload"]) is not None for e in events)
@@ -336,7 +423,7 @@ class Appender:
 
     def _commit(self, request: _Request, events: list[Event], jsons: list[str] | None, *, prev: str | None,
                 expected_version: int | None, head: StreamHead | None,
-                snapshot: dict[str, Any] | None) -> AppendResult:
+                snapshot: dict[str, Any] | None) -> _Flow:
         """The domain step on top of the stream's `head` and `snapshot`, then one CommitBatch for the recorder
         (`events` link to `prev`; `jsons`: their stored text, when already made). A lost race is a 409 with the
         current head."""
@@ -346,9 +433,9 @@ class Appender:
         batch = _commit_batch(request, stream_type, events, jsons, prev, expected_version, outcome.snapshot)
         built: list[AppendResult] = []
         try:
-            committed = self.recorder.commit(batch, self._in_transaction(request, events, outcome, built))
+            committed: Outcome = yield _Commit(batch, self._in_transaction(request, events, outcome, built))
         except DuplicateKey as exc:
-            return self._answer_duplicate(request, events, prev, exc)
+            return (yield from self._answer_duplicate(request, events, prev, exc))
         if isinstance(committed, HeadMismatch):
             raise _head_moved(prev, expected_version, committed)
         if built:
@@ -374,25 +461,25 @@ class Appender:
         return after
 
     def _answer_duplicate(self, request: _Request, events: list[Event], prev: str | None,
-                          exc: DuplicateKey) -> AppendResult:
+                          exc: DuplicateKey) -> _Flow:
         """The insert broke a uniqueness rule (nothing was written): the idempotency key was recorded concurrently
         (_IdempotencyRace), an event id is already stored (the same events: alreadyExists, else
         EVENT_ID_CONFLICT), or a concurrent append took the stream position (PREV_CHAIN_HASH_MISMATCH)."""
         if exc.kind == "idempotency":
             raise _IdempotencyRace() from None
         if exc.kind == "event_id":
-            existing = self._find_existing(request.tenant_id, events)
+            existing = yield from self._find_existing(request.tenant_id, events)
             if existing is not None:
                 return existing
             raise ConflictError("an event with this id already exists with different content",
                                 code="EVENT_ID_CONFLICT") from None
-        current = self.streams.head(request.tenant_id, request.stream_id)
+        current = yield _Read(functools.partial(self.streams.head, request.tenant_id, request.stream_id))
         raise _hash_conflict(prev, current.chain_hash if current else None) from None
 
-    def _find_existing(self, tenant_id: str, events: Sequence[Event]) -> AppendResult | None:
+    def _find_existing(self, tenant_id: str, events: Sequence[Event]) -> _Flow:
         """A replay of already stored client events (same ids, same chain hashes) returns alreadyExists."""
         ids = [e["id"] for e in events]
-        found = self.streams.identities(tenant_id, ids)
+        found = yield _Read(functools.partial(self.streams.identities, tenant_id, ids))
         if not found:
             return None
         stream_ids = {f.stream_id for f in found.values()}

@@ -8,6 +8,7 @@ record) in the same transaction.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import queue
 import threading
@@ -105,6 +106,13 @@ class EventRecorder:
             return self.group.commit(batch, after)
         return self._commit(self.db, batch, after)
 
+    async def commit_async(self, batch: CommitBatch, after: AfterCommit | None = None) -> Committed | HeadMismatch:
+        """`commit` for a caller on an event loop: it waits for the group commit writer without holding a thread
+        (without group commit, the write runs on a worker thread)."""
+        if self.group is not None:
+            return await asyncio.wrap_future(self.group.submit(batch, after))
+        return await asyncio.to_thread(self._commit, self.db, batch, after)
+
     def close(self) -> None:
         if self.group is not None:
             self.group.close()
@@ -137,10 +145,16 @@ class GroupCommitter:
 
     def commit(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome:
         """Queue `batch` for the writer and wait for its outcome (raises what its write raised)."""
+        return self.submit(batch, after).result()
+
+    def submit(self, batch: CommitBatch, after: AfterCommit | None) -> Future[Outcome]:
+        """Queue `batch` for the writer; the future holds its outcome. It cannot be cancelled: once queued, the
+        append is written whether or not its caller still waits."""
         future: Future[Outcome] = Future()
+        future.set_running_or_notify_cancel()
         self._ensure_writer()
         self._queue.put((batch, after, future))
-        return future.result()
+        return future
 
     def _ensure_writer(self) -> None:
         if self._thread is None or not self._thread.is_alive():

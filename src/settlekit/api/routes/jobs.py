@@ -9,14 +9,13 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from settlekit.api.auth import ApiKey
@@ -37,7 +36,7 @@ from settlekit.api.openapi import CHAIN_HEADERS, IDEMPOTENCY_HEADERS, IDEMPOTENT
 from settlekit.api.responses import JsonResponse, content_disposition
 from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, JobView
 from settlekit.append import AppendResult, Idempotency
-from settlekit.append.appender import StreamPrecondition, named_key_ids
+from settlekit.append.appender import AppendOptions, StreamPrecondition, named_key_ids
 from settlekit.errors import CATALOGUE, ConflictError, SettlekitError, ValidationError
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.metrics import PerRegistry
@@ -95,12 +94,12 @@ class _AppendMetrics:
 append_metrics_for: PerRegistry[_AppendMetrics] = PerRegistry(_AppendMetrics)
 
 
-def _measured(ctx: ApiContext, handle: Callable[[], AppendResult]) -> JsonResponse:
-    """The answer to an append request handled by `handle`, counted and timed by outcome."""
+async def _measured(ctx: ApiContext, appending: Awaitable[AppendResult]) -> JsonResponse:
+    """The answer to an append request (`appending` runs it), counted and timed by outcome."""
     started = time.perf_counter()
     outcome = "error"
     try:
-        result = handle()
+        result = await appending
         outcome = "replayed" if result.replayed else "existing" if result.already_exists else "created"
         return _append_response(result)
     except SettlekitError as exc:
@@ -144,20 +143,22 @@ def _append_response(result: AppendResult) -> JsonResponse:
     return JsonResponse(_append_body(result), status_code=status, headers=headers)
 
 
-def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
-            expected: Any, idem_key: str | None, body: Any, *, expected_given: bool,
-            precondition: StreamPrecondition | None = None, prefetched: StreamRead | None = None) -> AppendResult:
+async def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
+                  expected: Any, idem_key: str | None, body: Any, *, expected_given: bool,
+                  precondition: StreamPrecondition | None = None, prefetched: StreamRead | None = None
+                  ) -> AppendResult:
+    """The append on the event loop (Appender.append_async): the checks run here, the commit is awaited."""
     idem = None
     if idem_key is not None:
         path = request.url.path
         idem = Idempotency(key=idem_key, principal_id=key.key_id, endpoint=f"POST {path}",
                            request_hash=request_hash("POST", request_target(request), body,
                                                      expected if expected_given else None))
-    kwargs: dict[str, Any] = {"idempotency": idem, "precondition": precondition, "prefetched": prefetched}
+    options: AppendOptions = {"idempotency": idem, "precondition": precondition, "prefetched": prefetched}
     if expected_given:
-        kwargs["expected_prev_chain_hash"] = expected
+        options["expected_prev_chain_hash"] = expected
     try:
-        return ctx.store.append(key.tenant_id, job_id, items, **kwargs)
+        return await ctx.store.append_async(key.tenant_id, job_id, items, **options)
     except ConflictError as exc:
         if exc.code == "IDEMPOTENCY_KEY_REUSED":
             raise ConflictError(exc.message, code="IDEMPOTENCY_CONFLICT", **exc.details) from None
@@ -167,11 +168,11 @@ def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: 
 @router.post("/jobs", status_code=201, summary="Create a job (server-draft JOB_CREATED)", response_model=Appended,
              responses={200: ALREADY_THERE, **problems("JOB_ALREADY_EXISTS", *APPEND_CODES)},
              openapi_extra=IDEMPOTENT)
-def create_job(body: CreateJob, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
-    return _measured(context(request), lambda: _create_job(body, request, key))
+async def create_job(body: CreateJob, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
+    return await _measured(context(request), _create_job(body, request, key))
 
 
-def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendResult:
+async def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendResult:
     ctx = context(request)
     job_id = body.jobId or f"job_{uuid.uuid4()}"
     payload = dict(body.payload)
@@ -180,8 +181,8 @@ def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendResult:
     actor = body.actor.model_dump() if body.actor is not None else dict(DEFAULT_ACTOR)
     draft = {"type": "JOB_CREATED", "actor": actor, "payload": payload}
     try:
-        return _append(ctx, key, request, job_id, [draft], None, idempotency_key(request),
-                       body.model_dump(exclude_none=True), expected_given=True)
+        return await _append(ctx, key, request, job_id, [draft], None, idempotency_key(request),
+                             body.model_dump(exclude_none=True), expected_given=True)
     except ConflictError as exc:
         if exc.code == "PREV_CHAIN_HASH_MISMATCH":
             raise ConflictError(f"job {job_id} already exists", code="JOB_ALREADY_EXISTS", jobId=job_id) from None
@@ -210,7 +211,7 @@ _EVENTS_BODY = {
 async def append_events(job_id: str, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
     raw = await request.body()
     ctx = context(request)
-    return await run_in_threadpool(_measured, ctx, lambda: _append_events(ctx, job_id, request, key, raw))
+    return await _measured(ctx, _append_events(ctx, job_id, request, key, raw))
 
 
 @dataclass(frozen=True)
@@ -240,13 +241,13 @@ def prefetch_append(ctx: ApiContext, request: Request, key_id: str, raw: bytes
     return found[0], _Prefetched(body, found[1])
 
 
-def append_events_direct(ctx: ApiContext, request: Request, key: ApiKey, raw: bytes,
-                         prefetched: _Prefetched | None) -> Response:
-    """`append_events` as api.middleware serves it (a DirectRoute): on a worker thread, the request authenticated
-    (with the stream read alongside), its raw body read and checked."""
+async def append_events_direct(ctx: ApiContext, request: Request, key: ApiKey, raw: bytes,
+                               prefetched: _Prefetched | None) -> Response:
+    """`append_events` as api.middleware serves it (a DirectRoute): the request authenticated (with the stream read
+    alongside), its raw body read and checked."""
     require_scopes(key, ["jobs:write"])
     job_id: str = request.path_params["job_id"]
-    return _measured(ctx, lambda: _append_events(ctx, job_id, request, key, raw, prefetched))
+    return await _measured(ctx, _append_events(ctx, job_id, request, key, raw, prefetched))
 
 
 # routes api.middleware serves directly, by path: the hot path of appends (FastAPI keeps them for the schema)
@@ -254,8 +255,8 @@ DIRECT_HANDLERS = {"/v1/jobs/{job_id}/events": append_events_direct}
 DIRECT_PREFETCH = {"/v1/jobs/{job_id}/events": prefetch_append}
 
 
-def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, raw: bytes,
-                   prefetched: _Prefetched | None = None) -> AppendResult:
+async def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, raw: bytes,
+                         prefetched: _Prefetched | None = None) -> AppendResult:
     body = prefetched.body if prefetched is not None and prefetched.body is not _UNPARSED else parse_body(raw)
     items = body if isinstance(body, list) else [body]
     if not items or not all(isinstance(i, dict) for i in items):
@@ -275,9 +276,9 @@ def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, 
                 given = True
                 expected = None if value.strip() in ("", "null") else value.strip()
                 break
-    return _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
-                   expected_given=given, precondition=_job_stream(job_id, items),
-                   prefetched=prefetched.stream if prefetched is not None else None)
+    return await _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
+                         expected_given=given, precondition=_job_stream(job_id, items),
+                         prefetched=prefetched.stream if prefetched is not None else None)
 
 
 def _require_own_tenant(key: ApiKey, payload: Any) -> None:
