@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.multiprocess import free_port
