@@ -1,18 +1,27 @@
-"""One metric set per prometheus registry.
+"""One metric set per prometheus registry, and metrics shared by the processes of `serve --workers N`.
 
 A registry refuses a metric name twice, so each area (API, dispatcher, delivery, cleanups) builds its metric set
 once per registry and shares it. `PerRegistry` keeps that cache: weak keys (a registry dropped by a test frees its
 set) and a lock (two threads asking at once get the same set).
+
+Several processes (`share_across_processes`): each keeps its values in files of one directory (prometheus_client's
+multiprocess mode) and a scrape of any of them renders them all (`shared_registry`): counters and histograms
+summed over the processes, gauges one series per process (label `pid`).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, values
+from prometheus_client.multiprocess import MultiProcessCollector
+
+# prometheus_client's own setting: processes started with it keep their metrics in files of that directory
+SHARED_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 MetricSet = TypeVar("MetricSet")
 
@@ -33,3 +42,22 @@ class PerRegistry(Generic[MetricSet]):
             if found is None:
                 found = self._by_registry[reg] = self._factory(reg)
             return found
+
+
+def share_across_processes(directory: str) -> None:
+    """Keep the metrics this process creates from now on, and those of the processes it starts, in files under
+    `directory` (an empty directory that outlives them all), so that `shared_registry` sums them. Call it before
+    any metric is created: one created earlier stays in this process's memory, out of the shared figures."""
+    os.environ[SHARED_METRICS_DIR] = directory
+    values.ValueClass = values.MultiProcessValue()
+
+
+def shared_registry() -> CollectorRegistry | None:
+    """A registry that renders the metrics of every process sharing this one's directory (None when this process
+    shares none). Scrape-time collectors of the process's own go in it as well."""
+    directory = os.environ.get(SHARED_METRICS_DIR)
+    if not directory:
+        return None
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)
+    return registry

@@ -3,15 +3,18 @@ stops them all cleanly; on SQLite more than one API process is refused with a cl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from support.multiprocess import free_port
 
@@ -76,3 +79,112 @@ def test_serve_refuses_several_processes_on_sqlite(tmp_path: Path) -> None:
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "several API processes need PostgreSQL" in done.stderr
+
+
+def _scrape(base: str, key: str) -> dict[str, float]:
+    """The samples of one /metrics answer, by name and labels (pid left out), on a fresh connection."""
+    r = httpx.get(f"{base}/metrics", headers={"authorization": f"Bearer {key}", "connection": "close"}, timeout=10)
+    assert r.status_code == 200, r.text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(r.text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "pid")
+            out[f"{sample.name}{{{labels}}}"] = out.get(f"{sample.name}{{{labels}}}", 0.0) + sample.value
+    return out
+
+
+def test_metrics_of_every_process_in_one_scrape(pg_url: str, tmp_path: Path) -> None:
+    """Under `serve --workers 2`, whichever process answers /metrics, it counts the requests both API processes
+    served, and it shows the background workers of the parent and the delivery queue."""
+    from settlekit.api.auth import create_api_key
+    from settlekit.store.db import connect
+
+    db = connect(pg_url)
+    try:
+        db.migrate()
+        _, key = create_api_key(db, "system", ["ops"])
+    finally:
+        db.close()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "SETTLEKIT_DB": pg_url, "SETTLEKIT_SERVER_KEY_FILE": str(tmp_path / "server.pem")}
+    proc = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--workers", "2", "--port", str(port)],
+                            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        assert len(_answering_pids(base, proc, log, 2)) == 2, log.read_text()[-3000:]
+        pids: list[int] = []
+        for _ in range(40):  # fresh connections: the two processes share them
+            r = httpx.get(f"{base}/healthz", headers={"connection": "close"}, timeout=5)
+            pids.append(r.json()["pid"])
+        assert len(set(pids)) == 2, "one process served every request: the sum would prove nothing"
+        counted = set()
+        for _ in range(6):
+            samples = _scrape(base, key)
+            healthz = samples["settlekit_api_requests_total{method=GET,route=/healthz,status=200}"]
+            counted.add(healthz >= len(pids))
+            assert any(name.startswith("settlekit_consumer_lag_events") for name in samples), sorted(samples)[:40]
+            assert any(name.startswith("settlekit_delivery_dlq_size") for name in samples), sorted(samples)[:40]
+        assert counted == {True}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"serve did not stop on SIGTERM: {log.read_text()[-3000:]}")
+    assert code == 0, log.read_text()[-3000:]
+
+
+def test_open_event_streams_end_when_serve_with_two_processes_stops(pg_url: str, tmp_path: Path) -> None:
+    """An open SSE stream on each API process of `serve --workers 2`: SIGTERM ends them and the server stops
+    promptly, instead of waiting out its 20-second graceful shutdown timeout."""
+    from settlekit.api.auth import create_api_key
+    from settlekit.store.db import connect
+
+    db = connect(pg_url)
+    try:
+        db.migrate()
+        _, key = create_api_key(db, "tenant_a", ["jobs:read"])
+    finally:
+        db.close()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "SETTLEKIT_DB": pg_url, "SETTLEKIT_SERVER_KEY_FILE": str(tmp_path / "server.pem")}
+    proc = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--workers", "2", "--port", str(port)],
+                            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    ended: list[bool] = []
+
+    def follow() -> None:
+        with httpx.Client(base_url=base, headers={"authorization": f"Bearer {key}"}, timeout=60) as http, \
+                http.stream("GET", "/v1/events/stream") as stream:
+            assert stream.status_code == 200
+            opened.release()
+            with contextlib.suppress(httpx.HTTPError):  # a stream cut at shutdown has ended too
+                for _ in stream.iter_lines():
+                    pass
+            ended.append(True)
+
+    opened = threading.Semaphore(0)
+    readers = [threading.Thread(target=follow, daemon=True) for _ in range(4)]  # on both processes, most likely
+    try:
+        assert len(_answering_pids(base, proc, log, 2)) == 2, log.read_text()[-3000:]
+        for reader in readers:
+            reader.start()
+        for _ in readers:
+            assert opened.acquire(timeout=30)
+    finally:
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"serve did not stop on SIGTERM: {log.read_text()[-3000:]}")
+    stopped_in = time.monotonic() - started
+    for reader in readers:
+        reader.join(10)
+    assert code == 0, log.read_text()[-3000:]
+    assert len(ended) == len(readers)
+    assert stopped_in < 15, f"the open streams held the shutdown for {stopped_in:.1f} s"

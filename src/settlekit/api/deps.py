@@ -39,7 +39,8 @@ class ApiContext:
     destination_policy: DestinationPolicy
     operator_tenant: str
     registered_consumers: Sequence[str] | None = None
-    registry: Any = None
+    registry: Any = None  # where the API's metrics are created
+    exposed_registry: Any = None  # what /metrics renders, when not `registry` (serve --workers N: every process's)
     idempotency_wait: float = 15.0  # seconds a request waits for a concurrent one holding its idempotency key
     auth_failures: RateLimiter = field(default_factory=lambda: RateLimiter(1.0, 20, max_entries=50_000))
     # /readyz runs on threads of its own, so it answers even when every API thread waits on the database

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
+import tempfile
+from collections.abc import Callable
 from types import FrameType
 from typing import Annotated, Any
 
@@ -60,14 +63,39 @@ def api_process_app(flags: dict[str, Any], server_key_pem: str) -> Any:
     database pool and logging, the parent's server key, no background workers."""
     from settlekit.api.app import create_app
     from settlekit.events.envelope import Signer
+    from settlekit.metrics import shared_registry
     from settlekit.runtime.logging import configure_logging
     from settlekit.runtime.settings import Settings
+    from settlekit.runtime.workers import register_queue_gauges
     from settlekit.store.db import connect
 
     settings = Settings(**flags)
     configure_logging(settings.log_level)
     database = connect(settings.db_url, **settings.database_options())
-    return create_app(database, settings, server_signer=Signer.from_pem(server_key_pem), close_db=True)
+    app = create_app(database, settings, server_signer=Signer.from_pem(server_key_pem), close_db=True)
+    feed = app.state.settlekit.feed
+    if feed is not None:
+        _on_exit_signal(feed.close)
+    exposed = shared_registry()
+    if exposed is not None:  # /metrics renders every process's metrics, and the delivery queue read at scrape time
+        register_queue_gauges(database, exposed)
+        app.state.settlekit.exposed_registry = exposed
+    return app
+
+
+def _on_exit_signal(action: Callable[[], None]) -> None:
+    """Run `action()` at each SIGTERM/SIGINT, before what the signal did until now. In an API process of `serve
+    --workers N`, uvicorn's server has installed its exit handler by the time it builds the app (which calls this):
+    the open event streams then end at the signal instead of holding the shutdown until its timeout."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+            action()
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(sig, handler)
 
 
 def _check_processes(processes: int, db_url: str) -> None:
@@ -89,13 +117,22 @@ def serve(
                                              "in this process (run `settlekit worker` instead)")] = False,
 ) -> None:
     """Run the HTTP API (uvicorn), with the workers embedded unless --no-workers. SIGTERM shuts down gracefully."""
-    from settlekit.runtime.logging import configure_logging
+    from settlekit.metrics import share_across_processes
     from settlekit.runtime.settings import Settings
-    from settlekit.runtime.workers import Workers, register_queue_gauges, unregister_queue_gauges
-    from settlekit.store.db import connect
 
     settings = Settings(**flags)
     _check_processes(processes, settings.db_url)
+    with contextlib.ExitStack() as shared:
+        if processes > 1:  # one /metrics for all: the API processes' and the background workers' of this one
+            share_across_processes(shared.enter_context(tempfile.TemporaryDirectory(prefix="settlekit-metrics-")))
+        _serve(flags, settings, processes, no_workers)
+
+
+def _serve(flags: dict[str, Any], settings: Any, processes: int, no_workers: bool) -> None:
+    from settlekit.runtime.logging import configure_logging
+    from settlekit.runtime.workers import Workers, register_queue_gauges, unregister_queue_gauges
+    from settlekit.store.db import connect
+
     database = connect(settings.db_url, **settings.database_options())
     database.migrate()  # before logging is configured: an unreachable database is one line on stderr
     configure_logging(settings.log_level)

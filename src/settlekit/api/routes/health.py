@@ -52,4 +52,6 @@ async def readyz(request: Request) -> Response:
 @router.get("/metrics", summary="Prometheus metrics (deployment-wide: an `ops` key of the operator tenant)",
             response_class=PlainTextResponse, responses={200: _EXPOSITION, **problems("OPERATOR_TENANT_REQUIRED")})
 def metrics(request: Request, key: ApiKey = require("ops", operator=True)) -> Response:
-    return Response(generate_latest(context(request).registry), media_type=CONTENT_TYPE_LATEST)
+    ctx = context(request)
+    exposed = ctx.exposed_registry if ctx.exposed_registry is not None else ctx.registry
+    return Response(generate_latest(exposed), media_type=CONTENT_TYPE_LATEST)
