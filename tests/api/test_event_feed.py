@@ -33,7 +33,7 @@ class HoldingDomain(PassThroughDomain):
         self.hook = hook
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None, events: list[Event],
-                first_seq: int) -> DomainOutcome:
+                first_seq: int, known: Any = None) -> DomainOutcome:
         return DomainOutcome(write=lambda tx, positions: self.hook(tx))
 
 

@@ -51,7 +51,8 @@ class HoldingDomain(PassThroughDomain):
         self.hook = hook
 
     def process(
-        self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None, events: list[Event], first_seq: int
+        self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None, events: list[Event], first_seq: int,
+        known: Any = None,
     ) -> DomainOutcome:
         return DomainOutcome(write=lambda tx, positions: self.hook(tx, events))
 

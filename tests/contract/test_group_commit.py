@@ -321,3 +321,18 @@ def test_a_caller_that_stops_waiting_fails_nobody_in_its_group(db: Database) -> 
     assert isinstance(kept, Committed)
     streams = Streams(db)
     assert [streams.head(T, s) is not None for s in ("s_hold", "s_gone", "s_kept")] == [True, True, True]
+
+
+def test_an_append_queued_while_the_writer_stops_is_written(db: Database) -> None:
+    """close() racing with submit(): an append queued just as the writer takes its stop signal is written (by
+    that writer before it leaves, or by a new one), never left waiting behind a writer that has gone."""
+    recorder = EventRecorder(db, group_commit=True)
+    group = recorder.group
+    assert group is not None
+    for i in range(60):
+        closing = threading.Thread(target=group.close)
+        closing.start()
+        future = group.submit(_batch(f"s_{i}", _events(f"s_{i}")), None)
+        assert isinstance(future.result(timeout=10), Committed)
+        closing.join(10)
+    recorder.close()

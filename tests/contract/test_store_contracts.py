@@ -3,11 +3,16 @@ allocations from the split plan (never losing a cent); without one the defaults 
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from typing import Any
+
 import pytest
 
 from settlekit.append import job_appender
 from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.ledger import ContractInvalid, compile_contract_policy, contract_hash
+from settlekit.store import contracts as contracts_store
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import get_contract, put_contract
 from settlekit.store.db import Database
@@ -107,3 +112,35 @@ def test_contracts_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert result.stdout.strip() == contract_hash(DOC)
     doc.write_text(json.dumps({**DOC, "v": 2}))
     assert CliRunner().invoke(app, ["contracts", "add", str(doc), "--db", url, "--tenant", T]).exit_code == 1
+
+
+def test_contracts_are_read_off_the_event_loop(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through Appender.append_async, the pinned contract (registered or not) is read on a worker thread, never
+    on the event loop's, and the allocations are the blocking path's."""
+    digest = put_contract(db, T, DOC)
+    reads: list[bool] = []
+    real = contracts_store.get_contract
+
+    def spy(*args: Any) -> Any:
+        reads.append(threading.current_thread() is threading.main_thread())
+        return real(*args)
+
+    monkeypatch.setattr(contracts_store, "get_contract", spy)
+    store = job_appender(db, server_rules=False)
+    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
+    for kind, signer in signers.items():
+        store.signer_keys.register(T, signer.public_key_pem, kind)
+
+    async def run() -> None:
+        for job_id, pinned in (("job_async", digest), ("job_unregistered", "f" * 64)):
+            for event in _signed(_settled_job(job_id, pinned), signers):
+                await store.append_async(T, job_id, [event])
+
+    asyncio.run(run())
+    assert reads and not any(reads), reads  # read at all, and never on the loop's thread
+    owner = {a["partyId"] for a in ledger_rows.allocations_for_job(db, T, "job_async")
+             if a["accountId"] == "acct_owner_payable"}
+    assert owner == {"pty_fleet_a", "pty_fleet_a_main", "pty_dev"}
+    unregistered = [a for a in ledger_rows.allocations_for_job(db, T, "job_unregistered")
+                    if a["accountId"] == "acct_owner_payable"]
+    assert len(unregistered) == 1 and unregistered[0]["partyId"].startswith("pty_operator")

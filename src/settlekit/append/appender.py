@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
 
 from settlekit.append import idempotency as idempotent
-from settlekit.append.domain import DomainOutcome, PassThroughDomain, StreamDomain
+from settlekit.append.domain import DomainOutcome, DomainRead, PassThroughDomain, StreamDomain
 from settlekit.append.idempotency import Idempotency
 from settlekit.append.policy import (
     LIVE,
@@ -429,7 +429,7 @@ class Appender:
         current head."""
         stream_type = head.stream_type if head else self.domain.stream_type(events[0]["type"], request.stream_id)
         first_seq = (head.seq if head else 0) + 1
-        outcome = self.domain.process(request.tenant_id, request.stream_id, snapshot, events, first_seq)
+        outcome = yield from self._domain_step(request, snapshot, events, first_seq)
         batch = _commit_batch(request, stream_type, events, jsons, prev, expected_version, outcome.snapshot)
         built: list[AppendResult] = []
         try:
@@ -441,6 +441,18 @@ class Appender:
         if built:
             return built[0]
         return _appended(request, events, committed.base_seq, committed.positions, outcome.snapshot)
+
+    def _domain_step(self, request: _Request, snapshot: dict[str, Any] | None, events: list[Event],
+                     first_seq: int) -> _Flow:
+        """The domain's step, given the values it asks to read (DomainRead) as database steps of the flow."""
+        known: dict[Hashable, Any] = {}
+        while True:
+            try:
+                return self.domain.process(request.tenant_id, request.stream_id, snapshot, events, first_seq, known)
+            except DomainRead as needed:
+                if needed.key in known:
+                    raise  # asked again for what it was given: a domain bug, not a loop
+                known[needed.key] = yield _Read(needed.read)
 
     def _in_transaction(self, request: _Request, events: list[Event], outcome: DomainOutcome,
                         built: list[AppendResult]) -> AfterCommit | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -19,6 +19,17 @@ class DomainOutcome:
     write: Callable[[Tx, Sequence[int]], None] | None = None
 
 
+class DomainRead(Exception):  # noqa: N818 (a request, not an error: the append answers it)
+    """A domain step needs a value that only a database read gives, and `known` does not hold it: the append
+    runs `read()` where a read may block (Appender.append_async: on a worker thread, not the event loop), then
+    runs the step again with the value in `known[key]`."""
+
+    def __init__(self, key: Hashable, read: Callable[[], object]):
+        super().__init__(f"the domain step needs a database read ({key!r})")
+        self.key = key
+        self.read = read
+
+
 class StreamDomain(Protocol):
     """Business rules plugged into the append use case (the job domain implements this)."""
 
@@ -29,7 +40,11 @@ class StreamDomain(Protocol):
     def required_signer(self, event_type: str, actor_type: str) -> str | None: ...
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
-                events: list[Event], first_seq: int) -> DomainOutcome: ...
+                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None
+                ) -> DomainOutcome:
+        """The events' domain step on top of `snapshot`; raises to refuse them. `known`: the values the append
+        read for this step (see DomainRead); None: read what is needed directly."""
+        ...
 
 
 class PassThroughDomain:
@@ -45,5 +60,6 @@ class PassThroughDomain:
         return None
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
-                events: list[Event], first_seq: int) -> DomainOutcome:
+                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None
+                ) -> DomainOutcome:
         return DomainOutcome()

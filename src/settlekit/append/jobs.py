@@ -3,12 +3,13 @@ and the ledger rows are stored in the same transaction as the events."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from settlekit.append.appender import Appender
-from settlekit.append.domain import DomainOutcome
+from settlekit.append.domain import DomainOutcome, DomainRead
 from settlekit.events.envelope import Event
 from settlekit.jobs import (
     deserialize_state,
@@ -18,7 +19,7 @@ from settlekit.jobs import (
     settlement_proof_ref_for,
 )
 from settlekit.store import ledger as ledger_rows
-from settlekit.store.contracts import contract_resolver
+from settlekit.store.contracts import ContractResolver, contract_resolver
 from settlekit.store.db import Database, Tx
 
 log = logging.getLogger("settlekit.ledger")
@@ -38,8 +39,7 @@ class JobStreamDomain:
     (`settlekit.jobs.server_rules`). False replays streams settld's *core* accepted (payload validation and
     transitions only), e.g. the golden scenario vectors; never use it for new input."""
 
-    def __init__(self, contracts: Callable[[str, str], Mapping[str, Any] | None] | None = None, *,
-                 server_rules: bool = True):
+    def __init__(self, contracts: ContractResolver | None = None, *, server_rules: bool = True):
         self.contracts = contracts
         self.server_rules = server_rules
 
@@ -72,7 +72,8 @@ class JobStreamDomain:
         return required_signer_kind(event_type, actor_type)
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
-                events: list[Event], first_seq: int) -> DomainOutcome:
+                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None
+                ) -> DomainOutcome:
         for event in events:
             require_known_event_type(event["type"])
         is_job = (snapshot is not None and "snapshot" in snapshot) or (snapshot is None
@@ -88,7 +89,16 @@ class JobStreamDomain:
             contracts = self.contracts
 
             def resolver(digest: str) -> Mapping[str, Any] | None:
-                return contracts(tenant_id, digest)
+                if known is None:
+                    return contracts(tenant_id, digest)
+                key = ("contract", tenant_id, digest)
+                if key in known:
+                    document: Mapping[str, Any] | None = known[key]
+                    return document
+                cached = contracts.cached(tenant_id, digest)
+                if cached is None:
+                    raise DomainRead(key, functools.partial(contracts, tenant_id, digest))
+                return cached
 
         # The live path: payload validation, transitions and the API's append-time rules refuse (nothing is
         # written); a posting error does not refuse the event, it is stored without an entry and recorded.

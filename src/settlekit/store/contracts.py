@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 from settlekit.events.canonical import parse_json
@@ -38,20 +38,33 @@ def contract_in_tx(tx: Tx, tenant_id: str, digest: str) -> dict[str, Any] | None
     return None if row is None else parse_json(row[0])
 
 
-def contract_resolver(db: Database) -> Callable[[str, str], Mapping[str, Any] | None]:
-    """(tenant, hash) → document, caching documents found (a hash never changes its document)."""
+class ContractResolver:
+    """(tenant, hash) → document, or None when not registered. The documents found are cached (a hash never
+    changes its document; at most `max_cached` are kept); a hash not registered is read again each time, since it
+    may be registered later."""
 
-    @functools.lru_cache(maxsize=1024)
-    def found(tenant_id: str, digest: str) -> Mapping[str, Any]:
-        document = get_contract(db, tenant_id, digest)
+    def __init__(self, db: Database, *, max_cached: int = 1024):
+        self.db = db
+        self.max_cached = max_cached
+        self._found: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, tenant_id: str, digest: str) -> Mapping[str, Any] | None:
+        document = self.cached(tenant_id, digest)
         if document is None:
-            raise LookupError(digest)
+            document = get_contract(self.db, tenant_id, digest)
+            if document is not None:
+                with self._lock:
+                    if len(self._found) >= self.max_cached:
+                        self._found.pop(next(iter(self._found)))
+                    self._found[(tenant_id, digest)] = document
         return document
 
-    def resolve(tenant_id: str, digest: str) -> Mapping[str, Any] | None:
-        try:
-            return found(tenant_id, digest)
-        except LookupError:
-            return None  # not registered: the default parties apply, as for a job without a contract
+    def cached(self, tenant_id: str, digest: str) -> Mapping[str, Any] | None:
+        """The document if it is in the cache (no database read), else None."""
+        return self._found.get((tenant_id, digest))
 
-    return resolve
+
+def contract_resolver(db: Database) -> ContractResolver:
+    """(tenant, hash) → document, caching documents found (a hash never changes its document)."""
+    return ContractResolver(db)

@@ -148,20 +148,16 @@ class GroupCommitter:
         return self.submit(batch, after).result()
 
     def submit(self, batch: CommitBatch, after: AfterCommit | None) -> Future[Outcome]:
-        """Queue `batch` for the writer; the future holds its outcome. It cannot be cancelled: once queued, the
-        append is written whether or not its caller still waits."""
+        """Queue `batch` for the writer (started if none runs); the future holds its outcome. It cannot be
+        cancelled: once queued, the append is written whether or not its caller still waits."""
         future: Future[Outcome] = Future()
         future.set_running_or_notify_cancel()
-        self._ensure_writer()
-        self._queue.put((batch, after, future))
+        with self._lock:  # a writer that is stopping leaves only once nothing is queued (see _run)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="settlekit-group-commit", daemon=True)
+                self._thread.start()
+            self._queue.put((batch, after, future))
         return future
-
-    def _ensure_writer(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            with self._lock:
-                if self._thread is None or not self._thread.is_alive():
-                    self._thread = threading.Thread(target=self._run, name="settlekit-group-commit", daemon=True)
-                    self._thread.start()
 
     def close(self) -> None:
         """Stop the writer once the appends already queued are written."""
@@ -174,7 +170,12 @@ class GroupCommitter:
         while True:
             first = self._queue.get()
             if first is None:
-                return
+                with self._lock:
+                    if self._queue.empty():
+                        self._thread = None  # the next submit starts a writer
+                        return
+                self._queue.put(None)  # appends queued behind the stop: write them first
+                continue
             group = [first]
             while len(group) < self.max_group:
                 try:
