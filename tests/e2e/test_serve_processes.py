@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -50,26 +52,11 @@ def _answering_pids(base: str, proc: subprocess.Popen[bytes], log: Path, want: i
 
 
 def test_serve_two_processes_on_one_port(pg_url: str, tmp_path: Path) -> None:
-    port = free_port()
-    log = tmp_path / "serve.log"
-    env = {**os.environ, "SETTLEKIT_DB": pg_url, "SETTLEKIT_SERVER_KEY_FILE": str(tmp_path / "server.pem")}
-    proc = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--workers", "2", "--port", str(port)],
-                            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    try:
-        pids = _answering_pids(f"http://127.0.0.1:{port}", proc, log, 2)
-        assert len(pids) == 2, log.read_text()[-3000:]
-        assert proc.pid not in pids
-        assert pids <= set(_children(proc.pid))
-        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            pytest.fail(f"serve did not stop on SIGTERM: {log.read_text()[-3000:]}")
-    assert code == 0, log.read_text()[-3000:]
-    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)  # joined by the parent before it exited
+    with _serve_two_processes(pg_url, tmp_path, "tenant_a", ["jobs:read"]) as serving:
+        assert serving.parent not in serving.pids
+        assert serving.pids <= set(_children(serving.parent))
+        assert httpx.get(f"{serving.base}/readyz", timeout=5).status_code == 200
+    assert not any(Path(f"/proc/{pid}").exists() for pid in serving.pids)  # joined by the parent before it exited
 
 
 def test_serve_refuses_several_processes_on_sqlite(tmp_path: Path) -> None:
@@ -93,70 +80,73 @@ def _scrape(base: str, key: str) -> dict[str, float]:
     return out
 
 
-def test_metrics_of_every_process_in_one_scrape(pg_url: str, tmp_path: Path) -> None:
-    """Under `serve --workers 2`, whichever process answers /metrics, it counts the requests both API processes
-    served, and it shows the background workers of the parent and the delivery queue."""
+@dataclass
+class _Serving:
+    base: str
+    key: str
+    parent: int  # the pid of `serve`
+    pids: set[int] = field(default_factory=set)  # the API processes' pids
+    stopped_in: float = 0.0  # seconds from SIGTERM to the exit of `serve`
+
+
+@contextlib.contextmanager
+def _serve_two_processes(pg_url: str, tmp_path: Path, tenant: str, scopes: list[str]) -> Iterator[_Serving]:
+    """`serve --workers 2` (both API processes answering) and a key of `tenant` with `scopes`; stopped with SIGTERM
+    at the end, which must end it cleanly."""
     from settlekit.api.auth import create_api_key
     from settlekit.store.db import connect
 
     db = connect(pg_url)
     try:
         db.migrate()
-        _, key = create_api_key(db, "system", ["ops"])
+        _, key = create_api_key(db, tenant, scopes)
     finally:
         db.close()
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
     log = tmp_path / "serve.log"
     env = {**os.environ, "SETTLEKIT_DB": pg_url, "SETTLEKIT_SERVER_KEY_FILE": str(tmp_path / "server.pem")}
     proc = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--workers", "2", "--port", str(port)],
                             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    serving = _Serving(f"http://127.0.0.1:{port}", key, proc.pid)
     try:
-        assert len(_answering_pids(base, proc, log, 2)) == 2, log.read_text()[-3000:]
-        pids: list[int] = []
-        for _ in range(40):  # fresh connections: the two processes share them
-            r = httpx.get(f"{base}/healthz", headers={"connection": "close"}, timeout=5)
-            pids.append(r.json()["pid"])
-        assert len(set(pids)) == 2, "one process served every request: the sum would prove nothing"
-        counted = set()
-        for _ in range(6):
-            samples = _scrape(base, key)
-            healthz = samples["settlekit_api_requests_total{method=GET,route=/healthz,status=200}"]
-            counted.add(healthz >= len(pids))
-            assert any(name.startswith("settlekit_consumer_lag_events") for name in samples), sorted(samples)[:40]
-            assert any(name.startswith("settlekit_delivery_dlq_size") for name in samples), sorted(samples)[:40]
-        assert counted == {True}
+        serving.pids = _answering_pids(serving.base, proc, log, 2)
+        assert len(serving.pids) == 2, log.read_text()[-3000:]
+        yield serving
     finally:
+        started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         try:
             code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
             pytest.fail(f"serve did not stop on SIGTERM: {log.read_text()[-3000:]}")
+        serving.stopped_in = time.monotonic() - started
     assert code == 0, log.read_text()[-3000:]
+
+
+def test_metrics_of_every_process_in_one_scrape(pg_url: str, tmp_path: Path) -> None:
+    """Under `serve --workers 2`, whichever process answers /metrics, it counts the requests both API processes
+    served, and it shows the background workers of the parent and the delivery queue."""
+    with _serve_two_processes(pg_url, tmp_path, "system", ["ops"]) as serving:
+        pids: list[int] = []
+        for _ in range(40):  # fresh connections: the two processes share them
+            r = httpx.get(f"{serving.base}/healthz", headers={"connection": "close"}, timeout=5)
+            pids.append(r.json()["pid"])
+        assert len(set(pids)) == 2, "one process served every request: the sum would prove nothing"
+        for _ in range(6):
+            samples = _scrape(serving.base, serving.key)
+            assert samples["settlekit_api_requests_total{method=GET,route=/healthz,status=200}"] >= len(pids)
+            assert any(name.startswith("settlekit_consumer_lag_events") for name in samples), sorted(samples)[:40]
+            assert any(name.startswith("settlekit_delivery_dlq_size") for name in samples), sorted(samples)[:40]
 
 
 def test_open_event_streams_end_when_serve_with_two_processes_stops(pg_url: str, tmp_path: Path) -> None:
     """An open SSE stream on each API process of `serve --workers 2`: SIGTERM ends them and the server stops
     promptly, instead of waiting out its 20-second graceful shutdown timeout."""
-    from settlekit.api.auth import create_api_key
-    from settlekit.store.db import connect
-
-    db = connect(pg_url)
-    try:
-        db.migrate()
-        _, key = create_api_key(db, "tenant_a", ["jobs:read"])
-    finally:
-        db.close()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = tmp_path / "serve.log"
-    env = {**os.environ, "SETTLEKIT_DB": pg_url, "SETTLEKIT_SERVER_KEY_FILE": str(tmp_path / "server.pem")}
-    proc = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--workers", "2", "--port", str(port)],
-                            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     ended: list[bool] = []
+    opened = threading.Semaphore(0)
 
-    def follow() -> None:
+    def follow(base: str, key: str) -> None:
         with httpx.Client(base_url=base, headers={"authorization": f"Bearer {key}"}, timeout=60) as http, \
                 http.stream("GET", "/v1/events/stream") as stream:
             assert stream.status_code == 200
@@ -166,25 +156,14 @@ def test_open_event_streams_end_when_serve_with_two_processes_stops(pg_url: str,
                     pass
             ended.append(True)
 
-    opened = threading.Semaphore(0)
-    readers = [threading.Thread(target=follow, daemon=True) for _ in range(4)]  # on both processes, most likely
-    try:
-        assert len(_answering_pids(base, proc, log, 2)) == 2, log.read_text()[-3000:]
+    with _serve_two_processes(pg_url, tmp_path, "tenant_a", ["jobs:read"]) as serving:
+        readers = [threading.Thread(target=follow, args=(serving.base, serving.key), daemon=True)
+                   for _ in range(4)]  # on both processes, most likely
         for reader in readers:
             reader.start()
         for _ in readers:
             assert opened.acquire(timeout=30)
-    finally:
-        started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            pytest.fail(f"serve did not stop on SIGTERM: {log.read_text()[-3000:]}")
-    stopped_in = time.monotonic() - started
     for reader in readers:
         reader.join(10)
-    assert code == 0, log.read_text()[-3000:]
     assert len(ended) == len(readers)
-    assert stopped_in < 15, f"the open streams held the shutdown for {stopped_in:.1f} s"
+    assert serving.stopped_in < 15, f"the open streams held the shutdown for {serving.stopped_in:.1f} s"
