@@ -11,7 +11,10 @@ summed over the processes, gauges one series per process (label `pid`).
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import shutil
 import threading
 import weakref
 from collections.abc import Callable
@@ -22,6 +25,10 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 # prometheus_client's own setting: processes started with it keep their metrics in files of that directory
 SHARED_METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+# the shared directories `serve --workers N` makes: settlekit-metrics-<its pid>-<random>
+SHARED_DIR_PREFIX = "settlekit-metrics-"
+_SHARED_DIR = re.compile(re.escape(SHARED_DIR_PREFIX) + r"(\d+)-")
+log = logging.getLogger("settlekit.metrics")
 
 MetricSet = TypeVar("MetricSet")
 
@@ -61,3 +68,35 @@ def shared_registry() -> CollectorRegistry | None:
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=directory)
     return registry
+
+
+def shared_dir_prefix() -> str:
+    """The name prefix of this process's shared metrics directory (its pid in it, for `remove_stale_shared_dirs`)."""
+    return f"{SHARED_DIR_PREFIX}{os.getpid()}-"
+
+
+def remove_stale_shared_dirs(parent: str) -> list[str]:
+    """Remove the shared metrics directories under `parent` whose process is gone (a `serve` that was killed
+    could not remove its own); returns their paths. One that cannot be removed is logged and left."""
+    removed = []
+    for entry in os.scandir(parent):
+        match = _SHARED_DIR.match(entry.name)
+        if match is None or not entry.is_dir(follow_symlinks=False) or _alive(int(match.group(1))):
+            continue
+        try:
+            shutil.rmtree(entry.path)
+        except OSError as exc:
+            log.warning("could not remove the stale metrics directory %s: %s", entry.path, exc)
+            continue
+        removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True

@@ -117,14 +117,15 @@ def serve(
                                              "in this process (run `settlekit worker` instead)")] = False,
 ) -> None:
     """Run the HTTP API (uvicorn), with the workers embedded unless --no-workers. SIGTERM shuts down gracefully."""
-    from settlekit.metrics import share_across_processes
+    from settlekit.metrics import remove_stale_shared_dirs, share_across_processes, shared_dir_prefix
     from settlekit.runtime.settings import Settings
 
     settings = Settings(**flags)
     _check_processes(processes, settings.db_url)
     with contextlib.ExitStack() as shared:
         if processes > 1:  # one /metrics for all: the API processes' and the background workers' of this one
-            share_across_processes(shared.enter_context(tempfile.TemporaryDirectory(prefix="settlekit-metrics-")))
+            remove_stale_shared_dirs(tempfile.gettempdir())  # left by a serve that was killed
+            share_across_processes(shared.enter_context(tempfile.TemporaryDirectory(prefix=shared_dir_prefix())))
         _serve(flags, settings, processes, no_workers)
 
 
