@@ -16,10 +16,13 @@ from settlekit.events.canonical import (
     canonical_hash,
     canonical_json,
     js_number,
+    js_int,
     normalize,
     parse_json,
     require_well_formed,
     sha256_hex,
+    storable_json,
+    storable_size,
 )
 from settlekit.events.envelope import (
     Signer,
@@ -225,3 +228,61 @@ def test_require_well_formed_names_the_path(value: object, path: str) -> None:
         require_well_formed(value)
     assert err.value.details["path"] == path and err.value.code == "SCHEMA_INVALID"
     require_well_formed({"x": "\U0001f600 é", "n": 1.5})
+
+
+# JSON values as stored and parsed: any integer (the unsafe ones become doubles), finite floats, any text
+# (lone surrogates included), nested.
+stored_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=20,
+)
+
+
+def _standard_parse(text: str | bytes) -> object:
+    return json.loads(text, parse_int=js_int)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal as parsed JSON, with float(-0.0) and NaN compared by their spelling."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True) and type(a) is type(b)
+
+
+@given(stored_values)
+def test_storable_json_parses_back_as_the_standard_encoder_writes(value: object) -> None:
+    standard = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = storable_json(value)
+    assert _same(parse_json(text), _standard_parse(standard.encode("utf-8", "surrogatepass")))
+    text.encode("utf-8")  # storable: lone surrogates are escaped
+
+
+@given(stored_values)
+def test_parse_json_reads_as_the_standard_parser_with_javascript_integers(value: object) -> None:
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+        assert _same(parse_json(text), _standard_parse(text))
+        data = text.encode("utf-8", "surrogatepass")
+        assert _same(parse_json(data), _standard_parse(data))
+
+
+@pytest.mark.parametrize("text", [
+    "9007199254740993", "[1, 12345678901234567890123]", '{"n": -9007199254740993}', "NaN", "[1e400, -Infinity]",
+    '"\\ud800"', '{"a": 1, "a": 2}', "1.5e308", '"1234567890123456"', "-0", "-0.0",
+])
+def test_parse_json_edge_texts_match_the_standard_parser(text: str) -> None:
+    assert _same(parse_json(text), _standard_parse(text))
+
+
+@pytest.mark.parametrize("text", ["[1,]", "01", "[]]", "", "\ufeff[1]", '"a\x01"'])
+def test_parse_json_refuses_what_the_standard_parser_refuses(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError):
+        parse_json(text)
+
+
+def test_storable_json_keeps_the_standard_errors_and_size() -> None:
+    assert storable_json({"big": 2**70, 1: "int key"}) == '{"big":1180591620717411303424,"1":"int key"}'
+    assert storable_json({"s": "a\ud800"}) == '{"s":"a\\ud800"}'
+    with pytest.raises(TypeError):
+        storable_json({"x": {1, 2}})
+    with pytest.raises(ValueError):
+        storable_size({"x": math.nan})
+    assert storable_size({"x": "é", "f": 1e16}) == len('{"x":"é","f":1e+16}'.encode())

@@ -369,3 +369,17 @@ def test_batch_failure_leaves_stored_state_untouched() -> None:
     with pytest.raises(InvalidJobTransition):
         process_job_events(stored, [ok, bad])
     assert canonical_json(stored) == before
+
+
+def test_load_facts_returns_a_private_copy_of_the_stored_rule_history() -> None:
+    from settlekit.jobs import server_rules
+
+    stored = {server_rules.STATE_KEY: {"disputes": {"d1": {"open": True, "events": ["e1"]}},
+                                       "skillUsed": [{"skill": "s", "n": 1.5}], "tag": "x"}}
+    before = copy.deepcopy(stored)
+    facts = server_rules.load_facts(stored)
+    assert {k: facts[k] for k in stored[server_rules.STATE_KEY]} == stored[server_rules.STATE_KEY]
+    facts["disputes"]["d1"]["events"].append("e2")
+    facts["skillUsed"][0]["n"] = 2
+    facts["disputes"]["d2"] = {}
+    assert stored == before

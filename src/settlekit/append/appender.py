@@ -28,7 +28,13 @@ from settlekit.append.policy import (
 )
 from settlekit.append.result import AppendResult
 from settlekit.errors import ConflictError, SettlekitError, ValidationError
-from settlekit.events.canonical import canonical_json, find_lone_surrogate, require_well_formed, storable_json
+from settlekit.events.canonical import (
+    canonical_json,
+    find_lone_surrogate,
+    require_well_formed,
+    storable_json,
+    storable_size,
+)
 from settlekit.events.envelope import (
     Event,
     Signer,
@@ -394,7 +400,7 @@ class Appender:
 
     def _check_size(self, event: Mapping[str, Any], index: int) -> None:
         try:
-            size = len(storable_json(event["payload"]).encode("utf-8"))
+            size = storable_size(event["payload"])
         except (ValueError, TypeError):
             size = len(canonical_json(event["payload"]).encode("utf-8"))  # raises the error naming the path
         if size > self.max_payload_bytes:

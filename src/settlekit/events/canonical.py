@@ -18,6 +18,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Final, TypeGuard
 
+import orjson
+
 from settlekit.errors import CanonicalJsonError
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
@@ -184,11 +186,32 @@ def quote_string(s: str) -> str:
 
 
 _STORE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# orjson writes what the standard encoder would (up to the spelling of float exponents, which reads back the
+# same); subclasses, dataclasses and datetimes are passed through so that they take the standard path.
+_ORJSON_STORE_OPTIONS: Final = (orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+                                | orjson.OPT_PASSTHROUGH_DATETIME)
 
 
 def storable_json(x: Any) -> str:
     """Compact JSON text that any UTF-8 store takes: non-ASCII written as is, a lone surrogate (only ever inside
-    a JSON string) as its `\\udxxx` escape, which `parse_json` reads back to the same string."""
+    a JSON string) as its `\\udxxx` escape, which `parse_json` reads back to the same string.
+
+    For values whose numbers are finite (every stored event and state: they passed canonical JSON). orjson
+    writes them; what it refuses (lone surrogates, integers beyond 64 bits, non-string keys) takes the
+    standard encoder's path, whose errors stand. Use `storable_size` where a non-finite number must raise."""
+    try:
+        return orjson.dumps(x, option=_ORJSON_STORE_OPTIONS).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):
+        return _standard_storable_json(x)
+
+
+def storable_size(x: Any) -> int:
+    """The UTF-8 size of `storable_json(x)` as the standard encoder writes it; raises ValueError for NaN or an
+    infinity and TypeError for what is not JSON."""
+    return len(_standard_storable_json(x).encode("utf-8"))
+
+
+def _standard_storable_json(x: Any) -> str:
     text = _STORE_ENCODER.encode(x)
     if text.isascii() or _SURROGATE.search(text) is None:
         return text
@@ -315,8 +338,28 @@ def js_int(text: str) -> int | float:
         return math.inf if value > 0 else -math.inf
 
 
+# A JSON text without a run of 16 digits holds no integer beyond the safe range (2**53 has 16 digits). The
+# run is found by mapping every digit to "0" and everything else to "x" (much faster than a regular expression).
+_DIGITS_AS_ZERO: Final = bytes(48 if 48 <= b <= 57 else 120 for b in range(256))
+_SIXTEEN_DIGITS: Final = b"0" * 16
+
+
+def _has_long_digit_run(text: str | bytes) -> bool:
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    return _SIXTEEN_DIGITS in data.translate(_DIGITS_AS_ZERO)
+
+
 def parse_json(text: str | bytes) -> Any:
-    """Parse JSON like JavaScript: integers beyond the safe range become doubles."""
+    """Parse JSON like JavaScript: integers beyond the safe range become doubles.
+
+    orjson reads a text without long digit runs (all its integers are safe, so both parsers agree); the
+    standard parser reads the rest and whatever orjson refuses (NaN, an infinity, a lone surrogate escape,
+    another encoding than UTF-8), and raises its own errors."""
+    if not _has_long_digit_run(text):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
     return json.loads(text, parse_int=js_int)
 
 

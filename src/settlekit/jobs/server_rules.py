@@ -79,8 +79,24 @@ def load_facts(stored_state: Mapping[str, Any] | None) -> Facts:
     stored = stored_state.get(STATE_KEY) if stored_state is not None else None
     facts = empty_facts()
     if isinstance(stored, dict):
-        facts.update(copy.deepcopy(stored))
+        facts.update(_copy_tree(stored))
     return facts
+
+
+def _copy_tree(value: Any) -> Any:
+    """A deep copy of parsed JSON: dicts and lists are copied, strings and numbers shared (immutable); anything
+    else takes copy.deepcopy. Several times faster than deepcopy on the stored facts."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy_tree(v) for v in value]
+    if kind in _SHARED_TYPES:
+        return value
+    return copy.deepcopy(value)
+
+
+_SHARED_TYPES: Final = frozenset({str, int, float, bool, type(None)})
 
 
 def _p(event: Event) -> dict[str, Any]:
