@@ -54,6 +54,35 @@ def test_vector_lifecycle_through_api(env: tuple[Database, Any], name: str) -> N
     assert api.get(f"/v1/jobs/{job_id}").json()["version"] == len(vector["events"])
 
 
+def test_client_finalized_events_honour_the_expected_head_header(env: tuple[Database, Any]) -> None:
+    """settlekit's x-expected-prev-chain-hash, when given with client-finalized events, must be the head too;
+    settld's x-proxy- name is ignored there, as settld ignores it."""
+    db, api = env
+    vector = load_vector("settle_completed.json")
+    for signer in vector["signers"]:
+        api.post("/v1/keys", json={"publicKeyPem": signer["publicKeyPem"], "purpose": signer["role"]})
+    events = vector["events"]
+    job_id = events[0]["streamId"]
+    path = f"/v1/jobs/{job_id}/events"
+    for event in events[:3]:
+        assert api.post(path, json=event).status_code == 201
+    head = events[2]["chainHash"]
+    for wrong in ("ab" * 32, "null"):
+        r = api.post(path, json=events[3], headers={"x-expected-prev-chain-hash": wrong})
+        assert r.status_code == 409 and r.json()["code"] == "PREV_CHAIN_HASH_MISMATCH", r.text
+        assert r.json()["details"] == {"expectedPrevChainHash": None if wrong == "null" else wrong,
+                                       "currentPrevChainHash": head}
+    assert api.get(f"/v1/jobs/{job_id}").json()["version"] == 3
+    r = api.post(path, json=events[3], headers={"x-proxy-expected-prev-chain-hash": "ab" * 32})
+    assert r.status_code == 201, r.text
+    r = api.post(path, json=events[4], headers={"x-expected-prev-chain-hash": events[3]["chainHash"]})
+    assert r.status_code == 201, r.text
+    # a replay of stored events names their old head: still acknowledged
+    r = api.post(path, json=events[4], headers={"x-expected-prev-chain-hash": events[3]["chainHash"]})
+    assert r.status_code == 200 and r.json()["alreadyExists"] is True
+    assert api.get(f"/v1/jobs/{job_id}").json()["version"] == 5
+
+
 def test_server_draft_precondition(env: tuple[Database, Any]) -> None:
     db, api = env
     r = api.post("/v1/jobs", json={"payload": {"templateId": "reset_lite", "constraints": {}}})

@@ -42,10 +42,12 @@ _REQUEST_HEADERS: dict[str, dict[str, Any]] = {
                           "deprecated": True, "schema": {"type": "string", "minLength": 1, "maxLength": 500}},
     "x-expected-prev-chain-hash": {
         "description": "Server drafts: the chain hash the stream's head must have (`null` or empty: the stream "
-                       "must not exist yet); without it a draft append answers 428 PRECONDITION_REQUIRED. Ignored "
-                       "for client-finalized events, which carry their prevChainHash.",
+                       "must not exist yet); without it a draft append answers 428 PRECONDITION_REQUIRED. Optional "
+                       "with client-finalized events (they carry their prevChainHash): when given, the head must "
+                       "have it too, else 409 PREV_CHAIN_HASH_MISMATCH.",
         "schema": {"type": "string", "maxLength": 128}},
-    "x-proxy-expected-prev-chain-hash": {"description": "The reference API's name of x-expected-prev-chain-hash.",
+    "x-proxy-expected-prev-chain-hash": {"description": "The reference API's name of x-expected-prev-chain-hash; "
+                                                        "ignored with client-finalized events, as settld does.",
                                          "deprecated": True, "schema": {"type": "string", "maxLength": 128}},
 }
 IDEMPOTENCY_HEADERS = ("Idempotency-Key", "X-Idempotency-Key")

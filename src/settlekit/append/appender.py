@@ -157,7 +157,8 @@ class Appender:
         """Append drafts (`{type, actor, payload}`) or client-finalized envelopes to one stream, atomically.
 
         Give the expected head as `expected_prev_chain_hash` (None = the stream must be empty) or
-        `expected_version` (0 = empty). Client-finalized events carry their own prevChainHash. `policy`: see
+        `expected_version` (0 = empty). Client-finalized events carry their own prevChainHash; an expected head
+        given with them must match too. `policy`: see
         AppendPolicy (`HISTORY` takes client-finalized envelopes only). `precondition` is checked on the stream
         head before anything else; that read (with the signer keys the items name) then serves the append.
         `prefetched`: the same read made by the caller just before (Streams.api_key_and_stream), used instead.
@@ -224,7 +225,8 @@ class Appender:
                 return replay
         try:
             if client_finalized:
-                result = yield from self._append_finalized(request, items, policy, state)
+                result = yield from self._append_finalized(request, items, policy, state,
+                                                           expected_prev_chain_hash, expected_version)
             else:
                 result = yield from self._append_drafts(request, items, expected_prev_chain_hash, expected_version,
                                                         state)
@@ -315,9 +317,12 @@ class Appender:
                                         head=head, snapshot=snapshot))
 
     def _append_finalized(self, request: _Request, items: Sequence[Mapping[str, Any]],
-                          policy: AppendPolicy, state: _StreamState | None) -> _Flow:
+                          policy: AppendPolicy, state: _StreamState | None,
+                          expected_prev_chain_hash: Any = _MISSING, expected_version: int | None = None) -> _Flow:
         """Client-finalized envelopes: shapes, time, chain links, signatures and the signer policy checked.
-        `state`: the stream as already read, if it was (else it is read here, with the signer keys)."""
+        `state`: the stream as already read, if it was (else it is read here, with the signer keys). An expected
+        head given besides the events' own prevChainHash must be the head too (a replay of stored events is
+        still answered as one)."""
         tenant_id, stream_id = request.tenant_id, request.stream_id
         events: list[Event] = []
         now = self.clock()
@@ -343,6 +348,10 @@ class Appender:
             if existing is not None:
                 return existing
             raise _hash_conflict(prev, current)
+        if expected_prev_chain_hash is not _MISSING and expected_prev_chain_hash != current:
+            raise _hash_conflict(expected_prev_chain_hash, current)
+        if expected_version is not None and (head.seq if head else 0) != expected_version:
+            raise _version_conflict(expected_version, head)
         keys = self._signer_keys_of(tenant_id, events, state)
         link = prev
         unsigned = 0
@@ -351,8 +360,8 @@ class Appender:
             required = self.domain.required_signer(event["type"], event["actor"]["type"])
             unsigned += not check_signer(event, i, keys, required, policy)
             link = event["chainHash"]
-        result = yield from self._commit(request, events, None, prev=prev, expected_version=None, head=head,
-                                         snapshot=snapshot)
+        result = yield from self._commit(request, events, None, prev=prev, expected_version=expected_version,
+                                         head=head, snapshot=snapshot)
         if not policy.is_live and not result.already_exists:
             result.unsigned = unsigned
             result.lone_surrogates = sum(find_lone_surrogate(e["payload"]) is not None for e in events)

@@ -198,7 +198,9 @@ _EVENTS_BODY = {
             "oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}, "minItems": 1}],
             "description": "A server draft {type, actor, payload} or a client-finalized envelope, or a list of "
                            "either (one stream, chained in order). Drafts need the x-expected-prev-chain-hash "
-                           "header (\"null\" or empty = the stream must be empty).",
+                           "header (\"null\" or empty = the stream must be empty); with client-finalized events "
+                           "it is optional and, when given, must be the stream's head as well (the "
+                           "x-proxy- name is ignored there, as settld does).",
         }}},
     },
 }
@@ -269,13 +271,13 @@ async def _append_events(ctx: ApiContext, job_id: str, request: Request, key: Ap
     items = [_with_own_tenant(key, item, finalized) for item in items]
     expected: Any = None
     given = False
-    if not finalized:
-        for name in PREV_HEADERS:
-            value = request.headers.get(name)
-            if value is not None:
-                given = True
-                expected = None if value.strip() in ("", "null") else value.strip()
-                break
+    # with client-finalized events only settlekit's own header counts: settld ignores its x-proxy- header there
+    for name in PREV_HEADERS[:1] if finalized else PREV_HEADERS:
+        value = request.headers.get(name)
+        if value is not None:
+            given = True
+            expected = None if value.strip() in ("", "null") else value.strip()
+            break
     return await _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
                          expected_given=given, precondition=_job_stream(job_id, items),
                          prefetched=prefetched.stream if prefetched is not None else None)
