@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -30,6 +29,7 @@ from common import LOAD_TENANT, LoadResult, free_port, run_job_load, scratch_pg,
 from settlekit.api.auth import create_api_key  # noqa: E402
 from settlekit.delivery.receiver import ReceiverServer  # noqa: E402
 from settlekit.delivery.signing import generate_secret  # noqa: E402
+from settlekit.runtime.workers import wait_until_caught_up  # noqa: E402
 from settlekit.simulate import Fleet  # noqa: E402
 from settlekit.store.db import Database, connect  # noqa: E402
 
@@ -140,16 +140,7 @@ def _print_server_problems(log: Path) -> None:
 def _check_nothing_lost(db: Database, base: str, headers: dict[str, str], receiver: ReceiverServer,
                         result: LoadResult) -> None:
     """Accepted events are readable at their index, every artifact built is delivered."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        with db.read() as tx:
-            pending = tx.scalar("SELECT count(*) FROM deliveries WHERE state <> 'delivered'")
-            built = tx.scalar("SELECT count(*) FROM artifacts")
-            behind = tx.scalar("SELECT count(*) FROM consumer_state WHERE last_processed_position <"
-                               " (SELECT COALESCE(max(position), 0) FROM events)")
-        if pending == 0 and behind == 0 and len(receiver.artifacts) >= built:
-            break
-        time.sleep(0.5)
+    wait_until_caught_up(db, lambda: len(receiver.artifacts), timeout=300, poll=0.5)
     accepted = result.accepted
     lost = 0
     with httpx.Client(base_url=base, headers=headers, timeout=30) as http:

@@ -21,6 +21,7 @@ from settlekit.api.auth import create_api_key
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.signing import generate_secret
 from settlekit.events.envelope import verify_chain
+from settlekit.runtime.workers import wait_until_caught_up
 from settlekit.simulate import SCENARIO_ORDER, Fleet, job_stream, scenario_for
 from settlekit.store.db import connect
 
@@ -116,16 +117,7 @@ def run_shared_workload(check_url: str, tmp_path: Path, process_env: dict[str, s
         assert errors == []
 
         # Wait until the workers have built and delivered everything.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            with db.read() as tx:
-                pending = tx.scalar("SELECT count(*) FROM deliveries WHERE state <> 'delivered'")
-                artifacts = tx.scalar("SELECT count(*) FROM artifacts")
-                behind = tx.scalar("SELECT count(*) FROM consumer_state WHERE last_processed_position <"
-                                   " (SELECT COALESCE(max(position), 0) FROM events)")
-            if pending == 0 and behind == 0 and artifacts > 0 and len(receiver.artifacts) == artifacts:
-                break
-            time.sleep(0.3)
+        wait_until_caught_up(db, lambda: len(receiver.artifacts), timeout=120, min_artifacts=1)
         with db.read() as tx:
             stored_events = tx.scalar("SELECT count(*) FROM events WHERE tenant_id = ?", (TENANT,))
             artifact_ids = {r[0] for r in tx.fetchall("SELECT artifact_id FROM artifacts WHERE tenant_id = ?",

@@ -21,8 +21,25 @@ from settlekit.metrics import PerRegistry
 from settlekit.runtime.settings import Settings
 from settlekit.store.db import Database
 from settlekit.store.maintenance import try_cleanup_lock
+from settlekit.store.progress import outstanding
 
 log = logging.getLogger("settlekit.runtime")
+
+
+def wait_until_caught_up(db: Database, received: Callable[[], int], *, timeout: float, min_artifacts: int = 0,
+                         poll: float = 0.3) -> bool:
+    """Wait until the workers (of any process on `db`) have processed every committed event, delivered every
+    delivery, and the receiver has `received()` at least every artifact built (and at least `min_artifacts`
+    were built): True, or False at `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        work = outstanding(db)
+        if (work.undelivered == 0 and work.consumers_behind == 0 and work.artifacts >= min_artifacts
+                and received() >= work.artifacts):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
 
 
 def load_server_signer(path: str | None) -> Signer:
