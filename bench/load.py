@@ -5,11 +5,13 @@ measured. Then, back to back, `settlekit serve --no-workers` (one API process) a
 (two API processes on one port), each with a separate `settlekit worker`, run as subprocesses on a scratch
 PostgreSQL database, and the same generator (`common.run_job_load`: 50 clients appending client-finalized, signed
 job events for 20 s, one event per request; LOAD_CLIENTS, LOAD_SECONDS override; LOAD_PROCESSES="1" or "2" runs
-one case) loads the API. Reports requests/s (and its ratio to the ceiling's), p50/p99 latency and the 4xx/5xx
-counts; then waits for the deliveries and checks that nothing was lost: every accepted event is in the exported
-stream at its index, and every artifact built was received by the local webhook receiver. Finally SIGTERM must stop
-the server cleanly. Only 127.0.0.1 is contacted. The load generator itself needs most of a core at ~700 requests/s:
-on a small machine it competes with the servers it measures.
+one case) loads the API. A third case, informational ("1-alone" in LOAD_PROCESSES), loads one API process while
+no worker runs (it starts when the load ends and catches up), as when the workers run on other hosts.
+Reports requests/s (and its ratio to the ceiling's), p50/p99 latency and the 4xx/5xx counts; then waits for the
+deliveries and checks that nothing was lost: every accepted event is in the exported stream at its index, and
+every artifact built was received by the local webhook receiver. Finally SIGTERM must stop the server cleanly.
+Only 127.0.0.1 is contacted. The load generator itself needs most of a core at ~700 requests/s: on a small
+machine it competes with the servers it measures.
 """
 
 from __future__ import annotations
@@ -34,28 +36,35 @@ from settlekit.simulate import Fleet  # noqa: E402
 from settlekit.store.db import Database, connect  # noqa: E402
 
 TARGETS = {1: "target ratio >= 0.6x, p99 <= 150 ms, 0 errors", 2: "target ratio >= 1.0x, 0 errors"}
+# The third case, informational: one API process while no worker runs on the machine (it starts after the load and
+# catches up), as when the workers run on other hosts; on a small machine the worker takes CPU from the API.
+API_ALONE = "1-alone"
 
 
 def main() -> int:
     """The ceiling, then settlekit with one API process, then with two (`serve --workers 2`), back to back;
     LOAD_PROCESSES (e.g. "1" or "2") limits the runs."""
-    counts = [int(n) for n in os.environ.get("LOAD_PROCESSES", "1,2").split(",") if n.strip()]
+    cases = [n.strip() for n in os.environ.get("LOAD_PROCESSES", f"1,2,{API_ALONE}").split(",") if n.strip()]
     anchor = ceiling.measure()
     if anchor is None:
         print("the framework ceiling did not start")
         return 1
     results = {}
-    for processes in counts:
-        result = measure(anchor, processes)
+    for case in cases:
+        alone = case == API_ALONE
+        result = measure(anchor, 1 if alone else int(case), worker_during_load=not alone)
         if result is None:
             return 1
-        results[processes] = result
+        results[case] = result
     print(f"== summary (framework ceiling: {anchor.rate:,.1f} requests/s, p99 {anchor.quantile_ms(99):,.1f} ms)")
-    for processes, result in results.items():
-        print(f"settlekit, {processes} API process(es): {result.rate:,.1f} requests/s = "
+    for case, result in results.items():
+        name = ("1 API process, no worker during the load (informational)" if case == API_ALONE
+                else f"{case} API process(es)")
+        target = "" if case == API_ALONE else f" ({TARGETS.get(int(case), '')})"
+        print(f"settlekit, {name}: {result.rate:,.1f} requests/s = "
               f"{result.rate / anchor.rate:.2f}x the ceiling; p50 {result.quantile_ms(50):,.1f} ms, "
-              f"p99 {result.quantile_ms(99):,.1f} ms; 4xx {result.errors_4xx}, 5xx {result.errors_5xx} "
-              f"({TARGETS.get(processes, '')})", flush=True)
+              f"p99 {result.quantile_ms(99):,.1f} ms; 4xx {result.errors_4xx}, 5xx {result.errors_5xx}{target}",
+              flush=True)
     return 0
 
 
@@ -67,9 +76,13 @@ def _start(processes: int, env: dict[str, str], tmp: str) -> list[tuple[str, sub
         serve += ["--workers", str(processes)]
     log = Path(tmp) / "serve.log"
     server = subprocess.Popen(serve, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    return [("serve", server), _start_worker(env, tmp)]
+
+
+def _start_worker(env: dict[str, str], tmp: str) -> tuple[str, subprocess.Popen[bytes]]:
     worker = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "worker"], env=env,
-                              stdout=(Path(tmp) / "worker.log").open("wb"), stderr=subprocess.STDOUT)
-    return [("serve", server), ("worker", worker)]
+                              stdout=(Path(tmp) / "worker.log").open("ab"), stderr=subprocess.STDOUT)
+    return "worker", worker
 
 
 def _register(base: str, headers: dict[str, str], fleet: Fleet, receiver_url: str, secret: str) -> None:
@@ -83,9 +96,10 @@ def _register(base: str, headers: dict[str, str], fleet: Fleet, receiver_url: st
                                              "secret": secret, "allowPrivateNetwork": True}).raise_for_status()
 
 
-def measure(anchor: LoadResult, processes: int) -> LoadResult | None:
+def measure(anchor: LoadResult, processes: int, *, worker_during_load: bool = True) -> LoadResult | None:
     """Load settlekit with `processes` API processes on a scratch database, print its figures against the
-    ceiling's and the loss checks; None if it did not start."""
+    ceiling's and the loss checks; None if it did not start. Without `worker_during_load`, the worker starts
+    when the load ends."""
     with scratch_pg("load") as url, tempfile.TemporaryDirectory() as tmp:
         db = connect(url)
         db.migrate()
@@ -99,6 +113,8 @@ def measure(anchor: LoadResult, processes: int) -> LoadResult | None:
                "SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS": "true", "SETTLEKIT_RATE_LIMIT_PER_SECOND": "1000000",
                "SETTLEKIT_RATE_LIMIT_BURST": "1000000"}
         procs = _start(processes, env, tmp)
+        if not worker_during_load:
+            stop_process("worker", procs.pop()[1])
         base = f"http://127.0.0.1:{port}"
         try:
             if not wait_ready(f"{base}/readyz", procs[0][1], Path(tmp) / "serve.log"):
@@ -107,10 +123,13 @@ def measure(anchor: LoadResult, processes: int) -> LoadResult | None:
             fleet = Fleet.create(robots=8, operators=4)
             _register(base, headers, fleet, receiver.url, secret)
             result = run_job_load(base, headers, fleet)
-            result.print(f"API appends ({processes} API process{'es' if processes > 1 else ''})", anchor=anchor,
-                         anchor_name="framework ceiling")
-            print(f"framework ceiling in this run: {anchor.rate:,.1f} requests/s; {TARGETS.get(processes, '')}",
-                  flush=True)
+            if not worker_during_load:
+                procs.append(_start_worker(env, tmp))
+            name = f"{processes} API process{'es' if processes > 1 else ''}"
+            result.print(f"API appends ({name}{'' if worker_during_load else ', no worker during the load'})",
+                         anchor=anchor, anchor_name="framework ceiling")
+            target = TARGETS.get(processes, "") if worker_during_load else "informational"
+            print(f"framework ceiling in this run: {anchor.rate:,.1f} requests/s; {target}", flush=True)
             _check_nothing_lost(db, base, headers, receiver, result)
         finally:
             for name, proc in procs:
