@@ -28,14 +28,14 @@ log = logging.getLogger("settlekit.runtime")
 
 def wait_until_caught_up(db: Database, received: Callable[[], int], *, timeout: float, min_artifacts: int = 0,
                          poll: float = 0.3) -> bool:
-    """Wait until the workers (of any process on `db`) have processed every committed event, delivered every
-    delivery, and the receiver has `received()` at least every artifact built (and at least `min_artifacts`
-    were built): True, or False at `timeout` seconds."""
+    """Wait until the workers (of any process on `db`) have registered their consumers and processed every
+    committed event, delivered every delivery, and the receiver has `received()` at least every artifact built
+    (and at least `min_artifacts` were built): True, or False at `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         work = outstanding(db)
-        if (work.undelivered == 0 and work.consumers_behind == 0 and work.artifacts >= min_artifacts
-                and received() >= work.artifacts):
+        if (work.consumers > 0 and work.consumers_behind == 0 and work.undelivered == 0
+                and work.artifacts >= min_artifacts and received() >= work.artifacts):
             return True
         if time.monotonic() >= deadline:
             return False

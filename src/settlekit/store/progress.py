@@ -10,11 +10,13 @@ from settlekit.store.db import Database
 
 @dataclass(frozen=True)
 class Outstanding:
-    """`undelivered`: deliveries not (yet) delivered; `artifacts`: artifacts built; `consumers_behind`: consumers
-    that have not processed the last committed event."""
+    """`undelivered`: deliveries not (yet) delivered; `artifacts`: artifacts built; `consumers`: consumers that
+    have registered (a worker that has not started yet has none); `consumers_behind`: consumers that have not
+    processed the last committed event."""
 
     undelivered: int
     artifacts: int
+    consumers: int
     consumers_behind: int
 
 
@@ -23,6 +25,7 @@ def outstanding(db: Database) -> Outstanding:
     with db.read() as tx:
         undelivered = tx.scalar("SELECT count(*) FROM deliveries WHERE state <> 'delivered'")
         artifacts = tx.scalar("SELECT count(*) FROM artifacts")
+        consumers = tx.scalar("SELECT count(*) FROM consumer_state")
         behind = tx.scalar("SELECT count(*) FROM consumer_state WHERE last_processed_position <"
                            " (SELECT COALESCE(max(position), 0) FROM events)")
-    return Outstanding(int(undelivered), int(artifacts), int(behind))
+    return Outstanding(int(undelivered), int(artifacts), int(consumers), int(behind))
