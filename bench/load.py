@@ -68,15 +68,16 @@ def main() -> int:
     return 0
 
 
-def _start(processes: int, env: dict[str, str], tmp: str) -> list[tuple[str, subprocess.Popen[bytes]]]:
-    """The API (`serve --no-workers`, with `--workers N` above one process) and a separate `settlekit worker`,
-    so the API and the workers do not share one interpreter lock."""
+def _start(processes: int, env: dict[str, str], tmp: str, *, with_worker: bool = True
+           ) -> list[tuple[str, subprocess.Popen[bytes]]]:
+    """The API (`serve --no-workers`, with `--workers N` above one process) and, unless not `with_worker`, a
+    separate `settlekit worker`, so the API and the workers do not share one interpreter lock."""
     serve = [sys.executable, "-m", "settlekit.cli", "serve", "--no-workers"]
     if processes > 1:
         serve += ["--workers", str(processes)]
     log = Path(tmp) / "serve.log"
     server = subprocess.Popen(serve, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    return [("serve", server), _start_worker(env, tmp)]
+    return [("serve", server), _start_worker(env, tmp)] if with_worker else [("serve", server)]
 
 
 def _start_worker(env: dict[str, str], tmp: str) -> tuple[str, subprocess.Popen[bytes]]:
@@ -112,9 +113,7 @@ def measure(anchor: LoadResult, processes: int, *, worker_during_load: bool = Tr
                "SETTLEKIT_SERVER_KEY_FILE": f"{tmp}/server.pem",
                "SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS": "true", "SETTLEKIT_RATE_LIMIT_PER_SECOND": "1000000",
                "SETTLEKIT_RATE_LIMIT_BURST": "1000000"}
-        procs = _start(processes, env, tmp)
-        if not worker_during_load:
-            stop_process("worker", procs.pop()[1])
+        procs = _start(processes, env, tmp, with_worker=worker_during_load)
         base = f"http://127.0.0.1:{port}"
         try:
             if not wait_ready(f"{base}/readyz", procs[0][1], Path(tmp) / "serve.log"):
