@@ -219,8 +219,11 @@ class Appender:
         client_finalized = _check_items(tenant_id, stream_id, items, policy)
         request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id)
         if idempotency is not None:
-            replay = yield from self._prepared_replay(request, idempotency, items, expected_prev_chain_hash,
-                                                      expected_version)
+            # finalized events carry their head in the body: a header beside them is not part of the request's
+            # identity (a retry with or without it is the same request)
+            replay = yield from self._prepared_replay(
+                request, idempotency, items, _MISSING if client_finalized else expected_prev_chain_hash,
+                expected_version)
             if replay is not None:
                 return replay
         try:

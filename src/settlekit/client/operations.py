@@ -47,7 +47,8 @@ class Operations(Generic[R, S]):
     def append_events(self, job_id: str, events: Sequence[Mapping[str, Any]] | Mapping[str, Any], *,
                       expected_prev_chain_hash: str | None = UNSET, idempotency_key: str | None = None) -> R:
         """Append server drafts or client-finalized envelopes (one or a list, chained in order). Drafts need
-        `expected_prev_chain_hash` (None: the stream must be empty); finalized events carry their own link."""
+        `expected_prev_chain_hash` (None: the stream must be empty); finalized events carry their own link, and
+        an expected head given with them must be the stream's head too."""
         headers = {} if expected_prev_chain_hash is UNSET else {
             "x-expected-prev-chain-hash": "null" if expected_prev_chain_hash is None else expected_prev_chain_hash}
         return self._call("POST /v1/jobs/{job_id}/events", job_id=job_id, body=events, headers=headers,

@@ -198,7 +198,8 @@ def storable_json(x: Any) -> str:
 
     For values whose numbers are finite (every stored event and state: they passed canonical JSON). orjson
     writes them; what it refuses (lone surrogates, integers beyond 64 bits, non-string keys) takes the
-    standard encoder's path, whose errors stand. Use `storable_size` where a non-finite number must raise."""
+    standard encoder's path, whose errors stand. Use `storable_size` where a non-finite number must raise. Unlike
+    the standard encoder, orjson also writes plain Enum members and UUIDs (as their values); none is given."""
     try:
         return orjson.dumps(x, option=_ORJSON_STORE_OPTIONS).decode("utf-8")
     except (TypeError, orjson.JSONEncodeError):

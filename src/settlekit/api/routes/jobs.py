@@ -145,15 +145,17 @@ def _append_response(result: AppendResult) -> JsonResponse:
 
 async def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
                   expected: Any, idem_key: str | None, body: Any, *, expected_given: bool,
-                  precondition: StreamPrecondition | None = None, prefetched: StreamRead | None = None
-                  ) -> AppendResult:
-    """The append on the event loop (Appender.append_async): the checks run here, the commit is awaited."""
+                  precondition: StreamPrecondition | None = None, prefetched: StreamRead | None = None,
+                  finalized: bool = False) -> AppendResult:
+    """The append on the event loop (Appender.append_async): the checks run here, the commit is awaited. The
+    expected head is part of an idempotent request's identity for drafts only: finalized events carry it in the
+    body, so a retry is the same request whether or not it also sends the header."""
     idem = None
     if idem_key is not None:
         path = request.url.path
         idem = Idempotency(key=idem_key, principal_id=key.key_id, endpoint=f"POST {path}",
                            request_hash=request_hash("POST", request_target(request), body,
-                                                     expected if expected_given else None))
+                                                     expected if expected_given and not finalized else None))
     options: AppendOptions = {"idempotency": idem, "precondition": precondition, "prefetched": prefetched}
     if expected_given:
         options["expected_prev_chain_hash"] = expected
@@ -280,7 +282,7 @@ async def _append_events(ctx: ApiContext, job_id: str, request: Request, key: Ap
             break
     return await _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
                          expected_given=given, precondition=_job_stream(job_id, items),
-                         prefetched=prefetched.stream if prefetched is not None else None)
+                         prefetched=prefetched.stream if prefetched is not None else None, finalized=finalized)
 
 
 def _require_own_tenant(key: ApiKey, payload: Any) -> None:
