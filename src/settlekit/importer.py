@@ -3,7 +3,7 @@
 The events are client-finalized envelopes and are stored as they are (ids, chain hashes, signatures). The signer
 keys are registered for the tenant by role first (idempotent). The whole file's hash chains and every signature
 present are verified before anything is written. The events then go through the store's append with the HISTORY
-policy (AppendPolicy): a missing robot/operator signature and lone surrogates in payloads are accepted as
+policy (AppendPolicy): a missing signature and lone surrogates in payloads are accepted as
 recorded and counted; `strict=True` applies the rules for new input instead. The import stops at the first event
 the append refuses. A re-run resumes: events already stored, identical, are skipped; the rest are appended.
 """
@@ -46,7 +46,7 @@ class ImportResult:
     appended: int = 0
     skipped: int = 0
     refused: Refusal | None = None
-    unsigned: int = 0  # appended unsigned events of a robot/operator-signed type (history mode)
+    unsigned: int = 0  # appended unsigned events (history mode)
     lone_surrogates: int = 0  # appended events whose payload holds a lone surrogate (history mode)
 
     def to_json(self) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     First the whole file is verified (`Appender.verify_history`: envelope shapes, each stream's hash chain,
     every signature present against the tenant's keys by role); a failure there refuses that event and nothing
     is written. The appends use the HISTORY policy (the events are recorded history, not new input); `strict`
-    uses the LIVE policy, so an unsigned robot/operator-signed event or a lone surrogate is refused.
+    uses the LIVE policy, so an unsigned event or a lone surrogate is refused.
 
     An event already stored in its stream, identical (same envelope, signature included), is skipped: a re-run
     resumes. Refusal = a SettlekitError with a 4xx status raised by the append path for that event (nothing of

@@ -91,6 +91,33 @@ def test_client_finalized_events_honour_the_expected_head_header(env: tuple[Data
     assert api.get(f"/v1/jobs/{job_id}").json()["version"] == 6
 
 
+def test_an_unsigned_server_signed_event_is_refused_and_its_draft_is_signed(env: tuple[Database, Any]) -> None:
+    """settld's API refuses a client-finalized event of a server-signed type without a signature ("server-signed
+    events require signature"); settlekit too, with nothing written. The same content as a server draft is
+    accepted and stored with the server's signature."""
+    db, api = env
+    vector = load_vector("settle_completed.json")
+    for signer in vector["signers"]:
+        api.post("/v1/keys", json={"publicKeyPem": signer["publicKeyPem"], "purpose": signer["role"]})
+    events = vector["events"]
+    job_id = events[0]["streamId"]
+    path = f"/v1/jobs/{job_id}/events"
+    assert api.post(path, json=events[0]).status_code == 201
+    before = tenant_rows(db, TENANT_A)
+    unsigned = dict(events[1], signature=None, signerKeyId=None)  # the chain does not cover the signature
+    assert unsigned["type"] == "QUOTE_PROPOSED"
+    r = api.post(path, json=unsigned)
+    assert r.status_code == 400 and r.json()["code"] == "SIGNER_POLICY_VIOLATION", r.text
+    assert r.json()["details"]["requiredSigner"] == "server" and "server draft" in r.json()["detail"]
+    assert tenant_rows(db, TENANT_A) == before
+    draft = {k: events[1][k] for k in ("id", "type", "actor", "payload", "at")}
+    r = api.post(path, json=draft, headers={"x-expected-prev-chain-hash": events[0]["chainHash"]})
+    assert r.status_code == 201, r.text
+    stored = api.get(path).json()["events"][1]
+    assert stored["payloadHash"] == events[1]["payloadHash"] and stored["signature"] is not None
+    assert stored["signerKeyId"] not in {s["keyId"] for s in vector["signers"]}
+
+
 def test_server_draft_precondition(env: tuple[Database, Any]) -> None:
     db, api = env
     r = api.post("/v1/jobs", json={"payload": {"templateId": "reset_lite", "constraints": {}}})

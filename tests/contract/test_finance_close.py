@@ -60,7 +60,8 @@ def _source_event(db: Database, tenant: str, event_id: str, at: str) -> None:
     source event's position), on a stream of its own that is not a job stream (so no log leaf)."""
     draft = make_draft(stream_id=f"src_{event_id}", type="MONTH_CLOSE_REQUESTED", actor={"type": "system", "id": "t"},
                        payload={}, at=at, id=event_id)
-    job_appender(db, server_rules=False).append(tenant, f"src_{event_id}", [finalize(draft, None)])
+    job_appender(db, server_rules=False, server_signer=SIGNER).append(tenant, f"src_{event_id}",
+                                                                     [finalize(draft, None, SIGNER)])
 
 
 def _close(db: Database, tenant: str, month: str) -> dict[str, Any]:
@@ -87,7 +88,7 @@ def _simulated(db: Database, tenant: str) -> Fleet:
 
 def _extend(db: Database, tenant: str, job: str, at: datetime, count: int = 1) -> None:
     """Server-actor notes appended to a job stream (or a new one) at `at`."""
-    store = job_appender(db, clock=lambda: at + timedelta(minutes=1), server_rules=False)
+    store = job_appender(db, clock=lambda: at + timedelta(minutes=1), server_rules=False, server_signer=SIGNER)
     head = store.streams.head_and_snapshot(tenant, job)[0]
     prev = head.chain_hash if head else None
     events = []
@@ -98,7 +99,7 @@ def _extend(db: Database, tenant: str, job: str, at: datetime, count: int = 1) -
         draft = make_draft(stream_id=job, type=kind, actor={"type": "system", "id": "proxy"}, payload=payload,
                            at=(at + timedelta(seconds=n)).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
                            id=f"evt_{job}_{uuid.uuid4().hex[:8]}")
-        event = finalize(draft, prev)
+        event = finalize(draft, prev, SIGNER)
         prev = event["chainHash"]
         events.append(event)
     store.append(tenant, job, events)

@@ -2,8 +2,8 @@
 
 The five scenario vectors import fully; every stream of the differential corpus imports up to its first
 `serverRejections` event, which is refused, with nothing of it written; re-runs resume; usage errors exit 2.
-History mode accepts (and counts) unsigned robot/operator events and lone surrogates; `--strict` refuses them,
-and so does the HTTP API.
+History mode accepts (and counts) unsigned events and lone surrogates; `--strict` refuses them, and so does the
+HTTP API.
 """
 
 from __future__ import annotations
@@ -68,8 +68,9 @@ def _stored(url: str, stream_id: str) -> list[dict[str, Any]]:
 
 
 def _unsigned(events: list[dict[str, Any]]) -> int:
-    """Events a live append refuses for want of the robot's/operator's signature."""
-    return sum(e["signature"] is None and required_signer_kind(e["type"], e["actor"]["type"]) in ("robot", "operator")
+    """Events a live append refuses for want of a signature: every known type needs its signer's (the robot's,
+    the operator's or the server's)."""
+    return sum(e["signature"] is None and required_signer_kind(e["type"], e["actor"]["type"]) is not None
                for e in events)
 
 
@@ -335,8 +336,8 @@ def _first_rejection(v: dict[str, Any]) -> int:
 
 
 def _strict_stop(v: dict[str, Any]) -> tuple[int, str | None]:
-    """Where `--strict` (the rules for new input) stops: earlier than the first rejection at an unsigned event of
-    a robot- or operator-signed type or at a lone surrogate."""
+    """Where `--strict` (the rules for new input) stops: earlier than the first rejection at an unsigned event
+    or at a lone surrogate."""
     events = v["events"]
     stop = _first_rejection(v)
     for i, e in enumerate(events[:stop]):
@@ -371,8 +372,8 @@ def _check_import(corpus_db: Database, v: dict[str, Any], stop: int, *, strict: 
 @pytest.mark.parametrize("name", list(differential_corpus()))
 def test_corpus_stream_imports_up_to_its_first_server_rejection(name: str, corpus_db: Database) -> None:
     """The issue's Done-when, literally: every event before the first of `serverRejections` is appended and that
-    one is refused with nothing of it written; a stream without rejections imports in full. Unsigned
-    robot/operator events and lone surrogates on the way are accepted as recorded, and counted."""
+    one is refused with nothing of it written; a stream without rejections imports in full. Unsigned events and
+    lone surrogates on the way are accepted as recorded, and counted."""
     v = load_differential(name)
     stop = _first_rejection(v)
     result = _check_import(corpus_db, v, stop)
@@ -381,8 +382,8 @@ def test_corpus_stream_imports_up_to_its_first_server_rejection(name: str, corpu
 
 
 def _strict_cases() -> list[str]:
-    """The streams on which the rules for new input stop earlier (23 at an unsigned robot/operator event, 3 at
-    a lone surrogate)."""
+    """The streams on which the rules for new input stop earlier (30 at an unsigned event, the first of each a
+    server-signed type; 3 at a lone surrogate)."""
     return [name for name in differential_corpus() if _strict_stop(load_differential(name))[1] is not None]
 
 
@@ -399,7 +400,7 @@ def test_strict_import_stops_at_the_rules_for_new_input(name: str, corpus_db: Da
 
 def test_strict_cases_are_the_known_ones() -> None:
     codes = [_strict_stop(load_differential(name))[1] for name in _strict_cases()]
-    assert (codes.count("SIGNER_POLICY_VIOLATION"), codes.count("SCHEMA_INVALID")) == (23, 3)
+    assert (codes.count("SIGNER_POLICY_VIOLATION"), codes.count("SCHEMA_INVALID")) == (30, 3)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from settlekit.append import job_appender
-from settlekit.events.envelope import finalize, make_draft
+from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.ledger import accounts as A
 from settlekit.ledger.postings import make_entry
 from settlekit.store import ledger as ledger_rows
@@ -29,6 +29,8 @@ TABLES = {
     "ledger_sums": "party_id, axis, level, bucket, account_id, amount_cents",
 }
 
+SERVER_SIGNER = Signer.generate()
+
 
 def _source_events(db: Database, tenant: str, count: int) -> dict[str, int]:
     """`count` stored events (the timeline places entries at their source event's position): {event id: position}."""
@@ -38,9 +40,9 @@ def _source_events(db: Database, tenant: str, count: int) -> dict[str, int]:
     for i, event_id in enumerate(ids):
         draft = make_draft(stream_id=stream, type="MONTH_CLOSE_REQUESTED", actor={"type": "system", "id": "t"},
                            payload={}, at=f"2026-05-0{1 + i % 9}T10:00:00.000Z", id=event_id)
-        event = finalize(draft, prev)
+        event = finalize(draft, prev, SERVER_SIGNER)
         prev = event["chainHash"]
-        job_appender(db, server_rules=False).append(tenant, stream, [event])
+        job_appender(db, server_rules=False, server_signer=SERVER_SIGNER).append(tenant, stream, [event])
     with db.read() as tx:
         rows = tx.fetchall("SELECT event_id, position FROM events WHERE tenant_id = ?", (tenant,))
     return {str(r[0]): int(r[1]) for r in rows}

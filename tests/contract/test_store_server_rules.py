@@ -3,12 +3,14 @@ event through the store (client-finalized envelopes, the corpus signer keys regi
 accepts every event before the first of `serverRejections` and refuses that one with nothing written. Posting
 errors never refuse an event: they are recorded (ledger_errors) with the reference's message.
 
-One deliberate difference (README, "Compatibility"): an unsigned event of a robot- or operator-signed type is
-refused by the signer policy, as settld's API itself does ("robot-signed events require signature"), although
-the corpus' `serverRejections` (domain rules only) do not list it. On the 23 streams holding one, the store
-stops there; the pure test below checks the domain rules over the whole prefix of every stream. Likewise new
-input holding a lone UTF-16 surrogate may be refused by the live API (documented); the store test stops at such
-an event."""
+One deliberate difference (README, "Compatibility"): an unsigned client-finalized event is refused by the signer
+policy, as settld's API itself does ("robot-signed events require signature", "server-signed events require
+signature"), although the corpus' `serverRejections` (domain rules only) do not list it (30 streams hold one
+before their first rejection). The store test signs each unsigned event with a test key of the role its type
+needs (the chain does not cover the signature), so the live path is checked over every stream's whole prefix,
+and checks apart that the event as recorded is refused; the pure test below checks the domain rules over the
+whole prefix of every stream. Likewise new input holding a lone UTF-16 surrogate may be refused by the live API
+(documented); the store test stops at such an event."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ from typing import Any
 import pytest
 
 from conftest import backend_database, differential_corpus, load_differential
-from settlekit.append import job_appender
+from settlekit.append import Appender, job_appender
 from settlekit.errors import SettlekitError, SignerPolicyError
+from settlekit.events.envelope import Signer
 from settlekit.jobs import process_job_events, required_signer_kind
 from settlekit.jobs.server_rules import ServerRuleViolation
 from settlekit.store import ledger as ledger_rows
@@ -29,6 +32,7 @@ from settlekit.store.db import Database
 T = "tenant_default"
 NOW = datetime(2026, 12, 31, tzinfo=UTC)
 STREAMS = list(differential_corpus())
+FILL_SIGNERS = {role: Signer.generate() for role in ("server", "robot", "operator")}
 
 
 def _rows(db: Database, tenant: str, job_id: str) -> tuple[Any, ...]:
@@ -50,10 +54,10 @@ def _has_lone_surrogate(x: Any) -> bool:
     return False
 
 
-def _first_unsigned_robot_or_operator_event(events: list[dict[str, Any]]) -> int | None:
+def _first_unsigned_event(events: list[dict[str, Any]]) -> int | None:
+    """The first event the signer policy refuses for want of a signature (every known type needs one)."""
     for i, e in enumerate(events):
-        kind = required_signer_kind(e["type"], e["actor"]["type"])
-        if e.get("signature") is None and kind in ("robot", "operator"):
+        if e.get("signature") is None and required_signer_kind(e["type"], e["actor"]["type"]) is not None:
             return i
     return None
 
@@ -90,23 +94,39 @@ def shared_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         yield database
 
 
+def _signed_where_missing(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events, each unsigned one signed by the test key of the role its type needs (the chain covers the
+    payload hash, not the signature, so the stream is otherwise the very same)."""
+    out = []
+    for e in events:
+        if e.get("signature") is None:
+            signer = FILL_SIGNERS[required_signer_kind(e["type"], e["actor"]["type"])]
+            e = {**e, "signature": signer.sign_payload_hash(e["payloadHash"]), "signerKeyId": signer.key_id}
+        out.append(e)
+    return out
+
+
+def _live_store(db: Database, tenant: str, v: dict[str, Any]) -> Appender:
+    store = job_appender(db, clock=lambda: NOW)
+    for signer in v["signers"]:
+        store.signer_keys.register(tenant, signer["publicKeyPem"], signer["role"])
+    for role, fill in FILL_SIGNERS.items():
+        store.signer_keys.register(tenant, fill.public_key_pem, role)
+    return store
+
+
 @pytest.mark.parametrize("name", STREAMS)
 def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database, name: str) -> None:
     db, T = shared_db, f"tenant_{name}"
     v = load_differential(name)
-    events = v["events"]
+    events = _signed_where_missing(v["events"])
     job_id = events[0]["streamId"]
-    store = job_appender(db, clock=lambda: NOW)
-    for signer in v["signers"]:
-        store.signer_keys.register(T, signer["publicKeyPem"], signer["role"])
+    store = _live_store(db, T, v)
     rejections = v["serverRejections"]
     stop = rejections[0]["index"] if rejections else len(events)
-    unsigned = _first_unsigned_robot_or_operator_event(events[:stop])
-    if unsigned is not None:
-        rejections, stop = [], unsigned
     surrogate = next((i for i, e in enumerate(events[:stop]) if _has_lone_surrogate(e)), None)
     if surrogate is not None:
-        rejections, stop, unsigned = [], surrogate, None
+        rejections, stop = [], surrogate
     for event in events[:stop]:
         store.append(T, job_id, [event])
     head = store.streams.head(T, job_id)
@@ -128,12 +148,6 @@ def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database,
             assert store.streams.head(T, job_id) == head
             assert (_rows(db, T, job_id), store.streams.snapshot(T, job_id)) == before
         return
-    if unsigned is not None:
-        with pytest.raises(SignerPolicyError):
-            store.append(T, job_id, [events[stop]])
-        assert store.streams.head(T, job_id) == head
-        assert (_rows(db, T, job_id), store.streams.snapshot(T, job_id)) == before
-        return
     if not rejections:
         return
     refused = rejections[0]
@@ -144,11 +158,35 @@ def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database,
         assert exc.value.code and exc.value.status == 409
         if refused["code"] is not None:
             assert exc.value.code == refused["code"]
-    else:  # the signer policy: a robot-only event signed by another key, or not signed at all
+    else:  # the signer policy: a robot-only event signed by another key
         assert isinstance(exc.value, SignerPolicyError), exc.value
-        assert refused["code"] == "SIGNER_KIND" or _first_unsigned_robot_or_operator_event([events[stop]]) == 0
+        assert refused["code"] == "SIGNER_KIND"
     assert store.streams.head(T, job_id) == head
     assert (_rows(db, T, job_id), store.streams.snapshot(T, job_id)) == before
+
+
+UNSIGNED_STREAMS = [name for name in STREAMS if _first_unsigned_event(load_differential(name)["events"]) is not None]
+
+
+@pytest.mark.parametrize("name", UNSIGNED_STREAMS)
+def test_live_path_refuses_an_unsigned_event(shared_db: Database, name: str) -> None:
+    """The corpus' first unsigned event, as recorded, is refused by the signer policy with nothing written; signed
+    by a key of the role its type needs, the same event is accepted."""
+    db, T = shared_db, f"tenant_unsigned_{name}"
+    v = load_differential(name)
+    k = _first_unsigned_event(v["events"])
+    assert k is not None
+    events = _signed_where_missing(v["events"][:k + 1])
+    job_id = events[0]["streamId"]
+    store = _live_store(db, T, v)
+    for event in events[:k]:
+        store.append(T, job_id, [event])
+    head, before = store.streams.head(T, job_id), _rows(db, T, job_id)
+    with pytest.raises(SignerPolicyError) as exc:
+        store.append(T, job_id, [v["events"][k]])
+    assert exc.value.details["requiredSigner"] == required_signer_kind(events[k]["type"], events[k]["actor"]["type"])
+    assert store.streams.head(T, job_id) == head and _rows(db, T, job_id) == before
+    assert store.append(T, job_id, [events[k]]).already_exists is False
 
 
 def test_posting_error_is_stored_without_an_entry_and_the_event_is_accepted(db: Database) -> None:

@@ -17,12 +17,13 @@ FUTURE_TOLERANCE = timedelta(minutes=5)
 class AppendPolicy:
     """What an append demands of its input beyond the stream's rules.
 
-    `LIVE` (the default, and the only policy the HTTP API uses): new input, so a robot- or operator-signed event
-    type must carry its signature and no string may hold a lone UTF-16 surrogate. `HISTORY` (`settlekit import`
-    of a settld export, and Python callers that replay recorded history): client-finalized envelopes only; a
-    signature that is present is verified as ever, but its absence is not refused, and lone surrogates in the
-    payload are stored as recorded (hashed as JS does, kept as `\\udxxx` escapes in the stored JSON). Every
-    other rule (envelope, chain, payloads, transitions, server rules) applies unchanged."""
+    `LIVE` (the default, and the only policy the HTTP API uses): new input, so a client-finalized event must
+    carry the signature its type needs (the robot's, the operator's or the server's) and no string may hold a
+    lone UTF-16 surrogate. `HISTORY` (`settlekit import` of a settld export, and Python callers that replay
+    recorded history): client-finalized envelopes only; a signature that is present is verified as ever, but
+    its absence is not refused, and lone surrogates in the payload are stored as recorded (hashed as JS does,
+    kept as `\\udxxx` escapes in the stored JSON). Every other rule (envelope, chain, payloads, transitions,
+    server rules) applies unchanged."""
 
     require_signatures: bool = True
     allow_lone_surrogates: bool = False
@@ -61,16 +62,18 @@ def check_server_draft_type(draft: Event, index: int, required: str | None) -> N
 def check_signer(event: Event, index: int, keys: Mapping[str, SignerKey], required: str | None,
                  policy: AppendPolicy = LIVE) -> bool:
     """Refuse what the signer policy forbids (`required`: the signer the event type needs, if any); False when
-    the event is accepted only because `policy` does not require the robot's/operator's signature (an unsigned
-    event of a robot/operator-signed type)."""
+    the event is accepted only because `policy` does not require signatures (an unsigned client-finalized
+    event). New input of a server-signed type must carry the server's signature: unsigned, it is refused, as
+    settld refuses it; the way to write one without the server key is a server draft."""
     key_id = event.get("signerKeyId")
     if event.get("signature") is None:
-        if required in ("robot", "operator"):
-            if not policy.require_signatures:
-                return False
-            raise SignerPolicyError(f"event {index}: {event['type']} must be signed by a {required} key",
-                                    index=index, requiredSigner=required)
-        return True
+        if required is None:
+            return True
+        if not policy.require_signatures:
+            return False
+        hint = "; send it as a server draft, which the server signs" if required == "server" else ""
+        raise SignerPolicyError(f"event {index}: {event['type']} must be signed by a {required} key{hint}",
+                                index=index, requiredSigner=required)
     key = keys.get(key_id or "")
     if key is None:
         raise SignerPolicyError(f"event {index}: signer key {key_id} is not registered for this tenant",

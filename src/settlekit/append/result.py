@@ -20,8 +20,8 @@ class AppendResult:
     snapshot: dict[str, Any] | None = None
     already_exists: bool = False
     replayed: bool = False
-    # events accepted only under a history policy: unsigned of a robot/operator-signed type, holding a lone
-    # surrogate (not part of the stored answer: an idempotent replay reports 0)
+    # events accepted only under a history policy: unsigned, or holding a lone surrogate (not part of the
+    # stored answer: an idempotent replay reports 0)
     unsigned: int = 0
     lone_surrogates: int = 0
 

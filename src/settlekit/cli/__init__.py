@@ -221,13 +221,13 @@ def import_stream(
     keys: Annotated[Path, typer.Option("--keys", help="list of signers {role, keyId, publicKeyPem}")],
     tenant: TenantDefaultOption = "tenant_default",
     strict: Annotated[bool, typer.Option("--strict", help="apply the rules for new input: refuse an unsigned "
-                                                           "robot/operator event and lone surrogates")] = False,
+                                                           "event and lone surrogates")] = False,
 ) -> None:
     """Import a settld stream through the live append path, event by event (ids, hashes and signatures kept).
 
     Registers the keys for the tenant by role, verifies the whole file's hash chains and signatures, skips events
     already imported (a re-run resumes), stops at the first refused event. The export is recorded history: an
-    unsigned robot/operator event and lone surrogates are accepted and counted (`--strict` refuses them).
+    unsigned event and lone surrogates are accepted and counted (`--strict` refuses them).
     Prints {"appended", "skipped", "refused", "unsigned", "loneSurrogates"} last on stdout; exit 0 when nothing
     was refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys, database).
     """

@@ -202,7 +202,10 @@ _EVENTS_BODY = {
                            "either (one stream, chained in order). Drafts need the x-expected-prev-chain-hash "
                            "header (\"null\" or empty = the stream must be empty); with client-finalized events "
                            "it is optional and, when given, must be the stream's head as well (the "
-                           "x-proxy- name is ignored there, as settld does).",
+                           "x-proxy- name is ignored there, as settld does). A client-finalized event carries "
+                           "the signature its type needs (a robot, operator or server key); one of a "
+                           "server-signed type that the client cannot sign is sent as a draft, which the server "
+                           "signs.",
         }}},
     },
 }
