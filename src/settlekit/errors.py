@@ -155,7 +155,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SIGNER_UNKNOWN": ErrorSpec(400, "the event's signerKeyId is not a known key (append, import and `verify`)"),
     "SIGNER_KEY_NOT_ACTIVE": ErrorSpec(400, "the signer key is registered but not active"),
     "SIGNER_KEY_PURPOSE_MISMATCH": ErrorSpec(400, "the signer key's purpose does not fit the event's signer"),
-    "SIGNER_POLICY_VIOLATION": ErrorSpec(400, "the event is not signed the way its type requires"),
+    "SIGNER_POLICY_VIOLATION": ErrorSpec(400, "the event is not signed the way its type requires, or carries an "
+                                              "actor its type excludes"),
     "SIGNER_KEY_INVALID": ErrorSpec(400, "a key is not a valid Ed25519 PEM"),
     "SIGNER_KEY_CONFLICT": ErrorSpec(409, "the key id is already registered with another key or purpose"),
     "SIGNER_KEY_NOT_FOUND": ErrorSpec(404, "no signer key with this id is registered"),

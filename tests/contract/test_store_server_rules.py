@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from conftest import backend_database, differential_corpus, load_differential
+from conftest import backend_database, differential_corpus, load_differential, load_vector
 from settlekit.append import Appender, job_appender
 from settlekit.errors import SettlekitError, SignerPolicyError
-from settlekit.events.envelope import Signer
+from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.jobs import process_job_events, required_signer_kind
 from settlekit.jobs.server_rules import ServerRuleViolation
 from settlekit.store import ledger as ledger_rows
@@ -210,3 +210,29 @@ def test_posting_error_is_stored_without_an_entry_and_the_event_is_accepted(db: 
     stored_ids = {e["id"] for e in store.streams.read_stream(T, job_id)}
     assert {x["eventId"] for x in recorded} <= stored_ids
     assert not {x["eventId"] for x in ledger_rows.entries_for_job(db, T, job_id)} & {x["eventId"] for x in recorded}
+
+
+@pytest.mark.parametrize(("event_type", "actor_type"), [("INCIDENT_REPORTED", "robot"), ("CLAIM_TRIAGED", "robot"),
+                                                       ("EVIDENCE_CAPTURED", "operator"),
+                                                       ("JOB_EXECUTION_ABORTED", "operator")])
+def test_a_server_or_entity_type_refuses_the_other_entity_as_actor(db: Database, event_type: str,
+                                                                   actor_type: str) -> None:
+    """settld: "server_or_operator events may not use actor.type=robot", and server_or_robot ones no operator
+    actor, whoever signs them; nothing is written."""
+    server = Signer.generate()
+    store = job_appender(db, clock=lambda: NOW, server_signer=server)
+    v = load_vector("settle_completed.json")
+    for signer in v["signers"]:
+        store.signer_keys.register(T, signer["publicKeyPem"], signer["role"])
+    created = v["events"][0]
+    job_id = created["streamId"]
+    store.append(T, job_id, [created])
+    before = _rows(db, T, job_id), store.streams.snapshot(T, job_id)
+    event = finalize(make_draft(stream_id=job_id, type=event_type, actor={"type": actor_type, "id": "x_1"},
+                                payload={}, at=created["at"]), created["chainHash"], server)
+    with pytest.raises(SignerPolicyError) as exc:
+        store.append(T, job_id, [event])
+    assert exc.value.details == {"index": 0, "eventType": event_type, "actorType": actor_type}
+    head = store.streams.head(T, job_id)
+    assert head is not None and head.seq == 1
+    assert (_rows(db, T, job_id), store.streams.snapshot(T, job_id)) == before
