@@ -18,6 +18,8 @@ from settlekit.events.canonical import canonical_hash, sha256_hex
 from settlekit.events.js import (
     coalesce,
     get,
+    js_add,
+    js_integer,
     js_is_safe_integer,
     js_sorted,
     js_string,
@@ -28,6 +30,7 @@ from settlekit.events.js import (
 from settlekit.jobs.proof_fields import proof_hashes
 from settlekit.ledger.allocations import allocations_for_entry
 from settlekit.ledger.contracts import contract_split_plan_hash
+from settlekit.ledger.postings import js_floor_div
 
 ContractResolver = Callable[[str], Mapping[str, Any] | None]
 
@@ -389,7 +392,8 @@ def _credit_memo(fs: FoldState, source_event: Mapping[str, Any] | None) -> dict[
                 "model": model,
                 "insurerId": insurer,
                 "recoverablePercent": pct if has_insurer else None,
-                "recoverableCents": (int(amount) * pct) // 100 if has_insurer and js_is_safe_integer(amount) else None,
+                "recoverableCents": js_integer(js_floor_div(int(amount), pct, 100))
+                if has_insurer and js_is_safe_integer(amount) else None,
                 "receivableRefId": f"recv_{s['id']}_{ref_id}" if has_insurer and truthy(ref_id) else None,
             },
         },
@@ -426,12 +430,12 @@ def settlement_rollup(
 
 def _tally_entries(
     fs: FoldState, tenant_id: str, contract_doc: Mapping[str, Any] | None
-) -> tuple[list[str], dict[str, int], list[dict[str, Any]]]:
+) -> tuple[list[str], dict[str, int | float], list[dict[str, Any]]]:
     """`(entry ids, totals by account id, allocations)` of the slice's entries that have an id; an entry whose
     allocation fails adds no allocations (settld skips it, §9.3)."""
     s = fs.snapshot
     entry_ids: list[str] = []
-    totals: dict[str, int] = {}
+    totals: dict[str, int | float] = {}  # JS numbers: sums beyond the safe range are doubles (js_add)
     allocations: list[dict[str, Any]] = []
     for entry in fs.entries:
         if not truthy(entry.get("id")):
@@ -441,7 +445,7 @@ def _tally_entries(
             amount = posting.get("amountCents")
             account = posting.get("accountId")
             if truthy(account) and js_is_safe_integer(amount):
-                totals[account] = totals.get(account, 0) + int(amount)
+                totals[account] = js_add(totals.get(account, 0), int(amount))
         try:
             allocations.extend(allocations_for_entry(entry, s, tenant_id=tenant_id, contract_doc=contract_doc))
         except SettlekitError:
@@ -469,15 +473,15 @@ def _party_rollups(allocations: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "balanceDeltaCents": 0,
             }
         amount = int(a["amountCents"]) if js_is_safe_integer(a.get("amountCents")) else 0
-        row["balanceDeltaCents"] += amount
+        row["balanceDeltaCents"] = js_add(row["balanceDeltaCents"], amount)
         account = a.get("accountId")
         if account in _FEE_ACCOUNTS:
-            row["feesCents"] -= amount
+            row["feesCents"] = js_add(row["feesCents"], -amount)
         if account in _PAYOUT_ACCOUNTS:
-            row["payoutCents"] -= amount
+            row["payoutCents"] = js_add(row["payoutCents"], -amount)
         if account in _CREDIT_ACCOUNTS:
-            row["creditsCents"] -= amount
-        row["netCents"] = row["feesCents"] + row["payoutCents"] + row["creditsCents"]
+            row["creditsCents"] = js_add(row["creditsCents"], -amount)
+        row["netCents"] = js_add(js_add(row["feesCents"], row["payoutCents"]), row["creditsCents"])
     return sorted(
         rollups.values(),
         key=lambda r: (
@@ -487,23 +491,23 @@ def _party_rollups(allocations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
-def _claims_paid(claims: list[Any]) -> int:
-    total = 0
+def _claims_paid(claims: list[Any]) -> int | float:
+    total: int | float = 0
     for c in claims:
         amount = get(get(c, "paid"), "amountCents")
         if get(c, "status") == "PAID" and js_is_safe_integer(amount):
-            total += int(amount)
+            total = js_add(total, int(amount))
     return total
 
 
-def _sum_payload(items: Any, key: str) -> int:
+def _sum_payload(items: Any, key: str) -> int | float:
     if type(items) is not list:
         return 0
-    total = 0
+    total: int | float = 0
     for item in items:
         v = get(get(item, "payload"), key)
         if js_is_safe_integer(v):
-            total += int(v)
+            total = js_add(total, int(v))
     return total
 
 

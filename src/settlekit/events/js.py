@@ -1,5 +1,5 @@
 """Small helpers that reproduce the JavaScript value semantics the v1 artifacts depend on (`??`, truthiness,
-`Number.isSafeInteger`, `Array.prototype.sort`, `localeCompare`, `Date.parse`)."""
+`Number.isSafeInteger`, number addition, `Array.prototype.sort`, `localeCompare`, `Date.parse`)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,21 @@ def js_is_safe_integer(v: Any) -> bool:
     if type(v) is float:
         return v.is_integer() and -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER
     return False
+
+
+def js_add(a: int | float, b: int | float) -> int | float:
+    """`a + b` on JS numbers: exact while the sum is a safe integer; beyond, the IEEE double sum (Python floats are
+    doubles with the same rounding), kept as a float so that canonical JSON writes it as JSON.stringify does."""
+    if type(a) is int and type(b) is int:
+        total = a + b
+        if -MAX_SAFE_INTEGER <= total <= MAX_SAFE_INTEGER:
+            return total
+    return float(a) + float(b)
+
+
+def js_integer(v: int) -> int | float:
+    """An integral JS number as JS holds it: beyond the safe range it is a double."""
+    return v if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER else float(v)
 
 
 def js_string(v: Any) -> str:
