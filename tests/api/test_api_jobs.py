@@ -54,16 +54,20 @@ def test_vector_lifecycle_through_api(env: tuple[Database, Any], name: str) -> N
     assert api.get(f"/v1/jobs/{job_id}").json()["version"] == len(vector["events"])
 
 
+def _with_vector_keys(api: Any, name: str) -> tuple[dict[str, Any], str]:
+    """The vector, its signer keys registered for the tenant, and its job's events path."""
+    vector = load_vector(name)
+    for signer in vector["signers"]:
+        api.post("/v1/keys", json={"publicKeyPem": signer["publicKeyPem"], "purpose": signer["role"]})
+    return vector, f"/v1/jobs/{vector['events'][0]['streamId']}/events"
+
+
 def test_client_finalized_events_honour_the_expected_head_header(env: tuple[Database, Any]) -> None:
     """settlekit's x-expected-prev-chain-hash, when given with client-finalized events, must be the head too;
     settld's x-proxy- name is ignored there, as settld ignores it."""
     db, api = env
-    vector = load_vector("settle_completed.json")
-    for signer in vector["signers"]:
-        api.post("/v1/keys", json={"publicKeyPem": signer["publicKeyPem"], "purpose": signer["role"]})
+    vector, path = _with_vector_keys(api, "settle_completed.json")
     events = vector["events"]
-    job_id = events[0]["streamId"]
-    path = f"/v1/jobs/{job_id}/events"
     for event in events[:3]:
         assert api.post(path, json=event).status_code == 201
     head = events[2]["chainHash"]
@@ -72,7 +76,7 @@ def test_client_finalized_events_honour_the_expected_head_header(env: tuple[Data
         assert r.status_code == 409 and r.json()["code"] == "PREV_CHAIN_HASH_MISMATCH", r.text
         assert r.json()["details"] == {"expectedPrevChainHash": None if wrong == "null" else wrong,
                                        "currentPrevChainHash": head}
-    assert api.get(f"/v1/jobs/{job_id}").json()["version"] == 3
+    assert api.get(path.removesuffix("/events")).json()["version"] == 3
     r = api.post(path, json=events[3], headers={"x-proxy-expected-prev-chain-hash": "ab" * 32})
     assert r.status_code == 201, r.text
     r = api.post(path, json=events[4], headers={"x-expected-prev-chain-hash": events[3]["chainHash"]})
@@ -88,7 +92,7 @@ def test_client_finalized_events_honour_the_expected_head_header(env: tuple[Data
                                                     "x-expected-prev-chain-hash": events[4]["chainHash"]})
     assert again.status_code == 201 and again.headers.get("idempotent-replayed") == "true", again.text
     assert again.json() == r.json()
-    assert api.get(f"/v1/jobs/{job_id}").json()["version"] == 6
+    assert api.get(path.removesuffix("/events")).json()["version"] == 6
 
 
 def test_an_unsigned_server_signed_event_is_refused_and_its_draft_is_signed(env: tuple[Database, Any]) -> None:
@@ -96,12 +100,8 @@ def test_an_unsigned_server_signed_event_is_refused_and_its_draft_is_signed(env:
     events require signature"); settlekit too, with nothing written. The same content as a server draft is
     accepted and stored with the server's signature."""
     db, api = env
-    vector = load_vector("settle_completed.json")
-    for signer in vector["signers"]:
-        api.post("/v1/keys", json={"publicKeyPem": signer["publicKeyPem"], "purpose": signer["role"]})
+    vector, path = _with_vector_keys(api, "settle_completed.json")
     events = vector["events"]
-    job_id = events[0]["streamId"]
-    path = f"/v1/jobs/{job_id}/events"
     assert api.post(path, json=events[0]).status_code == 201
     before = tenant_rows(db, TENANT_A)
     unsigned = dict(events[1], signature=None, signerKeyId=None)  # the chain does not cover the signature
