@@ -10,6 +10,7 @@ import pytest
 
 from conftest import load_vector
 from settlekit.store.db import Database
+from settlekit.store.idempotency import request_hash
 from support.api import TENANT_A, client, key_for, make_app, tenant_rows
 
 ACTOR = {"type": "system", "id": "ops"}
@@ -93,6 +94,25 @@ def test_client_finalized_events_honour_the_expected_head_header(env: tuple[Data
     assert again.status_code == 201 and again.headers.get("idempotent-replayed") == "true", again.text
     assert again.json() == r.json()
     assert api.get(path.removesuffix("/events")).json()["version"] == 6
+
+
+def test_a_key_stored_with_the_header_in_its_hash_still_replays(env: tuple[Database, Any]) -> None:
+    """Keys recorded while the expected-head header was part of a finalized request's hash still replay a retry
+    that sends the header."""
+    db, api = env
+    vector, path = _with_vector_keys(api, "settle_completed.json")
+    events = vector["events"]
+    assert api.post(path, json=events[0]).status_code == 201
+    first = api.post(path, json=events[1], headers={"Idempotency-Key": "k-old"})
+    assert first.status_code == 201, first.text
+    earlier = request_hash("POST", path, events[1], events[0]["chainHash"])
+    with db.transaction() as tx:
+        tx.execute("UPDATE idempotency_keys SET request_hash = ? WHERE idem_key = ?", (earlier, "k-old"))
+    again = api.post(path, json=events[1], headers={"Idempotency-Key": "k-old",
+                                                    "x-expected-prev-chain-hash": events[0]["chainHash"]})
+    assert again.status_code == 201 and again.headers.get("idempotent-replayed") == "true", again.text
+    assert again.json() == first.json()
+    assert api.get(path.removesuffix("/events")).json()["version"] == 2
 
 
 def test_an_unsigned_server_signed_event_is_refused_and_its_draft_is_signed(env: tuple[Database, Any]) -> None:

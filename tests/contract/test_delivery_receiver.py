@@ -91,6 +91,22 @@ def test_settlement_totals_must_exist(settlement: dict[str, Any]) -> None:
     assert exc.value.code == "WEBHOOK_BODY_INVALID"
 
 
+def test_settlement_totals_must_be_integral(settlement: dict[str, Any]) -> None:
+    doc = copy.deepcopy(settlement)
+    doc["settlement"]["totalsByAccountId"]["acct_cash"] += 0.5
+    with pytest.raises(WebhookVerificationError) as exc:
+        verify_artifact(rehash(doc))
+    assert exc.value.code == "WEBHOOK_BODY_INVALID"
+
+
+def test_totals_beyond_the_safe_range_are_doubles_and_checked_for_being_integral_only(
+        settlement: dict[str, Any]) -> None:
+    """settld sums beyond 2^53 cents in doubles, which need not balance to the cent: such totals are taken."""
+    doc = copy.deepcopy(settlement)
+    doc["settlement"]["totalsByAccountId"] = {"acct_a": 1.8014398509481984e16, "acct_b": -1.8014398509481982e16}
+    verify_artifact(rehash(doc))
+
+
 @pytest.mark.parametrize("body", [b"not json", b"\xff\xfe", b"[1,2]"])
 def test_bad_bodies(body: bytes) -> None:
     secret = generate_secret()

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import load_vector
 from settlekit.append import Appender, Idempotency
+from settlekit.append import idempotency as idempotent
 from settlekit.errors import (
     ConflictError,
     SettlekitError,
@@ -16,7 +17,9 @@ from settlekit.errors import (
     ValidationError,
     VerificationError,
 )
+from settlekit.events.canonical import storable_json
 from settlekit.events.envelope import Signer, finalize_chain, make_draft, parse_keys_file, verify_chain
+from settlekit.store import idempotency as idempotency_keys
 from settlekit.store.db import Database
 
 T = "tenant_a"
@@ -133,6 +136,35 @@ def test_idempotency(db: Database) -> None:
     # keys are per tenant
     other = store.append("tenant_b", "s", [draft(1)], expected_prev_chain_hash=None, idempotency=Idempotency("k1"))
     assert not other.replayed
+
+
+def test_idempotency_of_finalized_events_does_not_depend_on_an_expected_head(db: Database) -> None:
+    """Finalized events carry their head: a retry that adds or drops `expected_prev_chain_hash` is the same
+    request, and a key stored while that head was part of the hash still replays."""
+    signer = Signer.generate()
+    store = Appender(db)
+    store.signer_keys.register(T, signer.public_key_pem, "server")
+    events = finalize_chain([make_draft(stream_id="f", type="NOTE", actor=ACTOR, payload={"n": i})
+                             for i in range(3)], None, signer)
+    first = store.append(T, "f", [events[0]], expected_prev_chain_hash=None, idempotency=Idempotency("k1"))
+    again = store.append(T, "f", [events[0]], idempotency=Idempotency("k1"))
+    assert again.replayed and again.events == first.events
+    second = store.append(T, "f", [events[1]], idempotency=Idempotency("k2"))
+    again = store.append(T, "f", [events[1]], expected_prev_chain_hash=events[0]["chainHash"],
+                         idempotency=Idempotency("k2"))
+    assert again.replayed and again.events == second.events
+    # a key recorded under the earlier hash (the head included) answers a retry with the head given
+    legacy = Idempotency("k3")
+    earlier = idempotent.append_request_hash(legacy, "f", events[1]["chainHash"], None, [events[2]])
+    third = store.append(T, "f", [events[2]], idempotency=Idempotency("k3-new"))
+    with db.transaction() as tx:
+        idempotency_keys.record(tx, legacy.scope(T), earlier, 201, storable_json(third.to_json()))
+    again = store.append(T, "f", [events[2]], expected_prev_chain_hash=events[1]["chainHash"], idempotency=legacy)
+    assert again.replayed and again.events == third.events
+    with pytest.raises(ConflictError):  # another request under that key is still a conflict
+        store.append(T, "f", [events[1]], expected_prev_chain_hash=events[0]["chainHash"],
+                     idempotency=Idempotency("k3"))
+    assert len(store.streams.read_stream(T, "f")) == 3
 
 
 def test_tenancy_isolation(db: Database) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import VECTORS
 from settlekit.artifacts.build import build_all, derive_outbox
+from settlekit.delivery.receiver import verify_artifact
 from settlekit.events.canonical import canonical_json, parse_json
 from settlekit.jobs import process_job_events
 
@@ -41,3 +42,11 @@ def test_artifacts_equal_the_reference_byte_for_byte(path: Path) -> None:
 
 def test_there_are_runs() -> None:
     assert RUNS
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in RUNS])
+def test_the_webhook_receiver_verifies_the_reference_artifacts(path: Path) -> None:
+    """The receiver's checks (hash, integral totals, balance while the totals are safe integers) take what the
+    reference builds, doubles beyond 2^53 included."""
+    for artifact in _load(path)["artifacts"]:
+        verify_artifact(artifact)

@@ -44,7 +44,8 @@ _REQUEST_HEADERS: dict[str, dict[str, Any]] = {
         "description": "Server drafts: the chain hash the stream's head must have (`null` or empty: the stream "
                        "must not exist yet); without it a draft append answers 428 PRECONDITION_REQUIRED. Optional "
                        "with client-finalized events (they carry their prevChainHash): when given, the head must "
-                       "have it too, else 409 PREV_CHAIN_HASH_MISMATCH.",
+                       "have it too, else 409 PREV_CHAIN_HASH_MISMATCH; it is then not part of an idempotent "
+                       "request's identity.",
         "schema": {"type": "string", "maxLength": 128}},
     "x-proxy-expected-prev-chain-hash": {"description": "The reference API's name of x-expected-prev-chain-hash; "
                                                         "ignored with client-finalized events, as settld does.",

@@ -24,6 +24,7 @@ from settlekit.append.policy import (
     check_not_in_future,
     check_server_draft_actor,
     check_server_draft_type,
+    check_server_signed_actor,
     check_signer,
 )
 from settlekit.append.result import AppendResult
@@ -221,6 +222,8 @@ class Appender:
         if idempotency is not None:
             # finalized events carry their head in the body: a header beside them is not part of the request's
             # identity (a retry with or without it is the same request)
+            if client_finalized:
+                self._accept_earlier_hash(idempotency, stream_id, items, expected_prev_chain_hash, expected_version)
             replay = yield from self._prepared_replay(
                 request, idempotency, items, _MISSING if client_finalized else expected_prev_chain_hash,
                 expected_version)
@@ -255,6 +258,15 @@ class Appender:
                            None if expected_prev_chain_hash is _MISSING else expected_prev_chain_hash,
                            expected_version, items)
         return (yield from self._stored_answer(request))
+
+    @staticmethod
+    def _accept_earlier_hash(idempotency: Idempotency, stream_id: str, items: Sequence[Mapping[str, Any]],
+                             expected_prev_chain_hash: Any, expected_version: int | None) -> None:
+        """Keys stored while an expected head given with finalized events was part of their hash still replay."""
+        if expected_prev_chain_hash is _MISSING or idempotency.request_hash is not None:
+            return
+        idempotency.earlier_hashes = (idempotent.append_request_hash(
+            idempotency, stream_id, expected_prev_chain_hash, expected_version, items),)
 
     def _stored_answer(self, request: _Request) -> _Flow:
         """The answer recorded under the request's idempotency key, if it has one and it is recorded."""
@@ -361,6 +373,7 @@ class Appender:
         for i, event in enumerate(events):
             verify_link(event, link, i, lambda kid: _public_key(keys, kid))
             required = self.domain.required_signer(event["type"], event["actor"]["type"])
+            check_server_signed_actor(event, i, required)
             unsigned += not check_signer(event, i, keys, required, policy)
             link = event["chainHash"]
         result = yield from self._commit(request, events, None, prev=prev, expected_version=expected_version,

@@ -28,6 +28,8 @@ class Idempotency:
     endpoint: str = "append"
     request_hash: str | None = None
     ttl_days: int = 30
+    # hashes an earlier release gave this very request: a key stored under one of them still replays
+    earlier_hashes: tuple[str, ...] = ()
 
     def scope(self, tenant_id: str) -> idempotency_keys.KeyScope:
         return idempotency_keys.KeyScope(tenant_id, self.principal_id, self.endpoint, self.key)
@@ -39,10 +41,17 @@ def prepare(idem: Idempotency, stream_id: str, expected_prev_chain_hash: str | N
     if not idem.key or len(idem.key) > MAX_KEY_LENGTH:
         raise ValidationError(f"idempotency key must be 1..{MAX_KEY_LENGTH} characters", code="SCHEMA_INVALID")
     if idem.request_hash is None:
-        idem.request_hash = canonical_hash({
-            "endpoint": idem.endpoint, "streamId": stream_id, "expectedPrevChainHash": expected_prev_chain_hash,
-            "expectedVersion": expected_version, "body": [dict(i) for i in items],
-        })
+        idem.request_hash = append_request_hash(idem, stream_id, expected_prev_chain_hash, expected_version, items)
+
+
+def append_request_hash(idem: Idempotency, stream_id: str, expected_prev_chain_hash: str | None,
+                        expected_version: int | None, items: Sequence[Mapping[str, Any]]) -> str:
+    """The hash that identifies an append request under its key (Python callers; the API hashes its HTTP
+    request)."""
+    return canonical_hash({
+        "endpoint": idem.endpoint, "streamId": stream_id, "expectedPrevChainHash": expected_prev_chain_hash,
+        "expectedVersion": expected_version, "body": [dict(i) for i in items],
+    })
 
 
 def replay(db: Database, tenant_id: str, idem: Idempotency) -> AppendResult | None:
@@ -51,7 +60,7 @@ def replay(db: Database, tenant_id: str, idem: Idempotency) -> AppendResult | No
     assert idem.request_hash is not None
     with db.query() as tx:
         stored = idempotency_keys.find(tx, idem.scope(tenant_id), idem.request_hash,
-                                       conflict_code="IDEMPOTENCY_KEY_REUSED")
+                                       conflict_code="IDEMPOTENCY_KEY_REUSED", also=idem.earlier_hashes)
     return None if stored is None else AppendResult.from_json(stored.body, replayed=True)
 
 

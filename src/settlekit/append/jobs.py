@@ -10,7 +10,6 @@ from typing import Any
 
 from settlekit.append.appender import Appender
 from settlekit.append.domain import DomainOutcome, DomainRead
-from settlekit.errors import SignerPolicyError
 from settlekit.events.envelope import Event
 from settlekit.jobs import (
     deserialize_state,
@@ -18,7 +17,6 @@ from settlekit.jobs import (
     require_known_event_type,
     required_signer_kind,
     settlement_proof_ref_for,
-    signer_policy,
 )
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import ContractResolver, contract_resolver
@@ -31,20 +29,6 @@ _STREAM_TYPE_BY_PREFIX = (
     ("OPERATOR_SHIFT_", "operator"), ("MONTH_", "month"), ("TENANT_POLICY_", "governance"),
     ("SERVER_SIGNER_KEY_", "governance"), ("INSURER_REIMBURSEMENT_", "finance"),
 )
-
-# the actor type a `server_or_X` type may not carry (settld: "server_or_operator events may not use
-# actor.type=robot"): its signer is the server or X, never the other entity
-_ACTOR_EXCLUDED_BY_POLICY = {"server_or_operator": "robot", "server_or_robot": "operator"}
-
-
-def check_actor_fits_signer_policy(event: Event, index: int) -> None:
-    """Refuse an event whose actor its type's signer policy excludes (SIGNER_POLICY_VIOLATION)."""
-    actor_type = event["actor"]["type"]
-    policy = signer_policy(event["type"])
-    if _ACTOR_EXCLUDED_BY_POLICY.get(policy) == actor_type:
-        raise SignerPolicyError(f"event {index}: {event['type']} may not carry a {actor_type} actor ({policy} type)",
-                                index=index, eventType=event["type"], actorType=actor_type)
-
 
 class JobStreamDomain:
     """StreamDomain for settlekit: job streams get the reducer and ledger; other streams get type and signer
@@ -89,9 +73,8 @@ class JobStreamDomain:
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
                 events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None
                 ) -> DomainOutcome:
-        for i, event in enumerate(events):
+        for event in events:
             require_known_event_type(event["type"])
-            check_actor_fits_signer_policy(event, i)
         is_job = (snapshot is not None and "snapshot" in snapshot) or (snapshot is None
                                                                        and events[0]["type"] == "JOB_CREATED")
         if not is_job:

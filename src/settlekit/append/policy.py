@@ -52,6 +52,16 @@ def check_server_draft_actor(draft: Event, index: int) -> None:
                                 index=index, actorType=actor_type)
 
 
+def check_server_signed_actor(event: Event, index: int, required: str | None) -> None:
+    """An event the server signs (`required`: its type's signer, resolved by its actor) cannot carry a robot or
+    operator actor, whoever signed it: settld refuses a server type with such an actor, a server_or_operator type
+    with a robot actor and a server_or_robot type with an operator actor."""
+    actor_type = event["actor"]["type"]
+    if required == "server" and actor_type in ("robot", "operator"):
+        raise SignerPolicyError(f"event {index}: {event['type']} is signed by the server and cannot carry a "
+                                f"{actor_type} actor", index=index, eventType=event["type"], actorType=actor_type)
+
+
 def check_server_draft_type(draft: Event, index: int, required: str | None) -> None:
     """Nor can it be of a type that needs a robot's or an operator's key (`required`: the type's signer)."""
     if required in ("robot", "operator"):

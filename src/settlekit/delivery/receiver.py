@@ -33,6 +33,7 @@ from settlekit.delivery.signing import (
 )
 from settlekit.errors import CanonicalJsonError, SettlekitError
 from settlekit.events.canonical import canonical_hash, parse_json
+from settlekit.events.js import js_is_safe_integer
 
 SETTLEMENT_TYPE: Final = "SettlementStatement.v1"
 MAX_BODY_BYTES: Final = 10 * 1024 * 1024
@@ -49,7 +50,8 @@ def parse_webhook_body(body: bytes) -> Any:
 
 
 def verify_artifact(doc: Any) -> None:
-    """Recompute `artifactHash` (04 §3); for SettlementStatement require totalsByAccountId to sum to 0."""
+    """Recompute `artifactHash` (04 §3); for SettlementStatement require totalsByAccountId to be integral and,
+    while they are safe integers, to sum to 0."""
     if not isinstance(doc, dict):
         raise WebhookVerificationError("artifact body is not a JSON object", reason="bad_json")
     claimed = doc.get("artifactHash")
@@ -75,13 +77,15 @@ def verify_artifact(doc: Any) -> None:
                 "SettlementStatement has no settlement.totalsByAccountId", reason="bad_json"
             )
         amounts = list(totals.values())
-        if not all(type(a) is int for a in amounts):
+        if not all(type(a) is int or (type(a) is float and a.is_integer()) for a in amounts):
             raise WebhookVerificationError("settlement totals must be integer cents", reason="bad_json")
-        if sum(amounts) != 0:
+        # beyond 2^53 cents settld's totals are IEEE double sums (as the builders reproduce), which need not
+        # balance to the cent: the balance is checked exactly when every total is a safe integer
+        if all(js_is_safe_integer(a) for a in amounts) and sum(int(a) for a in amounts) != 0:
             raise WebhookVerificationError(
                 "settlement totals by account do not sum to zero",
                 reason="unbalanced_settlement",
-                sum=sum(amounts),
+                sum=sum(int(a) for a in amounts),
                 artifact_id=doc.get("artifactId"),
             )
 

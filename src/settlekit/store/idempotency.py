@@ -101,13 +101,14 @@ def _read(tx: Tx, scope: KeyScope) -> tuple[str, int, str, Any] | None:
     return None if row is None else (row[0], int(row[1]), row[2], row[3])
 
 
-def find(tx: Tx, scope: KeyScope, hashed: str, *, conflict_code: str = "IDEMPOTENCY_CONFLICT") -> Stored | None:
+def find(tx: Tx, scope: KeyScope, hashed: str, *, conflict_code: str = "IDEMPOTENCY_CONFLICT",
+         also: tuple[str, ...] = ()) -> Stored | None:
     """The stored answer for a completed key; None when the key is unused or reserved (in progress).
-    ConflictError when the key was used with a different request."""
+    ConflictError when the key was used with a different request (`also`: other hashes of the same request)."""
     row = _read(tx, scope)
     if row is None:
         return None
-    if row[0] != hashed:
+    if row[0] != hashed and row[0] not in also:
         raise _conflict(scope, conflict_code)
     if row[1] == PENDING:
         return None

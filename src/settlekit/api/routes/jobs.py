@@ -153,9 +153,13 @@ async def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, i
     idem = None
     if idem_key is not None:
         path = request.url.path
+        target = request_target(request)
         idem = Idempotency(key=idem_key, principal_id=key.key_id, endpoint=f"POST {path}",
-                           request_hash=request_hash("POST", request_target(request), body,
+                           request_hash=request_hash("POST", target, body,
                                                      expected if expected_given and not finalized else None))
+        if finalized and expected_given:
+            # keys stored while the header was hashed with finalized events too still replay
+            idem.earlier_hashes = (request_hash("POST", target, body, expected),)
     options: AppendOptions = {"idempotency": idem, "precondition": precondition, "prefetched": prefetched}
     if expected_given:
         options["expected_prev_chain_hash"] = expected
