@@ -89,11 +89,16 @@ def test_client_finalized_events_honour_the_expected_head_header(env: tuple[Data
     # (the spool's flusher sends it) is the same request
     r = api.post(path, json=events[5], headers={"Idempotency-Key": "k-finalized"})
     assert r.status_code == 201, r.text
-    again = api.post(path, json=events[5], headers={"Idempotency-Key": "k-finalized",
-                                                    "x-expected-prev-chain-hash": events[4]["chainHash"]})
+    _assert_replayed_with_header(api, path, events[5], "k-finalized", events[4]["chainHash"], r.json(), version=6)
+
+
+def _assert_replayed_with_header(api: Any, path: str, event: dict[str, Any], key: str, head: str,
+                                 answer: Any, *, version: int) -> None:
+    """A retry of `event` under `key` that sends the expected-head header replays `answer`; nothing is added."""
+    again = api.post(path, json=event, headers={"Idempotency-Key": key, "x-expected-prev-chain-hash": head})
     assert again.status_code == 201 and again.headers.get("idempotent-replayed") == "true", again.text
-    assert again.json() == r.json()
-    assert api.get(path.removesuffix("/events")).json()["version"] == 6
+    assert again.json() == answer
+    assert api.get(path.removesuffix("/events")).json()["version"] == version
 
 
 def test_a_key_stored_with_the_header_in_its_hash_still_replays(env: tuple[Database, Any]) -> None:
@@ -108,11 +113,7 @@ def test_a_key_stored_with_the_header_in_its_hash_still_replays(env: tuple[Datab
     earlier = request_hash("POST", path, events[1], events[0]["chainHash"])
     with db.transaction() as tx:
         tx.execute("UPDATE idempotency_keys SET request_hash = ? WHERE idem_key = ?", (earlier, "k-old"))
-    again = api.post(path, json=events[1], headers={"Idempotency-Key": "k-old",
-                                                    "x-expected-prev-chain-hash": events[0]["chainHash"]})
-    assert again.status_code == 201 and again.headers.get("idempotent-replayed") == "true", again.text
-    assert again.json() == first.json()
-    assert api.get(path.removesuffix("/events")).json()["version"] == 2
+    _assert_replayed_with_header(api, path, events[1], "k-old", events[0]["chainHash"], first.json(), version=2)
 
 
 def test_an_unsigned_server_signed_event_is_refused_and_its_draft_is_signed(env: tuple[Database, Any]) -> None:
