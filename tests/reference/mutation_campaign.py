@@ -1,0 +1,185 @@
+"""Mutation differential against the settld 0.1.0 reference (a tool, not collected by pytest).
+
+Takes random differential-corpus streams, mutates them (payload numbers perturbed, often near 2**53; events
+dropped, duplicated, swapped or copied in from other streams; times shifted), re-chains them unsigned, and runs
+them through the reference under node (ledger_xcheck.mjs, artifacts_xcheck.mjs) and through settlekit's offline
+core. Where both accept a stream it compares ledger entries, posting errors, outbox and artifact bytes; where
+either refuses, it compares where. Streams that differ are written to OUT for a closer look (and, once fixed, for
+tests/vectors/reference_runs/).
+
+    python tests/reference/mutation_campaign.py SETTLD_DIR [--streams 500] [--seed 1] [--out /tmp/mutations]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from conftest import differential_corpus, load_differential  # noqa: E402
+from settlekit.artifacts.build import build_all, derive_outbox  # noqa: E402
+from settlekit.errors import SettlekitError  # noqa: E402
+from settlekit.events.canonical import canonical_json, parse_json  # noqa: E402
+from settlekit.events.envelope import finalize  # noqa: E402
+from settlekit.jobs import process_job_events  # noqa: E402
+
+GENERATED_AT = "2026-02-01T00:00:00.000Z"
+NUMBERS = [0, 1, -1, 2, 3, 5, 7, 49, 50, 51, 99, 100, 101, 333, 999, 1000, 1001, 12345, 2**31, 10**12, 10**15,
+           3 * 10**15, 2**52 + 1, 2**53 - 1, 2**53 - 1]
+SHIFTS = [-86400 * 40, -3600, -1, 1, 3600, 86400 * 3, 86400 * 40]
+ENVELOPE_DRAFT_FIELDS = ("v", "id", "at", "streamId", "type", "actor", "payload")
+
+
+class Mutator:
+    def __init__(self, rnd: random.Random, names: list[str]):
+        self.rnd = rnd
+        self.names = names
+
+    def number(self, x: Any) -> Any:
+        if type(x) is not int:
+            return x
+        r = self.rnd.random()
+        if r < 0.3:
+            return self.rnd.choice(NUMBERS)
+        if r < 0.5:
+            return x * self.rnd.choice([2, 3, 10, -1])
+        if r < 0.7:
+            return x + self.rnd.choice([-1, 1, -100, 100])
+        return x
+
+    def value(self, x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: self.value(v) if self.rnd.random() < 0.4 else v for k, v in x.items()}
+        if isinstance(x, list):
+            return [self.value(v) if self.rnd.random() < 0.4 else v for v in x]
+        return self.number(x)
+
+    def stream(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = [dict(e) for e in events]
+        for _ in range(self.rnd.randint(1, 3)):
+            op, i = self.rnd.random(), self.rnd.randrange(1, len(out)) if len(out) > 1 else 0
+            if op < 0.45:
+                out[i]["payload"] = self.value(copy.deepcopy(out[i]["payload"]))
+            elif op < 0.55:
+                out.insert(i, self.foreign(out[0]["streamId"]))
+            elif op < 0.65 and len(out) > 2:
+                del out[i]
+            elif op < 0.7:
+                out.insert(i + 1, {**out[i], "id": out[i]["id"] + "_dup"})
+            elif op < 0.8 and i + 1 < len(out):
+                out[i], out[i + 1] = out[i + 1], out[i]
+            else:
+                delta = self.rnd.choice(SHIFTS)
+                for j in range(i, len(out)):
+                    out[j]["at"] = _shifted(out[j]["at"], delta)
+        chained, prev = [], None
+        for e in out:
+            event = finalize({k: e[k] for k in ENVELOPE_DRAFT_FIELDS}, prev)
+            prev = event["chainHash"]
+            chained.append(event)
+        return chained
+
+    def foreign(self, stream_id: str) -> dict[str, Any]:
+        """An event of another corpus stream, moved into this one."""
+        event = dict(self.rnd.choice(load_differential(self.rnd.choice(self.names))["events"][1:]))
+        event["streamId"], event["id"] = stream_id, event["id"] + "_ins"
+        if isinstance(event.get("payload"), dict) and "jobId" in event["payload"]:
+            event["payload"] = {**event["payload"], "jobId": stream_id}
+        return event
+
+
+def _shifted(at: str, seconds: int) -> str:
+    t = datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ") + timedelta(seconds=seconds)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def _reference(settld: str, streams: list[list[dict[str, Any]]], work: Path) -> tuple[list[Any], list[Any]]:
+    source, answer = work / "streams.json", work / "artifacts.json"
+    source.write_text(json.dumps(streams), encoding="utf-8")  # ASCII escapes keep lone surrogates
+    ledger = subprocess.run(["node", str(HERE / "ledger_xcheck.mjs"), settld, str(source)], capture_output=True,
+                            text=True, check=True)
+    subprocess.run(["node", str(HERE / "artifacts_xcheck.mjs"), settld, str(source), GENERATED_AT, str(answer)],
+                   capture_output=True, text=True, check=True)
+    return parse_json(ledger.stdout), parse_json(answer.read_text(encoding="utf-8"))
+
+
+def _first_refusal(events: list[dict[str, Any]]) -> tuple[int | None, str | None]:
+    state = None
+    for i, event in enumerate(events):
+        try:
+            state = process_job_events(state, [event]).state
+        except SettlekitError as exc:
+            return i, str(exc)
+    return None, None
+
+
+def _differences(events: list[dict[str, Any]], ledger: Any, artifacts: Any) -> list[str]:
+    mine = process_job_events(None, events)
+    found = []
+    if canonical_json(mine.ledger_entries) != canonical_json(ledger["entries"]):
+        found.append("ledger entries")
+    if [(x["eventId"], x["error"]["message"]) for x in mine.ledger_errors] != [
+            (x["eventId"], x["message"]) for x in ledger["errors"]]:
+        found.append("posting errors")
+    if artifacts["error"] is not None:
+        return found + [f"reference artifact worker failed: {artifacts['error']}"]
+    if derive_outbox(events) != artifacts["outbox"]:
+        found.append("outbox")
+    try:
+        built = build_all(events, generated_at=GENERATED_AT)
+    except SettlekitError as exc:
+        return found + [f"settlekit could not build the artifacts: {exc}"]
+    if [canonical_json(a) for a in built] != [canonical_json(a) for a in artifacts["artifacts"]]:
+        found.append("artifact bytes")
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("settld", help="a checkout of settld 0.1.0 (commit 7fcd6f0)")
+    parser.add_argument("--streams", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "mutations")
+    args = parser.parse_args()
+    rnd = random.Random(args.seed)
+    names = list(differential_corpus())
+    mutator = Mutator(rnd, names)
+    streams = [mutator.stream(load_differential(rnd.choice(names))["events"]) for _ in range(args.streams)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    ledgers, artifacts = _reference(args.settld, streams, args.out)
+    tally: Counter[str] = Counter()
+    for n, (events, ledger, built) in enumerate(zip(streams, ledgers, artifacts, strict=True)):
+        theirs = ledger["reduceError"]["index"] if ledger["reduceError"] else None
+        mine, why = _first_refusal(events)
+        found: list[str] = []
+        if theirs is None and mine is None:
+            found = _differences(events, ledger, built)
+            tally["compared"] += 1
+        elif theirs == mine:
+            tally["both refused the same event"] += 1
+        elif mine is not None and (theirs is None or mine < theirs):
+            tally["settlekit refused earlier (payload validation?)"] += 1
+            print(f"stream {n}: settlekit refused event {mine} ({why}); the reference's reducer went on")
+        else:
+            found = [f"the reference refused event {theirs} ({ledger['reduceError']['message']}), settlekit did not"]
+        if found:
+            tally["DIFFERENT"] += 1
+            path = args.out / f"stream_{args.seed}_{n}.json"
+            path.write_text(json.dumps(events), encoding="utf-8")
+            print(f"stream {n}: {'; '.join(found)} -> {path}")
+    print(json.dumps(dict(tally)))
+    return 1 if tally["DIFFERENT"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
