@@ -30,6 +30,7 @@ _STREAM_TYPE_BY_PREFIX = (
     ("SERVER_SIGNER_KEY_", "governance"), ("INSURER_REIMBURSEMENT_", "finance"),
 )
 
+
 class JobStreamDomain:
     """StreamDomain for settlekit: job streams get the reducer and ledger; other streams get type and signer
     checks only. `contracts(tenant, hash)` resolves the operator contract a job pins (party ids, split plans).
