@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 
 from conftest import load_vector
+from settlekit.events.canonical import canonical_hash
+from settlekit.events.envelope import Signer, finalize
+from settlekit.jobs.api_payloads import api_payload_error
 from settlekit.store.db import Database
 from settlekit.store.idempotency import request_hash
 from support.api import TENANT_A, client, key_for, make_app, tenant_rows
@@ -139,6 +142,50 @@ def test_an_unsigned_server_signed_event_is_refused_and_its_draft_is_signed(env:
     assert stored["signerKeyId"] not in {s["keyId"] for s in vector["signers"]}
 
 
+def test_a_payload_settlds_validators_refuse_is_refused_with_their_message(env: tuple[Database, Any]) -> None:
+    """A signed client-finalized JOB_HEARTBEAT with a field settld's validator does not know: 400 SCHEMA_INVALID,
+    settld's message, nothing written; the event as recorded is then accepted."""
+    db, api = env
+    vector, path = _with_vector_keys(api, "settle_completed.json")
+    events = vector["events"]
+    for event in events[:9]:
+        assert api.post(path, json=event).status_code == 201
+    robot = next(s for s in vector["signers"] if s["role"] == "robot")
+    original = events[9]
+    assert original["type"] == "JOB_HEARTBEAT"
+    draft = {k: original[k] for k in ("v", "id", "at", "streamId", "type", "actor")}
+    changed = finalize({**draft, "payload": {**original["payload"], "battery": 80}}, original["prevChainHash"],
+                       Signer.from_pem(robot["privateKeyPem"], robot["publicKeyPem"]))
+    before = tenant_rows(db, TENANT_A)
+    r = api.post(path, json=changed)
+    assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID", r.text
+    assert r.json()["detail"] == "payload contains unknown field: battery"
+    assert r.json()["details"] == {"eventType": "JOB_HEARTBEAT", "rule": "settld-api-validator"}
+    assert tenant_rows(db, TENANT_A) == before
+    assert api.post(path, json=original).status_code == 201
+
+
+def test_a_booked_draft_gets_its_policy_snapshot_and_hash(env: tuple[Database, Any]) -> None:
+    """settld accepts BOOKED only with policySnapshot and policyHash (its booking route computes them); a BOOKED
+    server draft without them is completed with settld's default credit and evidence policies."""
+    db, api = env
+    created = api.post("/v1/jobs", json={"jobId": "job_book", "payload": {"templateId": "t"}}).json()
+    path = "/v1/jobs/job_book/events"
+    head = api.post(path, json=QUOTE, headers={"x-expected-prev-chain-hash": created["headChainHash"]}).json()
+    booked = load_vector("settle_completed.json")["events"][2]["payload"]
+    lean = {k: v for k, v in booked.items()
+            if k not in ("policySnapshot", "policyHash", "creditPolicy", "evidencePolicy")}
+    r = api.post(path, json={"type": "BOOKED", "actor": ACTOR, "payload": lean},
+                 headers={"x-expected-prev-chain-hash": head["headChainHash"]})
+    assert r.status_code == 201, r.text
+    stored = api.get(path).json()["events"][-1]["payload"]
+    assert stored["creditPolicy"] == {"enabled": False, "defaultAmountCents": 0, "maxAmountCents": 0,
+                                      "currency": "USD"}
+    assert stored["evidencePolicy"] == {"retentionDays": 0}
+    assert stored["policyHash"] == canonical_hash(stored["policySnapshot"])
+    assert api_payload_error("BOOKED", stored) is None
+
+
 def test_server_draft_precondition(env: tuple[Database, Any]) -> None:
     db, api = env
     r = api.post("/v1/jobs", json={"payload": {"templateId": "reset_lite", "constraints": {}}})
@@ -178,7 +225,10 @@ def _bad_requests(head: str) -> list[tuple[dict[str, Any], int, str]]:
         ({"json": "a string", "headers": h}, 400, "SCHEMA_INVALID"),
         ({"json": {**QUOTE, "type": "NOT_A_TYPE"}, "headers": h}, 400, "EVENT_TYPE_UNKNOWN"),
         ({"json": {**QUOTE, "payload": {"amountCents": "lots", "currency": "USD"}}, "headers": h}, 400, ""),
-        ({"json": {"type": "BOOKED", "actor": ACTOR, "payload": {}}, "headers": h}, 409, "INVALID_TRANSITION"),
+        # settld's payload validators run before the transition check
+        ({"json": {"type": "BOOKED", "actor": ACTOR, "payload": {}}, "headers": h}, 400, "SCHEMA_INVALID"),
+        ({"json": {"type": "MATCHED", "actor": ACTOR, "payload": {"robotId": "rob_1"}}, "headers": h}, 409,
+         "INVALID_TRANSITION"),
         ({"json": {"type": "EN_ROUTE", "actor": {"type": "robot", "id": "r"}, "payload": {}}, "headers": h},
          400, "SIGNER_POLICY_VIOLATION"),
         ({"json": {**QUOTE, "payload": {"blob": "x" * 70_000}}, "headers": h}, 413, "PAYLOAD_TOO_LARGE"),

@@ -24,7 +24,8 @@ def dispatch_drafts(job_id: str, robot_id: str) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
     window = {"startAt": _iso(now - timedelta(hours=1)), "endAt": _iso(now + timedelta(hours=8))}
     booked = {**window, "environmentTier": "ENV_MANAGED_BUILDING", "requiresOperatorCoverage": False,
-              "zoneId": "zone_a", "sla": {"slaVersion": 1, "maxStallMs": 300000}, "customerId": "cust_1",
+              "zoneId": "zone_a", "sla": {"slaVersion": 1, "mustStartWithinWindow": True, "maxStallMs": 300000,
+                      "maxExecutionMs": 28800000}, "customerId": "cust_1",
               "siteId": "site_1", "contractId": "contract_default", "contractVersion": 1}
     plan = {"jobId": job_id, "accessPlanId": "ap_1", "method": "BUILDING_CONCIERGE", "credentialRef": "vault://ap_1",
             "scope": {"areas": ["lobby"], "noGo": []}, "validFrom": window["startAt"], "validTo": window["endAt"],

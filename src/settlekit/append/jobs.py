@@ -18,6 +18,7 @@ from settlekit.jobs import (
     required_signer_kind,
     settlement_proof_ref_for,
 )
+from settlekit.jobs.booking import complete_booking_draft
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import ContractResolver, contract_resolver
 from settlekit.store.db import Database, Tx
@@ -53,12 +54,15 @@ class JobStreamDomain:
         return "job"  # any other job-stream type as a first event is refused by the reducer
 
     def prepare_drafts(self, snapshot: dict[str, Any] | None, drafts: list[Event]) -> list[Event]:
-        """Complete server drafts: SETTLED gets its settlementProofRef from the current state."""
+        """Complete server drafts: SETTLED gets its settlementProofRef from the current state; BOOKED its policy
+        snapshot and hash (`settlekit.jobs.booking`)."""
         if snapshot is None:
             return drafts
         out = []
         for draft in drafts:
             payload = draft.get("payload")
+            if draft["type"] == "BOOKED" and isinstance(payload, dict):
+                draft = {**draft, "payload": complete_booking_draft(payload)}
             if draft["type"] == "SETTLED" and (payload is None or (isinstance(payload, dict)
                                                                     and "settlementProofRef" not in payload)):
                 ref = settlement_proof_ref_for(deserialize_state(snapshot))

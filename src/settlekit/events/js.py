@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any
 
-from settlekit.events.canonical import MAX_SAFE_INTEGER
+from settlekit.events.canonical import MAX_SAFE_INTEGER, js_number
 from settlekit.events.collation import sort_key
+from settlekit.events.js_date import js_date_parse_ms
 
 
 def get(obj: Any, key: str) -> Any:
@@ -92,14 +92,30 @@ def locale_key(s: str) -> bytes:
     return sort_key(s)
 
 
+def _to_string(v: Any) -> str | None:
+    """`String(v)` for a parsed JSON value (arrays join their elements with ","; null and undefined elements are
+    empty); None for a value JSON cannot hold."""
+    if type(v) is str:
+        return v
+    if v is None:
+        return "null"
+    if type(v) is bool:
+        return "true" if v else "false"
+    if type(v) is int:
+        return str(v) if -MAX_SAFE_INTEGER <= v <= MAX_SAFE_INTEGER else js_number(float(v))
+    if type(v) is float:
+        return js_number(v) if math.isfinite(v) else "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
+    if type(v) is list:
+        parts = ["" if x is None else _to_string(x) for x in v]
+        return None if None in parts else ",".join(p for p in parts if p is not None)
+    if type(v) is dict:
+        return "[object Object]"
+    return None
+
+
 def date_parse_ms(v: Any) -> float:
-    """`Date.parse(String(v ?? ""))` for ISO-8601 instants; NaN when unparseable."""
-    if type(v) is not str or not v:
-        return math.nan
-    try:
-        dt = datetime.fromisoformat(v)
-    except ValueError:
-        return math.nan
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)  # JS would use local time; settlekit stays deterministic
-    return dt.timestamp() * 1000.0
+    """`Date.parse(String(v ?? ""))`, which is `Date.parse(v)` for any JSON value: milliseconds since the epoch as
+    node 20 computes them (see `settlekit.events.js_date`; local time is UTC), NaN when V8 refuses the string.
+    Non-strings go through their JS string: 2026 is the year 2026, ["2026-01-05"] that date, null and absent NaN."""
+    s = "" if v is None else _to_string(v)
+    return math.nan if s is None else js_date_parse_ms(s)

@@ -1,6 +1,7 @@
 """The pure step the offline tools and the store's append transaction run.
 
-For each event, in layers (as settld 0.1.0): (a) payload validation and the transition check, which raise;
+For each event, in layers (as settld 0.1.0): on the live path only, settld's API payload validators
+(`api_payloads`), which raise; (a) payload validation and the transition check, which raise;
 (c) on the live path only (`live=True`), the API's own append-time domain rules (`server_rules`), which raise;
 then (b) the ledger postings from the state *before* the event: a posting rule that raises is *recorded* in
 `ledger_errors` and the event goes on without an entry (settld records the error and goes on); then the
@@ -16,6 +17,7 @@ from typing import Any
 
 from settlekit.errors import ValidationError
 from settlekit.jobs import server_rules
+from settlekit.jobs.api_payloads import check_api_payload
 from settlekit.jobs.reducer import (
     JobState,
     _step,
@@ -130,8 +132,8 @@ def process_job_events(
     `contract_doc`: the operator contract document resolved by the store from `operatorContractHash`, if any.
     `contract_resolver`: instead of a fixed document, look up the job's `operatorContractHash` (as of each
     entry) — the document's party ids apply, and its split plan is executed when `connect.enabled` is true.
-    `live`: also apply the API's append-time domain rules (`server_rules.check`), for the store's append
-    path; offline tools leave it False.
+    `live`: also apply settld's API payload validators (`api_payloads`) and its append-time domain rules
+    (`server_rules.check`), for the store's append path; offline tools leave it False.
     Raises SettlekitError subclasses: EVENT_TYPE_UNKNOWN (400), SCHEMA_INVALID (400), INVALID_TRANSITION
     (409), and with `live` the server rule codes (`server_rules.ServerRuleViolation`). Posting errors never
     raise: they are returned in `ledger_errors`.
@@ -146,6 +148,8 @@ def process_job_events(
     rules = JOB_POSTING_RULES
     allocate = partial(_allocate_entry, tenant_id, contract_doc, contract_resolver) if with_allocations else None
     for event in events:
+        if live:
+            check_api_payload(server_rules.with_implied_fields(event))
         if state is None:
             state = initial_state(event)
             server_rules.observe(rule_facts, event)

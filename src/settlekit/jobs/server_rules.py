@@ -250,6 +250,54 @@ def _at(p: Mapping[str, Any], event: Event, field: str) -> None:
         raise _refuse("EVENT_TIME_MISMATCH", f"payload.{field} must match event.at")
 
 
+# The payload field each type's `_at` rule compares with event.at (for the types settld's API validators check).
+EVENT_TIME_FIELD: Final[Mapping[str, str]] = {
+    "PROOF_EVALUATED": "evaluatedAt",
+    "RISK_SCORED": "scoredAt",
+    "DISPATCH_REQUESTED": "requestedAt",
+    "DISPATCH_EVALUATED": "evaluatedAt",
+    "DISPATCH_CONFIRMED": "confirmedAt",
+    "DISPATCH_FAILED": "failedAt",
+    "OPERATOR_COVERAGE_RELEASED": "releasedAt",
+    "JOB_CANCELLED": "cancelledAt",
+    "EVIDENCE_VIEWED": "viewedAt",
+    "EVIDENCE_EXPIRED": "expiredAt",
+    "JOB_EXECUTION_STARTED": "startedAt",
+    "JOB_EXECUTION_COMPLETED": "completedAt",
+    "JOB_HEARTBEAT": "t",
+    "JOB_EXECUTION_STALLED": "detectedAt",
+    "JOB_EXECUTION_RESUMED": "resumedAt",
+    "JOB_EXECUTION_ABORTED": "abortedAt",
+    "ASSIST_REQUESTED": "requestedAt",
+    "ASSIST_QUEUED": "queuedAt",
+    "ASSIST_ASSIGNED": "assignedAt",
+    "ASSIST_ACCEPTED": "acceptedAt",
+    "ASSIST_DECLINED": "declinedAt",
+    "ASSIST_TIMEOUT": "timedOutAt",
+    "SLA_BREACH_DETECTED": "detectedAt",
+    "SLA_CREDIT_ISSUED": "issuedAt",
+}
+
+
+# settld's validators of these types refuse a payload.jobId field (the others require one).
+_WITHOUT_JOB_ID: Final = frozenset({"BOOKED", "RESERVED"})
+
+
+def with_implied_fields(event: Event) -> Event:
+    """The event as settld's API validators should see it under settlekit's two lenient rules: an absent
+    `payload.jobId` means this job, an absent event-time field means event.at. Present fields are untouched."""
+    p = event.get("payload")
+    if type(p) is not dict:
+        return event
+    implied: dict[str, Any] = {}
+    if "jobId" not in p and event.get("type") not in _WITHOUT_JOB_ID:
+        implied["jobId"] = event.get("streamId")
+    time_field = EVENT_TIME_FIELD.get(str(event.get("type")))
+    if time_field is not None and time_field not in p:
+        implied[time_field] = event.get("at")
+    return {**event, "payload": {**implied, **p}} if implied else event
+
+
 def _not_terminal(s: Mapping[str, Any]) -> None:
     if s["status"] in _TERMINAL:
         raise _refuse("JOB_TERMINAL", "job is terminal")

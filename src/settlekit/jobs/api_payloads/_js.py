@@ -1,0 +1,200 @@
+"""The checks settld's payload validators are built from, with JavaScript's value semantics.
+
+A payload is a dict decoded from JSON. `MISSING` stands for JavaScript's `undefined` (a key that is absent),
+`None` for `null`; the validators tell them apart, as settld's do (`x !== undefined` vs `x != null`). Every
+refusal raises `Rejected` with settld's message text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, NoReturn
+
+from settlekit.events import js
+from settlekit.events.js import date_parse_ms, js_is_safe_integer, js_string
+
+
+class _Missing:
+    """JavaScript's `undefined`: the value of an absent key."""
+
+    _instance: _Missing | None = None
+
+    def __new__(cls) -> _Missing:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+MISSING: Final = _Missing()
+
+
+class Rejected(Exception):
+    """A payload settld's validators refuse; `message` is settld's text."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def reject(message: str) -> NoReturn:
+    raise Rejected(message)
+
+
+def field(obj: Any, key: str) -> Any:
+    """`obj[key]`: MISSING when `obj` is a dict without the key (or not a dict)."""
+    if type(obj) is dict:
+        return obj.get(key, MISSING)
+    return MISSING
+
+
+def truthy(v: Any) -> bool:
+    """`Boolean(v)` (MISSING is falsy)."""
+    return v is not MISSING and js.truthy(v)
+
+
+def to_string(v: Any) -> str:
+    """`String(v)` for a JSON scalar (`"undefined"` for MISSING)."""
+    return "undefined" if v is MISSING else js_string(v)
+
+
+def is_nullish(v: Any) -> bool:
+    """`v == null` (null or undefined)."""
+    return v is None or v is MISSING
+
+
+# String.prototype.trim removes WhiteSpace and LineTerminator code points (ECMA-262 §22.1.3.32).
+_JS_SPACE: Final = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def js_trim(s: str) -> str:
+    return s.strip(_JS_SPACE)
+
+
+def is_string(v: Any) -> bool:
+    return type(v) is str
+
+
+def is_number(v: Any) -> bool:
+    """`typeof v === "number"` (never a bool)."""
+    return type(v) is int or type(v) is float
+
+
+def is_finite_number(v: Any) -> bool:
+    """`Number.isFinite(v)`."""
+    return type(v) is int or (type(v) is float and math.isfinite(v))
+
+
+def is_safe_integer(v: Any) -> bool:
+    """`Number.isSafeInteger(v)`."""
+    return js_is_safe_integer(v)
+
+
+def is_nonblank(v: Any) -> bool:
+    """`typeof v === "string" && v.trim() !== ""`."""
+    return type(v) is str and js_trim(v) != ""
+
+
+def utf16_length(s: str) -> int:
+    """`s.length`: UTF-16 code units."""
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def js_keys(obj: Mapping[str, Any]) -> list[str]:
+    """`Object.keys(obj)` for a parsed JSON object: array-index keys ascending, then the rest in insertion order."""
+    keys = list(obj)
+    index_keys = [k for k in keys if _is_array_index(k)]
+    if not index_keys:
+        return keys
+    index_keys.sort(key=int)
+    return index_keys + [k for k in keys if not _is_array_index(k)]
+
+
+def _is_array_index(key: str) -> bool:
+    return key.isascii() and key.isdigit() and (key == "0" or key[0] != "0") and int(key) < 2**32 - 1
+
+
+def date_parse(v: Any) -> float:
+    """`Date.parse(v)` for a string: milliseconds, NaN when unparseable."""
+    return date_parse_ms(v)
+
+
+# --- assertions (each settld core module has the same copies of these) ---
+
+
+def non_empty_string(v: Any, name: str) -> None:
+    if not is_nonblank(v):
+        reject(f"{name} must be a non-empty string")
+
+
+def plain_object(v: Any, name: str) -> None:
+    """`assertPlainObject`: a parsed JSON value is plain whenever it is an object."""
+    if type(v) is not dict:
+        reject(f"{name} must be an object")
+
+
+def only_fields(obj: Mapping[str, Any], allowed: Iterable[str], name: str) -> None:
+    """The first key of `obj` (in JS order) not in `allowed` is refused."""
+    allowed_set = allowed if isinstance(allowed, frozenset) else frozenset(allowed)
+    if all(key in allowed_set for key in obj):
+        return
+    for key in js_keys(obj):
+        if key not in allowed_set:
+            reject(f"{name} contains unknown field: {key}")
+
+
+def iso_date(v: Any, name: str) -> None:
+    non_empty_string(v, name)
+    if not math.isfinite(date_parse(v)):
+        reject(f"{name} must be an ISO date string")
+
+
+def safe_int(v: Any, name: str) -> None:
+    if not is_safe_integer(v):
+        reject(f"{name} must be a safe integer")
+
+
+def non_negative_cents(v: Any, name: str) -> None:
+    if not is_safe_integer(v) or v < 0:
+        reject(f"{name} must be a non-negative safe integer (cents)")
+
+
+def positive_cents(v: Any, name: str) -> None:
+    if not is_safe_integer(v) or v <= 0:
+        reject(f"{name} must be a positive safe integer (cents)")
+
+
+def positive_int(v: Any, name: str) -> None:
+    if not is_safe_integer(v) or v <= 0:
+        reject(f"{name} must be a positive safe integer")
+
+
+def nullable_non_empty_string(v: Any, name: str) -> None:
+    if is_nullish(v):
+        return
+    non_empty_string(v, name)
+
+
+def string_array(v: Any, name: str) -> None:
+    if type(v) is not list:
+        reject(f"{name} must be an array")
+    for item in v:
+        non_empty_string(item, f"{name}[]")
+
+
+_HEX64: Final = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def is_hex64(s: str) -> bool:
+    """`/^[a-f0-9]{64}$/i.test(s)`."""
+    return _HEX64.fullmatch(s) is not None

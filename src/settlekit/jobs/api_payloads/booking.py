@@ -1,0 +1,404 @@
+"""Payload checks for BOOKED and RESERVED, as settld's `core/booking.js` validates them (with the zone set rules of
+`core/zoneset.js` and the policy hash of `core/policy.js`)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, Final
+
+from settlekit.events.canonical import js_number, ordered_keys, quote_string
+from settlekit.events.js import utf16_key
+from settlekit.jobs.api_payloads._js import (
+    MISSING,
+    date_parse,
+    field,
+    is_finite_number,
+    is_hex64,
+    is_nullish,
+    is_number,
+    is_safe_integer,
+    iso_date,
+    js_keys,
+    js_trim,
+    non_empty_string,
+    only_fields,
+    plain_object,
+    reject,
+    truthy,
+)
+
+ENV_TIERS: Final = frozenset({"ENV_MANAGED_BUILDING", "ENV_HOSPITALITY", "ENV_OFFICE_AFTER_HOURS", "ENV_IN_HOME"})
+POLICY_SNAPSHOT_VERSION: Final = "PolicySnapshot.v1"
+ZONE_SET_VERSION: Final = "ZoneSet.v1"
+
+_BOOKED_FIELDS: Final = frozenset(
+    {
+        "paymentHoldId",
+        "startAt",
+        "endAt",
+        "environmentTier",
+        "requiresOperatorCoverage",
+        "zoneId",
+        "requiredZones",
+        "requiredZonesHash",
+        "sla",
+        "customerId",
+        "siteId",
+        "contractId",
+        "contractVersion",
+        "customerContractHash",
+        "customerCompilerId",
+        "creditPolicy",
+        "evidencePolicy",
+        "policySnapshot",
+        "policyHash",
+    }
+)
+_SLA_FIELDS: Final = frozenset({"slaVersion", "mustStartWithinWindow", "maxStallMs", "maxExecutionMs"})
+_CREDIT_FIELDS: Final = frozenset({"enabled", "defaultAmountCents", "maxAmountCents", "currency", "ladder"})
+_LADDER_TIER_FIELDS: Final = frozenset({"latenessMsGte", "amountCents"})
+_EVIDENCE_FIELDS: Final = frozenset({"retentionDays"})
+_RESERVED_FIELDS: Final = frozenset({"robotId", "startAt", "endAt", "reservationId", "reservedUntil"})
+_ZONE_SET_FIELDS: Final = frozenset({"schemaVersion", "zoneSetId", "zones"})
+_ZONE_FIELDS: Final = frozenset({"zoneId", "label", "areaSqFt"})
+
+# JS assigns every key with `out[key] = ...`; for the key "__proto__" that sets the prototype instead of a property.
+_PROTO_KEY: Final = "__proto__"
+
+
+# --- canonical JSON as settld's canonical-json.js computes it on parsed JSON ---
+
+
+def _is_negative_zero(value: Any) -> bool:
+    return type(value) is float and value == 0 and math.copysign(1.0, value) < 0
+
+
+def _canonical_number_error(value: Any) -> str | None:
+    if type(value) is float:
+        if not math.isfinite(value):
+            return "non-finite"
+        if _is_negative_zero(value):
+            return "-0"
+    return None
+
+
+def _check_canonicalizable(value: Any) -> None:
+    """canonicalJsonStringify's refusals, found in its order (object keys in sorted order, depth first)."""
+    problem = _canonical_number_error(value)
+    if problem is not None:
+        reject(f"Unsupported number for canonical JSON: {problem}")
+    if type(value) is list:
+        for item in value:
+            _check_canonicalizable(item)
+    elif type(value) is dict:
+        for key in sorted(value, key=utf16_key):
+            _check_canonicalizable(value[key])
+
+
+def _check_normalizable(value: Any, path: str) -> None:
+    """normalizeForCanonicalJson's refusals (they name the path), found in its order (JS key order)."""
+    problem = _canonical_number_error(value)
+    if problem is not None:
+        reject(f"Unsupported number for canonical JSON: {problem} at {path}")
+    if type(value) is list:
+        for index, item in enumerate(value):
+            _check_normalizable(item, f"{path}[{index}]")
+    elif type(value) is dict:
+        for key in js_keys(value):
+            _check_normalizable(value[key], f"{path}.{key}")
+
+
+def _sets_prototype(value: Any) -> bool:
+    """Whether normalizing leaves some object whose prototype a "__proto__" key replaced with an object (which
+    canonicalizing then refuses as non-plain; null or a primitive there leaves it plain)."""
+    if type(value) is list:
+        return any(_sets_prototype(item) for item in value)
+    if type(value) is dict:
+        return any(
+            (key == _PROTO_KEY and type(item) in (dict, list)) or _sets_prototype(item) for key, item in value.items()
+        )
+    return False
+
+
+def _write_canonical(value: Any, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif type(value) is str:
+        out.append(quote_string(value))
+    elif type(value) is int:
+        out.append(str(value) if abs(value) <= 2**53 - 1 else js_number(float(value)))
+    elif type(value) is float:
+        out.append(js_number(value))
+    elif type(value) is list:
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _write_canonical(item, out)
+        out.append("]")
+    else:
+        out.append("{")
+        first = True
+        for key in ordered_keys([k for k in value if k != _PROTO_KEY]):
+            if not first:
+                out.append(",")
+            first = False
+            out.append(quote_string(key))
+            out.append(":")
+            _write_canonical(value[key], out)
+        out.append("}")
+
+
+def _canonical_text(value: Any) -> str:
+    """canonicalJsonStringify(value) for a JSON value."""
+    _check_canonicalizable(value)
+    out: list[str] = []
+    _write_canonical(value, out)
+    return "".join(out)
+
+
+def _comparable_text(value: Any) -> str:
+    """canonicalJsonStringify(normalizeForCanonicalJson(value ?? null)), as booking compares policy parts."""
+    value = None if is_nullish(value) else value
+    _check_normalizable(value, "$")
+    if _sets_prototype(value):
+        reject("Unsupported object for canonical JSON: non-plain object")
+    return _canonical_text(value)
+
+
+def _sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --- zone sets (core/zoneset.js) ---
+
+
+def _validate_zone_set(zone_set: Any) -> None:
+    plain_object(zone_set, "zoneSet")
+    only_fields(zone_set, _ZONE_SET_FIELDS, "zoneSet")
+    if field(zone_set, "schemaVersion") != ZONE_SET_VERSION:
+        reject("zoneSet.schemaVersion is not supported")
+    non_empty_string(field(zone_set, "zoneSetId"), "zoneSet.zoneSetId")
+    zones = field(zone_set, "zones")
+    if type(zones) is not list or not zones:
+        reject("zoneSet.zones must be a non-empty array")
+    seen: set[str] = set()
+    for index, zone in enumerate(zones):
+        name = f"zoneSet.zones[{index}]"
+        plain_object(zone, name)
+        only_fields(zone, _ZONE_FIELDS, name)
+        zone_id = field(zone, "zoneId")
+        non_empty_string(zone_id, f"{name}.zoneId")
+        label = field(zone, "label")
+        if not is_nullish(label):
+            non_empty_string(label, f"{name}.label")
+        area = field(zone, "areaSqFt")
+        if not is_nullish(area) and (not is_finite_number(area) or area <= 0):
+            reject(f"{name}.areaSqFt must be a positive number")
+        trimmed = js_trim(zone_id)
+        if trimmed in seen:
+            reject("zoneSet.zones zoneId must be unique")
+        seen.add(trimmed)
+
+
+def _zone_set_hash(zone_set: dict[str, Any]) -> str:
+    """computeZoneSetHash of a valid zone set: zones ordered by zoneId (UTF-16 order; ids are unique)."""
+    zones = sorted(zone_set["zones"], key=lambda zone: utf16_key(zone["zoneId"]))
+    return _sha256_hex(_canonical_text({**zone_set, "zones": zones}))
+
+
+# --- BOOKED ---
+
+
+def _positive_safe_int(value: Any, message: str) -> None:
+    if not is_safe_integer(value) or value <= 0:
+        reject(message)
+
+
+def _non_negative_safe_int(value: Any, message: str) -> None:
+    if not is_safe_integer(value) or value < 0:
+        reject(message)
+
+
+def _optional_string(payload: dict[str, Any], key: str) -> None:
+    value = field(payload, key)
+    if not is_nullish(value):
+        non_empty_string(value, f"payload.{key}")
+
+
+def _window(payload: dict[str, Any]) -> None:
+    start_at = field(payload, "startAt")
+    end_at = field(payload, "endAt")
+    iso_date(start_at, "payload.startAt")
+    iso_date(end_at, "payload.endAt")
+    if date_parse(start_at) >= date_parse(end_at):
+        reject("payload.startAt must be before payload.endAt")
+
+
+def _sla(sla: Any) -> None:
+    if is_nullish(sla):
+        reject("payload.sla is required")
+    plain_object(sla, "payload.sla")
+    only_fields(sla, _SLA_FIELDS, "payload.sla")
+    if not is_safe_integer(field(sla, "slaVersion")):
+        reject("payload.sla.slaVersion must be a safe integer")
+    if type(field(sla, "mustStartWithinWindow")) is not bool:
+        reject("payload.sla.mustStartWithinWindow must be a boolean")
+    _positive_safe_int(field(sla, "maxStallMs"), "payload.sla.maxStallMs must be a positive safe integer")
+    _positive_safe_int(field(sla, "maxExecutionMs"), "payload.sla.maxExecutionMs must be a positive safe integer")
+
+
+def _credit_policy(credit: Any) -> None:
+    if is_nullish(credit):
+        reject("payload.creditPolicy is required")
+    plain_object(credit, "payload.creditPolicy")
+    only_fields(credit, _CREDIT_FIELDS, "payload.creditPolicy")
+    if type(field(credit, "enabled")) is not bool:
+        reject("payload.creditPolicy.enabled must be a boolean")
+    default_cents = field(credit, "defaultAmountCents")
+    max_cents = field(credit, "maxAmountCents")
+    _non_negative_safe_int(default_cents, "payload.creditPolicy.defaultAmountCents must be a non-negative safe integer")
+    _non_negative_safe_int(max_cents, "payload.creditPolicy.maxAmountCents must be a non-negative safe integer")
+    currency = field(credit, "currency")
+    non_empty_string(currency, "payload.creditPolicy.currency")
+    if currency != "USD":
+        reject("payload.creditPolicy.currency is not supported")
+    if max_cents > 0 and default_cents > max_cents:
+        reject("payload.creditPolicy.defaultAmountCents must be <= maxAmountCents when maxAmountCents > 0")
+
+    ladder = field(credit, "ladder")
+    if is_nullish(ladder):
+        return
+    if type(ladder) is not list:
+        reject("payload.creditPolicy.ladder must be an array")
+    last_lateness: int | float = -1
+    for index, tier in enumerate(ladder):
+        name = f"payload.creditPolicy.ladder[{index}]"
+        plain_object(tier, name)
+        only_fields(tier, _LADDER_TIER_FIELDS, name)
+        lateness = field(tier, "latenessMsGte")
+        amount = field(tier, "amountCents")
+        _non_negative_safe_int(
+            lateness, "payload.creditPolicy.ladder latenessMsGte must be a non-negative safe integer"
+        )
+        _non_negative_safe_int(amount, "payload.creditPolicy.ladder amountCents must be a non-negative safe integer")
+        if lateness <= last_lateness:
+            reject("payload.creditPolicy.ladder must be strictly increasing by latenessMsGte")
+        last_lateness = lateness
+        if max_cents > 0 and amount > max_cents:
+            reject("payload.creditPolicy.ladder amountCents must be <= maxAmountCents when maxAmountCents > 0")
+
+
+def _evidence_policy(evidence: Any) -> None:
+    if is_nullish(evidence):
+        reject("payload.evidencePolicy is required")
+    plain_object(evidence, "payload.evidencePolicy")
+    only_fields(evidence, _EVIDENCE_FIELDS, "payload.evidencePolicy")
+    _non_negative_safe_int(
+        field(evidence, "retentionDays"), "payload.evidencePolicy.retentionDays must be a non-negative safe integer"
+    )
+
+
+def _same_string(a: Any, b: str) -> bool:
+    return type(a) is str and a == b
+
+
+def _same_number(a: Any, b: int | float) -> bool:
+    return is_number(a) and a == b
+
+
+def _snapshot_matches_booking(payload: dict[str, Any], snapshot: dict[str, Any]) -> None:
+    if not _same_string(field(snapshot, "environmentTier"), payload["environmentTier"]):
+        reject("policySnapshot.environmentTier mismatch")
+    covered = field(snapshot, "requiresOperatorCoverage")
+    if not (type(covered) is bool and covered == payload["requiresOperatorCoverage"]):
+        reject("policySnapshot.requiresOperatorCoverage mismatch")
+    for part in ("sla", "creditPolicy", "evidencePolicy"):
+        if _comparable_text(field(snapshot, part)) != _comparable_text(payload[part]):
+            reject(f"policySnapshot.{part} mismatch")
+    if not _same_string(field(snapshot, "contractId"), payload["contractId"]):
+        reject("policySnapshot.contractId mismatch")
+    if not _same_number(field(snapshot, "contractVersion"), payload["contractVersion"]):
+        reject("policySnapshot.contractVersion mismatch")
+
+
+def validate_booked(payload: Any) -> None:
+    plain_object(payload, "payload")
+    only_fields(payload, _BOOKED_FIELDS, "payload")
+
+    payment_hold_id = field(payload, "paymentHoldId")
+    if payment_hold_id is not MISSING:
+        non_empty_string(payment_hold_id, "payload.paymentHoldId")
+    _window(payload)
+
+    environment_tier = field(payload, "environmentTier")
+    if environment_tier is MISSING:
+        reject("payload.environmentTier is required")
+    non_empty_string(environment_tier, "payload.environmentTier")
+    if environment_tier not in ENV_TIERS:
+        reject("payload.environmentTier is not supported")
+    if type(field(payload, "requiresOperatorCoverage")) is not bool:
+        reject("payload.requiresOperatorCoverage must be a boolean")
+
+    _optional_string(payload, "zoneId")
+    required_zones = field(payload, "requiredZones")
+    if not is_nullish(required_zones):
+        plain_object(required_zones, "payload.requiredZones")
+        if field(required_zones, "schemaVersion") != ZONE_SET_VERSION:
+            reject("payload.requiredZones.schemaVersion is not supported")
+        _validate_zone_set(required_zones)
+    required_zones_hash = field(payload, "requiredZonesHash")
+    if not is_nullish(required_zones_hash):
+        non_empty_string(required_zones_hash, "payload.requiredZonesHash")
+        if not is_hex64(js_trim(required_zones_hash)):
+            reject("payload.requiredZonesHash must be 64-hex")
+    _optional_string(payload, "customerId")
+    _optional_string(payload, "siteId")
+    if is_nullish(field(payload, "contractId")):
+        reject("payload.contractId is required")
+    _optional_string(payload, "contractId")
+    _positive_safe_int(field(payload, "contractVersion"), "payload.contractVersion must be a positive safe integer")
+    _optional_string(payload, "customerContractHash")
+    _optional_string(payload, "customerCompilerId")
+
+    _sla(field(payload, "sla"))
+    _credit_policy(field(payload, "creditPolicy"))
+    _evidence_policy(field(payload, "evidencePolicy"))
+
+    snapshot = field(payload, "policySnapshot")
+    plain_object(snapshot, "payload.policySnapshot")
+    if field(snapshot, "schemaVersion") != POLICY_SNAPSHOT_VERSION:
+        reject("payload.policySnapshot.schemaVersion is not supported")
+    policy_hash = field(payload, "policyHash")
+    non_empty_string(policy_hash, "payload.policyHash")
+    if _sha256_hex(_canonical_text(snapshot)) != policy_hash:
+        reject("payload.policyHash does not match payload.policySnapshot")
+
+    if not is_nullish(required_zones):
+        if not truthy(required_zones_hash):
+            reject("payload.requiredZonesHash is required when payload.requiredZones is provided")
+        if _zone_set_hash(required_zones) != required_zones_hash:
+            reject("payload.requiredZonesHash does not match payload.requiredZones")
+
+    _snapshot_matches_booking(payload, snapshot)
+
+
+# --- RESERVED ---
+
+
+def validate_reserved(payload: Any) -> None:
+    plain_object(payload, "payload")
+    only_fields(payload, _RESERVED_FIELDS, "payload")
+    non_empty_string(field(payload, "robotId"), "payload.robotId")
+    _window(payload)
+    reservation_id = field(payload, "reservationId")
+    if reservation_id is not MISSING:
+        non_empty_string(reservation_id, "payload.reservationId")
+    reserved_until = field(payload, "reservedUntil")
+    if reserved_until is not MISSING:
+        iso_date(reserved_until, "payload.reservedUntil")
