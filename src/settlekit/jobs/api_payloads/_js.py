@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, NoReturn
 
 from settlekit.events import js
@@ -153,15 +153,66 @@ def only_fields(obj: Mapping[str, Any], allowed: Iterable[str], name: str) -> No
             reject(f"{name} contains unknown field: {key}")
 
 
+def object_with_fields(v: Any, allowed: Iterable[str], name: str) -> None:
+    """`plain_object` then `only_fields`."""
+    plain_object(v, name)
+    only_fields(v, allowed, name)
+
+
 def iso_date(v: Any, name: str) -> None:
     non_empty_string(v, name)
     if not math.isfinite(date_parse(v)):
         reject(f"{name} must be an ISO date string")
 
 
+def start_before_end(start: Any, end: Any, start_name: str, end_name: str) -> None:
+    """Two ISO dates, the first strictly earlier: "<start_name> must be before <end_name>"."""
+    iso_date(start, start_name)
+    iso_date(end, end_name)
+    if date_parse(start) >= date_parse(end):
+        reject(f"{start_name} must be before {end_name}")
+
+
+_WINDOW_FIELDS: Final = frozenset({"startAt", "endAt"})
+
+
+def time_window(v: Any, name: str) -> None:
+    """A `{startAt, endAt}` object, start strictly earlier: "<name>.startAt must be before endAt"."""
+    object_with_fields(v, _WINDOW_FIELDS, name)
+    start_at = field(v, "startAt")
+    end_at = field(v, "endAt")
+    iso_date(start_at, f"{name}.startAt")
+    iso_date(end_at, f"{name}.endAt")
+    if date_parse(start_at) >= date_parse(end_at):
+        reject(f"{name}.startAt must be before endAt")
+
+
 def safe_int(v: Any, name: str) -> None:
     if not is_safe_integer(v):
         reject(f"{name} must be a safe integer")
+
+
+def safe_int_at_least_zero(v: Any, name: str) -> None:
+    safe_int(v, name)
+    if v < 0:
+        reject(f"{name} must be >= 0")
+
+
+def safe_int_above_zero(v: Any, name: str) -> None:
+    safe_int(v, name)
+    if v <= 0:
+        reject(f"{name} must be > 0")
+
+
+def safe_int_within(v: Any, name: str, high: int) -> None:
+    safe_int(v, name)
+    if v < 0 or v > high:
+        reject(f"{name} must be within 0..{high}")
+
+
+def int_in_range(v: Any, name: str, low: int, high: int) -> None:
+    if not is_safe_integer(v) or not low <= v <= high:
+        reject(f"{name} must be an integer in range {low}..{high}")
 
 
 def non_negative_cents(v: Any, name: str) -> None:
@@ -179,10 +230,40 @@ def positive_int(v: Any, name: str) -> None:
         reject(f"{name} must be a positive safe integer")
 
 
+def non_negative_int(v: Any, name: str) -> None:
+    if not is_safe_integer(v) or v < 0:
+        reject(f"{name} must be a non-negative safe integer")
+
+
+def optional_non_empty_string(v: Any, name: str) -> None:
+    """Checked unless absent (`v !== undefined`); null is refused."""
+    if v is not MISSING:
+        non_empty_string(v, name)
+
+
 def nullable_non_empty_string(v: Any, name: str) -> None:
+    """Checked unless null or absent (`v != null`)."""
     if is_nullish(v):
         return
     non_empty_string(v, name)
+
+
+def boolean(v: Any, name: str) -> None:
+    if type(v) is not bool:
+        reject(f"{name} must be a boolean")
+
+
+def optional_boolean(v: Any, name: str) -> None:
+    """Checked unless absent; null is refused."""
+    if v is not MISSING:
+        boolean(v, name)
+
+
+def one_of(v: Any, allowed: Collection[str], name: str, problem: str = "is not supported") -> None:
+    """A non-empty string among `allowed`; otherwise "<name> <problem>"."""
+    non_empty_string(v, name)
+    if v not in allowed:
+        reject(f"{name} {problem}")
 
 
 def string_array(v: Any, name: str) -> None:
@@ -198,3 +279,12 @@ _HEX64: Final = re.compile(r"[0-9a-fA-F]{64}")
 def is_hex64(s: str) -> bool:
     """`/^[a-f0-9]{64}$/i.test(s)`."""
     return _HEX64.fullmatch(s) is not None
+
+
+def nullable_hex64(v: Any, name: str) -> None:
+    """Unless null or absent, a non-empty string that is 64 hex digits once trimmed."""
+    if is_nullish(v):
+        return
+    non_empty_string(v, name)
+    if not is_hex64(js_trim(v)):
+        reject(f"{name} must be 64-hex")

@@ -8,14 +8,17 @@ from typing import Any, Final
 
 from settlekit.jobs.api_payloads._js import (
     MISSING,
-    date_parse,
+    boolean,
     field,
-    iso_date,
     js_keys,
     non_empty_string,
+    object_with_fields,
+    one_of,
     only_fields,
+    optional_non_empty_string,
     plain_object,
     reject,
+    start_before_end,
     string_array,
 )
 
@@ -55,28 +58,21 @@ def _forbidden_key_path(value: Any, path: str = "") -> str | None:
     return None
 
 
-def _no_secrets(payload: Any) -> None:
+def _secret_free_object(payload: Any, allowed: frozenset[str]) -> None:
+    """An object without secret-named keys at any depth, then known fields only (settld's order)."""
+    plain_object(payload, "payload")
     hit = _forbidden_key_path(payload)
     if hit:
         reject(f"access payload contains forbidden key: {hit}")
-
-
-def _optional_string(payload: dict[str, Any], key: str) -> None:
-    value = field(payload, key)
-    if value is not MISSING:
-        non_empty_string(value, f"payload.{key}")
+    only_fields(payload, allowed, "payload")
 
 
 def _method(method: Any) -> None:
-    non_empty_string(method, "payload.method")
-    if method not in ACCESS_METHODS:
-        reject("payload.method is not a supported access method")
+    one_of(method, ACCESS_METHODS, "payload.method", "is not a supported access method")
 
 
 def validate_access_plan_issued(payload: Any) -> None:
-    plain_object(payload, "payload")
-    _no_secrets(payload)
-    only_fields(payload, _PLAN_FIELDS, "payload")
+    _secret_free_object(payload, _PLAN_FIELDS)
 
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "accessPlanId"), "payload.accessPlanId")
@@ -89,8 +85,7 @@ def validate_access_plan_issued(payload: Any) -> None:
 
     scope = field(payload, "scope")
     if scope is not MISSING:
-        plain_object(scope, "payload.scope")
-        only_fields(scope, _SCOPE_FIELDS, "payload.scope")
+        object_with_fields(scope, _SCOPE_FIELDS, "payload.scope")
         areas = field(scope, "areas")
         if areas is not MISSING:
             string_array(areas, "payload.scope.areas")
@@ -98,38 +93,28 @@ def validate_access_plan_issued(payload: Any) -> None:
         if no_go is not MISSING:
             string_array(no_go, "payload.scope.noGo")
 
-    valid_from = field(payload, "validFrom")
-    valid_to = field(payload, "validTo")
-    iso_date(valid_from, "payload.validFrom")
-    iso_date(valid_to, "payload.validTo")
-    if date_parse(valid_from) >= date_parse(valid_to):
-        reject("payload.validFrom must be before payload.validTo")
+    start_before_end(field(payload, "validFrom"), field(payload, "validTo"), "payload.validFrom", "payload.validTo")
 
-    if type(field(payload, "revocable")) is not bool:
-        reject("payload.revocable must be a boolean")
-    _optional_string(payload, "requestedBy")
+    boolean(field(payload, "revocable"), "payload.revocable")
+    optional_non_empty_string(field(payload, "requestedBy"), "payload.requestedBy")
 
 
 def validate_access_result(payload: Any, name: str) -> None:
     """ACCESS_GRANTED / ACCESS_DENIED; `name` is the event type (settld passes it but does not use it)."""
     del name
-    plain_object(payload, "payload")
-    _no_secrets(payload)
-    only_fields(payload, _RESULT_FIELDS, "payload")
+    _secret_free_object(payload, _RESULT_FIELDS)
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "accessPlanId"), "payload.accessPlanId")
     method = field(payload, "method")
     if method is not MISSING:
         _method(method)
-    _optional_string(payload, "reason")
+    optional_non_empty_string(field(payload, "reason"), "payload.reason")
 
 
 def validate_access_revoked(payload: Any) -> None:
     """ACCESS_REVOKED and ACCESS_EXPIRED."""
-    plain_object(payload, "payload")
-    _no_secrets(payload)
-    only_fields(payload, _REVOKED_FIELDS, "payload")
+    _secret_free_object(payload, _REVOKED_FIELDS)
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "accessPlanId"), "payload.accessPlanId")
-    _optional_string(payload, "requestedBy")
-    _optional_string(payload, "reason")
+    optional_non_empty_string(field(payload, "requestedBy"), "payload.requestedBy")
+    optional_non_empty_string(field(payload, "reason"), "payload.reason")

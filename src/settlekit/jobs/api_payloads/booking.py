@@ -11,20 +11,26 @@ from settlekit.events.canonical import js_number, ordered_keys, quote_string
 from settlekit.events.js import utf16_key
 from settlekit.jobs.api_payloads._js import (
     MISSING,
-    date_parse,
+    boolean,
     field,
     is_finite_number,
-    is_hex64,
     is_nullish,
     is_number,
-    is_safe_integer,
     iso_date,
     js_keys,
     js_trim,
     non_empty_string,
-    only_fields,
+    non_negative_int,
+    nullable_hex64,
+    nullable_non_empty_string,
+    object_with_fields,
+    one_of,
+    optional_non_empty_string,
     plain_object,
+    positive_int,
     reject,
+    safe_int,
+    start_before_end,
     truthy,
 )
 
@@ -179,8 +185,7 @@ def _sha256_hex(text: str) -> str:
 
 
 def _validate_zone_set(zone_set: Any) -> None:
-    plain_object(zone_set, "zoneSet")
-    only_fields(zone_set, _ZONE_SET_FIELDS, "zoneSet")
+    object_with_fields(zone_set, _ZONE_SET_FIELDS, "zoneSet")
     if field(zone_set, "schemaVersion") != ZONE_SET_VERSION:
         reject("zoneSet.schemaVersion is not supported")
     non_empty_string(field(zone_set, "zoneSetId"), "zoneSet.zoneSetId")
@@ -190,13 +195,10 @@ def _validate_zone_set(zone_set: Any) -> None:
     seen: set[str] = set()
     for index, zone in enumerate(zones):
         name = f"zoneSet.zones[{index}]"
-        plain_object(zone, name)
-        only_fields(zone, _ZONE_FIELDS, name)
+        object_with_fields(zone, _ZONE_FIELDS, name)
         zone_id = field(zone, "zoneId")
         non_empty_string(zone_id, f"{name}.zoneId")
-        label = field(zone, "label")
-        if not is_nullish(label):
-            non_empty_string(label, f"{name}.label")
+        nullable_non_empty_string(field(zone, "label"), f"{name}.label")
         area = field(zone, "areaSqFt")
         if not is_nullish(area) and (not is_finite_number(area) or area <= 0):
             reject(f"{name}.areaSqFt must be a positive number")
@@ -215,59 +217,26 @@ def _zone_set_hash(zone_set: dict[str, Any]) -> str:
 # --- BOOKED ---
 
 
-def _positive_safe_int(value: Any, message: str) -> None:
-    if not is_safe_integer(value) or value <= 0:
-        reject(message)
-
-
-def _non_negative_safe_int(value: Any, message: str) -> None:
-    if not is_safe_integer(value) or value < 0:
-        reject(message)
-
-
-def _optional_string(payload: dict[str, Any], key: str) -> None:
-    value = field(payload, key)
-    if not is_nullish(value):
-        non_empty_string(value, f"payload.{key}")
-
-
-def _window(payload: dict[str, Any]) -> None:
-    start_at = field(payload, "startAt")
-    end_at = field(payload, "endAt")
-    iso_date(start_at, "payload.startAt")
-    iso_date(end_at, "payload.endAt")
-    if date_parse(start_at) >= date_parse(end_at):
-        reject("payload.startAt must be before payload.endAt")
-
-
 def _sla(sla: Any) -> None:
     if is_nullish(sla):
         reject("payload.sla is required")
-    plain_object(sla, "payload.sla")
-    only_fields(sla, _SLA_FIELDS, "payload.sla")
-    if not is_safe_integer(field(sla, "slaVersion")):
-        reject("payload.sla.slaVersion must be a safe integer")
-    if type(field(sla, "mustStartWithinWindow")) is not bool:
-        reject("payload.sla.mustStartWithinWindow must be a boolean")
-    _positive_safe_int(field(sla, "maxStallMs"), "payload.sla.maxStallMs must be a positive safe integer")
-    _positive_safe_int(field(sla, "maxExecutionMs"), "payload.sla.maxExecutionMs must be a positive safe integer")
+    object_with_fields(sla, _SLA_FIELDS, "payload.sla")
+    safe_int(field(sla, "slaVersion"), "payload.sla.slaVersion")
+    boolean(field(sla, "mustStartWithinWindow"), "payload.sla.mustStartWithinWindow")
+    positive_int(field(sla, "maxStallMs"), "payload.sla.maxStallMs")
+    positive_int(field(sla, "maxExecutionMs"), "payload.sla.maxExecutionMs")
 
 
 def _credit_policy(credit: Any) -> None:
     if is_nullish(credit):
         reject("payload.creditPolicy is required")
-    plain_object(credit, "payload.creditPolicy")
-    only_fields(credit, _CREDIT_FIELDS, "payload.creditPolicy")
-    if type(field(credit, "enabled")) is not bool:
-        reject("payload.creditPolicy.enabled must be a boolean")
+    object_with_fields(credit, _CREDIT_FIELDS, "payload.creditPolicy")
+    boolean(field(credit, "enabled"), "payload.creditPolicy.enabled")
     default_cents = field(credit, "defaultAmountCents")
     max_cents = field(credit, "maxAmountCents")
-    _non_negative_safe_int(default_cents, "payload.creditPolicy.defaultAmountCents must be a non-negative safe integer")
-    _non_negative_safe_int(max_cents, "payload.creditPolicy.maxAmountCents must be a non-negative safe integer")
-    currency = field(credit, "currency")
-    non_empty_string(currency, "payload.creditPolicy.currency")
-    if currency != "USD":
-        reject("payload.creditPolicy.currency is not supported")
+    non_negative_int(default_cents, "payload.creditPolicy.defaultAmountCents")
+    non_negative_int(max_cents, "payload.creditPolicy.maxAmountCents")
+    one_of(field(credit, "currency"), {"USD"}, "payload.creditPolicy.currency")
     if max_cents > 0 and default_cents > max_cents:
         reject("payload.creditPolicy.defaultAmountCents must be <= maxAmountCents when maxAmountCents > 0")
 
@@ -279,14 +248,11 @@ def _credit_policy(credit: Any) -> None:
     last_lateness: int | float = -1
     for index, tier in enumerate(ladder):
         name = f"payload.creditPolicy.ladder[{index}]"
-        plain_object(tier, name)
-        only_fields(tier, _LADDER_TIER_FIELDS, name)
+        object_with_fields(tier, _LADDER_TIER_FIELDS, name)
         lateness = field(tier, "latenessMsGte")
         amount = field(tier, "amountCents")
-        _non_negative_safe_int(
-            lateness, "payload.creditPolicy.ladder latenessMsGte must be a non-negative safe integer"
-        )
-        _non_negative_safe_int(amount, "payload.creditPolicy.ladder amountCents must be a non-negative safe integer")
+        non_negative_int(lateness, "payload.creditPolicy.ladder latenessMsGte")
+        non_negative_int(amount, "payload.creditPolicy.ladder amountCents")
         if lateness <= last_lateness:
             reject("payload.creditPolicy.ladder must be strictly increasing by latenessMsGte")
         last_lateness = lateness
@@ -297,11 +263,8 @@ def _credit_policy(credit: Any) -> None:
 def _evidence_policy(evidence: Any) -> None:
     if is_nullish(evidence):
         reject("payload.evidencePolicy is required")
-    plain_object(evidence, "payload.evidencePolicy")
-    only_fields(evidence, _EVIDENCE_FIELDS, "payload.evidencePolicy")
-    _non_negative_safe_int(
-        field(evidence, "retentionDays"), "payload.evidencePolicy.retentionDays must be a non-negative safe integer"
-    )
+    object_with_fields(evidence, _EVIDENCE_FIELDS, "payload.evidencePolicy")
+    non_negative_int(field(evidence, "retentionDays"), "payload.evidencePolicy.retentionDays")
 
 
 def _same_string(a: Any, b: str) -> bool:
@@ -328,24 +291,18 @@ def _snapshot_matches_booking(payload: dict[str, Any], snapshot: dict[str, Any])
 
 
 def validate_booked(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _BOOKED_FIELDS, "payload")
+    object_with_fields(payload, _BOOKED_FIELDS, "payload")
 
-    payment_hold_id = field(payload, "paymentHoldId")
-    if payment_hold_id is not MISSING:
-        non_empty_string(payment_hold_id, "payload.paymentHoldId")
-    _window(payload)
+    optional_non_empty_string(field(payload, "paymentHoldId"), "payload.paymentHoldId")
+    start_before_end(field(payload, "startAt"), field(payload, "endAt"), "payload.startAt", "payload.endAt")
 
     environment_tier = field(payload, "environmentTier")
     if environment_tier is MISSING:
         reject("payload.environmentTier is required")
-    non_empty_string(environment_tier, "payload.environmentTier")
-    if environment_tier not in ENV_TIERS:
-        reject("payload.environmentTier is not supported")
-    if type(field(payload, "requiresOperatorCoverage")) is not bool:
-        reject("payload.requiresOperatorCoverage must be a boolean")
+    one_of(environment_tier, ENV_TIERS, "payload.environmentTier")
+    boolean(field(payload, "requiresOperatorCoverage"), "payload.requiresOperatorCoverage")
 
-    _optional_string(payload, "zoneId")
+    nullable_non_empty_string(field(payload, "zoneId"), "payload.zoneId")
     required_zones = field(payload, "requiredZones")
     if not is_nullish(required_zones):
         plain_object(required_zones, "payload.requiredZones")
@@ -353,18 +310,15 @@ def validate_booked(payload: Any) -> None:
             reject("payload.requiredZones.schemaVersion is not supported")
         _validate_zone_set(required_zones)
     required_zones_hash = field(payload, "requiredZonesHash")
-    if not is_nullish(required_zones_hash):
-        non_empty_string(required_zones_hash, "payload.requiredZonesHash")
-        if not is_hex64(js_trim(required_zones_hash)):
-            reject("payload.requiredZonesHash must be 64-hex")
-    _optional_string(payload, "customerId")
-    _optional_string(payload, "siteId")
+    nullable_hex64(required_zones_hash, "payload.requiredZonesHash")
+    nullable_non_empty_string(field(payload, "customerId"), "payload.customerId")
+    nullable_non_empty_string(field(payload, "siteId"), "payload.siteId")
     if is_nullish(field(payload, "contractId")):
         reject("payload.contractId is required")
-    _optional_string(payload, "contractId")
-    _positive_safe_int(field(payload, "contractVersion"), "payload.contractVersion must be a positive safe integer")
-    _optional_string(payload, "customerContractHash")
-    _optional_string(payload, "customerCompilerId")
+    nullable_non_empty_string(field(payload, "contractId"), "payload.contractId")
+    positive_int(field(payload, "contractVersion"), "payload.contractVersion")
+    nullable_non_empty_string(field(payload, "customerContractHash"), "payload.customerContractHash")
+    nullable_non_empty_string(field(payload, "customerCompilerId"), "payload.customerCompilerId")
 
     _sla(field(payload, "sla"))
     _credit_policy(field(payload, "creditPolicy"))
@@ -392,13 +346,10 @@ def validate_booked(payload: Any) -> None:
 
 
 def validate_reserved(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _RESERVED_FIELDS, "payload")
+    object_with_fields(payload, _RESERVED_FIELDS, "payload")
     non_empty_string(field(payload, "robotId"), "payload.robotId")
-    _window(payload)
-    reservation_id = field(payload, "reservationId")
-    if reservation_id is not MISSING:
-        non_empty_string(reservation_id, "payload.reservationId")
+    start_before_end(field(payload, "startAt"), field(payload, "endAt"), "payload.startAt", "payload.endAt")
+    optional_non_empty_string(field(payload, "reservationId"), "payload.reservationId")
     reserved_until = field(payload, "reservedUntil")
     if reserved_until is not MISSING:
         iso_date(reserved_until, "payload.reservedUntil")

@@ -10,8 +10,9 @@ from settlekit.jobs.api_payloads._js import (
     is_nullish,
     non_empty_string,
     non_negative_cents,
-    only_fields,
-    plain_object,
+    object_with_fields,
+    one_of,
+    optional_non_empty_string,
     positive_cents,
     reject,
 )
@@ -40,50 +41,31 @@ _PAID_FIELDS: Final = frozenset({"jobId", "claimId", "amountCents", "currency", 
 _ADJUSTED_FIELDS: Final = frozenset({"jobId", "claimId", "adjustmentId", "notes"})
 
 
-def _reason_code(value: Any) -> None:
-    non_empty_string(value, "payload.reasonCode")
-    if value not in CLAIM_REASON_CODES:
-        reject("payload.reasonCode is not supported")
-
-
-def _optional_text(payload: dict[str, Any], key: str) -> None:
-    value = field(payload, key)
-    if value is not MISSING:
-        non_empty_string(value, f"payload.{key}")
-
-
 def validate_claim_opened(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _OPENED_FIELDS, "payload")
+    object_with_fields(payload, _OPENED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "claimId"), "payload.claimId")
     non_empty_string(field(payload, "incidentId"), "payload.incidentId")
-    _reason_code(field(payload, "reasonCode"))
-    _optional_text(payload, "description")
+    one_of(field(payload, "reasonCode"), CLAIM_REASON_CODES, "payload.reasonCode")
+    optional_non_empty_string(field(payload, "description"), "payload.description")
 
 
 def validate_claim_triaged(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _TRIAGED_FIELDS, "payload")
+    object_with_fields(payload, _TRIAGED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "claimId"), "payload.claimId")
-    triage_code = field(payload, "triageCode")
-    non_empty_string(triage_code, "payload.triageCode")
-    if triage_code not in CLAIM_TRIAGE_CODES:
-        reject("payload.triageCode is not supported")
-    _optional_text(payload, "notes")
+    one_of(field(payload, "triageCode"), CLAIM_TRIAGE_CODES, "payload.triageCode")
+    optional_non_empty_string(field(payload, "notes"), "payload.notes")
 
 
 def validate_claim_approved(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _APPROVED_FIELDS, "payload")
+    object_with_fields(payload, _APPROVED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "claimId"), "payload.claimId")
     non_empty_string(field(payload, "currency"), "payload.currency")
 
     amounts = field(payload, "amounts")
-    plain_object(amounts, "payload.amounts")
-    only_fields(amounts, _AMOUNTS_FIELDS, "payload.amounts")
+    object_with_fields(amounts, _AMOUNTS_FIELDS, "payload.amounts")
     payout = field(amounts, "payoutCents")
     refund = field(amounts, "refundCents")
     payout = 0 if is_nullish(payout) else payout
@@ -93,23 +75,22 @@ def validate_claim_approved(payload: Any) -> None:
     if payout == 0 and refund == 0:
         reject("payload.amounts must include a non-zero payoutCents and/or refundCents")
 
-    if field(payload, "reasonCode") is not MISSING:
-        _reason_code(field(payload, "reasonCode"))
-    _optional_text(payload, "notes")
+    reason_code = field(payload, "reasonCode")
+    if reason_code is not MISSING:
+        one_of(reason_code, CLAIM_REASON_CODES, "payload.reasonCode")
+    optional_non_empty_string(field(payload, "notes"), "payload.notes")
 
 
 def validate_claim_denied(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _DENIED_FIELDS, "payload")
+    object_with_fields(payload, _DENIED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "claimId"), "payload.claimId")
-    _reason_code(field(payload, "reasonCode"))
-    _optional_text(payload, "notes")
+    one_of(field(payload, "reasonCode"), CLAIM_REASON_CODES, "payload.reasonCode")
+    optional_non_empty_string(field(payload, "notes"), "payload.notes")
 
 
 def validate_claim_paid(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _PAID_FIELDS, "payload")
+    object_with_fields(payload, _PAID_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "claimId"), "payload.claimId")
     positive_cents(field(payload, "amountCents"), "payload.amountCents")
@@ -118,9 +99,8 @@ def validate_claim_paid(payload: Any) -> None:
 
 
 def validate_job_adjusted(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _ADJUSTED_FIELDS, "payload")
+    object_with_fields(payload, _ADJUSTED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "claimId"), "payload.claimId")
     non_empty_string(field(payload, "adjustmentId"), "payload.adjustmentId")
-    _optional_text(payload, "notes")
+    optional_non_empty_string(field(payload, "notes"), "payload.notes")

@@ -5,17 +5,19 @@ from __future__ import annotations
 from typing import Any, Final
 
 from settlekit.jobs.api_payloads._js import (
-    MISSING,
-    date_parse,
     field,
     is_finite_number,
     is_nullish,
     iso_date,
     non_empty_string,
     nullable_non_empty_string,
-    only_fields,
+    object_with_fields,
+    one_of,
+    optional_boolean,
     plain_object,
     reject,
+    string_array,
+    time_window,
 )
 
 DISPATCH_FAILURE_REASONS: Final = frozenset({"NO_SUPPLY", "NO_ROBOTS", "NO_OPERATORS", "CONFLICT", "INVALID_STATE"})
@@ -24,7 +26,6 @@ _REQUESTED_FIELDS: Final = frozenset({"jobId", "requestedAt", "trigger"})
 _EVALUATED_FIELDS: Final = frozenset(
     {"jobId", "evaluatedAt", "window", "zoneId", "requiresOperatorCoverage", "candidates", "selected"}
 )
-_WINDOW_FIELDS: Final = frozenset({"startAt", "endAt"})
 _CANDIDATE_FIELDS: Final = frozenset({"robotId", "score", "reasons", "rejected"})
 _SELECTED_FIELDS: Final = frozenset({"robotId", "operatorId"})
 _CONFIRMED_FIELDS: Final = frozenset({"jobId", "confirmedAt"})
@@ -32,52 +33,31 @@ _FAILED_FIELDS: Final = frozenset({"jobId", "failedAt", "reason", "details"})
 
 
 def validate_dispatch_requested(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _REQUESTED_FIELDS, "payload")
+    object_with_fields(payload, _REQUESTED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     iso_date(field(payload, "requestedAt"), "payload.requestedAt")
     nullable_non_empty_string(field(payload, "trigger"), "payload.trigger")
 
 
-def _window(window: Any, name: str) -> None:
-    plain_object(window, name)
-    only_fields(window, _WINDOW_FIELDS, name)
-    start_at = field(window, "startAt")
-    end_at = field(window, "endAt")
-    iso_date(start_at, f"{name}.startAt")
-    iso_date(end_at, f"{name}.endAt")
-    if date_parse(start_at) >= date_parse(end_at):
-        reject(f"{name}.startAt must be before endAt")
-
-
 def _candidate(item: Any, name: str) -> None:
-    plain_object(item, name)
-    only_fields(item, _CANDIDATE_FIELDS, name)
+    object_with_fields(item, _CANDIDATE_FIELDS, name)
     non_empty_string(field(item, "robotId"), f"{name}.robotId")
     if not is_finite_number(field(item, "score")):
         reject(f"{name}.score must be a finite number")
-    rejected = field(item, "rejected")
-    if rejected is not MISSING and type(rejected) is not bool:
-        reject(f"{name}.rejected must be a boolean")
+    optional_boolean(field(item, "rejected"), f"{name}.rejected")
     reasons = field(item, "reasons")
     if not is_nullish(reasons):
-        if type(reasons) is not list:
-            reject(f"{name}.reasons must be an array")
-        for reason in reasons:
-            non_empty_string(reason, f"{name}.reasons[]")
+        string_array(reasons, f"{name}.reasons")
 
 
 def validate_dispatch_evaluated(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _EVALUATED_FIELDS, "payload")
+    object_with_fields(payload, _EVALUATED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     iso_date(field(payload, "evaluatedAt"), "payload.evaluatedAt")
-    _window(field(payload, "window"), "payload.window")
+    time_window(field(payload, "window"), "payload.window")
 
     nullable_non_empty_string(field(payload, "zoneId"), "payload.zoneId")
-    requires_coverage = field(payload, "requiresOperatorCoverage")
-    if requires_coverage is not MISSING and type(requires_coverage) is not bool:
-        reject("payload.requiresOperatorCoverage must be a boolean")
+    optional_boolean(field(payload, "requiresOperatorCoverage"), "payload.requiresOperatorCoverage")
 
     candidates = field(payload, "candidates")
     if not is_nullish(candidates):
@@ -88,28 +68,22 @@ def validate_dispatch_evaluated(payload: Any) -> None:
 
     selected = field(payload, "selected")
     if not is_nullish(selected):
-        plain_object(selected, "payload.selected")
-        only_fields(selected, _SELECTED_FIELDS, "payload.selected")
+        object_with_fields(selected, _SELECTED_FIELDS, "payload.selected")
         non_empty_string(field(selected, "robotId"), "payload.selected.robotId")
         nullable_non_empty_string(field(selected, "operatorId"), "payload.selected.operatorId")
 
 
 def validate_dispatch_confirmed(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _CONFIRMED_FIELDS, "payload")
+    object_with_fields(payload, _CONFIRMED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     iso_date(field(payload, "confirmedAt"), "payload.confirmedAt")
 
 
 def validate_dispatch_failed(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _FAILED_FIELDS, "payload")
+    object_with_fields(payload, _FAILED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     iso_date(field(payload, "failedAt"), "payload.failedAt")
-    reason = field(payload, "reason")
-    non_empty_string(reason, "payload.reason")
-    if reason not in DISPATCH_FAILURE_REASONS:
-        reject("payload.reason is not supported")
+    one_of(field(payload, "reason"), DISPATCH_FAILURE_REASONS, "payload.reason")
     details = field(payload, "details")
     if not is_nullish(details):
         plain_object(details, "payload.details")

@@ -7,12 +7,13 @@ from typing import Any, Final
 from settlekit.jobs.api_payloads._js import (
     MISSING,
     field,
-    is_nullish,
-    is_safe_integer,
     iso_date,
     non_empty_string,
-    only_fields,
-    plain_object,
+    non_negative_int,
+    nullable_non_empty_string,
+    object_with_fields,
+    one_of,
+    optional_non_empty_string,
     positive_int,
     reject,
     utf16_length,
@@ -56,38 +57,27 @@ def _evidence_ref(ref: Any) -> None:
 
 
 def validate_evidence_captured(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _CAPTURED_FIELDS, "payload")
+    object_with_fields(payload, _CAPTURED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "incidentId"), "payload.incidentId")
     non_empty_string(field(payload, "evidenceId"), "payload.evidenceId")
     _evidence_ref(field(payload, "evidenceRef"))
-    kind = field(payload, "kind")
-    non_empty_string(kind, "payload.kind")
-    if kind not in EVIDENCE_KINDS:
-        reject("payload.kind is not supported")
+    one_of(field(payload, "kind"), EVIDENCE_KINDS, "payload.kind")
 
     for key in ("durationSeconds", "sizeBytes"):
         if field(payload, key) is not MISSING:
             positive_int(field(payload, key), f"payload.{key}")
-    if field(payload, "contentType") is not MISSING:
-        non_empty_string(field(payload, "contentType"), "payload.contentType")
+    optional_non_empty_string(field(payload, "contentType"), "payload.contentType")
 
     redaction = field(payload, "redaction")
     if redaction is not MISSING:
-        plain_object(redaction, "payload.redaction")
-        only_fields(redaction, _REDACTION_FIELDS, "payload.redaction")
-        state = field(redaction, "state")
-        non_empty_string(state, "payload.redaction.state")
-        if state not in REDACTION_STATES:
-            reject("payload.redaction.state is not supported")
-        if field(redaction, "notes") is not MISSING:
-            non_empty_string(field(redaction, "notes"), "payload.redaction.notes")
+        object_with_fields(redaction, _REDACTION_FIELDS, "payload.redaction")
+        one_of(field(redaction, "state"), REDACTION_STATES, "payload.redaction.state")
+        optional_non_empty_string(field(redaction, "notes"), "payload.redaction.notes")
 
 
 def validate_evidence_viewed(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _VIEWED_FIELDS, "payload")
+    object_with_fields(payload, _VIEWED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "evidenceId"), "payload.evidenceId")
     _evidence_ref(field(payload, "evidenceRef"))
@@ -95,15 +85,10 @@ def validate_evidence_viewed(payload: Any) -> None:
 
 
 def validate_evidence_expired(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _EXPIRED_FIELDS, "payload")
+    object_with_fields(payload, _EXPIRED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "evidenceId"), "payload.evidenceId")
     _evidence_ref(field(payload, "evidenceRef"))
     iso_date(field(payload, "expiredAt"), "payload.expiredAt")
-    retention_days = field(payload, "retentionDays")
-    if not is_safe_integer(retention_days) or retention_days < 0:
-        reject("payload.retentionDays must be a non-negative safe integer")
-    policy_hash = field(payload, "policyHash")
-    if not is_nullish(policy_hash):
-        non_empty_string(policy_hash, "payload.policyHash")
+    non_negative_int(field(payload, "retentionDays"), "payload.retentionDays")
+    nullable_non_empty_string(field(payload, "policyHash"), "payload.policyHash")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Final
 
 from settlekit.jobs.api_payloads._js import (
-    MISSING,
     field,
     is_finite_number,
     is_nullish,
@@ -14,8 +13,9 @@ from settlekit.jobs.api_payloads._js import (
     iso_date,
     non_empty_string,
     nullable_non_empty_string,
-    only_fields,
-    plain_object,
+    object_with_fields,
+    one_of,
+    optional_boolean,
     reject,
     safe_int,
 )
@@ -33,9 +33,7 @@ _COMPLETED_FIELDS: Final = frozenset({"jobId", "robotId", "completedAt"})
 
 
 def _stage(value: Any, name: str) -> None:
-    non_empty_string(value, name)
-    if value not in EXECUTION_STAGES:
-        reject(f"{name} is not a supported execution stage")
+    one_of(value, EXECUTION_STAGES, name, "is not a supported execution stage")
 
 
 def _job_and_robot(payload: dict[str, Any]) -> None:
@@ -44,8 +42,7 @@ def _job_and_robot(payload: dict[str, Any]) -> None:
 
 
 def validate_job_execution_started(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _STARTED_FIELDS, "payload")
+    object_with_fields(payload, _STARTED_FIELDS, "payload")
     _job_and_robot(payload)
     iso_date(field(payload, "startedAt"), "payload.startedAt")
     stage = field(payload, "stage")
@@ -54,8 +51,7 @@ def validate_job_execution_started(payload: Any) -> None:
 
 
 def validate_job_heartbeat(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _HEARTBEAT_FIELDS, "payload")
+    object_with_fields(payload, _HEARTBEAT_FIELDS, "payload")
     _job_and_robot(payload)
     iso_date(field(payload, "t"), "payload.t")
     _stage(field(payload, "stage"), "payload.stage")
@@ -72,25 +68,18 @@ def validate_job_heartbeat(payload: Any) -> None:
         else:
             reject("payload.progress must be a safe integer step or a finite number within 0..1")
 
-    assist_requested = field(payload, "assistRequested")
-    if assist_requested is not MISSING and type(assist_requested) is not bool:
-        reject("payload.assistRequested must be a boolean")
+    optional_boolean(field(payload, "assistRequested"), "payload.assistRequested")
 
 
 def validate_job_execution_stalled(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _STALLED_FIELDS, "payload")
+    object_with_fields(payload, _STALLED_FIELDS, "payload")
     _job_and_robot(payload)
     iso_date(field(payload, "detectedAt"), "payload.detectedAt")
-    reason = field(payload, "reason")
-    non_empty_string(reason, "payload.reason")
-    if reason not in STALL_REASONS:
-        reject("payload.reason is not supported")
+    one_of(field(payload, "reason"), STALL_REASONS, "payload.reason")
     iso_date(field(payload, "lastHeartbeatAt"), "payload.lastHeartbeatAt")
 
     policy = field(payload, "policy")
-    plain_object(policy, "payload.policy")
-    only_fields(policy, _STALL_POLICY_FIELDS, "payload.policy")
+    object_with_fields(policy, _STALL_POLICY_FIELDS, "payload.policy")
     heartbeat_interval_ms = field(policy, "heartbeatIntervalMs")
     stall_after_ms = field(policy, "stallAfterMs")
     safe_int(heartbeat_interval_ms, "payload.policy.heartbeatIntervalMs")
@@ -102,22 +91,19 @@ def validate_job_execution_stalled(payload: Any) -> None:
 
 
 def validate_job_execution_resumed(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _RESUMED_FIELDS, "payload")
+    object_with_fields(payload, _RESUMED_FIELDS, "payload")
     _job_and_robot(payload)
     iso_date(field(payload, "resumedAt"), "payload.resumedAt")
 
 
 def validate_job_execution_aborted(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _ABORTED_FIELDS, "payload")
+    object_with_fields(payload, _ABORTED_FIELDS, "payload")
     _job_and_robot(payload)
     iso_date(field(payload, "abortedAt"), "payload.abortedAt")
     nullable_non_empty_string(field(payload, "reason"), "payload.reason")
 
 
 def validate_job_execution_completed(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _COMPLETED_FIELDS, "payload")
+    object_with_fields(payload, _COMPLETED_FIELDS, "payload")
     _job_and_robot(payload)
     iso_date(field(payload, "completedAt"), "payload.completedAt")

@@ -9,10 +9,10 @@ from settlekit.jobs.api_payloads._js import (
     field,
     non_empty_string,
     nullable_non_empty_string,
-    only_fields,
-    plain_object,
+    object_with_fields,
+    one_of,
     reject,
-    safe_int,
+    safe_int_at_least_zero,
 )
 
 COST_BASES: Final = frozenset({"SHIFT_RATE", "CONTRACT_RATE", "BLENDED"})
@@ -39,26 +39,16 @@ def operator_cost_cents(assist_seconds: int | float, rate_cents_per_minute: int 
 
 
 def validate_operator_cost_recorded(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _RECORDED_FIELDS, "payload")
+    object_with_fields(payload, _RECORDED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     nullable_non_empty_string(field(payload, "zoneId"), "payload.zoneId")
     nullable_non_empty_string(field(payload, "operatorId"), "payload.operatorId")
 
     for key in ("assistSeconds", "rateCentsPerMinute", "costCents"):
-        value = field(payload, key)
-        safe_int(value, f"payload.{key}")
-        if value < 0:
-            reject(f"payload.{key} must be >= 0")
+        safe_int_at_least_zero(field(payload, key), f"payload.{key}")
 
-    currency = field(payload, "currency")
-    non_empty_string(currency, "payload.currency")
-    if currency != "USD":
-        reject("payload.currency is not supported")
-    basis = field(payload, "basis")
-    non_empty_string(basis, "payload.basis")
-    if basis not in COST_BASES:
-        reject("payload.basis is not supported")
+    one_of(field(payload, "currency"), {"USD"}, "payload.currency")
+    one_of(field(payload, "basis"), COST_BASES, "payload.basis")
     nullable_non_empty_string(field(payload, "settledEventId"), "payload.settledEventId")
 
     expected = operator_cost_cents(field(payload, "assistSeconds"), field(payload, "rateCentsPerMinute"))

@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Any, Final
 
 from settlekit.jobs.api_payloads._js import (
-    date_parse,
     field,
     iso_date,
     non_empty_string,
     nullable_non_empty_string,
-    only_fields,
-    plain_object,
-    reject,
+    object_with_fields,
+    start_before_end,
 )
 
 _RESERVED_FIELDS: Final = frozenset({"jobId", "operatorId", "startAt", "endAt", "reservationId", "zoneId"})
@@ -20,22 +18,16 @@ _RELEASED_FIELDS: Final = frozenset({"jobId", "reservationId", "releasedAt", "re
 
 
 def validate_operator_coverage_reserved(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _RESERVED_FIELDS, "payload")
+    object_with_fields(payload, _RESERVED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "operatorId"), "payload.operatorId")
-    start_at, end_at = field(payload, "startAt"), field(payload, "endAt")
-    iso_date(start_at, "payload.startAt")
-    iso_date(end_at, "payload.endAt")
-    if date_parse(start_at) >= date_parse(end_at):
-        reject("payload.startAt must be before payload.endAt")
+    start_before_end(field(payload, "startAt"), field(payload, "endAt"), "payload.startAt", "payload.endAt")
     non_empty_string(field(payload, "reservationId"), "payload.reservationId")
     nullable_non_empty_string(field(payload, "zoneId"), "payload.zoneId")
 
 
 def validate_operator_coverage_released(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _RELEASED_FIELDS, "payload")
+    object_with_fields(payload, _RELEASED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "reservationId"), "payload.reservationId")
     iso_date(field(payload, "releasedAt"), "payload.releasedAt")

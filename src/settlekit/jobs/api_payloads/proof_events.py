@@ -8,14 +8,17 @@ from typing import Any, Final
 
 from settlekit.jobs.api_payloads._js import (
     field,
-    is_hex64,
     is_nullish,
     js_keys,
     js_trim,
     non_empty_string,
-    only_fields,
+    nullable_hex64,
+    nullable_non_empty_string,
+    object_with_fields,
+    one_of,
     plain_object,
     reject,
+    string_array,
 )
 
 PROOF_STATUSES: Final = frozenset({"PASS", "FAIL", "INSUFFICIENT_EVIDENCE"})
@@ -74,45 +77,21 @@ def _missing_evidence(missing_evidence: Any) -> None:
         reject("payload.missingEvidence must be sorted")
 
 
-def _hex64_field(payload: dict[str, Any], key: str) -> None:
-    value = field(payload, key)
-    if is_nullish(value):
-        return
-    non_empty_string(value, f"payload.{key}")
-    if not is_hex64(js_trim(value)):
-        reject(f"payload.{key} must be 64-hex")
-
-
-def _optional_string(payload: dict[str, Any], key: str) -> None:
-    value = field(payload, key)
-    if not is_nullish(value):
-        non_empty_string(value, f"payload.{key}")
-
-
 def validate_proof_evaluated(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _FIELDS, "payload")
+    object_with_fields(payload, _FIELDS, "payload")
 
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "evaluatedAt"), "payload.evaluatedAt")
     non_empty_string(field(payload, "evaluatedAtChainHash"), "payload.evaluatedAtChainHash")
 
-    _hex64_field(payload, "evaluationId")
-    _optional_string(payload, "customerPolicyHash")
-    _optional_string(payload, "operatorPolicyHash")
-    _optional_string(payload, "requiredZonesHash")
-    _hex64_field(payload, "factsHash")
+    nullable_hex64(field(payload, "evaluationId"), "payload.evaluationId")
+    nullable_non_empty_string(field(payload, "customerPolicyHash"), "payload.customerPolicyHash")
+    nullable_non_empty_string(field(payload, "operatorPolicyHash"), "payload.operatorPolicyHash")
+    nullable_non_empty_string(field(payload, "requiredZonesHash"), "payload.requiredZonesHash")
+    nullable_hex64(field(payload, "factsHash"), "payload.factsHash")
 
-    status = field(payload, "status")
-    non_empty_string(status, "payload.status")
-    if status not in PROOF_STATUSES:
-        reject("payload.status is not supported")
-
-    reason_codes = field(payload, "reasonCodes")
-    if type(reason_codes) is not list:
-        reject("payload.reasonCodes must be an array")
-    for code in reason_codes:
-        non_empty_string(code, "payload.reasonCodes[]")
+    one_of(field(payload, "status"), PROOF_STATUSES, "payload.status")
+    string_array(field(payload, "reasonCodes"), "payload.reasonCodes")
 
     missing_evidence = field(payload, "missingEvidence")
     if not is_nullish(missing_evidence):
@@ -125,13 +104,9 @@ def validate_proof_evaluated(payload: Any) -> None:
         plain_object(fact, "payload.triggeredFacts[]")
         if any(key not in _FACT_FIELDS for key in js_keys(fact)):
             reject("payload.triggeredFacts contains unknown field")
-        event_id = field(fact, "eventId")
-        if not is_nullish(event_id):
-            non_empty_string(event_id, "triggeredFacts[].eventId")
+        nullable_non_empty_string(field(fact, "eventId"), "triggeredFacts[].eventId")
         non_empty_string(field(fact, "type"), "triggeredFacts[].type")
-        zone_id = field(fact, "zoneId")
-        if not is_nullish(zone_id):
-            non_empty_string(zone_id, "triggeredFacts[].zoneId")
+        nullable_non_empty_string(field(fact, "zoneId"), "triggeredFacts[].zoneId")
 
     metrics = field(payload, "metrics")
     plain_object({} if is_nullish(metrics) else metrics, "payload.metrics")

@@ -8,10 +8,10 @@ from settlekit.jobs.api_payloads._js import (
     MISSING,
     field,
     non_empty_string,
-    only_fields,
-    plain_object,
+    object_with_fields,
+    one_of,
+    optional_non_empty_string,
     positive_cents,
-    reject,
 )
 
 _LICENSED_FIELDS: Final = frozenset({"jobId", "skill", "pricing", "licenseId", "terms"})
@@ -22,22 +22,17 @@ _USED_FIELDS: Final = frozenset({"jobId", "licenseId", "step"})
 
 
 def validate_skill_licensed(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _LICENSED_FIELDS, "payload")
+    object_with_fields(payload, _LICENSED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
 
     skill = field(payload, "skill")
-    plain_object(skill, "payload.skill")
-    only_fields(skill, _SKILL_FIELDS, "payload.skill")
+    object_with_fields(skill, _SKILL_FIELDS, "payload.skill")
     for key in ("skillId", "version", "developerId"):
         non_empty_string(field(skill, key), f"payload.skill.{key}")
 
     pricing = field(payload, "pricing")
-    plain_object(pricing, "payload.pricing")
-    only_fields(pricing, _PRICING_FIELDS, "payload.pricing")
-    non_empty_string(field(pricing, "model"), "payload.pricing.model")
-    if field(pricing, "model") != "PER_JOB":
-        reject("payload.pricing.model must be PER_JOB")
+    object_with_fields(pricing, _PRICING_FIELDS, "payload.pricing")
+    one_of(field(pricing, "model"), {"PER_JOB"}, "payload.pricing.model", "must be PER_JOB")
     positive_cents(field(pricing, "amountCents"), "payload.pricing.amountCents")
     non_empty_string(field(pricing, "currency"), "payload.pricing.currency")
 
@@ -45,17 +40,13 @@ def validate_skill_licensed(payload: Any) -> None:
 
     terms = field(payload, "terms")
     if terms is not MISSING:
-        plain_object(terms, "payload.terms")
-        only_fields(terms, _TERMS_FIELDS, "payload.terms")
+        object_with_fields(terms, _TERMS_FIELDS, "payload.terms")
         for key in ("refundableUntilState", "requiresCertificationTier"):
-            if field(terms, key) is not MISSING:
-                non_empty_string(field(terms, key), f"payload.terms.{key}")
+            optional_non_empty_string(field(terms, key), f"payload.terms.{key}")
 
 
 def validate_skill_used(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _USED_FIELDS, "payload")
+    object_with_fields(payload, _USED_FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "licenseId"), "payload.licenseId")
-    if field(payload, "step") is not MISSING:
-        non_empty_string(field(payload, "step"), "payload.step")
+    optional_non_empty_string(field(payload, "step"), "payload.step")

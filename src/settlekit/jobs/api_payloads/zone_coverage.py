@@ -7,14 +7,14 @@ from typing import Any, Final
 from settlekit.jobs.api_payloads._js import (
     date_parse,
     field,
+    int_in_range,
     is_hex64,
     is_nullish,
-    is_safe_integer,
     iso_date,
     js_trim,
     non_empty_string,
-    only_fields,
-    plain_object,
+    object_with_fields,
+    one_of,
     reject,
 )
 
@@ -25,18 +25,14 @@ _WINDOW_FIELDS: Final = frozenset({"startAt", "endAt"})
 
 
 def validate_zone_coverage_reported(payload: Any) -> None:
-    plain_object(payload, "payload")
-    only_fields(payload, _FIELDS, "payload")
+    object_with_fields(payload, _FIELDS, "payload")
     non_empty_string(field(payload, "jobId"), "payload.jobId")
     non_empty_string(field(payload, "zoneId"), "payload.zoneId")
 
-    coverage_pct = field(payload, "coveragePct")
-    if not is_safe_integer(coverage_pct) or not 0 <= coverage_pct <= 100:
-        reject("payload.coveragePct must be an integer in range 0..100")
+    int_in_range(field(payload, "coveragePct"), "payload.coveragePct", 0, 100)
 
     window = field(payload, "window")
-    plain_object(window, "payload.window")
-    only_fields(window, _WINDOW_FIELDS, "payload.window")
+    object_with_fields(window, _WINDOW_FIELDS, "payload.window")
     start_at = field(window, "startAt")
     end_at = field(window, "endAt")
     iso_date(start_at, "payload.window.startAt")
@@ -50,7 +46,4 @@ def validate_zone_coverage_reported(payload: Any) -> None:
         if not is_hex64(js_trim(coverage_map_hash)):
             reject("payload.coverageMapHash must be 64-hex when provided")
 
-    source = field(payload, "source")
-    non_empty_string(source, "payload.source")
-    if source not in COVERAGE_SOURCES:
-        reject("payload.source is not supported")
+    one_of(field(payload, "source"), COVERAGE_SOURCES, "payload.source")
