@@ -36,7 +36,7 @@ from settlekit.jobs.api_payloads._js import MISSING  # noqa: E402
 DEFAULT_OUT = HERE.parent / "vectors" / "reference_runs" / "api_payloads.json.gz"
 HEX = "ab" * 32
 REPLACEMENTS: list[Any] = [
-    None, "", "   ", "x", "USD", "EUR", 0, -1, 1, 2, 5, 6, 1.5, 99, 100, 101, 2**53 - 1, 2**53, -(2**53), 10**20,
+    None, "", "   ", "x", "USD", "EUR", 0, -0.0, -1, 1, 2, 5, 6, 1.5, 99, 100, 101, 2**53 - 1, 2**53, -(2**53), 10**20,
     True, False, [], ["x"], [""], {}, {"x": 1}, HEX, HEX.upper(), HEX[:-1], HEX + "\n",
     "2026-01-01T00:00:00.000Z", "2026-02-30T10:00:00Z", "2026-01-01", "not a date", "robot", "operator",
 ]

@@ -266,10 +266,17 @@ def test_parse_json_reads_as_the_standard_parser_with_javascript_integers(value:
 
 @pytest.mark.parametrize("text", [
     "9007199254740993", "[1, 12345678901234567890123]", '{"n": -9007199254740993}', "NaN", "[1e400, -Infinity]",
-    '"\\ud800"', '{"a": 1, "a": 2}', "1.5e308", '"1234567890123456"', "-0", "-0.0",
+    '"\\ud800"', '{"a": 1, "a": 2}', "1.5e308", '"1234567890123456"', "-0", "-0.0", '{"a": -0}', "[1,-0]",
+    '{"at": "2026-01-05"}',
 ])
 def test_parse_json_edge_texts_match_the_standard_parser(text: str) -> None:
     assert _same(parse_json(text), _standard_parse(text))
+
+
+def test_parse_json_reads_a_negative_zero_token_as_javascript_does() -> None:
+    """JSON.parse("-0") is the number -0, which settld's canonical JSON refuses; orjson would read the integer 0."""
+    value = parse_json('{"a": [-0]}')["a"][0]
+    assert type(value) is float and math.copysign(1.0, value) == -1.0
 
 
 @pytest.mark.parametrize("text", ["[1,]", "01", "[]]", "", "\ufeff[1]", '"a\x01"'])

@@ -329,7 +329,9 @@ def _slow(x: Any) -> str:
 
 def js_int(text: str) -> int | float:
     """An integer literal as JavaScript reads it: a double outside the safe range, ±Infinity beyond the
-    largest double (which canonical JSON then refuses, naming the path)."""
+    largest double (which canonical JSON then refuses, naming the path). `-0` is JavaScript's negative zero."""
+    if text == "-0":
+        return -0.0
     value = int(text)
     if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
         return value
@@ -350,13 +352,18 @@ def _has_long_digit_run(text: str | bytes) -> bool:
     return _SIXTEEN_DIGITS in data.translate(_DIGITS_AS_ZERO)
 
 
+# A `-0` number token (orjson reads it as the integer 0); strings may match too, which only costs the slow parser.
+_NEGATIVE_ZERO: Final = re.compile(rb"(?:^|[:\[,])\s*-0(?![0-9.eE])")
+
+
 def parse_json(text: str | bytes) -> Any:
     """Parse JSON like JavaScript: integers beyond the safe range become doubles.
 
     orjson reads a text without long digit runs (all its integers are safe, so both parsers agree); the
     standard parser reads the rest and whatever orjson refuses (NaN, an infinity, a lone surrogate escape,
     another encoding than UTF-8), and raises its own errors."""
-    if not _has_long_digit_run(text):
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if not _has_long_digit_run(data) and not _NEGATIVE_ZERO.search(data):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:

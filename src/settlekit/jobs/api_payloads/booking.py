@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any, Final
 
-from settlekit.events.canonical import js_number, ordered_keys, quote_string
+from settlekit.events.canonical import js_number, ordered_keys, quote_string, sha256_hex
 from settlekit.events.js import utf16_key
 from settlekit.jobs.api_payloads._js import (
     MISSING,
@@ -177,10 +176,6 @@ def _comparable_text(value: Any) -> str:
     return _canonical_text(value)
 
 
-def _sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 # --- zone sets (core/zoneset.js) ---
 
 
@@ -211,7 +206,7 @@ def _validate_zone_set(zone_set: Any) -> None:
 def _zone_set_hash(zone_set: dict[str, Any]) -> str:
     """computeZoneSetHash of a valid zone set: zones ordered by zoneId (UTF-16 order; ids are unique)."""
     zones = sorted(zone_set["zones"], key=lambda zone: utf16_key(zone["zoneId"]))
-    return _sha256_hex(_canonical_text({**zone_set, "zones": zones}))
+    return sha256_hex(_canonical_text({**zone_set, "zones": zones}))
 
 
 # --- BOOKED ---
@@ -330,7 +325,7 @@ def validate_booked(payload: Any) -> None:
         reject("payload.policySnapshot.schemaVersion is not supported")
     policy_hash = field(payload, "policyHash")
     non_empty_string(policy_hash, "payload.policyHash")
-    if _sha256_hex(_canonical_text(snapshot)) != policy_hash:
+    if sha256_hex(_canonical_text(snapshot)) != policy_hash:
         reject("payload.policyHash does not match payload.policySnapshot")
 
     if not is_nullish(required_zones):

@@ -1,8 +1,7 @@
 """settld's synchronous URL safety check (core/url-safety.js `checkUrlSafetySync`), as evidence refs use it.
 
 URLs are parsed by Ada, the WHATWG URL parser node's `new URL` is built on: ada-url 1.15.3 bundles Ada 2.9.2,
-node 20's own (later Ada releases accept and refuse other hosts). `net.isIP` and the public-address rules are
-mirrored as node 20 and settld write them.
+node 20's own (later Ada releases accept and refuse other hosts).
 """
 
 from __future__ import annotations
@@ -25,35 +24,11 @@ DEFAULT_ALLOWED_SCHEMES: Final = ("https", "s3", "gcs", "gs", "minio", "obj")
 _OPAQUE_SCHEMES: Final = frozenset({"obj", "s3", "gcs", "gs", "minio"})
 _METADATA_HOSTNAMES: Final = frozenset({"metadata.google.internal", "metadata.azure.internal"})
 
-# node 20's net.isIPv4 / net.isIPv6 patterns (lib/internal/net.js)
-_V4_SEG: Final = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])"
-_V4_STR: Final = rf"(?:{_V4_SEG}\.){{3}}{_V4_SEG}"
-_V6_SEG: Final = "(?:[0-9a-fA-F]{1,4})"
-_NODE_IPV4: Final = re.compile(_V4_STR)
-_NODE_IPV6: Final = re.compile(
-    "(?:"
-    f"(?:{_V6_SEG}:){{7}}(?:{_V6_SEG}|:)|"
-    f"(?:{_V6_SEG}:){{6}}(?:{_V4_STR}|:{_V6_SEG}|:)|"
-    f"(?:{_V6_SEG}:){{5}}(?::{_V4_STR}|(?::{_V6_SEG}){{1,2}}|:)|"
-    f"(?:{_V6_SEG}:){{4}}(?:(?::{_V6_SEG}){{0,1}}:{_V4_STR}|(?::{_V6_SEG}){{1,3}}|:)|"
-    f"(?:{_V6_SEG}:){{3}}(?:(?::{_V6_SEG}){{0,2}}:{_V4_STR}|(?::{_V6_SEG}){{1,4}}|:)|"
-    f"(?:{_V6_SEG}:){{2}}(?:(?::{_V6_SEG}){{0,3}}:{_V4_STR}|(?::{_V6_SEG}){{1,5}}|:)|"
-    f"(?:{_V6_SEG}:){{1}}(?:(?::{_V6_SEG}){{0,4}}:{_V4_STR}|(?::{_V6_SEG}){{1,6}}|:)|"
-    f"(?::(?:(?::{_V6_SEG}){{0,5}}:{_V4_STR}|(?::{_V6_SEG}){{1,7}}|:))"
-    ")(?:%[0-9a-zA-Z.:-]{1,})?"
-)
+# A dotted quad of decimal octets without leading zeros: what `net.isIP` answers 4 for.
+_OCTET: Final = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_DOTTED_QUAD: Final = re.compile(rf"(?:{_OCTET}\.){{3}}{_OCTET}")
 _DIGITS: Final = re.compile("[0-9]+")
-_HEXTET: Final = re.compile("[0-9a-f]{1,4}")
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
-
-
-def node_is_ip(s: str) -> int:
-    """`net.isIP(s)`: 4, 6 or 0."""
-    if _NODE_IPV4.fullmatch(s):
-        return 4
-    if _NODE_IPV6.fullmatch(s):
-        return 6
-    return 0
 
 
 def _strip_trailing_dot(hostname: str) -> str:
@@ -101,65 +76,6 @@ def is_public_ipv4(ip: str, *, allow_loopback: bool = False, allow_private: bool
         first == 198 and second in (18, 19),  # benchmarking
     )
     return not any(private_ranges)
-
-
-def _parse_ipv6_hextets(ip: str) -> list[int] | None:
-    value = js_trim(ip).lower()
-    zone = value.find("%")
-    if zone != -1:
-        value = value[:zone]
-    if value == "":
-        return None
-    halves = value.split("::")
-    if len(halves) > 2:
-        return None
-    compressed = len(halves) == 2
-    head = [h for h in halves[0].split(":") if h] if halves[0] else []
-    tail = [h for h in halves[1].split(":") if h] if compressed and halves[1] else []
-    _expand_trailing_ipv4(head)
-    _expand_trailing_ipv4(tail)
-
-    total = len(head) + len(tail)
-    if (not compressed and total != 8) or total > 8:
-        return None
-    groups = head + ["0"] * (8 - total if compressed else 0) + tail
-    if len(groups) != 8:
-        return None
-    hextets = []
-    for group in groups:
-        if not _HEXTET.fullmatch(group):
-            return None
-        hextets.append(int(group, 16))
-    return hextets
-
-
-def _expand_trailing_ipv4(groups: list[str]) -> None:
-    """Replace a trailing dotted quad by its two hextets (left alone when it does not parse)."""
-    if not groups or "." not in groups[-1]:
-        return
-    octets = _parse_ipv4(groups[-1])
-    if octets is None:
-        return
-    groups[-1:] = [format(octets[0] << 8 | octets[1], "x"), format(octets[2] << 8 | octets[3], "x")]
-
-
-def is_public_ipv6(ip: str, *, allow_loopback: bool = False, allow_private: bool = False) -> bool:
-    hextets = _parse_ipv6_hextets(ip)
-    if hextets is None:
-        return False
-    if all(h == 0 for h in hextets):
-        return False
-    if not allow_loopback and all(h == 0 for h in hextets[:7]) and hextets[7] == 1:
-        return False
-    first = hextets[0]
-    if not allow_private and (0xFC00 <= first <= 0xFDFF or 0xFE80 <= first <= 0xFEBF):  # unique/link local
-        return False
-    if first >= 0xFF00:  # multicast
-        return False
-    if all(h == 0 for h in hextets[:5]) and hextets[5] == 0xFFFF:  # IPv4-mapped
-        v4 = f"{hextets[6] >> 8}.{hextets[6] & 0xFF}.{hextets[7] >> 8}.{hextets[7] & 0xFF}"
-        return is_public_ipv4(v4, allow_loopback=allow_loopback, allow_private=allow_private)
-    return True
 
 
 def _as_usv_string(s: str) -> str:
@@ -210,10 +126,10 @@ def url_safety_code(
     if (hostname == "localhost" and not allow_loopback) or _is_metadata_hostname(hostname):
         return HOST_FORBIDDEN
 
-    # an IPv6 hostname keeps its brackets, so net.isIP never answers 6 here: settld lets every IPv6 literal pass
-    ip_version = node_is_ip(hostname)
-    if ip_version == 4 and not is_public_ipv4(hostname, allow_loopback=allow_loopback, allow_private=allow_private):
-        return HOST_FORBIDDEN
-    if ip_version == 6 and not is_public_ipv6(hostname, allow_loopback=allow_loopback, allow_private=allow_private):
+    # WHATWG writes an IPv4 host as a dotted quad and keeps an IPv6 host's brackets, so `net.isIP` answers 4 for
+    # the former and 0 for the latter: settld's IPv6 address rules are never reached and every IPv6 literal passes.
+    if _DOTTED_QUAD.fullmatch(hostname) and not is_public_ipv4(
+        hostname, allow_loopback=allow_loopback, allow_private=allow_private
+    ):
         return HOST_FORBIDDEN
     return None
