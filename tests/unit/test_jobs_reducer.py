@@ -83,7 +83,6 @@ def test_unknown_and_foreign_types_are_rejected() -> None:
         ({"amountCents": -1, "currency": "USD"}, "amountCents"),
         ({"amountCents": True, "currency": "USD"}, "amountCents"),
         ({"amountCents": 1.5, "currency": "USD"}, "amountCents"),
-        ({"amountCents": 100, "currency": "EUR"}, "currency"),
         (
             {"amountCents": 100, "currency": "USD", "breakdown": {"coverageFeeCents": 101}},
             "breakdown.coverageFeeCents",
@@ -96,6 +95,15 @@ def test_quote_validation(payload: dict[str, Any], field: str) -> None:
     with pytest.raises(SettlekitError) as exc:
         apply(state, b.draft("QUOTE_PROPOSED", payload))
     assert exc.value.code == "SCHEMA_INVALID" and exc.value.details["field"] == field
+
+
+def test_currencies_settld_does_not_check_are_taken_as_sent() -> None:
+    """settld checks the currency of operator costs, SLA credits, risk scores and credit policies (USD), not of
+    quotes, claims or skill prices: neither does settlekit, and the reducer keeps what was sent."""
+    b = StreamBuilder()
+    state = initial_state(b.add("JOB_CREATED", {"templateId": "t"}))
+    state = apply(state, b.add("QUOTE_PROPOSED", {"amountCents": 100, "currency": "EUR"}))
+    assert state.snapshot["quote"]["currency"] == "EUR"
 
 
 def test_payload_job_id_must_match_stream() -> None:

@@ -9,11 +9,12 @@ the event and never mutates them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any, Final
 
 from settlekit.events.canonical import is_safe_int
+from settlekit.events.js import date_parse_ms
 from settlekit.jobs.errors import PayloadInvalid
 from settlekit.ledger.accounts import MAX_AMOUNT_CENTS
 
@@ -76,16 +77,12 @@ def _dict(t: str, p: Payload, field: str, *, optional: bool = False) -> Mapping[
     return v
 
 
-def _parse_instant(t: str, field: str, v: Any) -> datetime:
-    if type(v) is not str:
-        raise PayloadInvalid(t, field, "must be an ISO-8601 timestamp")
-    try:
-        dt = datetime.fromisoformat(v)
-    except ValueError as exc:
-        raise PayloadInvalid(t, field, "must be an ISO-8601 timestamp") from exc
-    if dt.tzinfo is None:
-        raise PayloadInvalid(t, field, "must carry a time zone")
-    return dt
+def _parse_instant(t: str, field: str, v: Any) -> float:
+    """A date string as settld reads it (`Date.parse`, V8's parser): its milliseconds."""
+    ms = date_parse_ms(v) if type(v) is str else math.nan
+    if math.isnan(ms):
+        raise PayloadInvalid(t, field, "must be a date string Date.parse reads")
+    return ms
 
 
 # --- per-type validators ---
@@ -106,7 +103,6 @@ def _job_created(
 
 def _quote(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
     amount = _cents(t, p, "amountCents")
-    _currency(t, p)
     b = _dict(t, p, "breakdown", optional=True)
     if b is not None and b.get("coverageFeeCents") is not None:
         fee = b["coverageFeeCents"]
@@ -186,7 +182,6 @@ def _skill_licensed(
     pricing = _dict(t, p, "pricing")
     assert pricing is not None
     _cents(t, pricing, "amountCents")
-    _currency(t, pricing)
 
 
 def _incident(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
@@ -256,7 +251,6 @@ def _claim_approved(
     refund = _cents(t, amounts, "refundCents") if amounts.get("refundCents") is not None else 0
     if payout + refund <= 0:
         raise PayloadInvalid(t, "amounts", "payoutCents + refundCents must be > 0")
-    _currency(t, p)
     _opt_str(t, p, "notes")
 
 
@@ -278,7 +272,6 @@ def _job_adjusted(
 def _claim_paid(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
     _str(t, p, "claimId")
     _cents(t, p, "amountCents", positive=True)
-    _currency(t, p)
     _opt_str(t, p, "paymentRef")
 
 
