@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE.parent))
 from conftest import VECTORS, differential_corpus  # noqa: E402
 from settlekit.append.policy import (  # noqa: E402
     check_not_in_future,
-    check_server_signed_actor,
+    check_signed_actor,
     check_signer,
 )
 from settlekit.errors import SettlekitError  # noqa: E402
@@ -226,7 +226,8 @@ def settlekit_verdict(state: dict[str, Any], cand: Event, keys: dict[str, Signer
         check_not_in_future(cand["at"], NOW_DT, 0)
         stage = "signer"
         required = required_signer_kind(cand["type"], cand["actor"]["type"])
-        check_server_signed_actor(cand, 0, required)
+        either = {required_signer_kind(cand["type"], kind) for kind in ("robot", "operator")}
+        check_signed_actor(cand, 0, required, robot_or_operator=either == {"robot", "operator"})
         check_signer(cand, 0, keys, required)
         stage = "domain"
         process_job_events(state, [cand], live=True)

@@ -106,11 +106,19 @@ def test_currencies_settld_does_not_check_are_taken_as_sent() -> None:
     assert state.snapshot["quote"]["currency"] == "EUR"
 
 
-def test_payload_job_id_must_match_stream() -> None:
+def test_payload_job_id_must_match_stream_where_settld_checks_it() -> None:
+    """settld's API refuses a payload.jobId naming another job (or null) for the types whose rules check it, not
+    for the others; its core checks none: neither does settlekit offline."""
     b, state = _executing()
-    with pytest.raises(SettlekitError) as exc:
-        apply(state, b.draft("JOB_HEARTBEAT", {"jobId": "other", "t": b.next_at}, ROBOT_ACTOR))
-    assert exc.value.details["field"] == "jobId"
+    stored = process_job_events(None, b.events).state
+    beat = {"robotId": ROBOT_ACTOR["id"], "t": b.next_at, "stage": "TASK", "progress": 10}
+    for job_id in ("other", None):
+        with pytest.raises(SettlekitError) as exc:
+            process_job_events(stored, [b.draft("JOB_HEARTBEAT", {**beat, "jobId": job_id}, ROBOT_ACTOR)], live=True)
+        assert exc.value.code in ("JOB_ID_MISMATCH", "SCHEMA_INVALID")
+        assert "payload.jobId" in exc.value.message
+    apply(state, b.draft("JOB_HEARTBEAT", {**beat, "jobId": "other"}, ROBOT_ACTOR))
+    process_job_events(stored, [b.draft("CHECKPOINT_REACHED", {"jobId": "other"}, ROBOT_ACTOR)], live=True)
 
 
 def test_heartbeat_updates_execution_only() -> None:

@@ -24,7 +24,7 @@ from settlekit.append.policy import (
     check_not_in_future,
     check_server_draft_actor,
     check_server_draft_type,
-    check_server_signed_actor,
+    check_signed_actor,
     check_signer,
 )
 from settlekit.append.result import AppendResult
@@ -373,7 +373,8 @@ class Appender:
         for i, event in enumerate(events):
             verify_link(event, link, i, lambda kid: _public_key(keys, kid))
             required = self.domain.required_signer(event["type"], event["actor"]["type"])
-            check_server_signed_actor(event, i, required)
+            either = {self.domain.required_signer(event["type"], kind) for kind in ("robot", "operator")}
+            check_signed_actor(event, i, required, robot_or_operator=either == {"robot", "operator"})
             unsigned += not check_signer(event, i, keys, required, policy)
             link = event["chainHash"]
         result = yield from self._commit(request, events, None, prev=prev, expected_version=expected_version,

@@ -52,14 +52,22 @@ def check_server_draft_actor(draft: Event, index: int) -> None:
                                 index=index, actorType=actor_type)
 
 
-def check_server_signed_actor(event: Event, index: int, required: str | None) -> None:
-    """An event the server signs (`required`: its type's signer, resolved by its actor) cannot carry a robot or
-    operator actor, whoever signed it: settld refuses a server type with such an actor, a server_or_operator type
-    with a robot actor and a server_or_robot type with an operator actor."""
+def check_signed_actor(event: Event, index: int, required: str | None, *, robot_or_operator: bool = False) -> None:
+    """The actor must be of the kind whose key signs the event (`required`: its type's signer, resolved by its
+    actor; `robot_or_operator`: the type takes either), whoever signed it, as settld's signature policy: a robot
+    type needs a robot actor, an operator type an operator actor, a robot_or_operator type one of the two; a
+    server-signed event (a server type, a server_or_operator type with a robot actor, a server_or_robot type with
+    an operator actor) cannot carry a robot or operator actor."""
     actor_type = event["actor"]["type"]
     if required == "server" and actor_type in ("robot", "operator"):
         raise SignerPolicyError(f"event {index}: {event['type']} is signed by the server and cannot carry a "
                                 f"{actor_type} actor", index=index, eventType=event["type"], actorType=actor_type)
+    if robot_or_operator and actor_type not in ("robot", "operator"):
+        raise SignerPolicyError(f"event {index}: robot_or_operator-signed events require actor.type=robot|operator",
+                                index=index, eventType=event["type"], actorType=actor_type)
+    if required in ("robot", "operator") and actor_type != required:
+        raise SignerPolicyError(f"event {index}: {required}-signed events require actor.type={required}",
+                                index=index, eventType=event["type"], actorType=actor_type)
 
 
 def check_server_draft_type(draft: Event, index: int, required: str | None) -> None:

@@ -1,11 +1,12 @@
 """The pure step the offline tools and the store's append transaction run.
 
-For each event, in layers (as settld 0.1.0): on the live path only, settld's API payload validators
-(`api_payloads`), which raise; (a) payload validation and the transition check, which raise;
-(c) on the live path only (`live=True`), the API's own append-time domain rules (`server_rules`), which raise;
+For each event, in layers (as settld 0.1.0): (a) payload validation and the transition check, which raise; on the
+live path (`live=True`) settld's API comes first, in its order: its payload validators (`api_payloads`), payload
+validation and its append-time domain rules (`server_rules`), then the transition check, all of which raise;
 then (b) the ledger postings from the state *before* the event: a posting rule that raises is *recorded* in
-`ledger_errors` and the event goes on without an entry (settld records the error and goes on); then the
-reducer step and the allocations against the state *after* it. A raise leaves `prev_state` untouched.
+`ledger_errors` and the event goes on without an entry (settld's core records the error and goes on; its API
+refuses the event, a deliberate difference, see the README); then the reducer step and the allocations against
+the state *after* it. A raise leaves `prev_state` untouched.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from settlekit.jobs.reducer import (
     initial_state,
     serialize_state,
 )
+from settlekit.jobs.validate import validate_payload
 from settlekit.ledger.allocations import allocations_for_entry
 from settlekit.ledger.errors import LedgerError
 from settlekit.ledger.postings import JOB_POSTING_RULES, PostingRule
@@ -154,9 +156,10 @@ def process_job_events(
             state = initial_state(event)
             server_rules.observe(rule_facts, event)
             continue
-        to_status = check_event(state, event)
-        if live:
+        if live:  # settld's API judges payload and domain rules before the transition
+            validate_payload(event, state.snapshot, state.facts)
             server_rules.check(state, rule_facts, event)
+        to_status = check_event(state, event)
         rule = rules.get(event["type"])
         entries = _post_event(rule, state, event, ledger_errors) if rule is not None else None
         state = _step(state, event, to_status)

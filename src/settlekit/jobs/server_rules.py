@@ -71,6 +71,7 @@ def empty_facts() -> Facts:
         "skillUsed": [],
         "coverage": {},
         "excused": {},
+        "decisions": {},
     }
 
 
@@ -148,6 +149,8 @@ def observe(facts: Facts, event: Event) -> None:
         facts["skillUsed"].append(p.get("licenseId"))
     elif t in ("SETTLEMENT_HELD", "SETTLEMENT_RELEASED", "SETTLEMENT_FORFEITED"):
         _observe_hold(facts, event, p)
+    elif t == "DECISION_RECORDED":
+        facts["decisions"][_key(p.get("decisionId"))] = True
     elif t in ("DISPUTE_OPENED", "DISPUTE_CLOSED"):
         d = facts["disputes"].setdefault(_key(p.get("disputeId")), {"opened": False, "closed": False})
         d["opened" if t == "DISPUTE_OPENED" else "closed"] = True
@@ -239,14 +242,14 @@ def _refuse(code: str, message: str) -> ServerRuleViolation:
 
 
 def _job_id(p: Mapping[str, Any], s: Mapping[str, Any]) -> None:
-    # Deliberately lenient: an absent payload.jobId means this job (settld requires it).
-    if p.get("jobId") is not None and p.get("jobId") != s["id"]:
+    # Deliberately lenient: an absent payload.jobId means this job (settld requires it); null is not absent.
+    if "jobId" in p and p["jobId"] != s["id"]:
         raise _refuse("JOB_ID_MISMATCH", "payload.jobId must match job id")
 
 
 def _at(p: Mapping[str, Any], event: Event, field: str) -> None:
     # Deliberately lenient: an absent payload timestamp means event.at (server drafts get `at` on append).
-    if p.get(field) is not None and p.get(field) != event.get("at"):
+    if field in p and p[field] != event.get("at"):
         raise _refuse("EVENT_TIME_MISMATCH", f"payload.{field} must match event.at")
 
 
@@ -474,6 +477,47 @@ def _forfeit(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     _hold_common(st, f, e, p, "forfeitedAt", "settlement hold forfeiture can only happen before settlement")
     if gate_mode(st.snapshot) == "warn":
         raise _refuse("PROOF_GATE_DISABLED", "settlement hold forfeiture requires strict/holdback proof gating")
+
+
+def _non_empty(p: Mapping[str, Any], field: str) -> None:
+    v = p.get(field)
+    if type(v) is not str or v.strip() == "":
+        raise _refuse("PAYLOAD_FIELD_INVALID", f"payload.{field} must be a non-empty string")
+
+
+def _string_list(p: Mapping[str, Any], field: str) -> None:
+    v = p.get(field)
+    if v is None:
+        return
+    if type(v) is not list:
+        raise _refuse("PAYLOAD_FIELD_INVALID", f"payload.{field} must be an array")
+    for item in v:
+        if type(item) is not str or item.strip() == "":
+            raise _refuse("PAYLOAD_FIELD_INVALID", f"payload.{field}[] must be a non-empty string")
+
+
+def _decision_recorded(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
+    if type(e.get("payload")) is not dict:
+        raise _refuse("PAYLOAD_REQUIRED", "payload is required")
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "decidedAt")
+    _non_empty(p, "decisionId")
+    _non_empty(p, "kind")
+    if s["status"] != "COMPLETED":
+        raise _refuse("STATUS_NOT_ALLOWED", "decision can only be recorded after completion and before settlement")
+    if p["kind"] != "SETTLEMENT_FORFEIT":
+        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.kind is not supported")
+    if _key(p["decisionId"]) in f["decisions"]:
+        raise _refuse("DECISION_ALREADY_RECORDED", "decision already recorded")
+    _non_empty(p, "holdId")
+    _non_empty(p, "forfeitureReason")
+    if f["holds"].get(p["holdId"], {}).get("status") != "HELD":
+        raise _refuse("SETTLEMENT_HOLD_NOT_ACTIVE", "forfeit decision requires an active hold")
+    _string_list(p, "reasonCodes")
+    _string_list(p, "evidenceRefs")
+    if p.get("policyHash") is not None:
+        _non_empty(p, "policyHash")
 
 
 def _settled_dispute(st: JobState, f: Facts, e: Event, p: dict[str, Any], at_key: str, not_settled: str) -> Any:
@@ -1088,6 +1132,7 @@ CHECKS: Final[dict[str, Check]] = {
     "SETTLEMENT_HELD": _hold,
     "SETTLEMENT_RELEASED": _release,
     "SETTLEMENT_FORFEITED": _forfeit,
+    "DECISION_RECORDED": _decision_recorded,
     "DISPUTE_OPENED": _dispute_opened,
     "DISPUTE_CLOSED": _dispute_closed,
     "RISK_SCORED": _risk_scored,

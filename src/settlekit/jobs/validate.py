@@ -38,7 +38,8 @@ def is_nonblank(v: Any) -> bool:
 
 
 def is_hex64(v: Any) -> bool:
-    return type(v) is str and len(v) == 64 and set(v) <= _HEX
+    """64 hex digits, either case (settld matches /^[a-f0-9]{64}$/i)."""
+    return type(v) is str and len(v) == 64 and set(v.lower()) <= _HEX
 
 
 def _str(t: str, p: Payload, field: str) -> str:
@@ -130,7 +131,7 @@ def _booked(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: M
         _opt_str(t, p, field)
     for field in ("customerContractHash", "policyHash"):
         if p.get(field) is not None and not is_hex64(p[field]):
-            raise PayloadInvalid(t, field, "must be 64 lower-case hex characters")
+            raise PayloadInvalid(t, field, "must be 64 hex characters")
     ps = _dict(t, p, "policySnapshot", optional=True)
     if ps is not None:
         for field in ("proofPolicy", "coveragePolicy", "creditPolicy"):
@@ -153,7 +154,7 @@ def _matched(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: 
         raise PayloadInvalid(t, "operatorContractHash", "and operatorPolicyHash must be given together")
     for field, v in (("operatorContractHash", ch), ("operatorPolicyHash", ph)):
         if v is not None and not is_hex64(v):
-            raise PayloadInvalid(t, field, "must be 64 lower-case hex characters")
+            raise PayloadInvalid(t, field, "must be 64 hex characters")
     _opt_str(t, p, "operatorCompilerId")
 
 
@@ -279,7 +280,7 @@ def _proof_evaluated(
     t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]
 ) -> None:
     _str(t, p, "evaluatedAtChainHash")
-    _str(t, p, "evaluationId")
+    _opt_str(t, p, "evaluationId")
     if p.get("status") not in PROOF_STATUSES:
         raise PayloadInvalid(t, "status", f"must be one of {sorted(PROOF_STATUSES)}")
     for field in ("reasonCodes", "missingEvidence"):
@@ -316,14 +317,15 @@ def _sla_credit(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], 
     _str(t, p, "creditId")
     _cents(t, p, "amountCents", positive=True)
     _currency(t, p)
-    _parse_instant(t, "issuedAt", p.get("issuedAt"))
+    if "issuedAt" in p:  # absent: the event's own time (README, deliberate differences)
+        _parse_instant(t, "issuedAt", p.get("issuedAt"))
     _opt_str(t, p, "reason")
     _opt_event_id(t, p, "settledEventId")
     _opt_event_id(t, p, "policyHash")
 
 
 def _heartbeat(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
-    ts: Any = p.get("t")
+    ts: Any = p.get("t", "-")  # absent: the event's own time (README, deliberate differences)
     if type(ts) is not str or not ts:
         raise PayloadInvalid(t, "t", "must be a non-empty string")
 
@@ -399,9 +401,6 @@ def validate_payload(event: Mapping[str, Any], snapshot: Mapping[str, Any], fact
         p = {}
     elif type(p) is not dict:
         raise PayloadInvalid(t, "<root>", "must be an object or null")
-    job_id: Any = p.get("jobId")
-    if job_id is not None and job_id != event["streamId"]:
-        raise PayloadInvalid(t, "jobId", "must equal the stream id", expected=event["streamId"])
     validator: Any = VALIDATORS.get(t)
     if validator is not None:
         validator(t, p, event, snapshot, facts)

@@ -1,0 +1,61 @@
+"""settld's API rules for DECISION_RECORDED on the live path (a forfeit decision needs a completed job, an active
+hold and a new decisionId), on the corpus streams that record one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conftest import load_differential
+from settlekit.errors import SettlekitError
+from settlekit.jobs import process_job_events
+
+STREAMS = {"d032_proof": 24, "d058_holds": 16, "d059_holds": 19}
+
+
+def _before_decision(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The live state just before the stream's DECISION_RECORDED, and that event."""
+    events = load_differential(name)["events"]
+    index = STREAMS[name]
+    state = None
+    for event in events[:index]:
+        state = process_job_events(state, [event], live=True).state
+    assert state is not None and events[index]["type"] == "DECISION_RECORDED"
+    return state, events[index]
+
+
+def _refusal(state: dict[str, Any], event: dict[str, Any]) -> tuple[str, str]:
+    with pytest.raises(SettlekitError) as exc:
+        process_job_events(state, [event], live=True)
+    return exc.value.code, exc.value.message
+
+
+@pytest.mark.parametrize("name", sorted(STREAMS))
+def test_a_decision_is_recorded_once(name: str) -> None:
+    state, decision = _before_decision(name)
+    after = process_job_events(state, [decision], live=True).state
+    again = {**decision, "id": decision["id"] + "_again"}
+    assert _refusal(after, again) == ("DECISION_ALREADY_RECORDED", "decision already recorded")
+    process_job_events(after, [again])  # offline (settld's core) it is accepted
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"kind": "OTHER"}, ("PAYLOAD_FIELD_INVALID", "payload.kind is not supported")),
+    ({"decisionId": " "}, ("PAYLOAD_FIELD_INVALID", "payload.decisionId must be a non-empty string")),
+    ({"holdId": "hold_unknown"}, ("SETTLEMENT_HOLD_NOT_ACTIVE", "forfeit decision requires an active hold")),
+    ({"reasonCodes": "X"}, ("PAYLOAD_FIELD_INVALID", "payload.reasonCodes must be an array")),
+    ({"decidedAt": "2026-01-01T00:00:00.000Z"}, ("EVENT_TIME_MISMATCH", "payload.decidedAt must match event.at")),
+])
+def test_a_decision_settld_refuses_is_refused_with_its_message(change: dict[str, Any],
+                                                               expected: tuple[str, str]) -> None:
+    state, decision = _before_decision("d032_proof")
+    assert _refusal(state, {**decision, "payload": {**decision["payload"], **change}}) == expected
+
+
+def test_a_decision_needs_a_completed_job() -> None:
+    events = load_differential("d032_proof")["events"]
+    state = process_job_events(None, events[:1], live=True).state
+    decision = events[STREAMS["d032_proof"]]
+    assert _refusal(state, decision) == (
+        "STATUS_NOT_ALLOWED", "decision can only be recorded after completion and before settlement")
