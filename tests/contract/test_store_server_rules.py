@@ -216,11 +216,14 @@ def test_posting_error_is_stored_without_an_entry_and_the_event_is_accepted(db: 
     ("INCIDENT_REPORTED", "robot", "server"), ("INCIDENT_REPORTED", "robot", "robot"),
     ("CLAIM_TRIAGED", "robot", "server"), ("EVIDENCE_CAPTURED", "operator", "server"),
     ("JOB_EXECUTION_ABORTED", "operator", "operator"), ("QUOTE_PROPOSED", "robot", "server"),
-    ("SETTLED", "operator", "server"), ("SETTLED", "robot", "unsigned")])
-def test_a_server_signed_event_refuses_a_robot_or_operator_actor(db: Database, event_type: str, actor_type: str,
-                                                                  signed_by: str) -> None:
-    """settld refuses a server type with a robot/operator actor, a server_or_operator type with a robot actor and a
-    server_or_robot type with an operator actor, whoever signed it (before any signature check); nothing is
+    ("SETTLED", "operator", "server"), ("SETTLED", "robot", "unsigned"),
+    ("EN_ROUTE", "system", "robot"), ("JOB_HEARTBEAT", "operator", "robot"), ("ASSIST_ACCEPTED", "robot", "operator"),
+    ("ZONE_COVERAGE_REPORTED", "system", "robot"), ("SKILL_USED", "system", "unsigned")])
+def test_the_actor_must_be_of_the_kind_that_signs(db: Database, event_type: str, actor_type: str,
+                                                  signed_by: str) -> None:
+    """settld's signature policy, before any signature check, whoever signed: a server type cannot carry a
+    robot/operator actor (nor a server_or_operator type a robot, a server_or_robot type an operator); a robot type
+    needs a robot actor, an operator type an operator actor, a robot_or_operator type one of the two. Nothing is
     written."""
     server = Signer.generate()
     store = job_appender(db, clock=lambda: NOW, server_signer=server)
@@ -239,6 +242,10 @@ def test_a_server_signed_event_refuses_a_robot_or_operator_actor(db: Database, e
     with pytest.raises(SignerPolicyError) as exc:
         store.append(T, job_id, [event])
     assert exc.value.details == {"index": 0, "eventType": event_type, "actorType": actor_type}
+    if signed_by in ("robot", "operator") and actor_type not in ("robot", "operator"):
+        assert exc.value.message.endswith("-signed events require actor.type=robot|operator"
+                                          if event_type in ("ZONE_COVERAGE_REPORTED", "SKILL_USED")
+                                          else f"{signed_by}-signed events require actor.type={signed_by}")
     head = store.streams.head(T, job_id)
     assert head is not None and head.seq == 1
     assert (_rows(db, T, job_id), store.streams.snapshot(T, job_id)) == before
