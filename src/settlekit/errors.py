@@ -179,6 +179,7 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "ACCESS_NOT_GRANTED": ErrorSpec(409, "execution cannot start without access granted"),
     "ZONE_NOT_REQUIRED": ErrorSpec(409, "payload.zoneId is not in requiredZones"),
     "ZONE_MISMATCH": ErrorSpec(409, "payload.zoneId is not the job's zone"),
+    "ZONE_SET_MISMATCH": ErrorSpec(409, "payload.requiredZonesHash is not the booking's required zone set hash"),
     "PROOF_ALREADY_EXISTS_FOR_FACTS": ErrorSpec(409, "a proof for the same facts was already recorded"),
     "PROOF_GATE_DISABLED": ErrorSpec(409, "settlement holds need strict or holdback proof gating"),
     "PROOF_REQUIRED": ErrorSpec(409, "a proof (or completion anchor) is required first"),

@@ -27,6 +27,8 @@ from typing import Any, Final
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_hash, canonical_json, is_safe_int
 from settlekit.events.js import date_parse_ms
+from settlekit.jobs.api_payloads._js import Rejected
+from settlekit.jobs.api_payloads.booking import zone_set_hash
 from settlekit.jobs.errors import DomainRuleViolation
 from settlekit.jobs.reducer import JobState
 from settlekit.jobs.zone_coverage import observe_coverage_report, observe_excuse_incident, zone_coverage_facts
@@ -408,6 +410,16 @@ def _proof_evaluated(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> Non
         raise _refuse("POLICY_HASH_MISMATCH", "payload.customerPolicyHash must match booking.policyHash")
     if s.get("operatorPolicyHash") and p.get("operatorPolicyHash") != s.get("operatorPolicyHash"):
         raise _refuse("POLICY_HASH_MISMATCH", "payload.operatorPolicyHash must match pinned operatorPolicyHash")
+    required_zones = booking.get("requiredZones")
+    if required_zones and type(required_zones) is dict:
+        try:
+            computed = zone_set_hash(required_zones)
+        except Rejected as exc:
+            raise _refuse("ZONE_SET_MISMATCH", exc.message) from exc
+        if booking.get("requiredZonesHash") and computed != booking["requiredZonesHash"]:
+            raise _refuse("ZONE_SET_MISMATCH", "booking.requiredZonesHash mismatch")
+        if p.get("requiredZonesHash") != computed:
+            raise _refuse("ZONE_SET_MISMATCH", "payload.requiredZonesHash must match booking.requiredZonesHash")
     if p.get("factsHash") is not None and _key(
         p.get("evaluatedAtChainHash"), p.get("customerPolicyHash"), p.get("factsHash")
     ) in f["proofKeys"]:
@@ -542,6 +554,19 @@ def _dispute_closed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None
         raise _refuse("DISPUTE_NOT_OPEN", "dispute is not open")
 
 
+def _features_match(features: Mapping[str, Any], source: Mapping[str, Any], what: str) -> None:
+    """A risk score's features name the quote's (or booking's) environment tier, coverage, zone and site."""
+    if source.get("environmentTier") and features.get("environmentTier") != source["environmentTier"]:
+        raise _refuse("RISK_FEATURES_MISMATCH", f"payload.features.environmentTier must match {what} environmentTier")
+    coverage = source.get("requiresOperatorCoverage")
+    if type(coverage) is bool and features.get("requiresOperatorCoverage") is not coverage:
+        raise _refuse("RISK_FEATURES_MISMATCH",
+                      f"payload.features.requiresOperatorCoverage must match {what} requiresOperatorCoverage")
+    for field in ("zoneId", "siteId"):
+        if source.get(field) and features.get(field) != source[field]:
+            raise _refuse("RISK_FEATURES_MISMATCH", f"payload.features.{field} must match {what} {field}")
+
+
 def _risk_scored(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     s = st.snapshot
     _job_id(p, s)
@@ -558,12 +583,15 @@ def _risk_scored(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
             raise _refuse("QUOTE_MISSING", "risk scoring requires a quote")
         if s["status"] != "QUOTED":
             raise _refuse("STATUS_NOT_ALLOWED", "risk scoring (QUOTE) requires QUOTED status")
+        inputs = (s.get("quote") or {}).get("inputs")
+        _features_match(features, inputs if type(inputs) is dict else {}, "quote")
         last, what = f["lastQuoteEventId"], "QUOTE_PROPOSED"
     else:
         if not _booking(s):
             raise _refuse("BOOKING_MISSING", "risk scoring (BOOK) requires a booking")
         if s["status"] != "BOOKED":
             raise _refuse("STATUS_NOT_ALLOWED", "risk scoring (BOOK) requires BOOKED status")
+        _features_match(features, _booking(s) or {}, "booking")
         _policy_hash(s, p)
         last, what = f["lastBookedEventId"], "BOOKED"
     if not last:

@@ -203,6 +203,13 @@ def _validate_zone_set(zone_set: Any) -> None:
         seen.add(trimmed)
 
 
+def zone_set_hash(zone_set: Any) -> str:
+    """computeZoneSetHash: the zone set checked (Rejected with settld's message when invalid), then hashed."""
+    plain_object(zone_set, "zoneSet")
+    _validate_zone_set(zone_set)
+    return _zone_set_hash(zone_set)
+
+
 def _zone_set_hash(zone_set: dict[str, Any]) -> str:
     """computeZoneSetHash of a valid zone set: zones ordered by zoneId (UTF-16 order; ids are unique)."""
     zones = sorted(zone_set["zones"], key=lambda zone: utf16_key(zone["zoneId"]))

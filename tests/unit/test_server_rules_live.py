@@ -1,5 +1,6 @@
-"""settld's API rules for DECISION_RECORDED on the live path (a forfeit decision needs a completed job, an active
-hold and a new decisionId), on the corpus streams that record one."""
+"""settld's API domain rules on the live path, on corpus streams: DECISION_RECORDED (a forfeit decision needs a
+completed job, an active hold and a new decisionId), RISK_SCORED features against the quote or booking,
+PROOF_EVALUATED's required zone set hash."""
 
 from __future__ import annotations
 
@@ -14,15 +15,20 @@ from settlekit.jobs import process_job_events
 STREAMS = {"d032_proof": 24, "d058_holds": 16, "d059_holds": 19}
 
 
-def _before_decision(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The live state just before the stream's DECISION_RECORDED, and that event."""
+def _before(name: str, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The live state just before the stream's event `index`, and that event."""
     events = load_differential(name)["events"]
-    index = STREAMS[name]
     state = None
     for event in events[:index]:
         state = process_job_events(state, [event], live=True).state
-    assert state is not None and events[index]["type"] == "DECISION_RECORDED"
+    assert state is not None
     return state, events[index]
+
+
+def _before_decision(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    state, event = _before(name, STREAMS[name])
+    assert event["type"] == "DECISION_RECORDED"
+    return state, event
 
 
 def _refusal(state: dict[str, Any], event: dict[str, Any]) -> tuple[str, str]:
@@ -59,3 +65,28 @@ def test_a_decision_needs_a_completed_job() -> None:
     decision = events[STREAMS["d032_proof"]]
     assert _refusal(state, decision) == (
         "STATUS_NOT_ALLOWED", "decision can only be recorded after completion and before settlement")
+
+
+OTHER: dict[str, Any] = {"environmentTier": "ENV_IN_HOME", "zoneId": "zone_other", "siteId": "site_other"}
+
+
+@pytest.mark.parametrize("feature", ["environmentTier", "requiresOperatorCoverage", "zoneId", "siteId"])
+def test_risk_features_must_match_the_booking(feature: str) -> None:
+    """(The corpus' quotes carry no `inputs`, so a QUOTE-basis score has nothing to match, in settld too.)"""
+    state, risk = _before("d001_basic", 3)
+    assert risk["type"] == "RISK_SCORED" and risk["payload"]["basis"] == "BOOK"
+    process_job_events(state, [risk], live=True)
+    features = risk["payload"]["features"]
+    assert features["environmentTier"] != OTHER["environmentTier"]
+    changed = {**features, feature: OTHER.get(feature, not features[feature])}
+    assert _refusal(state, {**risk, "payload": {**risk["payload"], "features": changed}}) == (
+        "RISK_FEATURES_MISMATCH", f"payload.features.{feature} must match booking {feature}")
+
+
+def test_a_proof_names_the_bookings_required_zone_set() -> None:
+    state, proof = _before("d032_proof", 20)
+    assert proof["type"] == "PROOF_EVALUATED" and proof["payload"]["requiredZonesHash"]
+    process_job_events(state, [proof], live=True)
+    for wrong in ("0" * 64, None):
+        assert _refusal(state, {**proof, "payload": {**proof["payload"], "requiredZonesHash": wrong}}) == (
+            "ZONE_SET_MISMATCH", "payload.requiredZonesHash must match booking.requiredZonesHash")
