@@ -90,3 +90,33 @@ def test_a_proof_names_the_bookings_required_zone_set() -> None:
     for wrong in ("0" * 64, None):
         assert _refusal(state, {**proof, "payload": {**proof["payload"], "requiredZonesHash": wrong}}) == (
             "ZONE_SET_MISMATCH", "payload.requiredZonesHash must match booking.requiredZonesHash")
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"policy": {"heartbeatIntervalMs": 30000, "stallAfterMs": 180000}},
+     ("LIVENESS_POLICY_MISMATCH", "payload.policy.heartbeatIntervalMs mismatch")),
+    ({"policy": {"heartbeatIntervalMs": 60000, "stallAfterMs": 90000}},
+     ("LIVENESS_POLICY_MISMATCH", "payload.policy.stallAfterMs mismatch")),
+    ({"lastHeartbeatAt": "2026-01-20T10:00:20.000Z"},
+     ("HEARTBEAT_MISMATCH", "payload.lastHeartbeatAt must match projected last heartbeat")),
+])
+def test_a_stall_follows_the_liveness_policy(change: dict[str, Any], expected: tuple[str, str]) -> None:
+    state, stall = _before("d016_coverage", 13)
+    assert stall["type"] == "JOB_EXECUTION_STALLED"
+    process_job_events(state, [stall], live=True)
+    assert _refusal(state, {**stall, "payload": {**stall["payload"], **change}}) == expected
+
+
+def test_a_stall_must_be_past_the_threshold() -> None:
+    state, stall = _before("d016_coverage", 13)
+    early = "2026-01-20T10:03:30.000Z"  # 3 min after the last heartbeat: not past 180 s
+    refused = {**stall, "at": early, "payload": {**stall["payload"], "detectedAt": early}}
+    assert _refusal(state, refused) == ("STALL_NOT_DUE", "stall rejected: heartbeat is not past stall threshold")
+
+
+def test_the_server_resumes_only_after_a_new_heartbeat() -> None:
+    state, resume = _before("d016_coverage", 15)
+    assert resume["type"] == "JOB_EXECUTION_RESUMED" and resume["actor"]["type"] != "robot"
+    process_job_events(state, [resume], live=True)
+    stalled, _ = _before("d016_coverage", 14)  # stalled, before the job's first heartbeat
+    assert _refusal(stalled, resume) == ("RESUME_NOT_ALLOWED", "server resume requires a heartbeat")

@@ -21,6 +21,7 @@ as existing, active and in zone.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -914,14 +915,40 @@ def _heartbeat(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
         raise _refuse("ROBOT_MISMATCH", "heartbeat rejected: robotId does not match job robotId")
 
 
+def liveness_policy(environment_tier: Any) -> tuple[int, int]:
+    """settld's liveness policy: (heartbeat interval, stall threshold) in ms; homes beat every 30 s, others 60 s."""
+    interval = 30_000 if environment_tier == "ENV_IN_HOME" else 60_000
+    return interval, interval * 3
+
+
 def _stalled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     s = st.snapshot
     _job_id(p, s)
     _at(p, e, "detectedAt")
     _status_in(s, {"EXECUTING", "ASSISTED"}, "stall is only allowed during execution")
-    if not (s.get("execution") or {}).get("startedAt"):
+    interval, stall_after = liveness_policy((_booking(s) or {}).get("environmentTier"))
+    policy = p.get("policy") if type(p.get("policy")) is dict else {}
+    assert isinstance(policy, dict)
+    for field, expected in (("heartbeatIntervalMs", interval), ("stallAfterMs", stall_after)):
+        if not _same_number(policy.get(field), expected):
+            raise _refuse("LIVENESS_POLICY_MISMATCH", f"payload.policy.{field} mismatch")
+    ex = s.get("execution") or {}
+    started = ex.get("startedAt")
+    if not started:
         raise _refuse("EXECUTION_NOT_STARTED", "stall requires execution startedAt")
+    last = ex.get("lastHeartbeatAt") if ex.get("lastHeartbeatAt") is not None else started
+    if p.get("lastHeartbeatAt") != last:
+        raise _refuse("HEARTBEAT_MISMATCH", "payload.lastHeartbeatAt must match projected last heartbeat")
+    now_ms, last_ms = date_parse_ms(e.get("at")), date_parse_ms(last)
+    if not (math.isfinite(now_ms) and math.isfinite(last_ms)):
+        raise _refuse("STALL_NOT_DUE", "stall timing is invalid")
+    if now_ms - last_ms <= stall_after:
+        raise _refuse("STALL_NOT_DUE", "stall rejected: heartbeat is not past stall threshold")
     _payload_robot_is_expected(p, s)
+
+
+def _same_number(value: Any, expected: int) -> bool:
+    return type(value) in (int, float) and value == expected
 
 
 def _resumed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
@@ -932,6 +959,15 @@ def _resumed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
         raise _refuse("STATUS_NOT_ALLOWED", "resume is only allowed from STALLED")
     _payload_robot_is_expected(p, s)
     _robot_matches_actor(p, e)
+    if _actor(e).get("type") != "robot":  # the server resumes only on a heartbeat after the stall
+        ex = s.get("execution") or {}
+        stalled, last = ex.get("stalledAt"), ex.get("lastHeartbeatAt")
+        if not stalled:
+            raise _refuse("RESUME_NOT_ALLOWED", "server resume requires execution.stalledAt")
+        if not last:
+            raise _refuse("RESUME_NOT_ALLOWED", "server resume requires a heartbeat")
+        if not date_parse_ms(last) > date_parse_ms(stalled):
+            raise _refuse("RESUME_NOT_ALLOWED", "server resume requires heartbeat after stall")
 
 
 def _aborted(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
