@@ -281,6 +281,12 @@ def classify(ref: Verdict, ours: Verdict, implied_ref: Verdict | None) -> str:
         return "a: payload.jobId / event-time field may be omitted"
     if REGISTRY.search(ref[1] or ""):
         return "b: registry state"
+    if ref[0] == "accept" and ours[0] in ("schema:EVENT_TYPE_UNKNOWN", "schema:EVENT_TYPE_NOT_ALLOWED"):
+        return "a: only job event types on a job stream"
+    if ref[0] == "accept" and ours[0] == "transition" and (ours[1] or "").endswith("via JOB_CREATED"):
+        return "a: JOB_CREATED only first"
+    if ref[0] == "posting" and ours[0] == "accept":
+        return "a: a posting error does not refuse the event"
     return "c"
 
 
