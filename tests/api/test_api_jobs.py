@@ -225,10 +225,10 @@ def _bad_requests(head: str) -> list[tuple[dict[str, Any], int, str]]:
         ({"json": "a string", "headers": h}, 400, "SCHEMA_INVALID"),
         ({"json": {**QUOTE, "type": "NOT_A_TYPE"}, "headers": h}, 400, "EVENT_TYPE_UNKNOWN"),
         ({"json": {**QUOTE, "payload": {"amountCents": "lots", "currency": "USD"}}, "headers": h}, 400, ""),
-        # settld's payload validators run before the transition check
+        # settld's payload validators and domain rules run before the transition check
         ({"json": {"type": "BOOKED", "actor": ACTOR, "payload": {}}, "headers": h}, 400, "SCHEMA_INVALID"),
         ({"json": {"type": "MATCHED", "actor": ACTOR, "payload": {"robotId": "rob_1"}}, "headers": h}, 409,
-         "INVALID_TRANSITION"),
+         "BOOKING_MISSING"),
         ({"json": {"type": "EN_ROUTE", "actor": {"type": "robot", "id": "r"}, "payload": {}}, "headers": h},
          400, "SIGNER_POLICY_VIOLATION"),
         ({"json": {**QUOTE, "payload": {"blob": "x" * 70_000}}, "headers": h}, 413, "PAYLOAD_TOO_LARGE"),

@@ -287,6 +287,10 @@ def classify(ref: Verdict, ours: Verdict, implied_ref: Verdict | None) -> str:
         return "a: JOB_CREATED only first"
     if ref[0] == "posting" and ours[0] == "accept":
         return "a: a posting error does not refuse the event"
+    lean = ours[1] or ""
+    if ref[0] != "signer" and ours[0] == "lean" and (lean.endswith(".payload.<root> must be an object or null")
+                                                     or lean.startswith("QUOTE_PROPOSED.payload.")):
+        return "a: a payload is an object, a quote's amounts whole cents"
     return "c"
 
 
