@@ -25,10 +25,11 @@ class InvalidJobTransition(SettlekitError):
 
 
 class PayloadInvalid(ValidationError):
-    """A payload field is missing or has the wrong type (400 SCHEMA_INVALID)."""
+    """A payload field is missing or has the wrong type (400 SCHEMA_INVALID); the message names the field as
+    settld's validators do (`payload.robotId must be a non-empty string`), `details.eventType` the type."""
 
     def __init__(self, event_type: str, field: str, why: str, **details: Any):
-        super().__init__(f"{event_type}.payload.{field} {why}", field=field, eventType=event_type, **details)
+        super().__init__(f"payload.{field} {why}", field=field, eventType=event_type, **details)
 
 
 class DomainRuleViolation(SettlekitError):

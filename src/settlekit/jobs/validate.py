@@ -151,10 +151,10 @@ def _matched(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: 
     _str(t, p, "robotId")
     ch, ph = p.get("operatorContractHash"), p.get("operatorPolicyHash")
     if (ch is None) != (ph is None):
-        raise PayloadInvalid(t, "operatorContractHash", "and operatorPolicyHash must be given together")
+        raise PayloadInvalid(t, "operatorContractHash", "and payload.operatorPolicyHash must be provided together")
     for field, v in (("operatorContractHash", ch), ("operatorPolicyHash", ph)):
         if v is not None and not is_hex64(v):
-            raise PayloadInvalid(t, field, "must be 64 hex characters")
+            raise PayloadInvalid(t, field, "must be a 64-byte hex sha256")
     _opt_str(t, p, "operatorCompilerId")
 
 
