@@ -609,7 +609,9 @@ def _dispatch(allowed_from_booked: bool, field: str, what: str) -> Check:
         if not _booking(s):
             raise _refuse("BOOKING_MISSING", f"{what} requires a booking")
         if allowed_from_booked and s["status"] != "BOOKED":
-            raise _refuse("STATUS_NOT_ALLOWED", f"{what} requires BOOKED status")
+            requested = what == "dispatch"
+            raise _refuse("STATUS_NOT_ALLOWED", "dispatch can only be requested from BOOKED" if requested
+                          else f"{what} requires BOOKED status")
 
     return check
 
