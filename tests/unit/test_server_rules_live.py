@@ -120,3 +120,18 @@ def test_the_server_resumes_only_after_a_new_heartbeat() -> None:
     process_job_events(state, [resume], live=True)
     stalled, _ = _before("d016_coverage", 14)  # stalled, before the job's first heartbeat
     assert _refusal(stalled, resume) == ("RESUME_NOT_ALLOWED", "server resume requires a heartbeat")
+
+
+def test_a_decision_draft_is_completed_as_settlds_events_route_does() -> None:
+    """A DECISION_RECORDED server draft with only its reason is completed (decisionId from the draft id, the latest
+    hold, decidedAt = its time, the booking's policy hash) and then passes the rules."""
+    from settlekit.jobs.drafts import complete_decision_draft
+    from settlekit.jobs.server_rules import STATE_KEY
+
+    state, recorded = _before_decision("d032_proof")
+    draft = {**recorded, "payload": {"reason": "EVIDENCE_NOT_PROVIDED"}}
+    payload = complete_decision_draft(draft, draft["streamId"], state["snapshot"], list(state[STATE_KEY]["holds"]))
+    assert payload["decisionId"] == f"dec_{draft['id']}" and payload["decidedAt"] == draft["at"]
+    assert payload["holdId"] == recorded["payload"]["holdId"]
+    assert payload["forfeitureReason"] == "EVIDENCE_NOT_PROVIDED" and payload["kind"] == "SETTLEMENT_FORFEIT"
+    process_job_events(state, [{**draft, "payload": payload}], live=True)

@@ -18,7 +18,8 @@ from settlekit.jobs import (
     required_signer_kind,
     settlement_proof_ref_for,
 )
-from settlekit.jobs.booking import complete_booking_draft
+from settlekit.jobs.drafts import complete_booking_draft, complete_decision_draft
+from settlekit.jobs.server_rules import STATE_KEY
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import ContractResolver, contract_resolver
 from settlekit.store.db import Database, Tx
@@ -55,7 +56,7 @@ class JobStreamDomain:
 
     def prepare_drafts(self, snapshot: dict[str, Any] | None, drafts: list[Event]) -> list[Event]:
         """Complete server drafts: SETTLED gets its settlementProofRef from the current state; BOOKED its policy
-        snapshot and hash (`settlekit.jobs.booking`)."""
+        snapshot and hash, DECISION_RECORDED what settld's route fills in (`settlekit.jobs.drafts`)."""
         if snapshot is None:
             return drafts
         out = []
@@ -63,6 +64,10 @@ class JobStreamDomain:
             payload = draft.get("payload")
             if draft["type"] == "BOOKED" and isinstance(payload, dict):
                 draft = {**draft, "payload": complete_booking_draft(payload)}
+            if draft["type"] == "DECISION_RECORDED" and "snapshot" in snapshot:
+                holds = list((snapshot.get(STATE_KEY) or {}).get("holds") or {})
+                draft = {**draft, "payload": complete_decision_draft(draft, draft["streamId"], snapshot["snapshot"],
+                                                                      holds)}
             if draft["type"] == "SETTLED" and (payload is None or (isinstance(payload, dict)
                                                                     and "settlementProofRef" not in payload)):
                 ref = settlement_proof_ref_for(deserialize_state(snapshot))

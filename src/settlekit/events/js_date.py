@@ -504,9 +504,17 @@ def _days_from_civil(year: int, month: int, day: int) -> int:
 _CANONICAL: Final = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})\.([0-9]{3})Z")
 
 
-@functools.lru_cache(maxsize=8192)
 def js_date_parse_ms(s: str) -> float:
-    """`Date.parse(s)` in node 20 with TZ=UTC: milliseconds since the epoch, or NaN."""
+    """`Date.parse(s)` in node 20 with TZ=UTC: milliseconds since the epoch, or NaN (short strings are cached)."""
+    return _parse_cached(s) if len(s) <= 64 else _parse(s)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_cached(s: str) -> float:
+    return _parse(s)
+
+
+def _parse(s: str) -> float:
     m = _CANONICAL.fullmatch(s)
     if m is not None:
         year, month, dom, hour, minute, second, ms = map(int, m.groups())

@@ -27,8 +27,8 @@ from typing import Any, Final
 
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_hash, canonical_json, is_safe_int
-from settlekit.events.js import date_parse_ms
-from settlekit.jobs.api_payloads._js import Rejected
+from settlekit.events.js import date_parse_ms, truthy
+from settlekit.jobs.api_payloads._js import Rejected, js_trim
 from settlekit.jobs.api_payloads.booking import zone_set_hash
 from settlekit.jobs.errors import DomainRuleViolation
 from settlekit.jobs.reducer import JobState
@@ -412,7 +412,7 @@ def _proof_evaluated(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> Non
     if s.get("operatorPolicyHash") and p.get("operatorPolicyHash") != s.get("operatorPolicyHash"):
         raise _refuse("POLICY_HASH_MISMATCH", "payload.operatorPolicyHash must match pinned operatorPolicyHash")
     required_zones = booking.get("requiredZones")
-    if required_zones and type(required_zones) is dict:
+    if type(required_zones) in (dict, list):  # any JS object, even an empty one
         try:
             computed = zone_set_hash(required_zones)
         except Rejected as exc:
@@ -494,7 +494,7 @@ def _forfeit(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
 
 def _non_empty(p: Mapping[str, Any], field: str) -> None:
     v = p.get(field)
-    if type(v) is not str or v.strip() == "":
+    if type(v) is not str or js_trim(v) == "":
         raise _refuse("PAYLOAD_FIELD_INVALID", f"payload.{field} must be a non-empty string")
 
 
@@ -505,7 +505,7 @@ def _string_list(p: Mapping[str, Any], field: str) -> None:
     if type(v) is not list:
         raise _refuse("PAYLOAD_FIELD_INVALID", f"payload.{field} must be an array")
     for item in v:
-        if type(item) is not str or item.strip() == "":
+        if type(item) is not str or js_trim(item) == "":
             raise _refuse("PAYLOAD_FIELD_INVALID", f"payload.{field}[] must be a non-empty string")
 
 
@@ -557,15 +557,23 @@ def _dispute_closed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None
 
 def _features_match(features: Mapping[str, Any], source: Mapping[str, Any], what: str) -> None:
     """A risk score's features name the quote's (or booking's) environment tier, coverage, zone and site."""
-    if source.get("environmentTier") and features.get("environmentTier") != source["environmentTier"]:
-        raise _refuse("RISK_FEATURES_MISMATCH", f"payload.features.environmentTier must match {what} environmentTier")
     coverage = source.get("requiresOperatorCoverage")
-    if type(coverage) is bool and features.get("requiresOperatorCoverage") is not coverage:
-        raise _refuse("RISK_FEATURES_MISMATCH",
-                      f"payload.features.requiresOperatorCoverage must match {what} requiresOperatorCoverage")
-    for field in ("zoneId", "siteId"):
-        if source.get(field) and features.get(field) != source[field]:
+    for field in ("environmentTier", "requiresOperatorCoverage", "zoneId", "siteId"):
+        expected = source.get(field)
+        checked = type(coverage) is bool if field == "requiresOperatorCoverage" else truthy(expected)
+        if checked and not _strictly_equal(features.get(field), expected):
             raise _refuse("RISK_FEATURES_MISMATCH", f"payload.features.{field} must match {what} {field}")
+
+
+def _strictly_equal(a: Any, b: Any) -> bool:
+    """JavaScript's `===` for two values parsed from different JSON texts (objects are never the same one)."""
+    if type(a) in (dict, list) or type(b) in (dict, list):
+        return False
+    if type(a) is bool or type(b) is bool or a is None or b is None:
+        return a is b
+    if type(a) is str or type(b) is str:
+        return type(a) is type(b) and a == b
+    return bool(a == b)  # two numbers
 
 
 def _risk_scored(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
@@ -968,7 +976,7 @@ def _resumed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
             raise _refuse("RESUME_NOT_ALLOWED", "server resume requires execution.stalledAt")
         if not last:
             raise _refuse("RESUME_NOT_ALLOWED", "server resume requires a heartbeat")
-        if not date_parse_ms(last) > date_parse_ms(stalled):
+        if date_parse_ms(last) <= date_parse_ms(stalled):
             raise _refuse("RESUME_NOT_ALLOWED", "server resume requires heartbeat after stall")
 
 
