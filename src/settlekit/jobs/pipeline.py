@@ -23,6 +23,7 @@ from settlekit.jobs.reducer import (
     JobState,
     _step,
     check_event,
+    check_transition,
     deserialize_state,
     initial_state,
     serialize_state,
@@ -159,7 +160,9 @@ def process_job_events(
         if live:  # settld's API judges payload and domain rules before the transition
             validate_payload(event, state.snapshot, state.facts)
             server_rules.check(state, rule_facts, event)
-        to_status = check_event(state, event)
+            to_status = check_transition(state, event)
+        else:
+            to_status = check_event(state, event)
         rule = rules.get(event["type"])
         entries = _post_event(rule, state, event, ledger_errors) if rule is not None else None
         state = _step(state, event, to_status)

@@ -961,6 +961,14 @@ def check_event(state: JobState, event: Event) -> str | None:
 
     Returns the status after the event, or None when the type does not change the status.
     """
+    to_status = check_transition(state, event)
+    validate_payload(event, state.snapshot, state.facts)
+    return to_status
+
+
+def check_transition(state: JobState, event: Event) -> str | None:
+    """`check_event` without the payload validation (for a caller that validated the payload already): known
+    job type, stream id and transition; the status after the event, or None when the type does not change it."""
     t: Any = event.get("type")
     snapshot = state.snapshot
     if t not in JOB_EVENT_TYPES:
@@ -987,7 +995,6 @@ def check_event(state: JobState, event: Event) -> str | None:
         to_status = row.get(snapshot["status"])
         if to_status is None:
             raise InvalidJobTransition(snapshot["status"], t, snapshot["id"])
-    validate_payload(event, snapshot, state.facts)
     return to_status
 
 
