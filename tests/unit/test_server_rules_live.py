@@ -130,7 +130,7 @@ def test_a_decision_draft_is_completed_as_settlds_events_route_does() -> None:
 
     state, recorded = _before_decision("d032_proof")
     draft = {**recorded, "payload": {"reason": "EVIDENCE_NOT_PROVIDED"}}
-    payload = complete_decision_draft(draft, draft["streamId"], state["snapshot"], list(state[STATE_KEY]["holds"]))
+    payload = complete_decision_draft(draft, state["snapshot"], list(state[STATE_KEY]["holds"]))
     assert payload["decisionId"] == f"dec_{draft['id']}" and payload["decidedAt"] == draft["at"]
     assert payload["holdId"] == recorded["payload"]["holdId"]
     assert payload["forfeitureReason"] == "EVIDENCE_NOT_PROVIDED" and payload["kind"] == "SETTLEMENT_FORFEIT"

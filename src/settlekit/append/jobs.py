@@ -66,8 +66,7 @@ class JobStreamDomain:
                 draft = {**draft, "payload": complete_booking_draft(payload)}
             if draft["type"] == "DECISION_RECORDED" and "snapshot" in snapshot:
                 holds = list((snapshot.get(STATE_KEY) or {}).get("holds") or {})
-                draft = {**draft, "payload": complete_decision_draft(draft, draft["streamId"], snapshot["snapshot"],
-                                                                      holds)}
+                draft = {**draft, "payload": complete_decision_draft(draft, snapshot["snapshot"], holds)}
             if draft["type"] == "SETTLED" and (payload is None or (isinstance(payload, dict)
                                                                     and "settlementProofRef" not in payload)):
                 ref = settlement_proof_ref_for(deserialize_state(snapshot))

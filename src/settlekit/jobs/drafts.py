@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from settlekit.events.js import coalesce
-from settlekit.jobs.api_payloads._js import js_trim
+from settlekit.jobs.api_payloads._js import is_nonblank
 from settlekit.ledger.contracts import normalize_policy_snapshot, policy_snapshot_hash
 
 DEFAULT_CREDIT_POLICY: Final = {"enabled": False, "defaultAmountCents": 0, "maxAmountCents": 0, "currency": "USD"}
@@ -47,11 +47,7 @@ def complete_booking_draft(payload: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _nonblank(v: Any) -> bool:
-    return type(v) is str and js_trim(v) != ""
-
-
-def complete_decision_draft(draft: Mapping[str, Any], job_id: str, snapshot: Mapping[str, Any],
+def complete_decision_draft(draft: Mapping[str, Any], snapshot: Mapping[str, Any],
                             hold_ids: list[str]) -> dict[str, Any]:
     """A DECISION_RECORDED draft's payload as settld's events route completes it (`hold_ids`: the job's holds,
     latest last). The decisionId, when absent, derives from the draft's id, so a retried draft gets the same one."""
@@ -61,11 +57,11 @@ def complete_decision_draft(draft: Mapping[str, Any], job_id: str, snapshot: Map
     assert isinstance(booking, dict)
     policy_hash = coalesce(base.get("policyHash"), booking.get("policyHash"), snapshot.get("customerPolicyHash"))
     return {
-        "jobId": job_id,
-        "decisionId": base["decisionId"] if _nonblank(base.get("decisionId")) else f"dec_{draft.get('id')}",
+        "jobId": draft["streamId"],
+        "decisionId": base["decisionId"] if is_nonblank(base.get("decisionId")) else f"dec_{draft.get('id')}",
         "decidedAt": draft.get("at"),
-        "kind": base["kind"] if _nonblank(base.get("kind")) else "SETTLEMENT_FORFEIT",
-        "holdId": base["holdId"] if _nonblank(base.get("holdId")) else (hold_ids[-1] if hold_ids else None),
+        "kind": base["kind"] if is_nonblank(base.get("kind")) else "SETTLEMENT_FORFEIT",
+        "holdId": base["holdId"] if is_nonblank(base.get("holdId")) else (hold_ids[-1] if hold_ids else None),
         "forfeitureReason": coalesce(base.get("forfeitureReason"), base.get("reason")),
         "reasonCodes": base["reasonCodes"] if type(base.get("reasonCodes")) is list else [],
         "evidenceRefs": base["evidenceRefs"] if type(base.get("evidenceRefs")) is list else [],

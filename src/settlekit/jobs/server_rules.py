@@ -28,7 +28,7 @@ from typing import Any, Final
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_hash, canonical_json, is_safe_int
 from settlekit.events.js import date_parse_ms, truthy
-from settlekit.jobs.api_payloads._js import Rejected, js_trim
+from settlekit.jobs.api_payloads._js import Rejected, is_nonblank, strictly_equal
 from settlekit.jobs.api_payloads.booking import zone_set_hash
 from settlekit.jobs.errors import DomainRuleViolation
 from settlekit.jobs.reducer import JobState
@@ -493,8 +493,7 @@ def _forfeit(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
 
 
 def _non_empty(p: Mapping[str, Any], field: str) -> None:
-    v = p.get(field)
-    if type(v) is not str or js_trim(v) == "":
+    if not is_nonblank(p.get(field)):
         raise _refuse("PAYLOAD_FIELD_INVALID", f"payload.{field} must be a non-empty string")
 
 
@@ -505,7 +504,7 @@ def _string_list(p: Mapping[str, Any], field: str) -> None:
     if type(v) is not list:
         raise _refuse("PAYLOAD_FIELD_INVALID", f"payload.{field} must be an array")
     for item in v:
-        if type(item) is not str or js_trim(item) == "":
+        if not is_nonblank(item):
             raise _refuse("PAYLOAD_FIELD_INVALID", f"payload.{field}[] must be a non-empty string")
 
 
@@ -561,19 +560,8 @@ def _features_match(features: Mapping[str, Any], source: Mapping[str, Any], what
     for field in ("environmentTier", "requiresOperatorCoverage", "zoneId", "siteId"):
         expected = source.get(field)
         checked = type(coverage) is bool if field == "requiresOperatorCoverage" else truthy(expected)
-        if checked and not _strictly_equal(features.get(field), expected):
+        if checked and not strictly_equal(features.get(field), expected):
             raise _refuse("RISK_FEATURES_MISMATCH", f"payload.features.{field} must match {what} {field}")
-
-
-def _strictly_equal(a: Any, b: Any) -> bool:
-    """JavaScript's `===` for two values parsed from different JSON texts (objects are never the same one)."""
-    if type(a) in (dict, list) or type(b) in (dict, list):
-        return False
-    if type(a) is bool or type(b) is bool or a is None or b is None:
-        return a is b
-    if type(a) is str or type(b) is str:
-        return type(a) is type(b) and a == b
-    return bool(a == b)  # two numbers
 
 
 def _risk_scored(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
@@ -940,7 +928,7 @@ def _stalled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     policy = p.get("policy") if type(p.get("policy")) is dict else {}
     assert isinstance(policy, dict)
     for field, expected in (("heartbeatIntervalMs", interval), ("stallAfterMs", stall_after)):
-        if not _same_number(policy.get(field), expected):
+        if not strictly_equal(policy.get(field), expected):
             raise _refuse("LIVENESS_POLICY_MISMATCH", f"payload.policy.{field} mismatch")
     ex = s.get("execution") or {}
     started = ex.get("startedAt")
@@ -955,10 +943,6 @@ def _stalled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     if now_ms - last_ms <= stall_after:
         raise _refuse("STALL_NOT_DUE", "stall rejected: heartbeat is not past stall threshold")
     _payload_robot_is_expected(p, s)
-
-
-def _same_number(value: Any, expected: int) -> bool:
-    return type(value) in (int, float) and value == expected
 
 
 def _resumed(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:

@@ -65,6 +65,17 @@ def to_string(v: Any) -> str:
     return "undefined" if v is MISSING else js_string(v)
 
 
+def strictly_equal(a: Any, b: Any) -> bool:
+    """`a === b` for values parsed from JSON (two objects or arrays are never the same one)."""
+    if type(a) in (dict, list) or type(b) in (dict, list):
+        return False
+    if type(a) is bool or type(b) is bool or a is None or b is None or a is MISSING or b is MISSING:
+        return a is b
+    if type(a) is str or type(b) is str:
+        return type(a) is type(b) and a == b
+    return bool(a == b)  # two numbers
+
+
 def is_nullish(v: Any) -> bool:
     """`v == null` (null or undefined)."""
     return v is None or v is MISSING

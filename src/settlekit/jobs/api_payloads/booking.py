@@ -14,7 +14,6 @@ from settlekit.jobs.api_payloads._js import (
     field,
     is_finite_number,
     is_nullish,
-    is_number,
     iso_date,
     js_keys,
     js_trim,
@@ -30,6 +29,7 @@ from settlekit.jobs.api_payloads._js import (
     reject,
     safe_int,
     start_before_end,
+    strictly_equal,
     truthy,
 )
 
@@ -269,26 +269,17 @@ def _evidence_policy(evidence: Any) -> None:
     non_negative_int(field(evidence, "retentionDays"), "payload.evidencePolicy.retentionDays")
 
 
-def _same_string(a: Any, b: str) -> bool:
-    return type(a) is str and a == b
-
-
-def _same_number(a: Any, b: int | float) -> bool:
-    return is_number(a) and a == b
-
-
 def _snapshot_matches_booking(payload: dict[str, Any], snapshot: dict[str, Any]) -> None:
-    if not _same_string(field(snapshot, "environmentTier"), payload["environmentTier"]):
+    if not strictly_equal(field(snapshot, "environmentTier"), payload["environmentTier"]):
         reject("policySnapshot.environmentTier mismatch")
-    covered = field(snapshot, "requiresOperatorCoverage")
-    if not (type(covered) is bool and covered == payload["requiresOperatorCoverage"]):
+    if not strictly_equal(field(snapshot, "requiresOperatorCoverage"), payload["requiresOperatorCoverage"]):
         reject("policySnapshot.requiresOperatorCoverage mismatch")
     for part in ("sla", "creditPolicy", "evidencePolicy"):
         if _comparable_text(field(snapshot, part)) != _comparable_text(payload[part]):
             reject(f"policySnapshot.{part} mismatch")
-    if not _same_string(field(snapshot, "contractId"), payload["contractId"]):
+    if not strictly_equal(field(snapshot, "contractId"), payload["contractId"]):
         reject("policySnapshot.contractId mismatch")
-    if not _same_number(field(snapshot, "contractVersion"), payload["contractVersion"]):
+    if not strictly_equal(field(snapshot, "contractVersion"), payload["contractVersion"]):
         reject("policySnapshot.contractVersion mismatch")
 
 
