@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 from hypothesis import given
@@ -13,6 +14,7 @@ from conftest import load_vector, scenario_names
 from settlekit.errors import CanonicalJsonError, VerificationError
 from settlekit.events.canonical import (
     UNDEFINED,
+    _has_negative_zero,
     canonical_hash,
     canonical_json,
     js_int,
@@ -267,7 +269,7 @@ def test_parse_json_reads_as_the_standard_parser_with_javascript_integers(value:
 @pytest.mark.parametrize("text", [
     "9007199254740993", "[1, 12345678901234567890123]", '{"n": -9007199254740993}', "NaN", "[1e400, -Infinity]",
     '"\\ud800"', '{"a": 1, "a": 2}', "1.5e308", '"1234567890123456"', "-0", "-0.0", '{"a": -0}', "[1,-0]",
-    '{"at": "2026-01-05"}',
+    '{"at": "2026-01-05"}', '[ \n -0 ]', '{"a":\t-0}', ' -0', '{"a": "x-0", "b": -0e1}', '[1, -0.5, -0e-0]',
 ])
 def test_parse_json_edge_texts_match_the_standard_parser(text: str) -> None:
     assert _same(parse_json(text), _standard_parse(text))
@@ -277,6 +279,13 @@ def test_parse_json_reads_a_negative_zero_token_as_javascript_does() -> None:
     """JSON.parse("-0") is the number -0, which settld's canonical JSON refuses; orjson would read the integer 0."""
     value = parse_json('{"a": [-0]}')["a"][0]
     assert type(value) is float and math.copysign(1.0, value) == -1.0
+
+
+@given(st.text(alphabet=' \t\n-0123.eE:[,{}"ab', max_size=40))
+def test_the_negative_zero_scan_finds_what_a_full_pattern_finds(text: str) -> None:
+    full = re.compile(rb"(?:^|[:\[,])\s*-0(?![0-9.eE])")
+    data = text.encode()
+    assert _has_negative_zero(data) == (full.search(data) is not None)
 
 
 @pytest.mark.parametrize("text", ["[1,]", "01", "[]]", "", "\ufeff[1]", '"a\x01"'])

@@ -352,8 +352,22 @@ def _has_long_digit_run(text: str | bytes) -> bool:
     return _SIXTEEN_DIGITS in data.translate(_DIGITS_AS_ZERO)
 
 
-# A `-0` number token (orjson reads it as the integer 0); strings may match too, which only costs the slow parser.
-_NEGATIVE_ZERO: Final = re.compile(rb"(?:^|[:\[,])\s*-0(?![0-9.eE])")
+# `-0` not followed by a digit, fraction or exponent; with only a blank or `:`, `[`, `,` before it, a `-0` number
+# token (orjson reads it as the integer 0). Strings may match too, which only costs the slow parser. The pattern
+# starts with a literal, so the search skips ahead fast (a leading alternation made it scan every byte).
+_MINUS_ZERO: Final = re.compile(rb"-0(?![0-9.eE])")
+_BLANKS: Final = frozenset(b" \t\n\r\f\v")
+_BEFORE_NUMBER: Final = frozenset(b":[,")
+
+
+def _has_negative_zero(data: bytes) -> bool:
+    for match in _MINUS_ZERO.finditer(data):
+        i = match.start() - 1
+        while i >= 0 and data[i] in _BLANKS:
+            i -= 1
+        if i < 0 or data[i] in _BEFORE_NUMBER:
+            return True
+    return False
 
 
 def parse_json(text: str | bytes) -> Any:
@@ -363,7 +377,7 @@ def parse_json(text: str | bytes) -> Any:
     standard parser reads the rest and whatever orjson refuses (NaN, an infinity, a lone surrogate escape,
     another encoding than UTF-8), and raises its own errors."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if not _has_long_digit_run(data) and not _NEGATIVE_ZERO.search(data):
+    if not _has_long_digit_run(data) and not _has_negative_zero(data):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
