@@ -191,6 +191,20 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "PROOF_STALE": ErrorSpec(409, "the proof does not cover the current facts"),
     "ANCHOR_MISMATCH": ErrorSpec(409, "payload.evaluatedAtChainHash is not the latest completion anchor"),
     "SETTLEMENT_HOLD_NOT_ACTIVE": ErrorSpec(409, "the settlement hold is not active"),
+    "SETTLEMENT_HOLD_ALREADY_ACTIVE": ErrorSpec(409, "the settlement hold is already active on the same facts"),
+    "PROOF_STATUS_MISMATCH": ErrorSpec(409, "the fresh proof's verdict does not allow this hold step (a hold or "
+                                            "forfeiture needs INSUFFICIENT_EVIDENCE, a release PASS or FAIL)"),
+    "FACTS_HASH_MISMATCH": ErrorSpec(409, "payload.factsHash is not the current proof facts hash or the held one"),
+    "PROOF_REF_MISMATCH": ErrorSpec(409, "a hold's or release's proof reference, or a hold's missingEvidence or "
+                                         "reasonCodes, do not match the fresh PROOF_EVALUATED"),
+    "PRICING_ANCHOR_MISMATCH": ErrorSpec(409, "payload.pricingAnchor does not name the completion anchor, the policy "
+                                              "hashes at it, or a QUOTE_PROPOSED"),
+    "HOLD_ID_MISMATCH": ErrorSpec(409, "payload.holdId is not the hold identity of the anchor and customer policy"),
+    "HOLD_EXPOSURE_INVALID": ErrorSpec(409, "payload.exposure.expected has amounts that are not safe integers or a "
+                                            "gross amount other than the quote's"),
+    "DECISION_REF_REQUIRED": ErrorSpec(409, "a forfeiture needs payload.decisionEventRef or payload.decisionRef"),
+    "DECISION_REF_MISMATCH": ErrorSpec(409, "payload.decisionEventRef does not match a recorded SETTLEMENT_FORFEIT "
+                                            "decision of this hold and reason"),
     "DECISION_ALREADY_RECORDED": ErrorSpec(409, "a decision with this decisionId was already recorded"),
     "PAYLOAD_REQUIRED": ErrorSpec(409, "the event needs a payload object"),
     "PAYLOAD_FIELD_INVALID": ErrorSpec(409, "a payload field the rule reads is missing or of the wrong kind"),

@@ -158,6 +158,7 @@ def process_job_events(
             server_rules.observe(rule_facts, event)
             continue
         if live:  # settld's API judges payload and domain rules before the transition
+            server_rules.check_payload_present(event)
             validate_payload(event, state.snapshot, state.facts)
             server_rules.check(state, rule_facts, event)
             to_status = check_transition(state, event)

@@ -21,14 +21,24 @@ as existing, active and in zone.
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_hash, canonical_json, is_safe_int
-from settlekit.events.js import date_parse_ms, truthy
-from settlekit.jobs.api_payloads._js import Rejected, is_nonblank, strictly_equal
+from settlekit.events.js import coalesce, date_parse_ms, get, js_is_safe_integer, js_string, truthy
+from settlekit.jobs.api_payloads._js import (
+    MISSING,
+    Rejected,
+    is_hex64,
+    is_nonblank,
+    is_nullish,
+    js_trim,
+    strictly_equal,
+)
+from settlekit.jobs.api_payloads._js import field as js_field
 from settlekit.jobs.api_payloads.booking import zone_set_hash
 from settlekit.jobs.errors import DomainRuleViolation
 from settlekit.jobs.reducer import JobState
@@ -70,6 +80,10 @@ def empty_facts() -> Facts:
         "creditSettled": {},
         "creditIds": {},
         "holds": {},
+        "held": [],
+        "forfeits": [],
+        "quoteEventIds": {},
+        "decisionEvents": [],
         "disputes": {},
         "skillUsed": [],
         "coverage": {},
@@ -125,6 +139,7 @@ def observe(facts: Facts, event: Event) -> None:
         observe_coverage_report(facts["coverage"], event)
     elif t == "QUOTE_PROPOSED":
         facts["lastQuoteEventId"] = event.get("id")
+        facts["quoteEventIds"].setdefault(str(event.get("id")), True)
     elif t == "BOOKED":
         facts["lastBookedEventId"] = event.get("id")
     elif t == "SETTLED":
@@ -154,6 +169,8 @@ def observe(facts: Facts, event: Event) -> None:
         _observe_hold(facts, event, p)
     elif t == "DECISION_RECORDED":
         facts["decisions"][_key(p.get("decisionId"))] = True
+        facts["decisionEvents"].append(
+            {"ref": decision_event_ref(event), "payloadObject": type(event.get("payload")) in (dict, list)})
     elif t in ("DISPUTE_OPENED", "DISPUTE_CLOSED"):
         d = facts["disputes"].setdefault(_key(p.get("disputeId")), {"opened": False, "closed": False})
         d["opened" if t == "DISPUTE_OPENED" else "closed"] = True
@@ -176,8 +193,11 @@ def _observe_proof(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
     facts["proofs"].append(
         {
             "id": event.get("id"),
+            "at": event.get("at"),
             "chainHash": event.get("chainHash"),
             "payloadHash": event.get("payloadHash"),
+            "signerKeyId": event.get("signerKeyId"),
+            "signature": event.get("signature"),
             "payload": p,
         }
     )
@@ -214,8 +234,9 @@ def _observe_claim(facts: Facts, t: Any, p: Mapping[str, Any]) -> None:
 
 
 def _observe_hold(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
+    """Hold states by holdId, and in order the holds (holdId, anchor, factsHash) and forfeitures."""
     hold_id = p.get("holdId")
-    if type(hold_id) is not str or not hold_id.strip():
+    if not is_nonblank(hold_id):
         return
     h = facts["holds"].setdefault(hold_id, {"status": "NONE", "heldFactsHash": None})
     t = event.get("type")
@@ -223,18 +244,39 @@ def _observe_hold(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
         h["status"] = "HELD"
         if type(p.get("factsHash")) is str:
             h["heldFactsHash"] = p["factsHash"]
-        h["heldAnchor"] = p.get("evaluatedAtChainHash")
+        facts["held"].append([hold_id, p.get("evaluatedAtChainHash"), p.get("factsHash")])
     elif t == "SETTLEMENT_RELEASED":
         h["status"] = "RELEASED"
     else:
         h["status"] = "FORFEITED"
-        h["forfeit"] = {
+        facts["forfeits"].append({
+            "holdId": hold_id,
             "factsHash": p.get("factsHash"),
             "forfeitureReason": p.get("forfeitureReason"),
             "forfeitEventId": event.get("id"),
             "forfeitEventChainHash": event.get("chainHash"),
             "forfeitEventPayloadHash": event.get("payloadHash"),
-        }
+        })
+
+
+def decision_event_ref(event: Event) -> dict[str, Any]:
+    """A DECISION_RECORDED as a decisionEventRef names it."""
+    p = _p(event)
+    return {
+        "decisionEventId": event.get("id"),
+        "decisionEventAt": coalesce(p.get("decidedAt"), event.get("at")),
+        "decisionEventChainHash": event.get("chainHash"),
+        "decisionEventPayloadHash": event.get("payloadHash"),
+        "decisionEventSignerKeyId": event.get("signerKeyId"),
+        "decisionEventSignature": event.get("signature"),
+        "decisionId": p.get("decisionId"),
+        "kind": p.get("kind"),
+        "holdId": p.get("holdId"),
+        "forfeitureReason": p.get("forfeitureReason"),
+        "reasonCodes": p["reasonCodes"] if type(p.get("reasonCodes")) is list else [],
+        "evidenceRefs": p["evidenceRefs"] if type(p.get("evidenceRefs")) is list else [],
+        "policyHash": p.get("policyHash"),
+    }
 
 
 # ------------------------------------------------------------------ checks
@@ -430,10 +472,11 @@ def _proof_evaluated(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> Non
         )
 
 
-def _gate_anchor(st: JobState) -> str | None:
+def completion_anchor(st: JobState) -> str | None:
+    """The chain hash of the latest completion (settld's proof anchor), trimmed; None without one."""
     completion = st.facts.get("latestCompletion")
     ch = completion.get("chainHash") if completion else None
-    return ch.strip() if type(ch) is str and ch.strip() else None
+    return js_trim(ch) if type(ch) is str and is_nonblank(ch) else None
 
 
 class _Coverage:
@@ -444,52 +487,304 @@ class _Coverage:
         self.excused = f["excused"]
 
 
-def current_facts_hash(st: JobState, f: Facts, anchor: str) -> tuple[str | None, Any]:
-    """(factsHash of the zone-coverage facts now, customerPolicyHash at the anchor), as the proof verifier
-    computes them; (None, ...) when the booking's zone set is invalid."""
-
+def current_facts_hash(st: JobState, f: Facts, anchor: str) -> tuple[str | None, Any, Any]:
+    """(factsHash of the zone-coverage facts now, customerPolicyHash and operatorPolicyHash at the anchor), as the
+    proof verifier computes them; (None, ...) when the booking's zone set is invalid."""
     job_at = st.facts.get("jobAtLatestCompletion") or {}
     booking = job_at.get("booking")
-    cph = job_at.get("customerPolicyHash") or (booking or {}).get("policyHash")
+    cph = coalesce(job_at.get("customerPolicyHash"), get(booking, "policyHash"))
+    oph = job_at.get("operatorPolicyHash")
     try:
         doc = zone_coverage_facts(_Coverage(f), booking, anchor)
     except ValidationError:
-        return None, cph
-    return canonical_hash(doc), cph
+        return None, cph, oph
+    return canonical_hash(doc), cph, oph
 
 
-def _hold_common(st: JobState, f: Facts, e: Event, p: dict[str, Any], field: str, what: str) -> None:
-    s = st.snapshot
-    _job_id(p, s)
-    _at(p, e, field)
-    if s["status"] != "COMPLETED":
-        raise _refuse("STATUS_NOT_ALLOWED", what)
+def _matching_proof(f: Facts, anchor: str, cph: Any, facts_hash: str) -> dict[str, Any] | None:
+    """The latest PROOF_EVALUATED on (anchor, factsHash), of customer policy `cph` when one is pinned."""
+    for proof in reversed(f["proofs"]):
+        pp = proof["payload"]
+        if pp.get("evaluatedAtChainHash") != anchor or pp.get("factsHash") != facts_hash:
+            continue
+        if truthy(cph) and not strictly_equal(pp.get("customerPolicyHash", MISSING), cph):
+            continue
+        found: dict[str, Any] = proof
+        return found
+    return None
+
+
+def _proof_status(proof: Mapping[str, Any]) -> str | None:
+    status = proof["payload"].get("status")
+    return None if status is None else js_trim(js_string(status))
+
+
+_REF_KEYS: Final = (
+    "proofEventId",
+    "proofEventChainHash",
+    "proofEventPayloadHash",
+    "evaluatedAtChainHash",
+    "customerPolicyHash",
+    "factsHash",
+    "status",
+)
+_FORFEIT_KEYS: Final = ("holdId", "forfeitureReason", "forfeitEventId", "forfeitEventChainHash",
+                        "forfeitEventPayloadHash")
+_DECISION_REF_KEYS: Final = ("decisionEventId", "decisionEventChainHash", "decisionEventPayloadHash", "decisionId",
+                             "kind", "holdId", "forfeitureReason", "policyHash")
+
+
+def _same_fields(expected: Mapping[str, Any], actual: Any, keys: tuple[str, ...]) -> bool:
+    """Each key equal (JS `===`, absent = null) in `expected` and `actual`, an object or array."""
+    if type(actual) not in (dict, list):
+        return False
+    a = actual if type(actual) is dict else {}
+    return all(strictly_equal(expected.get(k), a.get(k)) for k in keys)
+
+
+def _same_list(expected: Any, actual: Any) -> bool:
+    """Two arrays (anything else counts as empty) with the same items, compared with `===`."""
+    e = expected if type(expected) is list else []
+    a = actual if type(actual) is list else []
+    return len(e) == len(a) and all(strictly_equal(x, y) for x, y in zip(e, a, strict=True))
+
+
+def _proof_ref(proof: Mapping[str, Any], status: Any = None) -> dict[str, Any]:
+    """The fields of a proof reference that must name `proof` (status `status` instead of the proof's, if given)."""
+    pp = proof["payload"]
+    return {
+        "proofEventId": proof["id"],
+        "proofEventChainHash": proof["chainHash"],
+        "proofEventPayloadHash": proof["payloadHash"],
+        "evaluatedAtChainHash": pp.get("evaluatedAtChainHash"),
+        "customerPolicyHash": pp.get("customerPolicyHash"),
+        "factsHash": pp.get("factsHash"),
+        "status": coalesce(status, pp.get("status")),
+    }
+
+
+def latest_hold_id(f: Facts, anchor: str | None = None, facts_hash: str | None = None) -> str | None:
+    """The holdId of the latest SETTLEMENT_HELD (with `anchor`, on `facts_hash`, when given)."""
+    for hold_id, held_anchor, held_facts_hash in reversed(f["held"]):
+        if anchor is None or (held_anchor == anchor and held_facts_hash == facts_hash):
+            found: str = hold_id
+            return found
+    return None
+
+
+def _forfeit_for(f: Facts, anchor: str, facts_hash: str) -> dict[str, Any] | None:
+    """The forfeiture of the latest hold on (anchor, factsHash), as a settlementProofRef.forfeit, or None."""
+    hold_id = latest_hold_id(f, anchor, facts_hash)
+    if hold_id is None:
+        return None
+    for forfeit in reversed(f["forfeits"]):
+        if forfeit["holdId"] == hold_id and forfeit["factsHash"] == facts_hash:
+            return {"holdId": hold_id, **{k: forfeit[k] for k in _FORFEIT_KEYS[1:]}}
+    return None
+
+
+def decision_event(f: Facts, *, event_id: str | None = None, decision_id: str | None = None,
+                   hold_id: Any = None, forfeiture_reason: Any = None) -> dict[str, Any] | None:
+    """A recorded DECISION_RECORDED as a decisionEventRef: the one with event id `event_id`, else the latest with
+    `decision_id`, else the latest SETTLEMENT_FORFEIT of `hold_id` for `forfeiture_reason`."""
+    decisions = f["decisionEvents"]
+    if event_id is not None:
+        found = next((d for d in decisions if d["ref"]["decisionEventId"] == event_id), None)
+    elif decision_id is not None:
+        found = next((d for d in reversed(decisions) if d["ref"]["decisionId"] == decision_id), None)
+    else:
+        found = next((d for d in reversed(decisions) if d["ref"]["kind"] == "SETTLEMENT_FORFEIT"
+                      and strictly_equal(d["ref"]["holdId"], hold_id)
+                      and strictly_equal(d["ref"]["forfeitureReason"], forfeiture_reason)), None)
+    return dict(found["ref"]) if found is not None else None
+
+
+def _hold_status(f: Facts, hold_id: Any) -> dict[str, Any]:
+    h = f["holds"].get(hold_id) if type(hold_id) is str else None
+    return h if h is not None else {"status": "NONE", "heldFactsHash": None}
+
+
+def _payload_hashes(p: Mapping[str, Any]) -> None:
+    """A hold or forfeiture names its anchor and a 64-hex factsHash."""
+    _non_empty(p, "evaluatedAtChainHash")
+    _non_empty(p, "factsHash")
+    if not is_hex64(js_trim(p["factsHash"])):
+        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.factsHash must be 64-hex")
+
+
+def _fresh_proof(st: JobState, f: Facts, p: Mapping[str, Any], what: str, *,
+                 pinned: bool) -> tuple[str, str, Any, Any, dict[str, Any]]:
+    """(anchor, factsHash, customerPolicyHash, operatorPolicyHash, proof) for a hold step under proof gating:
+    the latest completion, the facts now and the PROOF_EVALUATED on them; `pinned`: the payload names the anchor
+    and the facts hash."""
+    if gate_mode(st.snapshot) == "warn":
+        raise _refuse("PROOF_GATE_DISABLED", f"{what} requires strict/holdback proof gating")
+    anchor = completion_anchor(st)
+    if anchor is None:
+        raise _refuse("PROOF_REQUIRED", f"{what} requires a completion anchor")
+    if pinned and p.get("evaluatedAtChainHash") != anchor:
+        raise _refuse("ANCHOR_MISMATCH", "payload.evaluatedAtChainHash must match latest completion anchor")
+    facts_hash, cph, oph = current_facts_hash(st, f, anchor)
+    if not facts_hash:
+        raise _refuse("PROOF_STALE", f"{what} requires a current factsHash")
+    if pinned and p.get("factsHash") != facts_hash:
+        raise _refuse("FACTS_HASH_MISMATCH", "payload.factsHash must match current factsHash")
+    proof = _matching_proof(f, anchor, cph, facts_hash)
+    if proof is None:
+        raise _refuse("PROOF_REQUIRED", f"{what} requires a matching PROOF_EVALUATED")
+    return anchor, facts_hash, cph, oph, proof
+
+
+def _is_object(v: Any) -> bool:
+    """`v && typeof v === "object"` (arrays too)."""
+    return type(v) in (dict, list)
 
 
 def _hold(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
-    _hold_common(st, f, e, p, "heldAt", "settlement hold can only be created after completion")
-    if gate_mode(st.snapshot) == "warn":
-        raise _refuse("PROOF_GATE_DISABLED", "settlement hold requires strict/holdback proof gating")
-    anchor = _gate_anchor(st)
-    if anchor is None:
-        raise _refuse("PROOF_REQUIRED", "settlement hold requires a completion anchor")
-    if p.get("evaluatedAtChainHash") != anchor:
-        raise _refuse("ANCHOR_MISMATCH", "payload.evaluatedAtChainHash must match latest completion anchor")
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "heldAt")
+    _non_empty(p, "holdId")
+    _payload_hashes(p)
+    if s["status"] != "COMPLETED":
+        raise _refuse("STATUS_NOT_ALLOWED", "settlement hold can only be created after completion")
+    anchor, _, cph, oph, proof = _fresh_proof(st, f, p, "settlement hold", pinned=True)
+    if _proof_status(proof) != "INSUFFICIENT_EVIDENCE":
+        raise _refuse("PROOF_STATUS_MISMATCH", "settlement hold requires INSUFFICIENT_EVIDENCE proof")
+    ref = p.get("triggeringProofRef")
+    if not _is_object(ref):
+        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.triggeringProofRef is required")
+    if not _same_fields(_proof_ref(proof), ref, _REF_KEYS):
+        raise _refuse("PROOF_REF_MISMATCH", "payload.triggeringProofRef must match PROOF_EVALUATED")
+    for field in ("missingEvidence", "reasonCodes"):  # copied from the proof as they are
+        if not _same_list(proof["payload"].get(field), p.get(field)):
+            raise _refuse("PROOF_REF_MISMATCH", f"payload.{field} must match triggering PROOF_EVALUATED.{field}")
+    _pricing_anchor(f, p, anchor, cph, oph)
+    _exposure(s, p)
+    held = _hold_status(f, p["holdId"])
+    if held["status"] == "HELD" and held["heldFactsHash"] == p["factsHash"]:
+        raise _refuse("SETTLEMENT_HOLD_ALREADY_ACTIVE", "settlement hold already active")
+
+
+def hold_id_for(anchor: str, customer_policy_hash: Any) -> str | None:
+    """The identity of the hold on a completion anchor under a customer policy (None without a policy hash)."""
+    if not is_nonblank(customer_policy_hash):
+        return None
+    text = f"{anchor}\n{js_trim(customer_policy_hash)}"
+    data = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode("utf-8")
+    return "hold_" + hashlib.sha256(data).hexdigest()
+
+
+def _pricing_anchor(f: Facts, p: Mapping[str, Any], anchor: str, cph: Any, oph: Any) -> None:
+    pa = p.get("pricingAnchor")
+    if not _is_object(pa):
+        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.pricingAnchor is required")
+    if not strictly_equal(js_field(pa, "evaluatedAtChainHash"), anchor):
+        raise _refuse("PRICING_ANCHOR_MISMATCH",
+                      "payload.pricingAnchor.evaluatedAtChainHash must match latest completion anchor")
+    if not strictly_equal(js_field(pa, "customerPolicyHash"), cph):
+        raise _refuse("PRICING_ANCHOR_MISMATCH",
+                      "payload.pricingAnchor.customerPolicyHash must match current customerPolicyHash")
+    if not strictly_equal(js_field(pa, "operatorPolicyHash"), oph):
+        raise _refuse("PRICING_ANCHOR_MISMATCH",
+                      "payload.pricingAnchor.operatorPolicyHash must match current operatorPolicyHash")
+    expected_id = hold_id_for(anchor, cph)
+    if expected_id is not None and p["holdId"] != expected_id:
+        raise _refuse("HOLD_ID_MISMATCH", "payload.holdId must match expected hold identity")
+    quote_id = js_field(pa, "quoteEventId")
+    if not is_nullish(quote_id):
+        if not is_nonblank(quote_id):
+            raise _refuse("PAYLOAD_FIELD_INVALID", "payload.pricingAnchor.quoteEventId must be a non-empty string")
+        if quote_id not in f["quoteEventIds"]:
+            raise _refuse("PRICING_ANCHOR_MISMATCH",
+                          "payload.pricingAnchor.quoteEventId must reference QUOTE_PROPOSED")
+
+
+def _exposure(s: Mapping[str, Any], p: Mapping[str, Any]) -> None:
+    exposure = p.get("exposure")
+    if not _is_object(exposure):
+        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.exposure is required")
+    expected = js_field(exposure, "expected")
+    if not _is_object(expected):
+        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.exposure.expected is required")
+    currency = js_field(expected, "currency")
+    if not is_nonblank(currency):
+        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.exposure.expected.currency must be a non-empty string")
+    for name in ("amountGrossCents", "amountNetCents", "coverageFeeCents"):
+        if not js_is_safe_integer(js_field(expected, name)):
+            raise _refuse("HOLD_EXPOSURE_INVALID", f"payload.exposure.expected.{name} must be a safe integer")
+    quote_amount = get(s.get("quote"), "amountCents")
+    if js_is_safe_integer(quote_amount) and not strictly_equal(js_field(expected, "amountGrossCents"), quote_amount):
+        raise _refuse("HOLD_EXPOSURE_INVALID",
+                      "payload.exposure.expected.amountGrossCents must match quote amountCents")
 
 
 def _release(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
-    _hold_common(st, f, e, p, "releasedAt", "settlement hold release can only happen before settlement")
-    hold = f["holds"].get(p.get("holdId")) if type(p.get("holdId")) is str else None
-    if not hold or hold["status"] != "HELD":
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "releasedAt")
+    _non_empty(p, "holdId")
+    if s["status"] != "COMPLETED":
+        raise _refuse("STATUS_NOT_ALLOWED", "settlement hold release can only happen before settlement")
+    if _hold_status(f, p["holdId"])["status"] != "HELD":
         raise _refuse("SETTLEMENT_HOLD_NOT_ACTIVE", "settlement hold must be active to release")
-    if gate_mode(st.snapshot) == "warn":
-        raise _refuse("PROOF_GATE_DISABLED", "settlement hold release requires strict/holdback proof gating")
+    *_, proof = _fresh_proof(st, f, p, "settlement hold release", pinned=False)
+    if _proof_status(proof) not in ("PASS", "FAIL"):
+        raise _refuse("PROOF_STATUS_MISMATCH", "settlement hold release requires PASS or FAIL proof")
+    ref = p.get("releasingProofRef")
+    if not _is_object(ref):
+        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.releasingProofRef is required")
+    if not _same_fields(_proof_ref(proof), ref, _REF_KEYS):
+        raise _refuse("PROOF_REF_MISMATCH", "payload.releasingProofRef must match PROOF_EVALUATED")
 
 
 def _forfeit(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
-    _hold_common(st, f, e, p, "forfeitedAt", "settlement hold forfeiture can only happen before settlement")
-    if gate_mode(st.snapshot) == "warn":
-        raise _refuse("PROOF_GATE_DISABLED", "settlement hold forfeiture requires strict/holdback proof gating")
+    s = st.snapshot
+    _job_id(p, s)
+    _at(p, e, "forfeitedAt")
+    _non_empty(p, "holdId")
+    _non_empty(p, "forfeitureReason")
+    if p.get("decisionRef") is not None:
+        _non_empty(p, "decisionRef")
+    decision_ref = p.get("decisionEventRef")
+    if decision_ref is not None and type(decision_ref) is not dict:
+        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.decisionEventRef must be an object")
+    _payload_hashes(p)
+    if s["status"] != "COMPLETED":
+        raise _refuse("STATUS_NOT_ALLOWED", "settlement hold forfeiture can only happen before settlement")
+    *_, proof = _fresh_proof(st, f, p, "settlement hold forfeiture", pinned=True)
+    if _proof_status(proof) != "INSUFFICIENT_EVIDENCE":
+        raise _refuse("PROOF_STATUS_MISMATCH", "settlement hold forfeiture requires INSUFFICIENT_EVIDENCE proof")
+    held = _hold_status(f, p["holdId"])
+    if held["status"] != "HELD":
+        raise _refuse("SETTLEMENT_HOLD_NOT_ACTIVE", "settlement hold must be active to forfeit")
+    if truthy(held["heldFactsHash"]) and held["heldFactsHash"] != p["factsHash"]:
+        raise _refuse("FACTS_HASH_MISMATCH", "settlement hold forfeiture requires matching held factsHash")
+    if decision_ref is None and p.get("decisionRef") is None:
+        raise _refuse("DECISION_REF_REQUIRED", "payload.decisionEventRef or payload.decisionRef is required")
+    if decision_ref is not None:
+        _forfeit_decision(f, p, decision_ref)
+
+
+def _forfeit_decision(f: Facts, p: Mapping[str, Any], ref: Mapping[str, Any]) -> None:
+    """A forfeiture's decisionEventRef names a recorded SETTLEMENT_FORFEIT decision on this hold and reason."""
+    event_id = ref.get("decisionEventId")
+    found = next((d for d in f["decisionEvents"] if d["ref"]["decisionEventId"] == event_id), None) \
+        if type(event_id) is str and event_id else None
+    if found is None:
+        raise _refuse("DECISION_REF_MISMATCH", "payload.decisionEventRef must reference DECISION_RECORDED")
+    expected = found["ref"]
+    if not (found["payloadObject"] and _same_fields(expected, ref, _DECISION_REF_KEYS)
+            and _same_list(expected["reasonCodes"], ref.get("reasonCodes"))
+            and _same_list(expected["evidenceRefs"], ref.get("evidenceRefs"))):
+        raise _refuse("DECISION_REF_MISMATCH", "payload.decisionEventRef must match referenced DECISION_RECORDED")
+    if expected["kind"] != "SETTLEMENT_FORFEIT":
+        raise _refuse("DECISION_REF_MISMATCH", "referenced decision kind must be SETTLEMENT_FORFEIT")
+    if not strictly_equal(expected["holdId"], p["holdId"]):
+        raise _refuse("DECISION_REF_MISMATCH", "referenced decision holdId must match payload.holdId")
+    if not strictly_equal(expected["forfeitureReason"], p["forfeitureReason"]):
+        raise _refuse("DECISION_REF_MISMATCH",
+                      "referenced decision forfeitureReason must match payload.forfeitureReason")
 
 
 def _non_empty(p: Mapping[str, Any], field: str) -> None:
@@ -509,8 +804,6 @@ def _string_list(p: Mapping[str, Any], field: str) -> None:
 
 
 def _decision_recorded(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
-    if type(e.get("payload")) is not dict:
-        raise _refuse("PAYLOAD_REQUIRED", "payload is required")
     s = st.snapshot
     _job_id(p, s)
     _at(p, e, "decidedAt")
@@ -1084,19 +1377,6 @@ def _sla_credit(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     _policy_hash(s, p)
 
 
-_REF_KEYS: Final = (
-    "proofEventId",
-    "proofEventChainHash",
-    "proofEventPayloadHash",
-    "evaluatedAtChainHash",
-    "customerPolicyHash",
-    "factsHash",
-    "status",
-)
-_FORFEIT_KEYS: Final = ("holdId", "forfeitureReason", "forfeitEventId", "forfeitEventChainHash",
-                        "forfeitEventPayloadHash")
-
-
 def _settled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     s = st.snapshot
     licensed = _license_ids(s)
@@ -1105,41 +1385,11 @@ def _settled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
             raise _refuse("SKILL_NOT_LICENSED", "cannot settle: unlicensed skill usage exists")
     if s["status"] != "COMPLETED" or gate_mode(s) == "warn":
         return
-    anchor = _gate_anchor(st)
-    if anchor is None:
-        raise _refuse("PROOF_REQUIRED", "cannot settle: missing completion anchor")
-    facts_hash, cph = current_facts_hash(st, f, anchor)
-    if not facts_hash:
-        raise _refuse("PROOF_STALE", "cannot settle: proof factsHash missing (stale-proof protection)")
-    proof = _matching_proof(f, anchor, cph, facts_hash)
-    if proof is None:
-        if anchor in f["proofAnchors"]:
-            raise _refuse("PROOF_STALE", "cannot settle: proof is stale (matching PROOF_EVALUATED missing)")
-        raise _refuse("PROOF_REQUIRED", "cannot settle: proof verdict is required (PROOF_EVALUATED missing)")
-    pp = proof["payload"]
-    status = str(pp["status"]).strip() if pp.get("status") is not None else ""
-    if not status:
-        raise _refuse("PROOF_REQUIRED", "cannot settle: proof verdict is required (PROOF_EVALUATED missing status)")
-    expected: dict[str, Any] = {
-        "proofEventId": proof["id"],
-        "proofEventChainHash": proof["chainHash"],
-        "proofEventPayloadHash": proof["payloadHash"],
-        "evaluatedAtChainHash": pp.get("evaluatedAtChainHash"),
-        "customerPolicyHash": pp.get("customerPolicyHash"),
-        "factsHash": pp.get("factsHash"),
-        "status": pp.get("status"),
-    }
-    forfeit = None
-    if status == "INSUFFICIENT_EVIDENCE":
-        forfeit = _forfeit_for(f, anchor, facts_hash)
-        if forfeit is None:
-            raise _refuse("PROOF_INSUFFICIENT", "cannot settle: proof verdict is INSUFFICIENT_EVIDENCE")
-        expected["status"] = "FAIL"
+    proof, forfeit = _settlement_proof(st, f)
     actual = p.get("settlementProofRef")
-    ok = type(actual) is dict and all(expected[k] == actual.get(k) for k in _REF_KEYS)
+    ok = _same_fields(_proof_ref(proof, "FAIL" if forfeit else None), actual, _REF_KEYS)
     if ok and forfeit is not None:
-        af = actual.get("forfeit") if type(actual) is dict else None
-        ok = type(af) is dict and all(forfeit.get(k) == af.get(k) for k in _FORFEIT_KEYS)
+        ok = _same_fields(forfeit, get(actual, "forfeit"), _FORFEIT_KEYS)
     if not ok:
         raise _refuse(
             "SETTLEMENT_PROOF_REF_REQUIRED",
@@ -1147,31 +1397,61 @@ def _settled(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
         )
 
 
-def _matching_proof(f: Facts, anchor: str, cph: Any, facts_hash: str) -> dict[str, Any] | None:
-    """The latest PROOF_EVALUATED on (anchor, factsHash), of customer policy `cph` when one is pinned."""
-    for proof in reversed(f["proofs"]):
-        pp = proof["payload"]
-        if pp.get("evaluatedAtChainHash") != anchor or pp.get("factsHash") != facts_hash:
-            continue
-        if cph and pp.get("customerPolicyHash") != cph:
-            continue
-        found: dict[str, Any] = proof
-        return found
-    return None
+def _settlement_proof(st: JobState, f: Facts) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The fresh proof a settlement under proof gating must reference, and the forfeiture that lets an
+    INSUFFICIENT_EVIDENCE proof settle (as a settlementProofRef.forfeit), or the refusal."""
+    anchor = completion_anchor(st)
+    if anchor is None:
+        raise _refuse("PROOF_REQUIRED", "cannot settle: missing completion anchor")
+    facts_hash, cph, _ = current_facts_hash(st, f, anchor)
+    if not facts_hash:
+        raise _refuse("PROOF_STALE", "cannot settle: proof factsHash missing (stale-proof protection)")
+    proof = _matching_proof(f, anchor, cph, facts_hash)
+    if proof is None:
+        if anchor in f["proofAnchors"]:
+            raise _refuse("PROOF_STALE", "cannot settle: proof is stale (matching PROOF_EVALUATED missing)")
+        raise _refuse("PROOF_REQUIRED", "cannot settle: proof verdict is required (PROOF_EVALUATED missing)")
+    status = _proof_status(proof)
+    if not status:
+        raise _refuse("PROOF_REQUIRED", "cannot settle: proof verdict is required (PROOF_EVALUATED missing status)")
+    forfeit = None
+    if status == "INSUFFICIENT_EVIDENCE":
+        forfeit = _forfeit_for(f, anchor, facts_hash)
+        if forfeit is None:
+            raise _refuse("PROOF_INSUFFICIENT", "cannot settle: proof verdict is INSUFFICIENT_EVIDENCE")
+    return proof, forfeit
 
 
-def _forfeit_for(f: Facts, anchor: str, facts_hash: str) -> dict[str, Any] | None:
-    """The forfeiture of the latest hold on (anchor, factsHash), as a settlementProofRef.forfeit, or None."""
-    hold_id = None
-    for hid, h in f["holds"].items():
-        if h.get("heldAnchor") == anchor and h.get("heldFactsHash") == facts_hash:
-            hold_id = hid
-    if hold_id is None:
+def settlement_proof_ref(state: JobState, facts: Facts) -> dict[str, Any] | None:
+    """The settlementProofRef settld's events route gives a SETTLED server draft of a completed job under proof
+    gating (the fresh proof; after a forfeiture, status FAIL and the forfeiture); None when there is none."""
+    if state.snapshot["status"] != "COMPLETED" or gate_mode(state.snapshot) == "warn":
         return None
-    forfeit = f["holds"][hold_id].get("forfeit")
-    if not forfeit or forfeit.get("factsHash") != facts_hash:
+    try:
+        proof, forfeit = _settlement_proof(state, facts)
+    except ServerRuleViolation:
         return None
-    return {"holdId": hold_id, **{k: forfeit.get(k) for k in _FORFEIT_KEYS[1:]}}
+    pp = proof["payload"]
+    ref = {
+        "proofEventId": proof["id"],
+        "proofEventAt": coalesce(pp.get("evaluatedAt"), proof.get("at")),
+        "proofEventChainHash": proof["chainHash"],
+        "proofEventPayloadHash": proof["payloadHash"],
+        "proofEventSignerKeyId": proof.get("signerKeyId"),
+        "proofEventSignature": proof.get("signature"),
+        "evaluationId": pp.get("evaluationId"),
+        "evaluatedAtChainHash": pp.get("evaluatedAtChainHash"),
+        "status": "FAIL" if forfeit else _proof_status(proof),
+        "reasonCodes": pp["reasonCodes"] if type(pp.get("reasonCodes")) is list else [],
+        "requiredZonesHash": pp.get("requiredZonesHash"),
+        "customerPolicyHash": pp.get("customerPolicyHash"),
+        "operatorPolicyHash": pp.get("operatorPolicyHash"),
+        "factsHash": pp.get("factsHash"),
+        "metrics": pp.get("metrics"),
+    }
+    if forfeit:
+        ref["forfeit"] = forfeit
+    return ref
 
 
 _SAFE_EXIT_FORBIDDEN: Final = frozenset(
@@ -1240,6 +1520,20 @@ CHECKS: Final[dict[str, Check]] = {
     "SLA_CREDIT_ISSUED": _sla_credit,
     "SETTLED": _settled,
 }
+
+
+# settld's domain rules of these types refuse an event without a payload object before anything else
+_PAYLOAD_REQUIRED: Final = frozenset({
+    "MATCHED", "SETTLEMENT_HELD", "SETTLEMENT_RELEASED", "SETTLEMENT_FORFEITED", "DECISION_RECORDED",
+    "DISPUTE_OPENED", "DISPUTE_CLOSED",
+})
+
+
+def check_payload_present(event: Event) -> None:
+    """Raise ServerRuleViolation("payload is required") when `event` is of a type whose rules need a payload and
+    has none (null, or a JSON scalar; an array passes, as in JavaScript). Runs before payload validation."""
+    if event.get("type") in _PAYLOAD_REQUIRED and type(event.get("payload")) not in (dict, list):
+        raise _refuse("PAYLOAD_REQUIRED", "payload is required")
 
 
 def check(state: JobState, facts: Facts, event: Event) -> None:
