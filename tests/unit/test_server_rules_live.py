@@ -126,11 +126,11 @@ def test_a_decision_draft_is_completed_as_settlds_events_route_does() -> None:
     """A DECISION_RECORDED server draft with only its reason is completed (decisionId from the draft id, the latest
     hold, decidedAt = its time, the booking's policy hash) and then passes the rules."""
     from settlekit.jobs.drafts import complete_decision_draft
-    from settlekit.jobs.server_rules import STATE_KEY
+    from settlekit.jobs.server_rules import latest_hold_id, load_facts
 
     state, recorded = _before_decision("d032_proof")
     draft = {**recorded, "payload": {"reason": "EVIDENCE_NOT_PROVIDED"}}
-    payload = complete_decision_draft(draft, state["snapshot"], list(state[STATE_KEY]["holds"]))
+    payload = complete_decision_draft(draft, state["snapshot"], latest_hold_id(load_facts(state)))
     assert payload["decisionId"] == f"dec_{draft['id']}" and payload["decidedAt"] == draft["at"]
     assert payload["holdId"] == recorded["payload"]["holdId"]
     assert payload["forfeitureReason"] == "EVIDENCE_NOT_PROVIDED" and payload["kind"] == "SETTLEMENT_FORFEIT"

@@ -18,8 +18,9 @@ from settlekit.jobs import (
     required_signer_kind,
     settlement_proof_ref_for,
 )
-from settlekit.jobs.drafts import complete_booking_draft, complete_decision_draft
-from settlekit.jobs.server_rules import STATE_KEY
+from settlekit.jobs.drafts import complete_booking_draft, complete_decision_draft, complete_forfeit_draft
+from settlekit.jobs.reducer import JobState
+from settlekit.jobs.server_rules import Facts, latest_hold_id, load_facts, settlement_proof_ref
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import ContractResolver, contract_resolver
 from settlekit.store.db import Database, Tx
@@ -55,21 +56,35 @@ class JobStreamDomain:
         return "job"  # any other job-stream type as a first event is refused by the reducer
 
     def prepare_drafts(self, snapshot: dict[str, Any] | None, drafts: list[Event]) -> list[Event]:
-        """Complete server drafts: SETTLED gets its settlementProofRef from the current state; BOOKED its policy
-        snapshot and hash, DECISION_RECORDED what settld's route fills in (`settlekit.jobs.drafts`)."""
+        """Complete server drafts against the stream's state before them (`settlekit.jobs.drafts`): BOOKED gets its
+        policy snapshot and hash; DECISION_RECORDED and SETTLEMENT_FORFEITED what settld's route fills in; SETTLED
+        its settlementProofRef (under proof gating, the one settld's route gives: the fresh proof, after a
+        forfeiture with it; otherwise the latest proof on the latest completion)."""
         if snapshot is None:
             return drafts
+        is_job = "snapshot" in snapshot
+        read: list[tuple[JobState, Facts]] = []  # the stored state, read once when a draft needs it
+
+        def job() -> tuple[JobState, Facts]:
+            if not read:
+                read.append((deserialize_state(snapshot), load_facts(snapshot)))
+            return read[0]
+
         out = []
         for draft in drafts:
             payload = draft.get("payload")
-            if draft["type"] == "BOOKED" and isinstance(payload, dict):
+            t = draft["type"]
+            if t == "BOOKED" and isinstance(payload, dict):
                 draft = {**draft, "payload": complete_booking_draft(payload)}
-            if draft["type"] == "DECISION_RECORDED" and "snapshot" in snapshot:
-                holds = list((snapshot.get(STATE_KEY) or {}).get("holds") or {})
-                draft = {**draft, "payload": complete_decision_draft(draft, snapshot["snapshot"], holds)}
-            if draft["type"] == "SETTLED" and (payload is None or (isinstance(payload, dict)
-                                                                    and "settlementProofRef" not in payload)):
-                ref = settlement_proof_ref_for(deserialize_state(snapshot))
+            elif is_job and t == "DECISION_RECORDED":
+                state, facts = job()
+                draft = {**draft, "payload": complete_decision_draft(draft, state.snapshot, latest_hold_id(facts))}
+            elif is_job and t == "SETTLEMENT_FORFEITED":
+                draft = {**draft, "payload": complete_forfeit_draft(draft, *job())}
+            elif is_job and t == "SETTLED" and (
+                    payload is None or (isinstance(payload, dict) and "settlementProofRef" not in payload)):
+                state, facts = job()
+                ref = settlement_proof_ref(state, facts) or settlement_proof_ref_for(state)
                 if ref is not None:
                     draft = {**draft, "payload": {**(payload or {}), "settlementProofRef": ref}}
             out.append(draft)
