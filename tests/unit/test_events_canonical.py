@@ -17,6 +17,7 @@ from settlekit.events.canonical import (
     _has_negative_zero,
     canonical_hash,
     canonical_json,
+    find_lone_surrogate,
     js_int,
     js_number,
     normalize,
@@ -302,3 +303,21 @@ def test_storable_json_keeps_the_standard_errors_and_size() -> None:
     with pytest.raises(ValueError):
         storable_size({"x": math.nan})
     assert storable_size({"x": "é", "f": 1e16}) == len('{"x":"é","f":1e+16}'.encode())
+
+
+_with_surrogates = st.text(alphabet=st.characters(codec=None, categories=("Cs", "Ll")), max_size=4)
+_surrogate_values = st.recursive(
+    st.none() | st.integers() | _with_surrogates,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_with_surrogates, children, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(_surrogate_values)
+def test_require_well_formed_refuses_exactly_the_values_holding_a_lone_surrogate(value: object) -> None:
+    found = find_lone_surrogate(value)
+    if found is None:
+        require_well_formed(value)
+    else:
+        with pytest.raises(CanonicalJsonError):
+            require_well_formed(value)

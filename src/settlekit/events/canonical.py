@@ -251,12 +251,10 @@ def require_well_formed(x: Any, path: str = "$") -> None:
     """Refuse a value holding a lone surrogate (SCHEMA_INVALID naming the path): settlekit's live append path
     takes only well-formed Unicode in new input, although the offline tools reproduce such streams."""
     try:
-        json.dumps(x, ensure_ascii=False, check_circular=False).encode("utf-8")
+        orjson.dumps(x)  # refuses any lone surrogate (and big integers, non-string keys: then look)
         return
-    except UnicodeEncodeError:
-        pass
-    except (TypeError, ValueError):
-        pass  # not JSON for another reason: left to the checks that own it; still look for surrogates
+    except (TypeError, orjson.JSONEncodeError):
+        pass  # a surrogate, or not JSON for another reason (left to the checks that own it)
     found = find_lone_surrogate(x, path)
     if found is not None:
         raise CanonicalJsonError(f"lone surrogate in string at {found}", path=found)
