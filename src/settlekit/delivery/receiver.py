@@ -193,6 +193,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # an answer is written as head then body: without TCP_NODELAY, Nagle holds the body until the client's
+        # delayed ACK of the head (about 40 ms on every keep-alive request)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.owner._track(self.connection, add=True)
 
     def finish(self) -> None:
