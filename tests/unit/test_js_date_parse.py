@@ -3,7 +3,8 @@
 `tests/vectors/js_date/date_parse.json` holds `[string, ms]` pairs (null for NaN) for ~3,000 strings picked to run
 every branch of the parser: ISO forms and their boundaries, mutations of them, legacy formats, garbage, and the code
 units V8 classes differently (JS white space vs. word characters). It sits in a folder of its own because
-`tests/vectors/*.json` are job scenarios. `tests/reference/js_date_parse.mjs` regenerates the expectations:
+`tests/vectors/*.json` are job scenarios; `date_parse_runs.json` beside it holds strings made of
+runs. `tests/reference/js_date_parse.mjs` regenerates the expectations:
 `node tests/reference/js_date_parse.mjs IN.json OUT.json` (it forces TZ=UTC).
 """
 
@@ -18,6 +19,9 @@ import pytest
 from settlekit.events.js_date import js_date_parse_ms
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "js_date" / "date_parse.json"
+# ~3,100 strings built of runs (blanks, junk, symbols, words, numbers, each repeated) around date parts: the
+# tokenizer keeps only the first tokens of a run, which must not change a result
+RUN_VECTORS = VECTORS.with_name("date_parse_runs.json")
 NAN = None
 
 
@@ -25,8 +29,9 @@ def _agrees(got: float, want: float | None) -> bool:
     return math.isnan(got) if want is None else got == want
 
 
-def test_every_vendored_string_parses_as_node_parses_it() -> None:
-    pairs = json.loads(VECTORS.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("path", [VECTORS, RUN_VECTORS], ids=["picked", "runs"])
+def test_every_vendored_string_parses_as_node_parses_it(path: Path) -> None:
+    pairs = json.loads(path.read_text(encoding="utf-8"))
     assert len(pairs) > 2500
     mismatches = []
     for s, want in pairs:
@@ -66,3 +71,13 @@ def test_every_vendored_string_parses_as_node_parses_it() -> None:
 def test_examples(s: str, want: float | None) -> None:
     got = js_date_parse_ms(s)
     assert _agrees(got, want), f"{s!r}: expected {want}, got {got}"
+
+
+@pytest.mark.parametrize("junk", ["!", " ", ":.", "-", ":", "!:", "(x)"])
+def test_a_long_run_of_junk_is_read_as_its_first_tokens(junk: str) -> None:
+    """200,000 characters of junk cost a few tokens (the body limit allows such a string in any date field)."""
+    long = junk * (200_000 // len(junk))
+    assert math.isnan(js_date_parse_ms(long))
+    for date in ("2026-01-02 ", "Jan 2 2026 10:00 "):
+        short = js_date_parse_ms(date + junk * 3)
+        assert _agrees(js_date_parse_ms(date + long), None if math.isnan(short) else short)

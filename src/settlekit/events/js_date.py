@@ -17,9 +17,12 @@ only ASCII digits count as digits. The string is read as UTF-16 code units, as V
 
 from __future__ import annotations
 
+import array
 import functools
 import math
 import re
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Final
@@ -129,16 +132,49 @@ def _lower(c: int) -> str:
     return chr(c | 0x20) if 0x41 <= c <= 0x5A or 0x61 <= c <= 0x7A else "?"
 
 
-def _tokenize(units: list[int]) -> list[_Token]:
-    """The token stream up to (and including) the end; a NUL code unit ends the input."""
+_WHITESPACE_TOKEN: Final = _Token(_Kind.WHITESPACE, 0, 1)
+_UNKNOWN_TOKEN: Final = _Token(_Kind.UNKNOWN, 0, 1)
+_SYMBOL_TOKENS: Final = {c: _Token(_Kind.SYMBOL, c, 1) for c in _SYMBOLS}
+_SKIPPED: Final = (_Kind.WHITESPACE, _Kind.UNKNOWN)
+# Symbols by class ('+' and '-' are one: signs). A run of one class is kept as its first three tokens: lookahead
+# takes at most two of a run (`n::`, or a sign after a number or month), and a third is skipped, or refuses the
+# string, or (a sign) is an offset's sign, which a fourth would refuse as the third already does.
+_SYMBOL_GROUP: Final = {ord(":"): 0, ord("."): 1, ord(")"): 2, ord("+"): 3, ord("-"): 3}
+_SYMBOL_RUN: Final = 3
+_SIGN_CODES: Final = frozenset(map(ord, "+-"))
+# Inert tokens: blanks, unknown characters, comments, `:` and `.`. Only the first two of a run can be taken by
+# lookahead (`n::`, `n:.`) or looked at (the token after a number, word or sign); in the readers' main loop an inert
+# token does nothing. So a run is kept as its first three tokens and the rest skipped unread.
+_INERT_RUN: Final = 3
+_INERT_UNITS: Final = frozenset(
+    c for c in range(0x10000)
+    if not (c == 0 or _is_digit(c) or _is_word_char(c) or c in _SIGN_CODES or c in (0x28, 0x29)))
+_CLOSE_PAREN: Final = ord(")")
+
+
+def _tokenize(units: list[int]) -> Iterator[_Token]:
+    """The token stream up to (and including) the end, as the readers ask for it (a refused string is not read
+    to its end); a NUL code unit ends the input.
+
+    A run of blanks and unknown characters is kept as its first token: the readers skip both kinds and look only
+    at the first token after a number, word or sign, so the rest of a run changes nothing; a run of symbols of
+    one class is kept as its first three (see _SYMBOL_GROUP). A long run of junk costs a token or two, not one per
+    character."""
     n = len(units)
-    tokens: list[_Token] = []
+    last = _END  # the last token given
+    inert = 0  # inert tokens given in a row
     i = 0
     while True:
         c = units[i] if i < n else 0
         if c == 0:
-            tokens.append(_END)
-            return tokens
+            yield _END
+            return
+        if inert >= _INERT_RUN:  # the rest of an inert run is skipped, up to the next character that counts
+            while i < n and units[i] in _INERT_UNITS:
+                i += 1
+            inert = 0
+            last = _UNKNOWN_TOKEN
+            continue
         start = i
         if _is_digit(c):
             while i < n and units[i] == 0x30:  # leading zeros are not significant
@@ -149,10 +185,18 @@ def _tokenize(units: list[int]) -> list[_Token]:
                     value = value * 10 + units[i] - 0x30
                 kept += 1
                 i += 1
-            tokens.append(_Token(_Kind.NUMBER, value, i - start))
+            last, inert = _Token(_Kind.NUMBER, value, i - start), 0
+            yield last
         elif c in _SYMBOLS:
-            tokens.append(_Token(_Kind.SYMBOL, c, 1))
-            i += 1
+            group = _SYMBOL_GROUP[c]
+            run = 0
+            while i < n and _SYMBOL_GROUP.get(units[i]) == group:
+                if run < _SYMBOL_RUN:
+                    last = _SYMBOL_TOKENS[units[i]]
+                    inert = inert + 1 if units[i] in _INERT_UNITS else 0
+                    yield last
+                run += 1
+                i += 1
         elif _is_word_char(c):
             while i < n and _is_word_char(units[i]):
                 i += 1
@@ -161,43 +205,48 @@ def _tokenize(units: list[int]) -> list[_Token]:
             kind, value = _KEYWORDS.get(prefix, (_Word.GARBAGE, 0))
             if length > 3 and kind is not _Word.MONTH:  # only month names may run on ("January", "Sept")
                 kind, value = _Word.GARBAGE, 0
-            tokens.append(_Token(_Kind.WORD, value, length, kind))
+            last, inert = _Token(_Kind.WORD, value, length, kind), 0
+            yield last
         elif c in _WHITESPACE or c in _LINE_TERMINATORS:
-            tokens.append(_Token(_Kind.WHITESPACE, 0, 1))
+            if last.kind not in _SKIPPED:
+                last, inert = _WHITESPACE_TOKEN, inert + 1
+                yield last
             i += 1
-        elif c == 0x28:  # '(' starts a comment running to its matching ')' (or the end, or a NUL)
-            depth = 0
-            while True:
-                c = units[i] if i < n else 0
-                depth += 1 if c == 0x28 else -1 if c == 0x29 else 0
-                i += 1
-                if depth <= 0 or (units[i] if i < n else 0) == 0:
-                    break
-            tokens.append(_Token(_Kind.UNKNOWN, 0, 1))
         else:
-            tokens.append(_Token(_Kind.UNKNOWN, 0, 1))
-            i += 1
+            if c == 0x28:  # '(' starts a comment running to its matching ')' (or the end, or a NUL)
+                depth = 0
+                while True:
+                    c = units[i] if i < n else 0
+                    depth += 1 if c == 0x28 else -1 if c == 0x29 else 0
+                    i += 1
+                    if depth <= 0 or (units[i] if i < n else 0) == 0:
+                        break
+            else:
+                i += 1
+            if last.kind not in _SKIPPED:
+                last, inert = _UNKNOWN_TOKEN, inert + 1
+                yield last
 
 
 class _Scanner:
     """One-token lookahead over the token stream."""
 
-    def __init__(self, tokens: list[_Token]) -> None:
+    def __init__(self, tokens: Iterator[_Token]) -> None:
         self._tokens = tokens
-        self._i = 0
+        self._current = next(tokens)
 
     def peek(self) -> _Token:
-        return self._tokens[self._i]
+        return self._current
 
     def next(self) -> _Token:
-        token = self._tokens[self._i]
+        token = self._current
         if token.kind is not _Kind.END:
-            self._i += 1
+            self._current = next(self._tokens)
         return token
 
     def skip_symbol(self, c: str) -> bool:
-        if self.peek().is_symbol(c):
-            self._i += 1
+        if self._current.is_symbol(c):
+            self._current = next(self._tokens)
             return True
         return False
 
@@ -467,7 +516,9 @@ def _read_legacy(scan: _Scanner, token: _Token, day: _Day, time: _Time, zone: _Z
                 # Other words may only come before the first number, and not right against it.
                 if has_number or scan.peek().is_number():
                     return False
-        elif token.is_sign() and (zone.is_utc() or not time.is_empty()):
+        elif token.kind is not _Kind.SYMBOL:
+            pass  # blanks and unknown characters are skipped
+        elif token.value in _SIGN_CODES and (zone.is_utc() or not time.is_empty()):
             # A UTC offset, after a zone name or a time: ±h, ±hh, ±hmm, ±hhmm or ±h…: (hours only).
             zone.sign = token.sign()
             n, length = 0, 0
@@ -483,7 +534,7 @@ def _read_legacy(scan: _Scanner, token: _Token, day: _Day, time: _Time, zone: _Z
                 zone.hour, zone.minute = divmod(n, 100)
             else:
                 return False
-        elif (token.is_sign() or token.is_symbol(")")) and has_number:
+        elif has_number and (token.value in _SIGN_CODES or token.value == _CLOSE_PAREN):
             return False
         token = scan.next()
     return True
@@ -514,6 +565,14 @@ def _parse_cached(s: str) -> float:
     return _parse(s)
 
 
+def _code_units(s: str) -> list[int]:
+    """The string's UTF-16 code units."""
+    raw = array.array("H", s.encode("utf-16-le", "surrogatepass"))
+    if sys.byteorder == "big":
+        raw.byteswap()
+    return raw.tolist()
+
+
 def _parse(s: str) -> float:
     m = _CANONICAL.fullmatch(s)
     if m is not None:
@@ -521,8 +580,7 @@ def _parse(s: str) -> float:
         if 1 <= month <= 12 and 1 <= dom <= 31 and hour < 24 and minute < 60 and second < 60:
             return float(_days_from_civil(year, month, dom) * _MS_PER_DAY
                          + ((hour * 60 + minute) * 60 + second) * 1000 + ms)
-    raw = s.encode("utf-16-le", "surrogatepass")
-    units = [raw[i] | raw[i + 1] << 8 for i in range(0, len(raw), 2)]
+    units = _code_units(s)
     scan = _Scanner(_tokenize(units))
     day, time, zone = _Day(), _Time(), _Zone()
     rest = _read_iso(scan, day, time, zone)
