@@ -267,3 +267,43 @@ def test_closed_sender_reports_exception(rx: FaultyReceiver) -> None:
 
     out = asyncio.run(go())
     assert out.error == "exception" and "closed" in (out.error_message or "")
+
+
+def test_a_pooled_connection_the_receiver_closed_is_not_reused() -> None:
+    """The receiver answers each request with keep-alive, then closes the connection: the sender's second request
+    must see that the idle pooled connection was closed (readable at EOF) and open a new one."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            accepted.append(1)
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                while len(body) < length:
+                    body += conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+
+    async def go() -> list[Outcome]:
+        async with WebhookSender(FAST) as sender:
+            first = await sender.send(req(url, synthetic("j1", 1)))
+            await asyncio.sleep(0.2)  # the server has closed the connection by now
+            return [first, await sender.send(req(url, synthetic("j1", 2)))]
+
+    try:
+        outcomes = asyncio.run(go())
+    finally:
+        listener.close()
+    thread.join(5)
+    assert [o.status for o in outcomes] == [200, 200]
+    assert len(accepted) == 2
