@@ -118,6 +118,7 @@ def _lifespan_closing(ctx: ApiContext, database: Database | None
         if ctx.feed is not None:
             ctx.feed.close()
         ctx.store.close()
+        ctx.auth_threads.shutdown(wait=False)
         if database is not None:
             database.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -30,6 +31,10 @@ PositionQuery = Annotated[int, Query(ge=0, le=MAX_INT64)]
 MAX_PAGE = 500  # the largest `limit` of a paged listing
 
 
+
+AUTH_THREADS = 8
+
+
 @dataclass
 class ApiContext:
     db: Database
@@ -46,6 +51,10 @@ class ApiContext:
     # /readyz runs on threads of its own, so it answers even when every API thread waits on the database
     ready_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     feed: FeedStreams | None = None  # the event feed's reader and open streams
+    # the append route's authentication and prefetch (one short round trip each) run on a few threads of their own:
+    # they keep up with the loop, and anyio's default of 40 threads only adds contention for the interpreter lock
+    auth_threads: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(AUTH_THREADS, thread_name_prefix="settlekit-auth"))
     extra: dict[str, Any] = field(default_factory=dict)
 
 

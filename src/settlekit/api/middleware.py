@@ -19,6 +19,8 @@ body without Content-Length or over the limit takes the routed path.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -212,8 +214,9 @@ class ApiMiddleware:
         scope.update(child_scope)
         request = Request(scope, receive)
         client = scope.get("client")
-        answer, key, quota, prefetched = await run_in_threadpool(self._direct_authenticate, direct, request, body,
-                                                                 client[0] if client else None)
+        answer, key, quota, prefetched = await asyncio.get_running_loop().run_in_executor(
+            self.ctx.auth_threads, contextvars.copy_context().run, self._direct_authenticate, direct, request, body,
+            client[0] if client else None)
         if quota is not None:
             exchange.extra_headers = quota.headers()
         if answer is None:
