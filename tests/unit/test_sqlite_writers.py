@@ -1,0 +1,84 @@
+"""SQLite writers of one database file wait their turn: threads of a process on a lock, processes on the file's
+advisory writer lock; a turn that does not come within the busy timeout is DatabaseUnavailableError."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from settlekit.errors import DatabaseUnavailableError
+from settlekit.store.db import connect
+
+
+def _table(url: str) -> None:
+    db = connect(url)
+    with db.transaction() as tx:
+        tx.execute("CREATE TABLE IF NOT EXISTS marks (writer TEXT, n INTEGER)")
+    db.close()
+
+
+def _write_marks(url: str, writer: str, count: int) -> None:
+    db = connect(url)
+    try:
+        for n in range(count):
+            with db.transaction() as tx:
+                tx.execute("INSERT INTO marks (writer, n) VALUES (?, ?)", (writer, n))
+    finally:
+        db.close()
+
+
+def _hold_turn(url: str, held: Any, release: Any) -> None:
+    db = connect(url)
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO marks (writer, n) VALUES ('holder', 0)")
+        held.set()
+        release.wait(30)
+    db.close()
+
+
+def test_writers_of_several_threads_and_processes_all_commit(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    _table(url)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_write_marks, args=(url, f"p{i}", 40)) for i in range(2)]
+    threads = [threading.Thread(target=_write_marks, args=(url, f"t{i}", 40)) for i in range(3)]
+    for worker in (*procs, *threads):
+        worker.start()
+    for t in threads:
+        t.join(60)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    db = connect(url)
+    with db.read() as tx:
+        rows = tx.fetchall("SELECT writer, COUNT(*) FROM marks GROUP BY writer ORDER BY writer")
+    db.close()
+    assert rows == [("p0", 40), ("p1", 40), ("t0", 40), ("t1", 40), ("t2", 40)]
+
+
+def test_a_writer_whose_turn_does_not_come_is_unavailable(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    _table(url)
+    ctx = mp.get_context("spawn")
+    held, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_turn, args=(url, held, release))
+    holder.start()
+    try:
+        assert held.wait(30)
+        db = connect(url, busy_timeout_ms=200)
+        with pytest.raises(DatabaseUnavailableError), db.transaction() as tx:
+            tx.execute("INSERT INTO marks (writer, n) VALUES ('late', 0)")
+        release.set()
+        holder.join(30)
+        with db.transaction() as tx:  # the turn comes once the holder is done
+            tx.execute("INSERT INTO marks (writer, n) VALUES ('late', 1)")
+        with db.read() as tx:
+            assert tx.fetchall("SELECT writer, n FROM marks ORDER BY writer") == [("holder", 0), ("late", 1)]
+        db.close()
+    finally:
+        release.set()
+        holder.join(30)
