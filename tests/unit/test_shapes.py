@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-import settlekit.jobs.reducer as reducer_module
 from settlekit.artifacts.build import iter_artifacts, stream_identity
 from settlekit.artifacts.builders import BuildTask
 from settlekit.events.canonical import canonical_json
@@ -28,11 +27,6 @@ STREAMS: list[dict[str, Any]] = DATA["streams"]
 WORKER_FIELDS = {
     "artifactHash", "artifactId", "sourceEventId", "sourceEventType", "sourceEventChainHash", "atChainHash"
 }
-
-
-@pytest.fixture(autouse=True)
-def _no_payload_validation(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reducer_module, "validate_payload", lambda event, snapshot, facts: None)
 
 
 def test_fixture_covers_the_shapes() -> None:

@@ -13,6 +13,7 @@ from settlekit.events.canonical import canonical_hash
 from settlekit.events.js import (
     coalesce,
     get,
+    is_object,
     nonblank,
     truthy,
 )
@@ -34,19 +35,23 @@ def summary_from_payload(p: Mapping[str, Any], at: Any) -> dict[str, Any]:
 
 
 def summary_from_settlement_ref(ref: Any) -> dict[str, Any] | None:
-    if type(ref) is not dict:
+    """The proof summary a SETTLED's `settlementProofRef` gives: None unless it is an object; an array counts
+    as an object without fields, as in settld."""
+    if not is_object(ref):
         return None
-    forfeit = ref.get("forfeit")
+    if type(ref) is not dict:
+        ref = {}
+    forfeit: Any = ref.get("forfeit")
     disposition = (
         {
             "kind": "FORFEIT",
-            "holdId": forfeit.get("holdId"),
-            "forfeitureReason": forfeit.get("forfeitureReason"),
-            "forfeitEventId": forfeit.get("forfeitEventId"),
-            "forfeitEventChainHash": forfeit.get("forfeitEventChainHash"),
-            "forfeitEventPayloadHash": forfeit.get("forfeitEventPayloadHash"),
+            "holdId": get(forfeit, "holdId"),
+            "forfeitureReason": get(forfeit, "forfeitureReason"),
+            "forfeitEventId": get(forfeit, "forfeitEventId"),
+            "forfeitEventChainHash": get(forfeit, "forfeitEventChainHash"),
+            "forfeitEventPayloadHash": get(forfeit, "forfeitEventPayloadHash"),
         }
-        if type(forfeit) is dict
+        if is_object(forfeit)
         else None
     )
     return {

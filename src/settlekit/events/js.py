@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 from settlekit.events.canonical import MAX_SAFE_INTEGER, js_number
 from settlekit.events.collation import sort_key
@@ -15,6 +15,11 @@ from settlekit.events.js_date import js_date_parse_ms
 def get(obj: Any, key: str) -> Any:
     """`obj?.[key]` with undefined mapped to None."""
     return obj.get(key) if type(obj) is dict else None
+
+
+def is_object(v: Any) -> bool:
+    """`v && typeof v === "object"` for JSON values: an object or an array."""
+    return type(v) is dict or type(v) is list
 
 
 def coalesce(*values: Any) -> Any:
@@ -76,6 +81,33 @@ def js_string(v: Any) -> str:
     if type(v) is float and v.is_integer() and abs(v) < 1e21:
         return str(int(v))
     return str(v)
+
+
+def js_to_string(v: Any) -> str:
+    """`String(v)` for any JSON value: arrays join their items (null as ""), objects are "[object Object]"."""
+    if type(v) is dict:
+        return "[object Object]"
+    if type(v) is list:
+        return ",".join("" if x is None else js_to_string(x) for x in v)
+    if type(v) is float:
+        return js_number(v)
+    return js_string(v)
+
+
+_JS_SPACE: Final = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def js_trim(s: str) -> str:
+    """`String.prototype.trim` (JS white space and line terminators only)."""
+    return s.strip(_JS_SPACE)
+
+
+def js_nonblank(v: Any) -> bool:
+    """`typeof v === "string" && v.trim() !== ""`."""
+    return type(v) is str and js_trim(v) != ""
 
 
 def utf16_key(s: str) -> bytes:

@@ -1,8 +1,9 @@
 """The pure step the offline tools and the store's append transaction run.
 
-For each event, in layers (as settld 0.1.0): (a) payload validation and the transition check, which raise; on the
-live path (`live=True`) settld's API comes first, in its order: its payload validators (`api_payloads`), payload
-validation and its append-time domain rules (`server_rules`), then the transition check, all of which raise;
+For each event, in layers (as settld 0.1.0): (a) the transition check, which raises (payloads are not judged: settld's
+core reads any value); on the live path (`live=True`) settld's API comes first, in its order: its payload validators
+(`api_payloads`), settlekit's payload validation (`validate`) and its append-time domain rules (`server_rules`),
+then the transition check, all of which raise;
 then (b) the ledger postings from the state *before* the event: a posting rule that raises is *recorded* in
 `ledger_errors` and the event goes on without an entry (settld's core records the error and goes on; its API
 refuses the event, a deliberate difference, see the README); then the reducer step and the allocations against
@@ -28,7 +29,7 @@ from settlekit.jobs.reducer import (
     initial_state,
     serialize_state,
 )
-from settlekit.jobs.validate import validate_payload
+from settlekit.jobs.validate import check_genesis_payload, validate_payload
 from settlekit.ledger.allocations import allocations_for_entry
 from settlekit.ledger.errors import LedgerError
 from settlekit.ledger.postings import JOB_POSTING_RULES, PostingRule
@@ -135,8 +136,9 @@ def process_job_events(
     `contract_doc`: the operator contract document resolved by the store from `operatorContractHash`, if any.
     `contract_resolver`: instead of a fixed document, look up the job's `operatorContractHash` (as of each
     entry) — the document's party ids apply, and its split plan is executed when `connect.enabled` is true.
-    `live`: also apply settld's API payload validators (`api_payloads`) and its append-time domain rules
-    (`server_rules.check`), for the store's append path; offline tools leave it False.
+    `live`: also apply settld's API payload validators (`api_payloads`), settlekit's payload validation
+    (`validate`) and the API's append-time domain rules (`server_rules.check`), for the store's append path;
+    offline tools leave it False and, as settld's core, take any payload.
     Raises SettlekitError subclasses: EVENT_TYPE_UNKNOWN (400), SCHEMA_INVALID (400), INVALID_TRANSITION
     (409), and with `live` the server rule codes (`server_rules.ServerRuleViolation`). Posting errors never
     raise: they are returned in `ledger_errors`.
@@ -154,6 +156,8 @@ def process_job_events(
         if live:
             check_api_payload(server_rules.with_implied_fields(event))
         if state is None:
+            if live and event.get("type") == "JOB_CREATED":
+                check_genesis_payload(event)
             state = initial_state(event)
             server_rules.observe(rule_facts, event)
             continue

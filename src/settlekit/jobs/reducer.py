@@ -27,7 +27,7 @@ from settlekit.jobs.types import (
     TRANSITIONS,
     require_known_event_type,
 )
-from settlekit.jobs.validate import VALIDATORS, is_cents, validate_payload
+from settlekit.jobs.validate import is_cents
 
 STATE_FORMAT_VERSION: Final = 1
 DEFAULT_TENANT_ID: Final = "tenant_default"
@@ -151,23 +151,22 @@ def _track_signature(facts: Facts, event: Event) -> None:
 
 
 def initial_state(first_event: Event) -> JobState:
-    """State after the genesis event; `first_event` must be a valid JOB_CREATED."""
+    """State after the genesis event, which must be a JOB_CREATED. Its payload is not judged (settld's core
+    reads any value; the live path checks it first with `validate.check_genesis_payload`)."""
     t: Any = first_event.get("type")
     if t != JOB_CREATED:
         require_known_event_type(t)
         raise InvalidJobTransition(None, str(t), first_event.get("streamId"))
     p = first_event.get("payload")
-    if type(p) is not dict:
-        raise ValidationError("JOB_CREATED.payload must be an object", field="<root>", eventType=JOB_CREATED)
-    VALIDATORS[JOB_CREATED](JOB_CREATED, p, first_event, {}, {})
-    snapshot = _genesis_snapshot(first_event, p)
+    snapshot = _genesis_snapshot(first_event, p if type(p) is dict else {})
     facts = _initial_facts()
     _track_signature(facts, first_event)
     return JobState(snapshot, facts)
 
 
 def _genesis_snapshot(first_event: Event, p: dict[str, Any]) -> Snapshot:
-    """The job as JOB_CREATED (already validated, payload `p`) leaves it, keys in settld's order."""
+    """The job as JOB_CREATED (payload `p`, {} for a payload that is not an object) leaves it, keys in settld's
+    order."""
     constraints: Any = p.get("constraints")
     snapshot: Snapshot = {
         "id": first_event["streamId"],
@@ -497,7 +496,8 @@ def _skill_licensed(s: Snapshot, f: Facts, e: Event, p: Mapping[str, Any]) -> No
     lic: Any = p.get("licenseId")
     if _truthy_id(lic):
         _keyed_put(s["skillLicenses"], f["skillLicenseIndex"], lic, e.get("payload"))
-    amount: Any = (p.get("pricing") or {}).get("amountCents")
+    pricing: Any = p.get("pricing")
+    amount: Any = pricing.get("amountCents") if type(pricing) is dict else None
     if is_cents(amount) and amount > 0:
         f["royaltiesCents"] += amount
 
@@ -957,18 +957,18 @@ _SKIP = frozenset(JOB_EVENT_TYPES - set(HANDLERS) - {JOB_CREATED})
 
 
 def check_event(state: JobState, event: Event) -> str | None:
-    """Everything `apply` checks, without changing anything: known job type, stream id, transition and payload.
+    """Everything `apply` checks, without changing anything: what settld's core checks (`check_transition`).
+    Payloads are not judged here: settld's reducer reads any value, so the offline tools take every payload the
+    reference takes; the live path validates them first (`api_payloads`, `validate.validate_payload`).
 
     Returns the status after the event, or None when the type does not change the status.
     """
-    to_status = check_transition(state, event)
-    validate_payload(event, state.snapshot, state.facts)
-    return to_status
+    return check_transition(state, event)
 
 
 def check_transition(state: JobState, event: Event) -> str | None:
-    """`check_event` without the payload validation (for a caller that validated the payload already): known
-    job type, stream id and transition; the status after the event, or None when the type does not change it."""
+    """Known job type, stream id and transition; the status after the event, or None when the type does not
+    change it."""
     t: Any = event.get("type")
     snapshot = state.snapshot
     if t not in JOB_EVENT_TYPES:
@@ -1019,12 +1019,12 @@ def _step(state: JobState, event: Event, to_status: str | None) -> JobState:
 
 
 def validate_and_apply(state: JobState, event: Event) -> JobState:
-    """Payload validation, transition check and reducer step. Raises before changing anything."""
+    """Transition check (`check_event`) and reducer step. Raises before changing anything."""
     return _step(state, event, check_event(state, event))
 
 
 apply = validate_and_apply
-"""`apply(state, event) -> state`: the reducer step (always validated; see `validate_and_apply`)."""
+"""`apply(state, event) -> state`: the reducer step (transition-checked; see `validate_and_apply`)."""
 
 
 def reduce(events: Iterable[Event]) -> JobState:

@@ -1,10 +1,12 @@
-"""Lean payload validation for job events (02-jobs.md §6): the schema layer every path applies.
+"""Lean payload validation for job events (02-jobs.md §6): the live append path's schema layer.
 
-These checks are never stricter than settld 0.1.0's payload validators, so every stream the reference core
-accepts passes them (offline tools reproduce such streams). The live API's own append-time domain rules
-(ordering, duplicates, "must match event.at", ...) are in `settlekit.jobs.server_rules`, applied by the
-store's append path only. Validators are plain functions over dicts; each gets the snapshot and facts *before*
-the event and never mutates them.
+The live path runs it after settld's API validators (`api_payloads`) and before the API's domain rules
+(`server_rules`). Offline tools do not: settld's core reduces any payload, so they take every stream the
+reference accepts. Where settld has a validator for the type, every rule here is implied by it (JavaScript's -0
+excepted, which `is_cents` refuses as an amount); for the types it has none for (JOB_CREATED, QUOTE_PROPOSED,
+MATCHED, SETTLED, the settlement holds, disputes, and a payload that is not an object) they are settlekit's own
+live-path rules (README, deliberate differences). Validators are plain functions over dicts; each gets the
+snapshot and facts *before* the event and never mutates them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from settlekit.errors import ValidationError
 from settlekit.events.canonical import is_safe_int
 from settlekit.events.js import date_parse_ms
 from settlekit.jobs.errors import PayloadInvalid
@@ -391,6 +394,14 @@ VALIDATORS: Final[dict[str, Validator]] = {
     "DISPUTE_CLOSED": _dispute,
     "JOB_EXECUTION_STARTED": _job_started,
 }
+
+
+def check_genesis_payload(event: Mapping[str, Any]) -> None:
+    """The live path's check of a JOB_CREATED payload: an object with `templateId` (the reducer takes any)."""
+    p = event.get("payload")
+    if type(p) is not dict:
+        raise ValidationError("JOB_CREATED.payload must be an object", field="<root>", eventType="JOB_CREATED")
+    _job_created("JOB_CREATED", p, event, {}, {})
 
 
 def validate_payload(event: Mapping[str, Any], snapshot: Mapping[str, Any], facts: Mapping[str, Any]) -> None:

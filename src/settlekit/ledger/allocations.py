@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from settlekit.events.js import coalesce, get, js_nonblank, js_to_string, js_trim
 from settlekit.ledger import accounts as A
 from settlekit.ledger.contracts import allocate_split, executable_split_plan
 from settlekit.ledger.errors import AllocationError
@@ -28,18 +29,26 @@ def _nonblank(v: Any) -> bool:
     return type(v) is str and v.strip() != ""
 
 
-def insurer_id(snapshot: Mapping[str, Any]) -> str | None:
-    """`booking.policySnapshot.coveragePolicy.insurerId`, else `booking.coveragePolicy.insurerId`; blank -> None."""
+def _raw_insurer_id(snapshot: Mapping[str, Any]) -> Any:
+    """`booking.policySnapshot.coveragePolicy.insurerId ?? booking.coveragePolicy.insurerId ?? null`."""
     booking = snapshot.get("booking")
-    if type(booking) is not dict:
-        return None
-    ps = booking.get("policySnapshot")
-    cp = ps.get("coveragePolicy") if type(ps) is dict else None
-    value: Any = cp.get("insurerId") if type(cp) is dict else None
-    if value is None:
-        bcp = booking.get("coveragePolicy")
-        value = bcp.get("insurerId") if type(bcp) is dict else None
-    return value if _nonblank(value) else None
+    return coalesce(
+        get(get(get(booking, "policySnapshot"), "coveragePolicy"), "insurerId"),
+        get(get(booking, "coveragePolicy"), "insurerId"),
+    )
+
+
+def insurer_id(snapshot: Mapping[str, Any]) -> str | None:
+    """The booking's insurer id when it is a non-blank string (the insurer's party id), else None."""
+    value: Any = _raw_insurer_id(snapshot)
+    return value if js_nonblank(value) else None
+
+
+def has_insurer(snapshot: Mapping[str, Any]) -> bool:
+    """Whether coverage reserve postings go to the insurer: an insurer id whose `String()` is not blank (settld
+    tests the value so; a non-string id then gets the default insurer party)."""
+    value: Any = _raw_insurer_id(snapshot)
+    return value is not None and js_trim(js_to_string(value)) != ""
 
 
 def role_for_account(account_id: str, has_insurer: bool) -> PartyRole:
@@ -59,17 +68,15 @@ def default_party_ids(
     snapshot: Mapping[str, Any], contract_doc: Mapping[str, Any] | None = None
 ) -> dict[str, str]:
     """Party id per role: the contract document's non-blank `parties[role].partyId`, else the defaults."""
-    booking = snapshot.get("booking") if type(snapshot.get("booking")) is dict else {}
-    assert isinstance(booking, dict)
-    coverage = snapshot.get("operatorCoverage") or {}
-    assist = snapshot.get("assist") or {}
-    operator_id: Any = coverage.get("operatorId") or assist.get("operatorId")
-    customer_id: Any = snapshot.get("customerId") or booking.get("customerId")
+    # `a ?? b`, then used only when a non-blank string, as settld does
+    operator_id: Any = coalesce(get(snapshot.get("operatorCoverage"), "operatorId"),
+                                get(snapshot.get("assist"), "operatorId"))
+    customer_id: Any = coalesce(snapshot.get("customerId"), get(snapshot.get("booking"), "customerId"))
     insurer = insurer_id(snapshot)
     ids = {
         "platform": "pty_platform",
-        "operator": f"pty_operator:{operator_id}" if operator_id else "pty_operator",
-        "customer": f"pty_customer:{customer_id}" if customer_id else "pty_customer",
+        "operator": f"pty_operator:{operator_id}" if js_nonblank(operator_id) else "pty_operator",
+        "customer": f"pty_customer:{customer_id}" if js_nonblank(customer_id) else "pty_customer",
         "insurer": f"pty_insurer:{insurer}" if insurer else "pty_insurer",
         "subcontractor": "pty_subcontractor",
     }
@@ -93,7 +100,7 @@ def allocations_for_entry(
 ) -> list[dict[str, Any]]:
     """Allocations of one entry against `snapshot` (the projection uses the state after the event)."""
     tenant: Any = tenant_id if tenant_id is not None else snapshot.get("tenantId")
-    has_insurer = insurer_id(snapshot) is not None
+    insured = has_insurer(snapshot)
     parties = default_party_ids(snapshot, contract_doc)
     plan = executable_split_plan(contract_doc) if execute_split_plan else None
     entry_id = entry["id"]
@@ -101,7 +108,7 @@ def allocations_for_entry(
     for i, posting in enumerate(entry["postings"]):
         account_id = posting["accountId"]
         amount = posting["amountCents"]
-        role = role_for_account(account_id, has_insurer)
+        role = role_for_account(account_id, insured)
         base = {"tenantId": tenant, "entryId": entry_id, "postingId": f"p{i}", "accountId": account_id}
         rules = _plan_rules(plan, account_id) if plan is not None else None
         if not rules:
