@@ -81,6 +81,11 @@ def duplicate_kind(constraint: str) -> str:
     return "stream"
 
 
+class GroupRolledBack(Exception):
+    """The database refused a statement of a group's transaction, so its COMMIT did not take effect: nothing of the
+    group is written (unlike a failure whose outcome is unknown, such as a lost connection during the COMMIT)."""
+
+
 class _Backend(Protocol):
     def commit(self, db: Any, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch: ...
 
@@ -218,10 +223,12 @@ class GroupCommitter:
 
         try:
             return list(self.backend.write_group(self.db, group, before_commit))
+        except GroupRolledBack:
+            pass  # a follow-up write was refused with the COMMIT: nothing written
         except Exception:
             if written:
                 raise  # the COMMIT failed: unknown outcome, so no answer is a success
-            return [self._alone(batch, after) for batch, after in group]
+        return [self._alone(batch, after) for batch, after in group]
 
     def _alone(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome | BaseException:
         try:

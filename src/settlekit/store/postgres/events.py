@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-from settlekit.store.events import AfterCommit, CommitBatch, Committed, DuplicateKey, HeadMismatch
+from settlekit.store.events import AfterCommit, CommitBatch, Committed, DuplicateKey, GroupRolledBack, HeadMismatch
 from settlekit.store.postgres.backend import PostgresDatabase, PostgresTx, pg_sql
 from settlekit.store.postgres.ledger import LedgerRows
 
@@ -100,10 +100,28 @@ def _commit_once(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | 
 
 def write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
                 before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
-    """Several appends in one transaction (a group commit), pipelined: the appends are sent before the first
-    answer is read (one statement when each has one event), then the follow-up writes of those that succeeded,
-    with their ledger rows gathered into one statement; `before_commit(count)` runs once all are written. A
-    uniqueness violation raises (the transaction is rolled back)."""
+    """Several appends in one transaction (a group commit), pipelined in two round trips: the appends (one
+    statement when each has one event), whose answers the follow-up writes need; then the follow-up writes of
+    those that succeeded, with their ledger rows gathered into one statement, and the COMMIT. `before_commit(count)`
+    runs once all are sent. A statement the database refuses (a uniqueness violation of an append or of a
+    follow-up write, say) rolls the whole transaction back: GroupRolledBack."""
+    try:
+        return _write_group(db, group, before_commit)
+    except psycopg.Error as exc:
+        if _refused_statement(exc):
+            raise GroupRolledBack(str(exc)) from exc
+        raise
+
+
+def _refused_statement(exc: psycopg.Error) -> bool:
+    """An error the server answered for a statement (so the transaction, COMMIT included, did not take effect);
+    not a lost connection or a server shutting down, whose outcome is unknown."""
+    state = exc.sqlstate
+    return state is not None and not state.startswith(("08", "57P"))
+
+
+def _write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
+                 before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
     with db.connection() as conn, conn.pipeline() as pipeline, conn.transaction():
         batches = [batch for batch, _ in group]
         if all(len(batch.events) == 1 for batch in batches):
@@ -125,8 +143,7 @@ def write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCo
             if after is not None and isinstance(outcome, Committed):
                 after(tx, outcome.base_seq, outcome.positions)
         ledger_rows.flush(tx)
-        pipeline.sync()  # a follow-up write's failure surfaces here, before the COMMIT
-        before_commit(len(outcomes))
+        before_commit(len(outcomes))  # a follow-up write's failure surfaces with the COMMIT's answer
     return outcomes
 
 
