@@ -184,3 +184,14 @@ def test_only_connection_errors_are_unavailable() -> None:
     assert not is_unavailable(psycopg.errors.LockNotAvailable("lock"))
     assert not is_unavailable(psycopg.errors.SerializationFailure("retry"))
     assert not is_unavailable(psycopg.errors.UndefinedTable("no table"))
+
+
+def test_a_group_is_written_again_one_by_one_only_when_the_server_refused_a_statement() -> None:
+    import psycopg
+
+    from settlekit.store.postgres.events import _refused_statement
+
+    assert _refused_statement(psycopg.errors.UniqueViolation("duplicate"))
+    assert _refused_statement(psycopg.errors.SerializationFailure("retry"))
+    assert not _refused_statement(psycopg.OperationalError("server closed the connection unexpectedly"))
+    assert not _refused_statement(psycopg.errors.AdminShutdown("terminating connection"))
