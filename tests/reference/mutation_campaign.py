@@ -43,8 +43,8 @@ NUMBERS = [0, 1, -1, 2, 3, 5, 7, 49, 50, 51, 99, 100, 101, 333, 999, 1000, 1001,
 SHIFTS = [-86400 * 40, -3600, -1, 1, 3600, 86400 * 3, 86400 * 40]
 ENVELOPE_DRAFT_FIELDS = ("v", "id", "at", "streamId", "type", "actor", "payload")
 REMOVED = object()
-SHAPES: list[Any] = [[], {}, "x", "", 7, 0, -1, 0.5, True, False, None, {"a": {"b": [1, "x"]}}, ["x", 7], REMOVED,
-                     "2026-01-05T10:00:00.000Z", "USD", "PASS", 2**53 - 1]
+SHAPES: list[Any] = [[], {}, "x", "", " ", 7, 0, -1, 0.5, True, False, None, {"a": {"b": [1, "x"]}}, ["x", 7],
+                     [None], REMOVED, "2026-01-05T10:00:00.000Z", "USD", "PASS", "FAIL", 2**53 - 1]
 # Fields settlekit's own payload checks read, worth setting where the corpus event leaves them out.
 EXTRA_FIELDS: dict[str, tuple[str, ...]] = {
     "JOB_CREATED": ("customerId", "siteId", "contractId", "constraints", "templateId"),

@@ -2,11 +2,11 @@
 
 The live path runs it after settld's API validators (`api_payloads`) and before the API's domain rules
 (`server_rules`). Offline tools do not: settld's core reduces any payload, so they take every stream the
-reference accepts. Where settld has a validator for the type, every rule here is implied by it (JavaScript's -0
-excepted, which `is_cents` refuses as an amount); for the types it has none for (JOB_CREATED, QUOTE_PROPOSED,
-MATCHED, SETTLED, the settlement holds, disputes, and a payload that is not an object) they are settlekit's own
-live-path rules (README, deliberate differences). Validators are plain functions over dicts; each gets the
-snapshot and facts *before* the event and never mutates them.
+reference accepts. Where settld has a validator for the type, every rule here is implied by it (a `-0` its
+validators would take cannot be hashed, by settld's canonical JSON either); for the types it has none for
+(JOB_CREATED, QUOTE_PROPOSED, MATCHED, SETTLED, the settlement holds, disputes, and a payload that is not an
+object) they are settlekit's own live-path rules (README, deliberate differences). Validators are plain
+functions over dicts; each gets the snapshot and facts *before* the event and never mutates them.
 """
 
 from __future__ import annotations
