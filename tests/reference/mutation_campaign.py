@@ -11,6 +11,7 @@ tests/vectors/reference_runs/).
 
     python tests/reference/mutation_campaign.py SETTLD_DIR [--streams 500] [--seed 1] [--out /tmp/mutations]
         [--shapes 0.0..1.0: the share of streams that get payload-shape mutations instead] [--replay]
+        [--names STREAM...] [--focus EVENT_TYPE...]
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ EXTRA_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 class Mutator:
-    def __init__(self, rnd: random.Random, names: list[str]):
+    def __init__(self, rnd: random.Random, names: list[str], focus: frozenset[str] = frozenset()):
         self.rnd = rnd
         self.names = names
+        self.focus = focus  # event types the shape mutations pick (all when empty)
 
     def number(self, x: Any) -> Any:
         if type(x) is not int:
@@ -109,8 +111,9 @@ class Mutator:
         mutation is kept only when settld's API validator for the type (if any) accepts the payload."""
         out = [dict(e) for e in events]
         for _ in range(self.rnd.randint(1, 2)):
-            for _attempt in range(40):
-                i = self.rnd.randrange(len(out))
+            picks = [j for j, e in enumerate(out) if not self.focus or e["type"] in self.focus]
+            for _attempt in range(40 if picks else 0):
+                i = self.rnd.choice(picks)
                 payload = copy.deepcopy(out[i]["payload"])
                 if self.rnd.random() < 0.08:  # the whole payload replaced
                     value = self.rnd.choice(SHAPES)
@@ -245,10 +248,12 @@ def main() -> int:
     parser.add_argument("--shapes", type=float, default=0.0, help="share of streams with payload-shape mutations")
     parser.add_argument("--replay", action="store_true",
                         help="judge settlekit again on the streams and reference answers a run left in --out")
+    parser.add_argument("--names", nargs="*", default=[], help="these corpus streams only")
+    parser.add_argument("--focus", nargs="*", default=[], help="event types the shape mutations pick")
     args = parser.parse_args()
     rnd = random.Random(args.seed)
-    names = list(differential_corpus())
-    mutator = Mutator(rnd, names)
+    names = args.names or list(differential_corpus())
+    mutator = Mutator(rnd, names, frozenset(args.focus))
     args.out.mkdir(parents=True, exist_ok=True)
     if args.replay:
         streams, ledgers, artifacts = _saved(args.out)
