@@ -4,6 +4,7 @@ advisory writer lock; a turn that does not come within the busy timeout is Datab
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,39 @@ def test_a_writer_whose_turn_does_not_come_is_unavailable(tmp_path: Path) -> Non
     finally:
         release.set()
         holder.join(30)
+
+
+def test_without_a_usable_lock_file_writers_still_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock file that cannot be opened (a read-only directory, another user's file) leaves the waiting to
+    SQLite's busy handler."""
+    real_open = os.open
+
+    def refuse_lock_file(path: Any, flags: int, mode: int = 0o777) -> int:
+        if str(path).endswith("-writer"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", refuse_lock_file)
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    _table(url)
+    _write_marks(url, "t", 3)
+    db = connect(url)
+    with db.read() as tx:
+        assert tx.scalar("SELECT COUNT(*) FROM marks") == 3
+    db.close()
+
+
+def test_closing_every_database_of_a_file_releases_its_lock_file(tmp_path: Path) -> None:
+    from settlekit.store.sqlite import backend
+
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    _table(url)
+    first, second = connect(url), connect(url)
+    with first.transaction() as tx:
+        tx.execute("INSERT INTO marks (writer, n) VALUES ('a', 0)")
+    key = os.path.abspath(tmp_path / "w.db")
+    assert backend._writer_queues[key].users == 2
+    first.close()
+    assert backend._writer_queues[key].users == 1
+    second.close()
+    assert key not in backend._writer_queues

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -18,6 +19,8 @@ try:
     import fcntl
 except ImportError:  # not POSIX: writers of other processes wait in SQLite's busy handler
     fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
 
 # Wake-ups between threads of this process; other processes fall back to polling.
 _wakeups: dict[str, threading.Condition] = {}
@@ -52,19 +55,43 @@ class _WriterQueue:
     """Where the writers of one database file wait before BEGIN IMMEDIATE: the threads of this process on a lock
     (woken as soon as it is free), other processes on an advisory lock of `<file>-writer`, tried again within two
     milliseconds. SQLite's own busy handler sleeps up to 100 ms between tries, so a writer often slept long after
-    the lock was free (a quarter of the append path's time in `settlekit demo`)."""
+    the lock was free (a quarter of the append path's time in `settlekit demo`). Where the lock file cannot be
+    opened or locked (a read-only directory, another user's file, a file system without locks), writers of other
+    processes wait in SQLite's busy handler as before."""
 
     def __init__(self, path: str):
         self._lock = threading.Lock()
         self._path = path + "-writer"
         self._fd: int | None = None
-        self._pid = 0
+        self._usable = fcntl is not None
+        self.users = 0
 
-    def _file(self) -> int:
-        if self._fd is None or self._pid != os.getpid():  # a forked child opens its own (locks follow the open file)
-            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
-            self._pid = os.getpid()
+    def _file(self) -> int | None:
+        if self._fd is None and self._usable:
+            for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):  # flock works on a file opened read-only too
+                try:
+                    self._fd = os.open(self._path, flags, 0o666)
+                    break
+                except OSError:
+                    continue
+            else:
+                self._give_up(f"cannot open {self._path}")
         return self._fd
+
+    def _give_up(self, why: str) -> None:
+        self._usable = False
+        log.warning("SQLite writers of other processes wait in SQLite's busy handler: %s", why)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (a thread of the parent may have held it) and a file of its own (an
+        advisory lock belongs to the open file, which the child shares with its parent)."""
+        self._lock = threading.Lock()
+        self.close()
 
     @contextlib.contextmanager
     def turn(self, timeout_s: float) -> Iterator[None]:
@@ -72,37 +99,66 @@ class _WriterQueue:
         if not self._lock.acquire(timeout=timeout_s):
             raise DatabaseUnavailableError(cause="database is locked")
         try:
-            if fcntl is None:
+            fd = self._file()
+            if fd is None or not self._lock_file(fd, deadline):
                 yield
                 return
-            fd = self._file()
-            delay = 0.0002
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise DatabaseUnavailableError(cause="database is locked") from None
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.002)
             try:
                 yield
             finally:
+                assert fcntl is not None
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             self._lock.release()
+
+    def _lock_file(self, fd: int, deadline: float) -> bool:
+        """Take the file's lock (True), or False when locks do not work here."""
+        assert fcntl is not None
+        delay = 0.0002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise DatabaseUnavailableError(cause="database is locked") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.002)
+            except OSError as exc:
+                self._give_up(f"cannot lock {self._path}: {exc}")
+                return False
 
 
 _writer_queues: dict[str, _WriterQueue] = {}
 
 
 def _writer_queue_for(path: str) -> _WriterQueue:
+    """The process's queue for a database file (one more user: `_leave_writer_queue` when done)."""
     with _wakeups_lock:
         found = _writer_queues.get(path)
         if found is None:
             found = _writer_queues[path] = _WriterQueue(path)
+        found.users += 1
         return found
+
+
+def _leave_writer_queue(path: str) -> None:
+    with _wakeups_lock:
+        found = _writer_queues.get(path)
+        if found is not None:
+            found.users -= 1
+            if found.users <= 0:
+                found.close()
+                del _writer_queues[path]
+
+
+def _reset_writer_queues_in_child() -> None:
+    for found in _writer_queues.values():
+        found.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_writer_queues_in_child)
 
 
 # sqlite3.OperationalError messages that mean "not now" rather than a bug in a statement.
@@ -172,7 +228,8 @@ class SqliteDatabase(Database):
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         self._wake = _condition_for(path)
-        self._writers = _writer_queue_for(os.path.abspath(path))
+        self._writers_path = os.path.abspath(path)
+        self._writers = _writer_queue_for(self._writers_path)
         self._generation = 0
         self._closed = False
 
@@ -235,7 +292,12 @@ class SqliteDatabase(Database):
     def migrate(self) -> list[str]:
         applied: list[str] = []
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
+        with self._writers.turn(self._busy_timeout_ms / 1000):
+            conn.execute("BEGIN IMMEDIATE")
+            self._migrate_in(conn, applied)
+        return applied
+
+    def _migrate_in(self, conn: sqlite3.Connection, applied: list[str]) -> None:
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY,"
                          " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')))")
@@ -251,7 +313,6 @@ class SqliteDatabase(Database):
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
-        return applied
 
     def applied_migrations(self) -> list[str]:
         conn = self._conn()
@@ -266,6 +327,8 @@ class SqliteDatabase(Database):
             return self._wake.wait(timeout)
 
     def close(self) -> None:
+        if not self._closed:
+            _leave_writer_queue(self._writers_path)
         self._closed = True
         with self._all_lock:
             for conn in self._all:
