@@ -8,6 +8,7 @@ path no route serves answers 404 with or without a key. Errors are RFC 9457 prob
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
@@ -117,8 +118,8 @@ def _lifespan_closing(ctx: ApiContext, database: Database | None
         yield
         if ctx.feed is not None:
             ctx.feed.close()
+        await asyncio.to_thread(ctx.auth_threads.shutdown, wait=True, cancel_futures=True)
         ctx.store.close()
-        ctx.auth_threads.shutdown(wait=False)
         if database is not None:
             database.close()
 

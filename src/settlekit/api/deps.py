@@ -29,10 +29,7 @@ MAX_INT64 = 2**63 - 1
 IdPath = Annotated[int, Path(ge=0, le=MAX_INT64)]
 PositionQuery = Annotated[int, Query(ge=0, le=MAX_INT64)]
 MAX_PAGE = 500  # the largest `limit` of a paged listing
-
-
-
-AUTH_THREADS = 8
+AUTH_THREADS = 8  # see ApiContext.auth_threads
 
 
 @dataclass

@@ -320,6 +320,8 @@ def _socket_readable(sock: socket.socket | None) -> bool:
     """Whether a read would return at once (data, or the end a closed peer sends); True without a socket."""
     if sock is None or sock.fileno() < 0:
         return True
+    if not hasattr(select, "poll"):  # Windows
+        return bool(select.select([sock], [], [], 0)[0])
     probe = select.poll()
     probe.register(sock, select.POLLIN)
     return bool(probe.poll(0))
