@@ -23,9 +23,10 @@ import pytest
 from conftest import backend_database, differential_corpus, load_differential, load_vector
 from settlekit.append import Appender, job_appender
 from settlekit.errors import SettlekitError, SignerPolicyError
+from settlekit.events.canonical import parse_json, storable_json
 from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.jobs import process_job_events, required_signer_kind
-from settlekit.jobs.server_rules import ServerRuleViolation
+from settlekit.jobs.server_rules import STATE_KEY, ServerRuleViolation
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.db import Database
 
@@ -249,3 +250,39 @@ def test_the_actor_must_be_of_the_kind_that_signs(db: Database, event_type: str,
     head = store.streams.head(T, job_id)
     assert head is not None and head.seq == 1
     assert (_rows(db, T, job_id), store.streams.snapshot(T, job_id)) == before
+
+
+def _forget_rule_history(db: Database, tenant: str, job_id: str) -> None:
+    """Make the stored job state look as an earlier version stored it: without its rule history."""
+    with db.transaction() as tx:
+        text = tx.scalar("SELECT snapshot_json FROM streams WHERE tenant_id = ? AND stream_id = ?", (tenant, job_id))
+        state = parse_json(text)
+        state.pop(STATE_KEY, None)
+        tx.execute("UPDATE streams SET snapshot_json = ? WHERE tenant_id = ? AND stream_id = ?",
+                   (storable_json(state), tenant, job_id))
+
+
+@pytest.mark.parametrize("name", ["d055_holds", "d058_holds", "d059_holds", "d096_claims"])
+def test_a_state_stored_without_the_current_rule_history_is_judged_on_the_whole_stream(
+        shared_db: Database, name: str) -> None:
+    """Before each append the stored rule history is dropped (a job stored by an earlier version): the live path
+    rebuilds it from the stream's events and judges every event exactly as with the history kept."""
+    db, T = shared_db, f"tenant_rebuilt_{name}"
+    v = load_differential(name)
+    events = _signed_where_missing(v["events"])
+    job_id = events[0]["streamId"]
+    store = _live_store(db, T, v)
+    rejections = v["serverRejections"]
+    stop = rejections[0]["index"] if rejections else len(events)
+    for i, event in enumerate(events[:stop]):
+        if i:
+            _forget_rule_history(db, T, job_id)
+        store.append(T, job_id, [event])
+    snapshot = store.streams.snapshot(T, job_id)
+    assert snapshot is not None and snapshot[STATE_KEY] == process_job_events(
+        None, events[:stop], live=True).state[STATE_KEY]
+    if rejections and rejections[0]["code"] != "SIGNER_KIND":
+        _forget_rule_history(db, T, job_id)
+        with pytest.raises(ServerRuleViolation) as exc:
+            store.append(T, job_id, [events[stop]])
+        assert exc.value.message == rejections[0]["error"]

@@ -317,6 +317,7 @@ class Appender:
             prev = head.chain_hash if head else None
         else:
             prev = expected_prev_chain_hash
+        snapshot = yield from self._current_snapshot(request, head, snapshot)
         drafts = self.domain.prepare_drafts(snapshot, drafts)
         events: list[Event] = []
         jsons: list[str] = []
@@ -368,6 +369,7 @@ class Appender:
         if expected_version is not None and (head.seq if head else 0) != expected_version:
             raise _version_conflict(expected_version, head)
         keys = self._signer_keys_of(tenant_id, events, state)
+        snapshot = yield from self._current_snapshot(request, head, snapshot)
         link = prev
         unsigned = 0
         for i, event in enumerate(events):
@@ -473,6 +475,20 @@ class Appender:
         if built:
             return built[0]
         return _appended(request, events, committed.base_seq, committed.positions, outcome.snapshot)
+
+    def _current_snapshot(self, request: _Request, head: StreamHead | None,
+                          snapshot: dict[str, Any] | None) -> _Flow:
+        """The stored state in the domain's current format (read what it asks for to bring it there)."""
+        if head is None or snapshot is None:
+            return snapshot
+        known: dict[Hashable, Any] = {}
+        while True:
+            try:
+                return self.domain.current_snapshot(request.tenant_id, request.stream_id, snapshot, head.seq, known)
+            except DomainRead as needed:
+                if needed.key in known:
+                    raise
+                known[needed.key] = yield _Read(needed.read)
 
     def _domain_step(self, request: _Request, snapshot: dict[str, Any] | None, events: list[Event],
                      first_seq: int) -> _Flow:

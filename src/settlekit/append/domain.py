@@ -37,6 +37,12 @@ class StreamDomain(Protocol):
 
     def prepare_drafts(self, snapshot: dict[str, Any] | None, drafts: list[Event]) -> list[Event]: ...
 
+    def current_snapshot(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any], seq: int,
+                         known: Mapping[Hashable, Any]) -> dict[str, Any]:
+        """The stored state of a stream at `seq`, brought to the domain's current format (it may ask for a read
+        with DomainRead, as `process` does); the same object when it is current."""
+        ...
+
     def required_signer(self, event_type: str, actor_type: str) -> str | None: ...
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
@@ -55,6 +61,10 @@ class PassThroughDomain:
 
     def prepare_drafts(self, snapshot: dict[str, Any] | None, drafts: list[Event]) -> list[Event]:
         return drafts
+
+    def current_snapshot(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any], seq: int,
+                         known: Mapping[Hashable, Any]) -> dict[str, Any]:
+        return snapshot
 
     def required_signer(self, event_type: str, actor_type: str) -> str | None:
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from settlekit.append.appender import Appender
@@ -20,10 +20,19 @@ from settlekit.jobs import (
 )
 from settlekit.jobs.drafts import complete_booking_draft, complete_decision_draft, complete_forfeit_draft
 from settlekit.jobs.reducer import JobState
-from settlekit.jobs.server_rules import Facts, latest_hold_id, load_facts, settlement_proof_ref
+from settlekit.jobs.server_rules import (
+    STATE_KEY,
+    Facts,
+    facts_are_current,
+    facts_from_events,
+    latest_hold_id,
+    load_facts,
+    settlement_proof_ref,
+)
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import ContractResolver, contract_resolver
 from settlekit.store.db import Database, Tx
+from settlekit.store.streams import Streams
 
 log = logging.getLogger("settlekit.ledger")
 
@@ -39,12 +48,29 @@ class JobStreamDomain:
     checks only. `contracts(tenant, hash)` resolves the operator contract a job pins (party ids, split plans).
 
     `server_rules` (default True, what the API and workers use): apply the live API's append-time domain rules
-    (`settlekit.jobs.server_rules`). False replays streams settld's *core* accepted (payload validation and
-    transitions only), e.g. the golden scenario vectors; never use it for new input."""
+    (`settlekit.jobs.server_rules`) and the payload validation of the live path. False replays streams settld's
+    *core* accepted (the transition table only, as its core), e.g. the golden scenario vectors; never use it for
+    new input. `stream_events(tenant, stream)`: the stream's events, read to rebuild a stored rule history of an
+    older format (`current_snapshot`)."""
 
-    def __init__(self, contracts: ContractResolver | None = None, *, server_rules: bool = True):
+    def __init__(self, contracts: ContractResolver | None = None, *, server_rules: bool = True,
+                 stream_events: Callable[[str, str], list[Event]] | None = None):
         self.contracts = contracts
         self.server_rules = server_rules
+        self.stream_events = stream_events  # (tenant, stream) -> its events: to rebuild an outdated rule history
+
+    def current_snapshot(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any], seq: int,
+                         known: Mapping[Hashable, Any]) -> dict[str, Any]:
+        """A job state whose rule history has another format (or none) gets it rebuilt from the stream's first
+        `seq` events, so that a job stored by an earlier version is judged on its whole history."""
+        if (not self.server_rules or self.stream_events is None or "snapshot" not in snapshot
+                or facts_are_current(snapshot)):
+            return snapshot
+        key = ("stream events", tenant_id, stream_id, seq)
+        if key not in known:
+            raise DomainRead(key, functools.partial(self.stream_events, tenant_id, stream_id))
+        events: list[Event] = known[key]
+        return {**snapshot, STATE_KEY: facts_from_events(events[:seq])}
 
     def stream_type(self, first_event_type: str, stream_id: str) -> str:
         require_known_event_type(first_event_type)
@@ -157,4 +183,5 @@ def job_appender(db: Database, *, server_rules: bool = True, **options: Any) -> 
     `settlekit.store.ledger.errors_for_job`) or raises a SettlekitError with a stable `code` (schema 400,
     INVALID_TRANSITION 409, signer policy, or a `server_rules.ServerRuleViolation` 409 carrying settld's message)
     and writes nothing. `server_rules=False`: see JobStreamDomain."""
-    return Appender(db, domain=JobStreamDomain(contract_resolver(db), server_rules=server_rules), **options)
+    domain = JobStreamDomain(contract_resolver(db), server_rules=server_rules, stream_events=Streams(db).read_stream)
+    return Appender(db, domain=domain, **options)

@@ -11,7 +11,8 @@ reproduce settld on every stream its core accepts.
 Each refusal raises `ServerRuleViolation` with a stable `code` and settld's message text. The rules need a
 little history the job snapshot does not keep (last QUOTE_PROPOSED / BOOKED / SETTLED ids, claim states as
 the API sees them, proof keys, ...): `observe` folds it into a JSON-able dict stored with the job state under
-`STATE_KEY`. A state stored before these rules existed has no such dict and is judged with empty history.
+`STATE_KEY`, with its format's version; a stored history of another version, or none (a state stored before
+these rules existed), is rebuilt from the stream's events before the next live append (`facts_from_events`).
 
 Rules that need data outside the job stream (robot and operator registry, availability, shift capacity,
 closed months, tenant quotas and evidence allow-lists) are not applied here: robots and operators are taken
@@ -23,7 +24,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from settlekit.errors import ValidationError
@@ -61,8 +62,14 @@ class ServerRuleViolation(DomainRuleViolation):
         super().__init__(message, code=code, status=409, **details)
 
 
+# The rule history's format. A stored history of another version (or none: a state stored before the rules) is
+# rebuilt from the stream's events (`facts_from_events`) before the next live append judges anything.
+FACTS_VERSION: Final = 2
+
+
 def empty_facts() -> Facts:
     return {
+        "version": FACTS_VERSION,
         "incidents": {},
         "claims": {},
         "evidence": {},
@@ -90,6 +97,20 @@ def empty_facts() -> Facts:
         "excused": {},
         "decisions": {},
     }
+
+
+def facts_are_current(stored_state: Mapping[str, Any]) -> bool:
+    """Whether a stored job state carries a rule history of the current format."""
+    stored = stored_state.get(STATE_KEY)
+    return isinstance(stored, dict) and stored.get("version") == FACTS_VERSION
+
+
+def facts_from_events(events: Sequence[Event]) -> Facts:
+    """The rule history of a stream, from its events in order."""
+    facts = empty_facts()
+    for event in events:
+        observe(facts, event)
+    return facts
 
 
 def load_facts(stored_state: Mapping[str, Any] | None) -> Facts:
