@@ -146,9 +146,9 @@ _SIGN_CODES: Final = frozenset(map(ord, "+-"))
 # lookahead (`n::`, `n:.`) or looked at (the token after a number, word or sign); in the readers' main loop an inert
 # token does nothing. So a run is kept as its first three tokens and the rest skipped unread.
 _INERT_RUN: Final = 3
-_INERT_UNITS: Final = frozenset(
-    c for c in range(0x10000)
-    if not (c == 0 or _is_digit(c) or _is_word_char(c) or c in _SIGN_CODES or c in (0x28, 0x29)))
+# (every code unit from 'A' up is a word character, except the white space)
+_INERT_UNITS: Final = _WHITESPACE | frozenset(
+    c for c in range(0x41) if not (c == 0 or _is_digit(c) or c in _SIGN_CODES or c in (0x28, 0x29)))
 _CLOSE_PAREN: Final = ord(")")
 
 

@@ -58,8 +58,8 @@ def complete_booking_draft(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def complete_decision_draft(draft: Mapping[str, Any], snapshot: Mapping[str, Any],
-                            latest_hold_id: str | None) -> dict[str, Any]:
-    """A DECISION_RECORDED draft's payload as settld's events route completes it (`latest_hold_id`: the holdId of
+                            latest_hold: str | None) -> dict[str, Any]:
+    """A DECISION_RECORDED draft's payload as settld's events route completes it (`latest_hold`: the holdId of
     the job's latest SETTLEMENT_HELD). The decisionId, when absent, derives from the draft's id, so a retried
     draft gets the same one."""
     base = _base(draft)
@@ -71,7 +71,7 @@ def complete_decision_draft(draft: Mapping[str, Any], snapshot: Mapping[str, Any
         "decisionId": base["decisionId"] if is_nonblank(base.get("decisionId")) else f"dec_{draft.get('id')}",
         "decidedAt": draft.get("at"),
         "kind": base["kind"] if is_nonblank(base.get("kind")) else "SETTLEMENT_FORFEIT",
-        "holdId": base["holdId"] if is_nonblank(base.get("holdId")) else latest_hold_id,
+        "holdId": base["holdId"] if is_nonblank(base.get("holdId")) else latest_hold,
         "forfeitureReason": coalesce(base.get("forfeitureReason"), base.get("reason")),
         "reasonCodes": base["reasonCodes"] if type(base.get("reasonCodes")) is list else [],
         "evidenceRefs": base["evidenceRefs"] if type(base.get("evidenceRefs")) is list else [],

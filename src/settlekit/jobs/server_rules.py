@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_hash, canonical_json, is_safe_int
-from settlekit.events.js import coalesce, date_parse_ms, get, js_is_safe_integer, js_string, truthy
+from settlekit.events.js import coalesce, date_parse_ms, get, is_object, js_is_safe_integer, js_string, truthy
 from settlekit.jobs.api_payloads._js import (
     MISSING,
     Rejected,
@@ -656,11 +656,6 @@ def _fresh_proof(st: JobState, f: Facts, p: Mapping[str, Any], what: str, *,
     return anchor, facts_hash, cph, oph, proof
 
 
-def _is_object(v: Any) -> bool:
-    """`v && typeof v === "object"` (arrays too)."""
-    return type(v) in (dict, list)
-
-
 def _hold(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     s = st.snapshot
     _job_id(p, s)
@@ -673,7 +668,7 @@ def _hold(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     if _proof_status(proof) != "INSUFFICIENT_EVIDENCE":
         raise _refuse("PROOF_STATUS_MISMATCH", "settlement hold requires INSUFFICIENT_EVIDENCE proof")
     ref = p.get("triggeringProofRef")
-    if not _is_object(ref):
+    if not is_object(ref):
         raise _refuse("PAYLOAD_FIELD_INVALID", "payload.triggeringProofRef is required")
     if not _same_fields(_proof_ref(proof), ref, _REF_KEYS):
         raise _refuse("PROOF_REF_MISMATCH", "payload.triggeringProofRef must match PROOF_EVALUATED")
@@ -698,7 +693,7 @@ def hold_id_for(anchor: str, customer_policy_hash: Any) -> str | None:
 
 def _pricing_anchor(f: Facts, p: Mapping[str, Any], anchor: str, cph: Any, oph: Any) -> None:
     pa = p.get("pricingAnchor")
-    if not _is_object(pa):
+    if not is_object(pa):
         raise _refuse("PAYLOAD_FIELD_INVALID", "payload.pricingAnchor is required")
     if not strictly_equal(js_field(pa, "evaluatedAtChainHash"), anchor):
         raise _refuse("PRICING_ANCHOR_MISMATCH",
@@ -723,10 +718,10 @@ def _pricing_anchor(f: Facts, p: Mapping[str, Any], anchor: str, cph: Any, oph: 
 
 def _exposure(s: Mapping[str, Any], p: Mapping[str, Any]) -> None:
     exposure = p.get("exposure")
-    if not _is_object(exposure):
+    if not is_object(exposure):
         raise _refuse("PAYLOAD_FIELD_INVALID", "payload.exposure is required")
     expected = js_field(exposure, "expected")
-    if not _is_object(expected):
+    if not is_object(expected):
         raise _refuse("PAYLOAD_FIELD_INVALID", "payload.exposure.expected is required")
     currency = js_field(expected, "currency")
     if not is_nonblank(currency):
@@ -753,7 +748,7 @@ def _release(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     if _proof_status(proof) not in ("PASS", "FAIL"):
         raise _refuse("PROOF_STATUS_MISMATCH", "settlement hold release requires PASS or FAIL proof")
     ref = p.get("releasingProofRef")
-    if not _is_object(ref):
+    if not is_object(ref):
         raise _refuse("PAYLOAD_FIELD_INVALID", "payload.releasingProofRef is required")
     if not _same_fields(_proof_ref(proof), ref, _REF_KEYS):
         raise _refuse("PROOF_REF_MISMATCH", "payload.releasingProofRef must match PROOF_EVALUATED")
