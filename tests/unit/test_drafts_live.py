@@ -5,39 +5,20 @@ the corpus' own events, which settld's route completed."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from conftest import load_differential
-from settlekit.errors import SettlekitError
 from settlekit.jobs import deserialize_state, process_job_events
 from settlekit.jobs.drafts import complete_forfeit_draft
 from settlekit.jobs.server_rules import load_facts, settlement_proof_ref
+from support.live_states import live_refusal, state_before
 
 FORFEIT = ("d058_holds", 17)  # hold at 15, forfeit decision at 16
-
-
-def _before(name: str, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The live state just before the stream's event `index`, and that event."""
-    events = load_differential(name)["events"]
-    state = None
-    for event in events[:index]:
-        state = process_job_events(state, [event], live=True).state
-    assert state is not None
-    return state, events[index]
-
-
-def _refusal(state: dict[str, Any], event: dict[str, Any]) -> tuple[str, str]:
-    with pytest.raises(SettlekitError) as exc:
-        process_job_events(state, [event], live=True)
-    return exc.value.code, exc.value.message
 
 
 def test_a_forfeit_draft_is_completed_as_settlds_events_route_does() -> None:
     """A draft naming only its reason gets the hold on the current facts, the anchor, the facts hash and a
     reference to the matching forfeit decision: the corpus' forfeiture, which the rules accept."""
-    state, recorded = _before(*FORFEIT)
+    state, recorded = state_before(*FORFEIT)
     draft = {**recorded, "payload": {"forfeitureReason": "EVIDENCE_NOT_PROVIDED"}}
     payload = complete_forfeit_draft(draft, deserialize_state(state), load_facts(state))
     assert payload == {**recorded["payload"], "decisionRef": None}
@@ -47,7 +28,7 @@ def test_a_forfeit_draft_is_completed_as_settlds_events_route_does() -> None:
     assert by_id["decisionEventRef"] == recorded["payload"]["decisionEventRef"]
     unknown = complete_forfeit_draft({**draft, "payload": {}}, deserialize_state(state), load_facts(state))
     assert unknown["forfeitureReason"] == "MANUAL" and "decisionEventRef" not in unknown
-    assert _refusal(state, {**draft, "payload": unknown}) == (
+    assert live_refusal(state, {**draft, "payload": unknown}) == (
         "DECISION_REF_REQUIRED", "payload.decisionEventRef or payload.decisionRef is required")
 
 
@@ -55,7 +36,7 @@ def test_a_forfeit_draft_is_completed_as_settlds_events_route_does() -> None:
 def test_a_settled_draft_gets_settlds_settlement_proof_ref(name: str, index: int) -> None:
     """Under proof gating: the fresh proof (after a forfeiture, status FAIL with the forfeiture), as the corpus'
     settlements, which settld's route completed."""
-    state, settled = _before(name, index)
+    state, settled = state_before(name, index)
     assert settled["type"] == "SETTLED"
     assert settlement_proof_ref(deserialize_state(state), load_facts(state)) == settled["payload"][
         "settlementProofRef"]

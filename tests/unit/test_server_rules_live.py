@@ -9,32 +9,16 @@ from typing import Any
 import pytest
 
 from conftest import load_differential
-from settlekit.errors import SettlekitError
 from settlekit.jobs import process_job_events
+from support.live_states import live_refusal, state_before
 
 STREAMS = {"d032_proof": 24, "d058_holds": 16, "d059_holds": 19}
 
 
-def _before(name: str, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The live state just before the stream's event `index`, and that event."""
-    events = load_differential(name)["events"]
-    state = None
-    for event in events[:index]:
-        state = process_job_events(state, [event], live=True).state
-    assert state is not None
-    return state, events[index]
-
-
 def _before_decision(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    state, event = _before(name, STREAMS[name])
+    state, event = state_before(name, STREAMS[name])
     assert event["type"] == "DECISION_RECORDED"
     return state, event
-
-
-def _refusal(state: dict[str, Any], event: dict[str, Any]) -> tuple[str, str]:
-    with pytest.raises(SettlekitError) as exc:
-        process_job_events(state, [event], live=True)
-    return exc.value.code, exc.value.message
 
 
 @pytest.mark.parametrize("name", sorted(STREAMS))
@@ -42,7 +26,7 @@ def test_a_decision_is_recorded_once(name: str) -> None:
     state, decision = _before_decision(name)
     after = process_job_events(state, [decision], live=True).state
     again = {**decision, "id": decision["id"] + "_again"}
-    assert _refusal(after, again) == ("DECISION_ALREADY_RECORDED", "decision already recorded")
+    assert live_refusal(after, again) == ("DECISION_ALREADY_RECORDED", "decision already recorded")
     process_job_events(after, [again])  # offline (settld's core) it is accepted
 
 
@@ -56,14 +40,14 @@ def test_a_decision_is_recorded_once(name: str) -> None:
 def test_a_decision_settld_refuses_is_refused_with_its_message(change: dict[str, Any],
                                                                expected: tuple[str, str]) -> None:
     state, decision = _before_decision("d032_proof")
-    assert _refusal(state, {**decision, "payload": {**decision["payload"], **change}}) == expected
+    assert live_refusal(state, {**decision, "payload": {**decision["payload"], **change}}) == expected
 
 
 def test_a_decision_needs_a_completed_job() -> None:
     events = load_differential("d032_proof")["events"]
     state = process_job_events(None, events[:1], live=True).state
     decision = events[STREAMS["d032_proof"]]
-    assert _refusal(state, decision) == (
+    assert live_refusal(state, decision) == (
         "STATUS_NOT_ALLOWED", "decision can only be recorded after completion and before settlement")
 
 
@@ -73,22 +57,22 @@ OTHER: dict[str, Any] = {"environmentTier": "ENV_IN_HOME", "zoneId": "zone_other
 @pytest.mark.parametrize("feature", ["environmentTier", "requiresOperatorCoverage", "zoneId", "siteId"])
 def test_risk_features_must_match_the_booking(feature: str) -> None:
     """(The corpus' quotes carry no `inputs`, so a QUOTE-basis score has nothing to match, in settld too.)"""
-    state, risk = _before("d001_basic", 3)
+    state, risk = state_before("d001_basic", 3)
     assert risk["type"] == "RISK_SCORED" and risk["payload"]["basis"] == "BOOK"
     process_job_events(state, [risk], live=True)
     features = risk["payload"]["features"]
     assert features["environmentTier"] != OTHER["environmentTier"]
     changed = {**features, feature: OTHER.get(feature, not features[feature])}
-    assert _refusal(state, {**risk, "payload": {**risk["payload"], "features": changed}}) == (
+    assert live_refusal(state, {**risk, "payload": {**risk["payload"], "features": changed}}) == (
         "RISK_FEATURES_MISMATCH", f"payload.features.{feature} must match booking {feature}")
 
 
 def test_a_proof_names_the_bookings_required_zone_set() -> None:
-    state, proof = _before("d032_proof", 20)
+    state, proof = state_before("d032_proof", 20)
     assert proof["type"] == "PROOF_EVALUATED" and proof["payload"]["requiredZonesHash"]
     process_job_events(state, [proof], live=True)
     for wrong in ("0" * 64, None):
-        assert _refusal(state, {**proof, "payload": {**proof["payload"], "requiredZonesHash": wrong}}) == (
+        assert live_refusal(state, {**proof, "payload": {**proof["payload"], "requiredZonesHash": wrong}}) == (
             "ZONE_SET_MISMATCH", "payload.requiredZonesHash must match booking.requiredZonesHash")
 
 
@@ -101,25 +85,25 @@ def test_a_proof_names_the_bookings_required_zone_set() -> None:
      ("HEARTBEAT_MISMATCH", "payload.lastHeartbeatAt must match projected last heartbeat")),
 ])
 def test_a_stall_follows_the_liveness_policy(change: dict[str, Any], expected: tuple[str, str]) -> None:
-    state, stall = _before("d016_coverage", 13)
+    state, stall = state_before("d016_coverage", 13)
     assert stall["type"] == "JOB_EXECUTION_STALLED"
     process_job_events(state, [stall], live=True)
-    assert _refusal(state, {**stall, "payload": {**stall["payload"], **change}}) == expected
+    assert live_refusal(state, {**stall, "payload": {**stall["payload"], **change}}) == expected
 
 
 def test_a_stall_must_be_past_the_threshold() -> None:
-    state, stall = _before("d016_coverage", 13)
+    state, stall = state_before("d016_coverage", 13)
     early = "2026-01-20T10:03:30.000Z"  # 3 min after the last heartbeat: not past 180 s
     refused = {**stall, "at": early, "payload": {**stall["payload"], "detectedAt": early}}
-    assert _refusal(state, refused) == ("STALL_NOT_DUE", "stall rejected: heartbeat is not past stall threshold")
+    assert live_refusal(state, refused) == ("STALL_NOT_DUE", "stall rejected: heartbeat is not past stall threshold")
 
 
 def test_the_server_resumes_only_after_a_new_heartbeat() -> None:
-    state, resume = _before("d016_coverage", 15)
+    state, resume = state_before("d016_coverage", 15)
     assert resume["type"] == "JOB_EXECUTION_RESUMED" and resume["actor"]["type"] != "robot"
     process_job_events(state, [resume], live=True)
-    stalled, _ = _before("d016_coverage", 14)  # stalled, before the job's first heartbeat
-    assert _refusal(stalled, resume) == ("RESUME_NOT_ALLOWED", "server resume requires a heartbeat")
+    stalled, _ = state_before("d016_coverage", 14)  # stalled, before the job's first heartbeat
+    assert live_refusal(stalled, resume) == ("RESUME_NOT_ALLOWED", "server resume requires a heartbeat")
 
 
 def test_a_decision_draft_is_completed_as_settlds_events_route_does() -> None:

@@ -11,28 +11,12 @@ from typing import Any
 import pytest
 
 from conftest import load_differential
-from settlekit.errors import SettlekitError
 from settlekit.jobs import process_job_events
+from support.live_states import live_refusal, state_before
 
 HOLD = ("d037_proof", 16)  # completed, INSUFFICIENT_EVIDENCE proof at 15, hold at 16
 RELEASE = ("d037_proof", 19)  # a PASS proof at 18 after new coverage
 FORFEIT = ("d058_holds", 17)  # hold at 15, forfeit decision at 16
-
-
-def _before(name: str, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The live state just before the stream's event `index`, and that event."""
-    events = load_differential(name)["events"]
-    state = None
-    for event in events[:index]:
-        state = process_job_events(state, [event], live=True).state
-    assert state is not None
-    return state, events[index]
-
-
-def _refusal(state: dict[str, Any], event: dict[str, Any]) -> tuple[str, str]:
-    with pytest.raises(SettlekitError) as exc:
-        process_job_events(state, [event], live=True)
-    return exc.value.code, exc.value.message
 
 
 def _changed(event: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -86,23 +70,23 @@ def _changed(event: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
      ("HOLD_EXPOSURE_INVALID", "payload.exposure.expected.amountGrossCents must match quote amountCents")),
 ])
 def test_a_hold_settld_refuses_is_refused_with_its_message(path: str, value: Any, expected: tuple[str, str]) -> None:
-    state, hold = _before(*HOLD)
+    state, hold = state_before(*HOLD)
     process_job_events(state, [hold], live=True)
-    assert _refusal(state, _changed(hold, path, value)) == expected
+    assert live_refusal(state, _changed(hold, path, value)) == expected
 
 
 def test_optional_pricing_fields_and_integral_amounts_pass() -> None:
     """A pricing anchor without a quote id, and 14983.0 for the gross amount (a safe integer in JavaScript)."""
-    state, hold = _before(*HOLD)
+    state, hold = state_before(*HOLD)
     process_job_events(state, [_changed(hold, "pricingAnchor.quoteEventId", None)], live=True)
     process_job_events(state, [_changed(hold, "exposure.expected.amountGrossCents", 14983.0)], live=True)
 
 
 def test_a_hold_is_active_once_on_the_same_facts() -> None:
-    state, hold = _before(*HOLD)
+    state, hold = state_before(*HOLD)
     after = process_job_events(state, [hold], live=True).state
     again = {**hold, "id": hold["id"] + "_again"}
-    assert _refusal(after, again) == ("SETTLEMENT_HOLD_ALREADY_ACTIVE", "settlement hold already active")
+    assert live_refusal(after, again) == ("SETTLEMENT_HOLD_ALREADY_ACTIVE", "settlement hold already active")
 
 
 def test_a_hold_needs_an_insufficient_evidence_proof_on_the_current_facts() -> None:
@@ -110,12 +94,12 @@ def test_a_hold_needs_an_insufficient_evidence_proof_on_the_current_facts() -> N
     facts, a hold on them is refused for its verdict."""
     events = load_differential("d037_proof")["events"]
     hold = events[16]
-    state, coverage = _before("d037_proof", 17)
+    state, coverage = state_before("d037_proof", 17)
     state = process_job_events(state, [coverage], live=True).state
-    assert _refusal(state, hold) == ("FACTS_HASH_MISMATCH", "payload.factsHash must match current factsHash")
+    assert live_refusal(state, hold) == ("FACTS_HASH_MISMATCH", "payload.factsHash must match current factsHash")
     state = process_job_events(state, [events[18]], live=True).state
     on_new_facts = _changed(hold, "factsHash", events[18]["payload"]["factsHash"])
-    assert _refusal(state, on_new_facts) == (
+    assert live_refusal(state, on_new_facts) == (
         "PROOF_STATUS_MISMATCH", "settlement hold requires INSUFFICIENT_EVIDENCE proof")
 
 
@@ -127,20 +111,20 @@ def test_a_hold_needs_an_insufficient_evidence_proof_on_the_current_facts() -> N
 ])
 def test_a_release_settld_refuses_is_refused_with_its_message(path: str, value: Any,
                                                               expected: tuple[str, str]) -> None:
-    state, release = _before(*RELEASE)
+    state, release = state_before(*RELEASE)
     process_job_events(state, [release], live=True)
-    assert _refusal(state, _changed(release, path, value)) == expected
+    assert live_refusal(state, _changed(release, path, value)) == expected
 
 
 def test_a_release_needs_a_fresh_pass_or_fail_proof() -> None:
     """Right after the hold the fresh proof is the INSUFFICIENT_EVIDENCE one; after new coverage no proof covers
     the facts until the PASS proof."""
     release = load_differential("d037_proof")["events"][RELEASE[1]]
-    held, _ = _before("d037_proof", 17)
-    assert _refusal(held, release) == (
+    held, _ = state_before("d037_proof", 17)
+    assert live_refusal(held, release) == (
         "PROOF_STATUS_MISMATCH", "settlement hold release requires PASS or FAIL proof")
-    covered, _ = _before("d037_proof", 18)
-    assert _refusal(covered, release) == (
+    covered, _ = state_before("d037_proof", 18)
+    assert live_refusal(covered, release) == (
         "PROOF_REQUIRED", "settlement hold release requires a matching PROOF_EVALUATED")
 
 
@@ -164,13 +148,13 @@ def test_a_release_needs_a_fresh_pass_or_fail_proof() -> None:
 ])
 def test_a_forfeiture_settld_refuses_is_refused_with_its_message(path: str, value: Any,
                                                                  expected: tuple[str, str]) -> None:
-    state, forfeit = _before(*FORFEIT)
+    state, forfeit = state_before(*FORFEIT)
     process_job_events(state, [forfeit], live=True)
-    assert _refusal(state, _changed(forfeit, path, value)) == expected
+    assert live_refusal(state, _changed(forfeit, path, value)) == expected
 
 
 def test_a_forfeiture_may_name_its_decision_by_reference_only() -> None:
-    state, forfeit = _before(*FORFEIT)
+    state, forfeit = state_before(*FORFEIT)
     by_ref = _changed(_changed(forfeit, "decisionEventRef", ...), "decisionRef", "dec_1")
     process_job_events(state, [by_ref], live=True)
 
@@ -179,6 +163,6 @@ def test_a_forfeiture_may_name_its_decision_by_reference_only() -> None:
                                         "DECISION_RECORDED", "MATCHED", "DISPUTE_OPENED"])
 @pytest.mark.parametrize("payload", [None, "x", 0])
 def test_these_types_need_a_payload_first(event_type: str, payload: Any) -> None:
-    state, event = _before(*HOLD)
-    assert _refusal(state, {**event, "type": event_type, "payload": payload}) == (
+    state, event = state_before(*HOLD)
+    assert live_refusal(state, {**event, "type": event_type, "payload": payload}) == (
         "PAYLOAD_REQUIRED", "payload is required")
