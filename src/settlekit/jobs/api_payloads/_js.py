@@ -81,15 +81,9 @@ def is_nullish(v: Any) -> bool:
     return v is None or v is MISSING
 
 
-# String.prototype.trim removes WhiteSpace and LineTerminator code points (ECMA-262 §22.1.3.32).
-_JS_SPACE: Final = (
-    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-    "\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
-
-
-def js_trim(s: str) -> str:
-    return s.strip(_JS_SPACE)
+# JavaScript's String.prototype.trim, and `typeof v === "string" && v.trim() !== ""` (events.js)
+js_trim = js.js_trim
+is_nonblank = js.js_nonblank
 
 
 def is_string(v: Any) -> bool:
@@ -109,11 +103,6 @@ def is_finite_number(v: Any) -> bool:
 def is_safe_integer(v: Any) -> bool:
     """`Number.isSafeInteger(v)`."""
     return js_is_safe_integer(v)
-
-
-def is_nonblank(v: Any) -> bool:
-    """`typeof v === "string" && v.trim() !== ""`."""
-    return type(v) is str and js_trim(v) != ""
 
 
 def utf16_length(s: str) -> int:
