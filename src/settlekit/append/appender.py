@@ -481,26 +481,14 @@ class Appender:
         """The stored state in the domain's current format (read what it asks for to bring it there)."""
         if head is None or snapshot is None:
             return snapshot
-        known: dict[Hashable, Any] = {}
-        while True:
-            try:
-                return self.domain.current_snapshot(request.tenant_id, request.stream_id, snapshot, head.seq, known)
-            except DomainRead as needed:
-                if needed.key in known:
-                    raise
-                known[needed.key] = yield _Read(needed.read)
+        return (yield from _with_domain_reads(functools.partial(
+            self.domain.current_snapshot, request.tenant_id, request.stream_id, snapshot, head.seq)))
 
     def _domain_step(self, request: _Request, snapshot: dict[str, Any] | None, events: list[Event],
                      first_seq: int) -> _Flow:
         """The domain's step, given the values it asks to read (DomainRead) as database steps of the flow."""
-        known: dict[Hashable, Any] = {}
-        while True:
-            try:
-                return self.domain.process(request.tenant_id, request.stream_id, snapshot, events, first_seq, known)
-            except DomainRead as needed:
-                if needed.key in known:
-                    raise  # asked again for what it was given: a domain bug, not a loop
-                known[needed.key] = yield _Read(needed.read)
+        return (yield from _with_domain_reads(functools.partial(
+            self.domain.process, request.tenant_id, request.stream_id, snapshot, events, first_seq)))
 
     def _in_transaction(self, request: _Request, events: list[Event], outcome: DomainOutcome,
                         built: list[AppendResult]) -> AfterCommit | None:
@@ -553,6 +541,18 @@ class Appender:
         return AppendResult(tenant_id=tenant_id, stream_id=events[0]["streamId"], events=list(events),
                             first_seq=first.seq, positions=[found[i].position for i in ids],
                             head_chain_hash=events[-1]["chainHash"], already_exists=True)
+
+
+def _with_domain_reads(step: Callable[[Mapping[Hashable, Any]], Any]) -> _Flow:
+    """`step(known)`, run again with each value it asks to read (DomainRead) read as a database step of the flow."""
+    known: dict[Hashable, Any] = {}
+    while True:
+        try:
+            return step(known)
+        except DomainRead as needed:
+            if needed.key in known:
+                raise  # asked again for what it was given: a domain bug, not a loop
+            known[needed.key] = yield _Read(needed.read)
 
 
 class _IdempotencyRace(Exception):

@@ -570,6 +570,15 @@ def _same_list(expected: Any, actual: Any) -> bool:
     return len(e) == len(a) and all(strictly_equal(x, y) for x, y in zip(e, a, strict=True))
 
 
+def _require_proof_ref(p: Mapping[str, Any], field: str, proof: Mapping[str, Any]) -> None:
+    """`payload.<field>` must be an object naming `proof` (a hold's triggering, a release's releasing proof)."""
+    ref = p.get(field)
+    if not is_object(ref):
+        raise _refuse("PAYLOAD_FIELD_INVALID", f"payload.{field} is required")
+    if not _same_fields(_proof_ref(proof), ref, _REF_KEYS):
+        raise _refuse("PROOF_REF_MISMATCH", f"payload.{field} must match PROOF_EVALUATED")
+
+
 def _proof_ref(proof: Mapping[str, Any], status: Any = None) -> dict[str, Any]:
     """The fields of a proof reference that must name `proof` (status `status` instead of the proof's, if given)."""
     pp = proof["payload"]
@@ -667,11 +676,7 @@ def _hold(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     anchor, _, cph, oph, proof = _fresh_proof(st, f, p, "settlement hold", pinned=True)
     if _proof_status(proof) != "INSUFFICIENT_EVIDENCE":
         raise _refuse("PROOF_STATUS_MISMATCH", "settlement hold requires INSUFFICIENT_EVIDENCE proof")
-    ref = p.get("triggeringProofRef")
-    if not is_object(ref):
-        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.triggeringProofRef is required")
-    if not _same_fields(_proof_ref(proof), ref, _REF_KEYS):
-        raise _refuse("PROOF_REF_MISMATCH", "payload.triggeringProofRef must match PROOF_EVALUATED")
+    _require_proof_ref(p, "triggeringProofRef", proof)
     for field in ("missingEvidence", "reasonCodes"):  # copied from the proof as they are
         if not _same_list(proof["payload"].get(field), p.get(field)):
             raise _refuse("PROOF_REF_MISMATCH", f"payload.{field} must match triggering PROOF_EVALUATED.{field}")
@@ -747,11 +752,7 @@ def _release(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
     *_, proof = _fresh_proof(st, f, p, "settlement hold release", pinned=False)
     if _proof_status(proof) not in ("PASS", "FAIL"):
         raise _refuse("PROOF_STATUS_MISMATCH", "settlement hold release requires PASS or FAIL proof")
-    ref = p.get("releasingProofRef")
-    if not is_object(ref):
-        raise _refuse("PAYLOAD_FIELD_INVALID", "payload.releasingProofRef is required")
-    if not _same_fields(_proof_ref(proof), ref, _REF_KEYS):
-        raise _refuse("PROOF_REF_MISMATCH", "payload.releasingProofRef must match PROOF_EVALUATED")
+    _require_proof_ref(p, "releasingProofRef", proof)
 
 
 def _forfeit(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
