@@ -116,15 +116,21 @@ def _live_store(db: Database, tenant: str, v: dict[str, Any]) -> Appender:
     return store
 
 
+def _live_replay(db: Database, tenant: str, name: str
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]], str, Appender, list[dict[str, Any]], int]:
+    """A corpus stream set up for a live replay: (the vector, its events signed where unsigned, the job id, a store
+    with the stream's signers registered for `tenant`, the reference's rejections, the index of the first)."""
+    v = load_differential(name)
+    events = _signed_where_missing(v["events"])
+    rejections = v["serverRejections"]
+    stop = rejections[0]["index"] if rejections else len(events)
+    return v, events, events[0]["streamId"], _live_store(db, tenant, v), rejections, stop
+
+
 @pytest.mark.parametrize("name", STREAMS)
 def test_live_path_refuses_exactly_the_reference_rejections(shared_db: Database, name: str) -> None:
     db, T = shared_db, f"tenant_{name}"
-    v = load_differential(name)
-    events = _signed_where_missing(v["events"])
-    job_id = events[0]["streamId"]
-    store = _live_store(db, T, v)
-    rejections = v["serverRejections"]
-    stop = rejections[0]["index"] if rejections else len(events)
+    v, events, job_id, store, rejections, stop = _live_replay(db, T, name)
     surrogate = next((i for i, e in enumerate(events[:stop]) if _has_lone_surrogate(e)), None)
     if surrogate is not None:
         rejections, stop = [], surrogate
@@ -268,12 +274,7 @@ def test_a_state_stored_without_the_current_rule_history_is_judged_on_the_whole_
     """Before each append the stored rule history is dropped (a job stored by an earlier version): the live path
     rebuilds it from the stream's events and judges every event exactly as with the history kept."""
     db, T = shared_db, f"tenant_rebuilt_{name}"
-    v = load_differential(name)
-    events = _signed_where_missing(v["events"])
-    job_id = events[0]["streamId"]
-    store = _live_store(db, T, v)
-    rejections = v["serverRejections"]
-    stop = rejections[0]["index"] if rejections else len(events)
+    _, events, job_id, store, rejections, stop = _live_replay(db, T, name)
     for i, event in enumerate(events[:stop]):
         if i:
             _forget_rule_history(db, T, job_id)
