@@ -110,6 +110,12 @@ def js_nonblank(v: Any) -> bool:
     return type(v) is str and js_trim(v) != ""
 
 
+def js_usv_string(s: str) -> str:
+    """The string as node turns it into UTF-8 (hashing, Buffer, URL parsing): surrogate pairs joined, lone
+    surrogates replaced by U+FFFD."""
+    return s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def utf16_key(s: str) -> bytes:
     """Sort key giving UTF-16 code-unit order (JS default `sort` on strings)."""
     return s.encode("utf-16-be", "surrogatepass")

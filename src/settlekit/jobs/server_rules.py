@@ -29,7 +29,16 @@ from typing import Any, Final
 
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_hash, canonical_json, is_safe_int
-from settlekit.events.js import coalesce, date_parse_ms, get, is_object, js_is_safe_integer, js_string, truthy
+from settlekit.events.js import (
+    coalesce,
+    date_parse_ms,
+    get,
+    is_object,
+    js_is_safe_integer,
+    js_string,
+    js_usv_string,
+    truthy,
+)
 from settlekit.jobs.api_payloads._js import (
     MISSING,
     Rejected,
@@ -692,8 +701,7 @@ def hold_id_for(anchor: str, customer_policy_hash: Any) -> str | None:
     if not is_nonblank(customer_policy_hash):
         return None
     text = f"{anchor}\n{js_trim(customer_policy_hash)}"
-    data = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode("utf-8")
-    return "hold_" + hashlib.sha256(data).hexdigest()
+    return "hold_" + hashlib.sha256(js_usv_string(text).encode("utf-8")).hexdigest()
 
 
 def _pricing_anchor(f: Facts, p: Mapping[str, Any], anchor: str, cph: Any, oph: Any) -> None:

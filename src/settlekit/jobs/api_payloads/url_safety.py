@@ -12,6 +12,7 @@ from typing import Final
 
 import ada_url
 
+from settlekit.events.js import js_usv_string
 from settlekit.jobs.api_payloads._js import js_trim, non_empty_string
 
 INVALID_URL: Final = "URL_INVALID"
@@ -82,7 +83,7 @@ def _as_usv_string(s: str) -> str:
     """What node hands its URL parser: surrogate pairs joined, lone surrogates replaced by U+FFFD."""
     if not _LONE_SURROGATE.search(s):
         return s
-    return s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return js_usv_string(s)
 
 
 def url_safety_code(
