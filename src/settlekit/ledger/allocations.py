@@ -25,10 +25,6 @@ _PAYOUT_ACCOUNTS: Final = frozenset({A.OWNER_PAYABLE, A.OPERATOR_PAYABLE})
 _CREDIT_ACCOUNTS: Final = frozenset({A.CUSTOMER_CREDITS_PAYABLE})
 
 
-def _nonblank(v: Any) -> bool:
-    return type(v) is str and v.strip() != ""
-
-
 def _raw_insurer_id(snapshot: Mapping[str, Any]) -> Any:
     """`booking.policySnapshot.coveragePolicy.insurerId ?? booking.coveragePolicy.insurerId ?? null`."""
     booking = snapshot.get("booking")
@@ -64,10 +60,25 @@ def role_for_account(account_id: str, has_insurer: bool) -> PartyRole:
     return "platform"
 
 
+PARTY_ROLES: Final = ("platform", "operator", "customer", "subcontractor", "insurer")
+
+
+def contract_party_id(contract_doc: Any, role: PartyRole) -> str | None:
+    """`parties[role].partyId` of an operator contract document when it is a string that JavaScript's `trim`
+    leaves non-empty, else None. Any role is read, as settld reads it: its contract validator stores platform,
+    operator and customer parties only, but a document handed to the allocations directly may name the
+    subcontractor or the insurer too."""
+    parties: Any = contract_doc.get("parties") if isinstance(contract_doc, Mapping) else None
+    entry: Any = parties.get(role) if type(parties) is dict else None
+    party_id: Any = entry.get("partyId") if type(entry) is dict else None
+    return party_id if js_nonblank(party_id) else None
+
+
 def default_party_ids(
     snapshot: Mapping[str, Any], contract_doc: Mapping[str, Any] | None = None
 ) -> dict[str, str]:
-    """Party id per role: the contract document's non-blank `parties[role].partyId`, else the defaults."""
+    """Party id per role: the contract document's `parties[role].partyId` (`contract_party_id`), else the
+    defaults."""
     # `a ?? b`, then used only when a non-blank string, as settld does
     operator_id: Any = coalesce(get(snapshot.get("operatorCoverage"), "operatorId"),
                                 get(snapshot.get("assist"), "operatorId"))
@@ -80,13 +91,10 @@ def default_party_ids(
         "insurer": f"pty_insurer:{insurer}" if insurer else "pty_insurer",
         "subcontractor": "pty_subcontractor",
     }
-    parties = contract_doc.get("parties") if contract_doc else None
-    if type(parties) is dict:
-        for role in ("platform", "operator", "customer"):
-            entry = parties.get(role)
-            pid: Any = entry.get("partyId") if type(entry) is dict else None
-            if _nonblank(pid):
-                ids[role] = pid
+    for role in PARTY_ROLES:
+        from_contract = contract_party_id(contract_doc, role)
+        if from_contract is not None:
+            ids[role] = from_contract
     return ids
 
 
@@ -149,7 +157,7 @@ def _split_shares(
     merged: dict[tuple[str, str], int] = {}
     for rule, share in allocate_split(amount, rules):
         r_role: Any = rule.get("partyRole") or default_role
-        r_party: Any = rule.get("partyId") if _nonblank(rule.get("partyId")) else parties[r_role]
+        r_party: Any = rule.get("partyId") if js_nonblank(rule.get("partyId")) else parties[r_role]
         key = (r_party, r_role)
         merged[key] = merged.get(key, 0) + share
     return merged

@@ -1,0 +1,101 @@
+// Runs job streams whose job pins an operator contract document through the settld reference: its reducer and
+// posting rules, its allocations (allocateEntry against the job after each entry's event, with the document the
+// job's operatorContractHash names, as its outbox does) and its artifact worker (the document served by
+// getContractV2ByHash), for tests/reference/contract_runs.py.
+// Usage: node contract_runs.mjs SETTLD_DIR RUNS.json GENERATED_AT OUT.json
+// RUNS.json: [{events, contracts: {contractHash: document}}]
+// OUT.json: [{entries, errors, allocations, allocationErrors, outbox, artifacts, reduceError, artifactError}]
+import fs from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [referenceDir, runsFile, generatedAt, outFile] = process.argv.slice(2);
+const load = (rel) => import(pathToFileURL(path.join(referenceDir, "src", ...rel.split("/"))).href);
+const { reduceJob } = await load("core/job-reducer.js");
+const { ledgerEntriesForJobEvent } = await load("core/ledger-postings.js");
+const { allocateEntry } = await load("core/allocations.js");
+const worker = await load("api/workers/artifacts.js");
+
+const tenantId = "tenant_default";
+
+// The outbox's lookup: the first stored contract whose hash, as a string, is the job's pin.
+function contractFor(job, contracts) {
+  if (!job?.operatorContractHash) return null;
+  for (const [hash, doc] of Object.entries(contracts)) {
+    if (String(hash) === String(job.operatorContractHash)) return doc ?? null;
+  }
+  return null;
+}
+
+function ledger(events, contracts) {
+  const out = { entries: [], errors: [], allocations: [], allocationErrors: [], reduceError: null };
+  for (let i = 0; i < events.length; i += 1) {
+    let jobBefore;
+    let jobAfter;
+    try {
+      jobBefore = reduceJob(events.slice(0, i));
+      jobAfter = reduceJob(events.slice(0, i + 1));
+    } catch (err) {
+      out.reduceError = { index: i, message: String(err?.message ?? err) };
+      break;
+    }
+    if (!jobBefore) continue;
+    let entries;
+    try {
+      entries = ledgerEntriesForJobEvent({ jobBefore, event: events[i], eventsBefore: events.slice(0, i) });
+    } catch (err) {
+      out.errors.push({ eventId: events[i].id, eventType: events[i].type, message: String(err?.message ?? err) });
+      continue;
+    }
+    for (const entry of entries) {
+      out.entries.push({ eventId: events[i].id, eventType: events[i].type, entry });
+      try {
+        const job = { ...jobAfter, tenantId: jobAfter.tenantId ?? tenantId };
+        const operatorContractDoc = contractFor(job, contracts);
+        out.allocations.push(...allocateEntry({ tenantId, entry, job, operatorContractDoc, currency: "USD" }));
+      } catch (err) {
+        out.allocationErrors.push({ entryId: entry?.id ?? null, message: String(err?.message ?? err) });
+      }
+    }
+  }
+  return out;
+}
+
+async function artifacts(events, contracts) {
+  const jobId = events[0].streamId;
+  const outbox = worker.deriveArtifactEnqueuesFromJobEvents({ tenantId, jobId, events });
+  const stored = new Map();
+  const built = [];
+  const store = {
+    outbox: outbox.map((message) => ({ ...message })),
+    artifactCursor: 0,
+    config: {},
+    getArtifact: async ({ artifactId }) => stored.get(artifactId) ?? null,
+    putArtifact: async ({ artifact }) => {
+      stored.set(artifact.artifactId, artifact);
+      built.push(artifact);
+    },
+    createDelivery: async () => {},
+    getContractV2ByHash: async ({ contractHash }) => {
+      const doc = Object.prototype.hasOwnProperty.call(contracts, contractHash) ? contracts[contractHash] : undefined;
+      return doc === undefined ? null : { contractHash, doc };
+    },
+  };
+  const run = worker.createArtifactWorker({
+    store, nowIso: () => generatedAt, getJobEvents: () => events, listDestinationsForTenant: () => [],
+  });
+  await run.tickArtifacts({ maxMessages: 1000000 });
+  return { outbox, artifacts: built };
+}
+
+const results = [];
+for (const { events, contracts } of JSON.parse(fs.readFileSync(runsFile, "utf8"))) {
+  const result = ledger(events, contracts);
+  try {
+    Object.assign(result, await artifacts(events, contracts), { artifactError: null });
+  } catch (err) {
+    Object.assign(result, { outbox: null, artifacts: null, artifactError: String(err?.message ?? err) });
+  }
+  results.push(result);
+}
+fs.writeFileSync(outFile, JSON.stringify(results));
