@@ -2,10 +2,13 @@
 // one client-finalized job event per case on top of a corpus stream prefix, for tests/reference/api_xcheck.py.
 // Usage: node api_xcheck.mjs SETTLD_DIR IN.json OUT.json
 // IN.json: {now, serverKeypair: {publicKeyPem, privateKeyPem}, signers: [{role, keyId, publicKeyPem}],
-//           streams: {name: corpus file (its `events` are read)}, cases: [{stream, prefix, event}]}
-//   `prefix`: how many of the stream's events are put directly into the store as the job's events;
-//   `event`: the candidate envelope, already chained on that prefix and signed.
-// OUT.json: [{status, error, code, message}] per case (`message`: the error's details.message, when there is one).
+//           streams: {name: corpus file (its `events` are read)}, cases: [{stream, prefix, extra?, event | draft}]}
+//   `prefix`: how many of the stream's events are put directly into the store as the job's events, followed by
+//   `extra` (events already chained on them, stored as they are);
+//   `event`: the candidate envelope, already chained on that prefix and signed; or `draft`: a server draft
+//   `{type, actor, payload}`, posted with the stream head as the expected previous chain hash.
+// OUT.json: [{status, error, code, message, payload}] per case (`message`: the error's details.message, when there
+// is one; `payload`: the stored event's payload when a draft was accepted).
 // Setup per case: the job's events and its reduced snapshot (store.jobEvents / store.jobs, as the store's own
 // JOB_EVENTS_APPENDED does); every robot and operator the prefix or the candidate names is registered, active,
 // in the job's zone, available at any time, on an open shift, with the corpus key of its role; the corpus robot
@@ -95,11 +98,14 @@ function setUp(tenantId, jobId, prefix, candidate) {
   }
 }
 
-async function post(jobId, bodyText) {
+async function post(jobId, bodyText, extraHeaders = {}) {
   const req = Readable.from([Buffer.from(bodyText, "utf8")]);
   req.method = "POST";
   req.url = `/jobs/${encodeURIComponent(jobId)}/events`;
-  req.headers = { "content-type": "application/json", "x-proxy-ops-token": TOKEN, "x-proxy-tenant-id": "tenant_default" };
+  req.headers = {
+    "content-type": "application/json", "x-proxy-ops-token": TOKEN, "x-proxy-tenant-id": "tenant_default",
+    ...extraHeaders,
+  };
   const headers = new Map();
   const res = {
     statusCode: 200,
@@ -121,13 +127,17 @@ for (const [name, doc] of Object.entries(input.streams)) streamEvents.set(name, 
 const results = [];
 for (const c of input.cases) {
   const events = streamEvents.get(c.stream);
-  const prefix = events.slice(0, c.prefix);
+  const prefix = [...events.slice(0, c.prefix), ...(c.extra ?? [])];
   const jobId = events[0].streamId;
   try {
-    setUp("tenant_default", jobId, prefix, c.event);
-    const { status, body } = await post(jobId, JSON.stringify(c.event));
+    const candidate = c.draft ?? c.event;
+    setUp("tenant_default", jobId, prefix, candidate);
+    const head = prefix.length ? prefix[prefix.length - 1].chainHash : "null";
+    const { status, body } = c.draft
+      ? await post(jobId, JSON.stringify(c.draft), { "x-proxy-expected-prev-chain-hash": head })
+      : await post(jobId, JSON.stringify(c.event));
     if (status === 201) {
-      results.push({ status, error: null, code: null, message: null });
+      results.push({ status, error: null, code: null, message: null, payload: c.draft ? body?.event?.payload ?? null : null });
     } else {
       const details = body?.details;
       const message = details && typeof details === "object" && typeof details.message === "string" ? details.message

@@ -16,7 +16,6 @@ from settlekit.jobs import (
     process_job_events,
     require_known_event_type,
     required_signer_kind,
-    settlement_proof_ref_for,
 )
 from settlekit.jobs.drafts import complete_booking_draft, complete_decision_draft, complete_forfeit_draft
 from settlekit.jobs.reducer import JobState
@@ -83,9 +82,10 @@ class JobStreamDomain:
 
     def prepare_drafts(self, snapshot: dict[str, Any] | None, drafts: list[Event]) -> list[Event]:
         """Complete server drafts against the stream's state before them (`settlekit.jobs.drafts`): BOOKED gets its
-        policy snapshot and hash; DECISION_RECORDED and SETTLEMENT_FORFEITED what settld's route fills in; SETTLED
-        its settlementProofRef (under proof gating, the one settld's route gives: the fresh proof, after a
-        forfeiture with it; otherwise the latest proof on the latest completion)."""
+        policy snapshot and hash; DECISION_RECORDED and SETTLEMENT_FORFEITED what settld's route fills in; SETTLED,
+        under proof gating, the settlementProofRef settld's route gives (the fresh proof, after a forfeiture with
+        it), in place of any the client sent; without gating (or without such a proof) a SETTLED draft is left as
+        it is."""
         if snapshot is None:
             return drafts
         is_job = "snapshot" in snapshot
@@ -107,12 +107,11 @@ class JobStreamDomain:
                 draft = {**draft, "payload": complete_decision_draft(draft, state.snapshot, latest_hold_id(facts))}
             elif is_job and t == "SETTLEMENT_FORFEITED":
                 draft = {**draft, "payload": complete_forfeit_draft(draft, *job())}
-            elif is_job and t == "SETTLED" and (
-                    payload is None or (isinstance(payload, dict) and "settlementProofRef" not in payload)):
-                state, facts = job()
-                ref = settlement_proof_ref(state, facts) or settlement_proof_ref_for(state)
-                if ref is not None:
-                    draft = {**draft, "payload": {**(payload or {}), "settlementProofRef": ref}}
+            elif is_job and t == "SETTLED":
+                ref = settlement_proof_ref(*job())
+                if ref is not None:  # written over any the client sent, as settld's route does
+                    base = payload if isinstance(payload, dict) else {}
+                    draft = {**draft, "payload": {**base, "settlementProofRef": ref}}
             out.append(draft)
         return out
 

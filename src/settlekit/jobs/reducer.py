@@ -1106,7 +1106,8 @@ def signer_key_ids(state: JobState) -> list[str]:
 
 def settlement_proof_ref_for(state: JobState) -> dict[str, Any] | None:
     """A `SETTLED.settlementProofRef` built from the latest PROOF_EVALUATED anchored at the latest
-    completion, or None when there is none. For server-drafted SETTLED events (02-jobs.md §6)."""
+    completion, or None when there is none: a helper for clients that finalize a SETTLED themselves (a server
+    draft gets what settld's events route gives it, `server_rules.settlement_proof_ref`)."""
     completion = state.facts["latestCompletion"]
     latest = state.facts["latestProofEvent"]
     if completion is None or latest is None:
