@@ -49,3 +49,30 @@ def test_timestamps_keep_each_dialects_stored_form() -> None:
     assert timestamp("postgres", at) == at and timestamp("postgres", at).tzinfo == UTC
     assert from_timestamp("2026-01-02T03:04:05.678Z") == datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
     assert from_timestamp(at) == at and from_timestamp(None) is None
+
+
+def test_postgres_statements_stay_within_psycopgs_parse_cache() -> None:
+    """psycopg re-parses a statement on every execution when it is longer than its cache limit or has more
+    parameters than it: the hot statements (append, ledger) must stay under both."""
+    import importlib
+    import pkgutil
+    import re
+
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH, MAX_CACHED_STATEMENT_PARAMS
+
+    import settlekit.store.postgres as postgres_store
+
+    checked = 0
+    for module_info in pkgutil.iter_modules(postgres_store.__path__, "settlekit.store.postgres."):
+        module = importlib.import_module(module_info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, str) and re.match(r"\s*(WITH|SELECT|INSERT|UPDATE|DELETE)\b", value):
+                checked += 1
+                parameters = len(re.findall(r"%\(\w+\)[sb]|%[sb]", value))
+                assert len(value) <= MAX_CACHED_STATEMENT_LENGTH, (module_info.name, name, len(value))
+                assert parameters <= MAX_CACHED_STATEMENT_PARAMS, (module_info.name, name, parameters)
+    for subsystem in subsystems():
+        for name, sql in statements(subsystem, "postgres").items():
+            checked += 1
+            assert len(sql) <= MAX_CACHED_STATEMENT_LENGTH, (subsystem, name, len(sql))
+    assert checked > 20

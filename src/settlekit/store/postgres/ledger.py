@@ -76,7 +76,10 @@ WITH new_entries AS (
        SET amount_cents = ledger_sums.amount_cents + excluded.amount_cents
 )
 SELECT count(*) FROM new_entries
-""".replace(")s::", ")b::")  # binary parameters: JSON text in arrays needs no escaping
+"""
+# binary parameters (JSON text in arrays needs no escaping), and the blanks squeezed: psycopg caches the parsing
+# of statements up to 4,096 characters only, and parsing this one costs more than sending it
+_WRITE = " ".join(_WRITE.replace(")s::", ")b::").split())
 
 # the columns of each row kind, after its tenant id (see LedgerRows)
 _COLUMNS = {"e": ("job", "id", "event", "type", "seq", "index", "at", "memo", "json"),
