@@ -88,6 +88,19 @@ def test_the_runs_exercise_every_role_and_javascripts_trim() -> None:
     assert {"\x1c", "\x85", "\u200b"} <= ids and "\ufeff" not in ids
 
 
+def test_the_runs_hash_split_plans_that_leave_out_optional_keys() -> None:
+    """Statements of jobs whose enabled plan has a rule without `partyId` or `appliesTo`: settld hashes the plan as
+    given, and the bundle's statements carry that hash."""
+    def leaves_out_keys(doc: Any) -> bool:
+        rules = doc["connect"]["splitPlan"].get("rules", []) if _has_enabled_plan(doc) else []
+        return any("partyId" not in r for r in rules)
+
+    hashed = [a["settlement"]["splitPlanHash"] for run in RUNS for doc in run["contracts"].values()
+              if leaves_out_keys(doc)
+              for a in run["artifacts"] if a.get("artifactType") == "SettlementStatement.v1"]
+    assert hashed and all(h is not None for h in hashed)
+
+
 def test_contract_party_id_reads_any_role_with_javascripts_trim() -> None:
     doc = {"parties": {"insurer": {"partyId": "pty_ins"}, "subcontractor": {"partyId": "\x1c"},
                        "platform": {"partyId": "\ufeff"}, "operator": {"partyId": 7}, "customer": ["pty_c"]}}

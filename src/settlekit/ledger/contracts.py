@@ -300,9 +300,13 @@ def executable_split_plan(doc: Mapping[str, Any] | None) -> dict[str, Any] | Non
 
 
 def contract_split_plan_hash(doc: Mapping[str, Any] | None) -> str | None:
-    """`SettlementStatement.settlement.splitPlanHash`: hash of the plan when connect is enabled, else None."""
-    plan = executable_split_plan(doc)
-    return canonical_hash(plan) if plan is not None else None
+    """`SettlementStatement.settlement.splitPlanHash`: when connect is enabled and the plan validates, the hash of
+    the plan as the document gives it (settld's statement hashes it without filling absent keys with null, unlike
+    `split_plan_hash`); else None. Raises ContractInvalid for an enabled plan that does not validate."""
+    if executable_split_plan(doc) is None:
+        return None
+    assert doc is not None
+    return canonical_hash(doc["connect"]["splitPlan"])
 
 
 def compile_contract_policy(doc: Any) -> tuple[dict[str, Any], str, str]:
