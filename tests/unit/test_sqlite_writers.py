@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +121,69 @@ def test_closing_every_database_of_a_file_releases_its_lock_file(tmp_path: Path)
     assert backend._writer_queues[key].users == 1
     second.close()
     assert key not in backend._writer_queues
+
+
+HANG_GUARD = 60.0
+
+
+class _TurnClock:
+    """The writer queue's clock: the turn starts at 0 and comes when `spent` seconds of the timeout are gone."""
+
+    def __init__(self, spent: float):
+        self.spent = spent
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return 0.0 if self.calls == 1 else self.spent
+
+
+@pytest.mark.parametrize("left_ms", [0, 200])
+def test_the_busy_handler_waits_only_what_the_turn_left_of_the_timeout(tmp_path: Path, left_ms: int,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer whose turn took all but `left_ms` of an hour-long timeout, behind another program's write lock
+    (one that does not queue on the lock file), waits at most `left_ms` more in SQLite's busy handler, not the
+    hour again: DatabaseUnavailableError, and the next transaction waits with the whole timeout again."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    _table(url)
+    timeout_ms = 3_600_000
+    db = connect(url, busy_timeout_ms=timeout_ms)
+    other = sqlite3.connect(str(tmp_path / "w.db"), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    outcome: list[BaseException | None] = []
+    released = threading.Event()
+    afterwards: list[int] = []
+
+    def write() -> None:
+        try:
+            with db.transaction() as tx:
+                tx.execute("INSERT INTO marks (writer, n) VALUES ('late', 0)")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+        assert released.wait(HANG_GUARD)
+        with db.transaction() as tx:  # the same thread, so the same connection
+            afterwards.append(tx.scalar("PRAGMA busy_timeout"))
+            tx.execute("INSERT INTO marks (writer, n) VALUES ('late', 1)")
+
+    writer = threading.Thread(target=write)
+    try:
+        monkeypatch.setattr(db._writers, "clock", _TurnClock((timeout_ms - left_ms) / 1000))  # type: ignore[attr-defined]
+        writer.start()
+        deadline = time.monotonic() + HANG_GUARD
+        while not outcome:
+            assert time.monotonic() < deadline, "hang guard: the writer waited the whole timeout again"
+            time.sleep(0.01)
+        assert isinstance(outcome[0], DatabaseUnavailableError), outcome
+        monkeypatch.undo()
+        other.execute("ROLLBACK")
+        released.set()
+        writer.join(HANG_GUARD)
+        assert afterwards == [timeout_ms]
+        with db.read() as tx:
+            assert tx.fetchall("SELECT writer, n FROM marks") == [("late", 1)]
+    finally:
+        released.set()
+        other.close()
+        writer.join(HANG_GUARD)
+        db.close()

@@ -9,7 +9,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from settlekit.errors import ConfigurationError, DatabaseUnavailableError
@@ -57,7 +57,10 @@ class _WriterQueue:
     milliseconds. SQLite's own busy handler sleeps up to 100 ms between tries, so a writer often slept long after
     the lock was free (a quarter of the append path's time in `settlekit demo`). Where the lock file cannot be
     opened or locked (a read-only directory, another user's file, a file system without locks), writers of other
-    processes wait in SQLite's busy handler as before."""
+    processes wait in SQLite's busy handler as before.
+
+    A writer waits at most its timeout in all: `turn` yields the time left of it, which bounds SQLite's busy
+    handler at BEGIN IMMEDIATE (`_begin_immediate`)."""
 
     def __init__(self, path: str):
         self._lock = threading.Lock()
@@ -65,6 +68,7 @@ class _WriterQueue:
         self._fd: int | None = None
         self._usable = fcntl is not None
         self.users = 0
+        self.clock: Callable[[], float] = time.monotonic
 
     def _file(self) -> int | None:
         if self._fd is None and self._usable:
@@ -94,17 +98,19 @@ class _WriterQueue:
         self.close()
 
     @contextlib.contextmanager
-    def turn(self, timeout_s: float) -> Iterator[None]:
-        deadline = time.monotonic() + timeout_s
+    def turn(self, timeout_s: float) -> Iterator[float]:
+        """The writer's turn, waited for at most `timeout_s`; yields the seconds left of it (DatabaseUnavailableError
+        when none is left before the turn comes)."""
+        deadline = self.clock() + timeout_s
         if not self._lock.acquire(timeout=timeout_s):
             raise DatabaseUnavailableError(cause="database is locked")
         try:
             fd = self._file()
             if fd is None or not self._lock_file(fd, deadline):
-                yield
+                yield max(0.0, deadline - self.clock())
                 return
             try:
-                yield
+                yield max(0.0, deadline - self.clock())
             finally:
                 assert fcntl is not None
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -120,7 +126,7 @@ class _WriterQueue:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return True
             except BlockingIOError:
-                if time.monotonic() >= deadline:
+                if self.clock() >= deadline:
                     raise DatabaseUnavailableError(cause="database is locked") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.002)
@@ -258,8 +264,8 @@ class SqliteDatabase(Database):
             conn = self._conn()
             if conn.in_transaction:
                 raise ConfigurationError("nested transaction on one thread", code="NESTED_TRANSACTION")
-            with self._writers.turn(self._busy_timeout_ms / 1000):
-                conn.execute("BEGIN IMMEDIATE")
+            with self._writers.turn(self._busy_timeout_ms / 1000) as left_s:
+                self._begin_immediate(conn, left_s)
                 tx = SqliteTx(conn)
                 try:
                     yield tx
@@ -292,10 +298,23 @@ class SqliteDatabase(Database):
     def migrate(self) -> list[str]:
         applied: list[str] = []
         conn = self._conn()
-        with self._writers.turn(self._busy_timeout_ms / 1000):
-            conn.execute("BEGIN IMMEDIATE")
+        with self._writers.turn(self._busy_timeout_ms / 1000) as left_s:
+            self._begin_immediate(conn, left_s)
             self._migrate_in(conn, applied)
         return applied
+
+    def _begin_immediate(self, conn: sqlite3.Connection, left_s: float) -> None:
+        """BEGIN IMMEDIATE, SQLite's busy handler waiting at most `left_s` (what the writer's turn left of the busy
+        timeout, to the millisecond) instead of the whole timeout again."""
+        left_ms = round(left_s * 1000)
+        if left_ms >= self._busy_timeout_ms:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        conn.execute(f"PRAGMA busy_timeout={left_ms}")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
 
     def _migrate_in(self, conn: sqlite3.Connection, applied: list[str]) -> None:
         try:
