@@ -90,6 +90,17 @@ class DatabaseUnavailableError(SettlekitError):
         super().__init__(message, retryAfterSeconds=retry_after, **details)
 
 
+class OverloadedError(SettlekitError):
+    """As much work already waits for the database as this process accepts: the request was refused before
+    anything was done (nothing written). Retry after `retryAfterSeconds`."""
+
+    code = "OVERLOADED"
+    status = 503
+
+    def __init__(self, message: str, *, retry_after: int = 1, **details: Any):
+        super().__init__(message, retryAfterSeconds=retry_after, **details)
+
+
 class ErrorSpec(NamedTuple):
     """A catalogued code: the HTTP status the API answers it with, what it means, and any other status the same
     code carries where it is raised outside the API's usual path (`other_statuses`)."""
@@ -117,6 +128,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "VERIFICATION_FAILED": ErrorSpec(400, "a stream or event failed verification"),
     "CONFIGURATION_INVALID": ErrorSpec(500, "the deployment's configuration is not usable"),
     "DATABASE_UNAVAILABLE": ErrorSpec(503, "the database cannot be reached now; retry after retryAfterSeconds"),
+    "OVERLOADED": ErrorSpec(503, "as much work already waits for the database as the process accepts; nothing "
+                                 "was done, retry after retryAfterSeconds"),
     "MIGRATIONS_PENDING": ErrorSpec(503, "the database schema is behind the code: run `settlekit migrate`"),
     # --- authentication and authorization
     "UNAUTHENTICATED": ErrorSpec(401, "no API key was given"),

@@ -1,22 +1,28 @@
 """Database outages: requests answer 503 DATABASE_UNAVAILABLE with Retry-After instead of hanging or 500,
 /readyz answers 503, work resumes by itself when the database comes back, and a write whose outcome the client
-could not learn is safely retried with the same Idempotency-Key (or the same client-finalized event).
+could not learn is safely retried with the same Idempotency-Key (or the same client-finalized event). Once a
+connection attempt has failed, requests are answered at once instead of queueing for the database, and what
+queues for it is bounded (503 OVERLOADED beyond).
 
 PostgreSQL outages go through a loopback TCP proxy that is cut and restored: the shared server never stops.
 No timed assertions: waits are bounded only as hang guards."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import httpx
 import pytest
 
 from conftest import load_vector
+from settlekit.api.deps import AUTH_THREADS, auth_thread_pool
 from settlekit.errors import DatabaseUnavailableError
 from settlekit.store.db import Database, connect
+from settlekit.store.reachability import FAST_FAILURE_CAUSE
 from support.api import TENANT_A, client, key_for, make_app
 from support.tcp_proxy import TcpProxy
 
@@ -94,6 +100,119 @@ def test_postgres_outage_retry_with_the_same_idempotency_key(proxied: tuple[TcpP
     again = _new_job(api, "job_idem", headers={"Idempotency-Key": "k-1"})
     assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
     assert api.get("/v1/jobs/job_idem").json()["version"] == 1
+
+
+def _created() -> dict[str, Any]:
+    return {"type": "JOB_CREATED", "actor": {"type": "system", "id": "x"},
+            "payload": {"templateId": "reset_lite", "tenantId": TENANT_A}}
+
+
+def _concurrent_appends(app: Any, api_key: str, job_ids: Sequence[str],
+                        while_waiting: Callable[[list[httpx.Response]], bool] | None = None) -> list[httpx.Response]:
+    """One JOB_CREATED append per job id, all at once, in process (the app on this thread's own event loop).
+    `while_waiting(answers so far)` is called as answers come in until it returns True (a hang guard bounds it)."""
+
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api",
+                                     headers={"authorization": f"Bearer {api_key}"}) as api:
+            tasks = [asyncio.ensure_future(api.post(f"/v1/jobs/{job_id}/events", json=_created(),
+                                                    headers={"x-expected-prev-chain-hash": "null"}))
+                     for job_id in job_ids]
+            if while_waiting is not None:
+                deadline = time.monotonic() + HANG_GUARD
+                while not while_waiting([t.result() for t in tasks if t.done()]):
+                    assert time.monotonic() < deadline, "hang guard: answers while waiting"
+                    await asyncio.wait([t for t in tasks if not t.done()], timeout=0.05,
+                                       return_when=asyncio.FIRST_COMPLETED)
+            return list(await asyncio.wait_for(asyncio.gather(*tasks), HANG_GUARD))
+
+    return asyncio.run(run())
+
+
+def _refused_at_once(r: httpx.Response) -> bool:
+    """A 503 given without waiting for the database: the known outage or the queue bound."""
+    problem = r.json()
+    return problem["code"] == "OVERLOADED" or problem.get("details", {}).get("cause") == FAST_FAILURE_CAUSE
+
+
+def _stored_jobs(db: Database, prefix: str) -> int:
+    with db.read() as tx:
+        return int(tx.scalar("SELECT COUNT(*) FROM events WHERE stream_id LIKE ?", (f"{prefix}%",)))
+
+
+def test_postgres_outage_answers_concurrent_appends_at_once_with_bounded_queueing_then_recovers(
+        pg_url: str, proxied: tuple[TcpProxy, Database, Any, Any]) -> None:
+    """Two bursts of 300 concurrent appends while the database is unreachable: every one is a 503 problem with
+    Retry-After, and only the few that reached the database before its connection attempts failed (or that probe
+    it again) waited for it; the second burst barely asks the pool for a connection. Nothing is left queued,
+    nothing is written, and appends succeed again without a restart once the database is back."""
+    proxy, db, api, _ = proxied
+    api_key = api.headers["authorization"].removeprefix("Bearer ")
+    ctx = api.app.state.settlekit
+    assert _new_job(api, "job_before").status_code == 201
+    proxy.cut()
+    bursts = []
+    for burst in range(2):
+        requested = db.pool.get_stats().get("requests_num", 0)  # type: ignore[attr-defined]
+        answers = _concurrent_appends(api.app, api_key, [f"job_burst{burst}_{i}" for i in range(300)])
+        for r in answers:
+            _overloaded_or_unavailable(r)
+        waited = sum(not _refused_at_once(r) for r in answers)
+        bursts.append((waited, db.pool.get_stats().get("requests_num", 0) - requested))  # type: ignore[attr-defined]
+    (first_waited, _), (second_waited, second_requested) = bursts
+    assert first_waited <= 3 * AUTH_THREADS, bursts  # without the known outage: all 300, each a pool timeout
+    assert second_waited <= AUTH_THREADS and second_requested <= AUTH_THREADS, bursts
+    assert ctx.auth_threads.pending == 0 and ctx.store.recorder.group.pending == 0
+    proxy.restore()
+    _until(lambda: _new_job(api, f"job_after_{time.monotonic_ns()}").status_code == 201, "appends resume")
+    assert _stored_jobs(db, "job_burst") == 0
+    assert _new_job(api, "job_burst0_0").status_code == 201  # refused before: nothing of it was written
+
+
+def _overloaded_or_unavailable(r: httpx.Response) -> None:
+    assert r.status_code == 503, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json()["code"] in ("DATABASE_UNAVAILABLE", "OVERLOADED")
+    assert int(r.headers["retry-after"]) >= 1
+
+
+def test_appends_beyond_the_queue_bound_are_refused_at_once_while_the_database_stalls(pg_url: str) -> None:
+    """Every pooled connection is taken (the database is reachable but nothing gets through): the append route's
+    threads hold their bound of requests, the others are refused at once with 503 OVERLOADED and write nothing;
+    once connections are free again the held requests are written."""
+    db = connect(pg_url, max_size=2, timeout=HANG_GUARD)
+    api_key = key_for(db, TENANT_A)
+    app = make_app(db)
+    bound = 4
+    app.state.settlekit.auth_threads = auth_thread_pool(bound)
+    held = [db.pool.getconn() for _ in range(2)]  # type: ignore[attr-defined]
+    released = False
+
+    def release_once_the_rest_is_refused(answers: list[httpx.Response]) -> bool:
+        nonlocal released
+        if len(answers) >= 20 - bound and not released:
+            for conn in held:
+                db.pool.putconn(conn)  # type: ignore[attr-defined]
+            released = True
+        return released
+
+    try:
+        answers = _concurrent_appends(app, api_key, [f"job_q_{i}" for i in range(20)],
+                                      while_waiting=release_once_the_rest_is_refused)
+        refused = [r for r in answers if r.status_code == 503]
+        assert sorted(r.status_code for r in answers) == [201] * bound + [503] * (20 - bound)
+        for r in refused:
+            _overloaded_or_unavailable(r)
+            assert r.json()["code"] == "OVERLOADED" and r.json()["details"]["limit"] == bound
+        assert _stored_jobs(db, "job_q_") == bound
+    finally:
+        if not released:
+            for conn in held:
+                db.pool.putconn(conn)  # type: ignore[attr-defined]
+        app.state.settlekit.auth_threads.shutdown(wait=True)
+        app.state.settlekit.store.close()
+        db.close()
 
 
 @pytest.fixture

@@ -12,11 +12,18 @@ from typing import Any
 import pytest
 
 from settlekit.append import Appender
-from settlekit.errors import ConflictError
+from settlekit.errors import ConflictError, DatabaseUnavailableError, OverloadedError
 from settlekit.events.canonical import storable_json
 from settlekit.events.envelope import Event, Signer, finalize_chain, make_draft
 from settlekit.store.db import Database, Tx
-from settlekit.store.events import CommitBatch, Committed, DuplicateKey, EventRecorder, HeadMismatch
+from settlekit.store.events import (
+    CommitBatch,
+    Committed,
+    DuplicateKey,
+    EventRecorder,
+    GroupCommitter,
+    HeadMismatch,
+)
 from settlekit.store.streams import Streams
 from support.failpoints import SimulatedCrash, crash_at
 
@@ -336,3 +343,64 @@ def test_an_append_queued_while_the_writer_stops_is_written(db: Database) -> Non
         assert isinstance(future.result(timeout=10), Committed)
         closing.join(10)
     recorder.close()
+
+
+def test_appends_beyond_the_queue_bound_are_refused_at_once_and_write_nothing(db: Database) -> None:
+    """With the writer held inside a commit and `max_queued` appends waiting, one more is OverloadedError at once
+    (nothing queued, nothing written); the ones admitted are all written once the writer goes on."""
+    recorder = EventRecorder(db, group_commit=True, max_queued=3)
+    group = recorder.group
+    assert group is not None
+    entered = threading.Event()
+    gate = threading.Event()
+
+    def hold(tx: Tx, base_seq: int, positions: list[int]) -> None:
+        entered.set()
+        assert gate.wait(60), "hang guard"
+
+    held = group.submit(_batch("s_held", _events("s_held")), hold)
+    assert entered.wait(60), "hang guard"
+    queued = [group.submit(_batch(f"s_q{i}", _events(f"s_q{i}")), None) for i in range(2)]
+    assert group.pending == 3
+    for attempt in range(5):
+        with pytest.raises(OverloadedError) as refused:
+            group.submit(_batch(f"s_refused{attempt}", _events(f"s_refused{attempt}")), None)
+        assert refused.value.status == 503 and refused.value.details["limit"] == 3
+    assert group.pending == 3
+    gate.set()
+    for future in (held, *queued):
+        assert isinstance(future.result(timeout=60), Committed)
+    assert group.pending == 0
+    recorder.close()
+    streams = Streams(db)
+    assert [streams.head(T, s) is not None for s in ("s_held", "s_q0", "s_q1")] == [True, True, True]
+    assert all(streams.head(T, f"s_refused{attempt}") is None for attempt in range(5))
+    # the bound is on what waits, not on what was ever written: room again, appends are taken again
+    assert isinstance(recorder.commit(_batch("s_after", _events("s_after"))), Committed)
+    recorder.close()
+
+
+class _Unreachable:
+    """A backend whose database cannot be reached: every write is DatabaseUnavailableError; counts the tries."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    def commit(self, db: Any, batch: CommitBatch, after: Any) -> Any:
+        self.tries += 1
+        raise DatabaseUnavailableError(cause="test")
+
+    def write_group(self, db: Any, group: Any, before_commit: Any) -> Any:
+        self.tries += 1
+        raise DatabaseUnavailableError(cause="test")
+
+
+def test_a_group_that_cannot_reach_the_database_is_not_tried_again_one_by_one(db: Database) -> None:
+    """Every append of the group gets DatabaseUnavailableError after ONE try: a failure no append is to blame for
+    is not written again one append per transaction (each would wait for the database again)."""
+    backend = _Unreachable()
+    group = GroupCommitter(db, backend)
+    outcomes = None
+    with pytest.raises(DatabaseUnavailableError):
+        outcomes = group.write_group([(_batch(f"s_{i}", _events(f"s_{i}")), None) for i in range(10)])
+    assert outcomes is None and backend.tries == 1

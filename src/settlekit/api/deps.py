@@ -12,6 +12,7 @@ from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
+from settlekit.api.admission import BoundedThreadPool
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
@@ -22,6 +23,7 @@ from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.store.api_keys import StoredApiKey
 from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
+from settlekit.store.events import MAX_QUEUED_APPENDS
 from settlekit.store.streams import StreamHead
 
 # Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
@@ -30,6 +32,9 @@ IdPath = Annotated[int, Path(ge=0, le=MAX_INT64)]
 PositionQuery = Annotated[int, Query(ge=0, le=MAX_INT64)]
 MAX_PAGE = 500  # the largest `limit` of a paged listing
 AUTH_THREADS = 8  # see ApiContext.auth_threads
+# requests the auth threads hold at most, running or queued (one more: 503 OVERLOADED at once); the group
+# commit's queue has the same bound
+MAX_QUEUED_FOR_DATABASE = MAX_QUEUED_APPENDS
 
 
 @dataclass
@@ -49,10 +54,15 @@ class ApiContext:
     ready_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     feed: FeedStreams | None = None  # the event feed's reader and open streams
     # the append route's authentication and prefetch (one short round trip each) run on a few threads of their own:
-    # they keep up with the loop, and anyio's default of 40 threads only adds contention for the interpreter lock
-    auth_threads: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(AUTH_THREADS, thread_name_prefix="settlekit-auth"))
+    # they keep up with the loop, and anyio's default of 40 threads only adds contention for the interpreter lock.
+    # Their queue is bounded: a stalled database must not pile up requests (api/admission.py).
+    auth_threads: ThreadPoolExecutor = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_FOR_DATABASE))
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def auth_thread_pool(max_queued: int) -> BoundedThreadPool:
+    """The append route's authentication threads, holding at most `max_queued` requests."""
+    return BoundedThreadPool(AUTH_THREADS, max_queued, thread_name_prefix="settlekit-auth")
 
 
 def context(request: Request) -> ApiContext:

@@ -3,7 +3,8 @@
 1. A request id (the client's `X-Request-Id` or a new one), bound to every log line and echoed in the answer.
 2. The request head: U+0000 in the path, query or a header is 400 INPUT_INVALID.
 3. Authentication outside the open paths (a refused request for a path no route serves is 404), the key's rate
-   limit; answers to an authenticated request carry its RateLimit-* headers.
+   limit; answers to an authenticated request carry its RateLimit-* headers. While the database is known to be
+   unreachable, 503 DATABASE_UNAVAILABLE at once, before any thread waits on it.
 4. The raw body of a write, up to the limit (413 PAYLOAD_TOO_LARGE beyond, Content-Length checked first); a JSON
    body's strings must be storable (400 SCHEMA_INVALID).
 
@@ -13,7 +14,8 @@ and one `send` wrapper instead of a stack of five: each layer costs a call chain
 A direct route (`DirectRoute`: the event append, the hot path) is served here without FastAPI's routing and
 dependency resolution: ONE trip to a worker thread authenticates the request and reads what the route needs with
 the key; the body check and the handler then run on the event loop (the append waits for its group commit there,
-without holding a thread). The checks come in the same order and give the same answers as on the routed path; a
+without holding a thread). Those threads hold a bounded number of requests (`ApiContext.auth_threads`): one
+more is 503 OVERLOADED at once. The checks come in the same order and give the same answers as on the routed path; a
 body without Content-Length or over the limit takes the routed path.
 """
 
@@ -183,6 +185,7 @@ class ApiMiddleware:
     async def _authenticate(self, scope: Scope, receive: Receive, send: Send, exchange: _Exchange) -> bool:
         """The request's key in scope["state"]["api_key"] (True), or the refusal sent (False)."""
         try:
+            self.ctx.db.check_reachable()
             client = scope.get("client")
             key, quota = await run_in_threadpool(authenticate_with_quota, self.ctx, Headers(scope=scope),
                                                  client[0] if client else None)
@@ -214,9 +217,16 @@ class ApiMiddleware:
         scope.update(child_scope)
         request = Request(scope, receive)
         client = scope.get("client")
-        answer, key, quota, prefetched = await asyncio.get_running_loop().run_in_executor(
-            self.ctx.auth_threads, contextvars.copy_context().run, self._direct_authenticate, direct, request, body,
-            client[0] if client else None)
+        try:
+            self.ctx.db.check_reachable()
+            # refused at once (OverloadedError) when the auth threads hold as many requests as they take
+            authenticating = asyncio.get_running_loop().run_in_executor(
+                self.ctx.auth_threads, contextvars.copy_context().run, self._direct_authenticate, direct, request,
+                body, client[0] if client else None)
+        except SettlekitError as exc:
+            await problem_from_error(exc, error_headers(exc))(scope, receive, send)
+            return True
+        answer, key, quota, prefetched = await authenticating
         if quota is not None:
             exchange.extra_headers = quota.headers()
         if answer is None:

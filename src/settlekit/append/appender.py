@@ -135,17 +135,19 @@ class _StreamState:
 class Appender:
     """Appends to tenant-scoped hash-chained streams on one Database. `streams` and `signer_keys` are the
     repositories it reads (and that callers use for reads and for the key registry). `group_commit`: concurrent
-    appends of this process are committed together (store.events.GroupCommitter; the API uses it)."""
+    appends of this process are committed together (store.events.GroupCommitter; the API uses it), at most
+    `max_queued` waiting at once (default: store.events.MAX_QUEUED_APPENDS; one more is OverloadedError)."""
 
     def __init__(self, db: Database, *, server_signer: Signer | None = None,
                  domain: StreamDomain | None = None, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 clock: Callable[[], datetime] | None = None, group_commit: bool = False):
+                 clock: Callable[[], datetime] | None = None, group_commit: bool = False,
+                 max_queued: int | None = None):
         self.db = db
         self.server_signer = server_signer
         self.domain: StreamDomain = domain or PassThroughDomain()
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.recorder = EventRecorder(db, group_commit=group_commit)
+        self.recorder = EventRecorder(db, group_commit=group_commit, max_queued=max_queued)
         self.streams = Streams(db)
         self.signer_keys = SignerKeys(db)
 

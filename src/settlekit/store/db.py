@@ -109,6 +109,11 @@ class Database(abc.ABC):
         allows (saves the BEGIN/COMMIT round trips). Each statement sees the latest committed data."""
         return self.read()
 
+    def check_reachable(self) -> None:  # noqa: B027  (a backend without a known-unreachable state has none)
+        """Raise DatabaseUnavailableError at once while the database is known to be unreachable (a recent
+        connection attempt failed); nothing otherwise. Takes no connection: for callers about to queue work."""
+        return None
+
     @abc.abstractmethod
     def migrate(self) -> list[str]:
         """Apply pending migrations; returns the names applied."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from settlekit import failpoints
+from settlekit.errors import DatabaseUnavailableError, OverloadedError
 from settlekit.store.db import Database, Tx
 
 
@@ -97,11 +98,13 @@ class EventRecorder:
     """Writes append batches to one Database with its dialect's backend. With `group_commit`, the commits of
     concurrent callers in this process are coalesced (GroupCommitter)."""
 
-    def __init__(self, db: Database, *, group_commit: bool = False):
+    def __init__(self, db: Database, *, group_commit: bool = False, max_queued: int | None = None):
         self.db = db
         backend: _Backend = importlib.import_module(f"settlekit.store.{db.dialect}.events")
         self._commit = backend.commit
-        self.group = GroupCommitter(db, backend) if group_commit else None
+        self.group = None
+        if group_commit:
+            self.group = GroupCommitter(db, backend, max_queued=max_queued or MAX_QUEUED_APPENDS)
 
     def commit(self, batch: CommitBatch, after: AfterCommit | None = None) -> Committed | HeadMismatch:
         """Write `batch` if the stream head is the one it expects, with `after` in the same transaction.
@@ -125,6 +128,9 @@ class EventRecorder:
 
 
 Outcome = Committed | HeadMismatch
+# appends a GroupCommitter holds at most (queued or being written); far above what a process keeps in flight
+# under load (one per concurrent client), small enough that a stalled database cannot pile up memory and latency
+MAX_QUEUED_APPENDS = 256
 # one append waiting for the writer: what to write, and where its outcome goes
 _Pending = tuple[CommitBatch, AfterCommit | None, "Future[Outcome]"]
 
@@ -138,15 +144,28 @@ class GroupCommitter:
     error in a domain write) rolls the whole transaction back and the group is written again one append per
     transaction, so the failure lands on its own append only. Nothing is answered before its commit: a failure
     of the COMMIT itself (or a crash) is every caller's error, never a success. At most `max_group` appends go
-    in one transaction; there is no waiting for more (the group is whatever queued during the last commit)."""
+    in one transaction; there is no waiting for more (the group is whatever queued during the last commit).
 
-    def __init__(self, db: Database, backend: _Backend, *, max_group: int = 64):
+    Admission is bounded: while the database is known to be unreachable, or once `max_queued` appends wait for
+    their outcome, `submit` refuses at once (DatabaseUnavailableError, OverloadedError) and nothing is queued. A
+    group that cannot reach the database is answered DatabaseUnavailableError as a whole (no append of it is
+    to blame, so it is not written again one by one)."""
+
+    def __init__(self, db: Database, backend: _Backend, *, max_group: int = 64,
+                 max_queued: int = MAX_QUEUED_APPENDS):
         self.db = db
         self.backend = backend
         self.max_group = max_group
+        self.max_queued = max_queued
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._pending = 0  # appends submitted and not yet answered
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+
+    @property
+    def pending(self) -> int:
+        """Appends submitted and not yet answered."""
+        return self._pending
 
     def commit(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome:
         """Queue `batch` for the writer and wait for its outcome (raises what its write raised)."""
@@ -154,13 +173,20 @@ class GroupCommitter:
 
     def submit(self, batch: CommitBatch, after: AfterCommit | None) -> Future[Outcome]:
         """Queue `batch` for the writer (started if none runs); the future holds its outcome. It cannot be
-        cancelled: once queued, the append is written whether or not its caller still waits."""
+        cancelled: once queued, the append is written whether or not its caller still waits. Refused at once,
+        nothing queued: DatabaseUnavailableError while the database is known to be unreachable, OverloadedError
+        when `max_queued` appends already wait."""
+        self.db.check_reachable()
         future: Future[Outcome] = Future()
         future.set_running_or_notify_cancel()
         with self._lock:  # a writer that is stopping leaves only once nothing is queued (see _run)
+            if self._pending >= self.max_queued:
+                raise OverloadedError(f"{self._pending} appends already wait for the database",
+                                      queued=self._pending, limit=self.max_queued)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="settlekit-group-commit", daemon=True)
                 self._thread.start()
+            self._pending += 1
             self._queue.put((batch, after, future))
         return future
 
@@ -197,20 +223,27 @@ class GroupCommitter:
         try:
             outcomes = self.write_group([(batch, after) for batch, after, _ in group])
         except BaseException as exc:  # a crash or a failed COMMIT: nobody is told "committed"
+            self._answered(len(group))
             for _, _, future in group:
                 future.set_exception(exc)
             return
+        self._answered(len(group))
         for (_, _, future), outcome in zip(group, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
 
+    def _answered(self, count: int) -> None:
+        with self._lock:
+            self._pending -= count
+
     def write_group(self, group: Sequence[tuple[CommitBatch, AfterCommit | None]]
                     ) -> list[Outcome | BaseException]:
         """Write `group` in one transaction, or (after a failure before COMMIT) each append in a transaction of
-        its own; the outcome of each, or the exception it raised. Raises what made the COMMIT fail (or a
-        failpoint's crash)."""
+        its own; the outcome of each, or the exception it raised. Raises what made the COMMIT fail, a
+        DatabaseUnavailableError (the database could not be reached: nothing tried alone) or a failpoint's
+        crash."""
         if len(group) == 1:
             return [self._alone(*group[0])]
         written = False
@@ -225,6 +258,8 @@ class GroupCommitter:
             return list(self.backend.write_group(self.db, group, before_commit))
         except GroupRolledBack:
             pass  # a follow-up write was refused with the COMMIT: nothing written
+        except DatabaseUnavailableError:
+            raise  # the database, not an append, failed: every append gets the error (none is tried alone)
         except Exception:
             if written:
                 raise  # the COMMIT failed: unknown outcome, so no answer is a success

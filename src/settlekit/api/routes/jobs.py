@@ -63,7 +63,7 @@ APPEND_CODES = (
     "ENVELOPE_VERSION_UNSUPPORTED", "CHAIN_BREAK", "PAYLOAD_HASH_MISMATCH", "CHAIN_HASH_MISMATCH", "SIG_INVALID",
     "SIGNER_KEY_ID_REQUIRED", "SIGNER_UNKNOWN", "SIGNER_KEY_NOT_ACTIVE", "SIGNER_KEY_PURPOSE_MISMATCH",
     "SIGNER_POLICY_VIOLATION", "PREV_CHAIN_HASH_MISMATCH", "VERSION_CONFLICT", "EVENT_ID_CONFLICT",
-    "INVALID_TRANSITION", "LEDGER_POSTING_INVALID", "CONFLICT", "JOB_TENANT_MISMATCH", *_DOMAIN_RULES)
+    "INVALID_TRANSITION", "LEDGER_POSTING_INVALID", "CONFLICT", "JOB_TENANT_MISMATCH", "OVERLOADED", *_DOMAIN_RULES)
 ALREADY_THERE = {"description": "The same events were already at the stream's head (`alreadyExists`): nothing "
                                 "was added.", "model": Appended}
 _ATTACHMENT = {"headers": {"Content-Disposition": {"description": "attachment; filename=\"<jobId>.json\"",

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from settlekit.errors import DatabaseUnavailableError
 from settlekit.store.db import Database, Dialect, EventListener, Row, Tx, migration_files
 from settlekit.store.postgres.ledger import LedgerRows
+from settlekit.store.reachability import Reachability
 
 NOTIFY_CHANNEL = "settlekit_events"
 _MIGRATION_LOCK_KEY = 0x5E77_1E1D
@@ -48,6 +49,28 @@ def is_unavailable(exc: BaseException) -> bool:
         return False
     state = exc.sqlstate
     return state is None or state.startswith("08") or state in _UNAVAILABLE_STATES
+
+
+# A refused connection attempt that says nothing of the connections already open: the server is at its limit.
+_TOO_MANY_CONNECTIONS = "53300"
+
+
+def _reporting_connection(reachability: Reachability) -> type[psycopg.Connection[Any]]:
+    """The pool's connection class: every connection attempt tells `reachability` whether the server took it."""
+
+    class ReportingConnection(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            try:
+                conn = super().connect(conninfo, **kwargs)
+            except psycopg.OperationalError as exc:
+                if exc.sqlstate != _TOO_MANY_CONNECTIONS:
+                    reachability.failed()
+                raise
+            reachability.reached()
+            return conn
+
+    return ReportingConnection
 
 
 class PostgresTx(Tx):
@@ -96,16 +119,19 @@ class PostgresTx(Tx):
 
 class PostgresDatabase(Database):
     """A psycopg pool. While the server is unreachable every operation fails within `timeout` seconds with
-    DatabaseUnavailableError (503 in the API) instead of waiting; lost connections are replaced by attempts
-    at most about a second apart (`reconnect_timeout` bounds each backoff series, a new one starts on demand),
-    so work resumes within a couple of seconds of the server coming back."""
+    DatabaseUnavailableError (503 in the API) instead of waiting; once a connection attempt has failed, operations
+    fail at once for `unavailable_hold` seconds, then one of them tries again (store/reachability.py). Lost
+    connections are replaced by attempts at most about a second apart (`reconnect_timeout` bounds each backoff
+    series, a new one starts on demand), so work resumes within a couple of seconds of the server coming back."""
 
     dialect: Dialect = "postgres"
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16, timeout: float = 1.5,
                  reconnect_timeout: float = 2.0, connect_timeout: int = 5, direct_url: str | None = None,
-                 prepared_statements: bool = True):
+                 prepared_statements: bool = True, unavailable_hold: float = 1.0):
         self.url = url
+        # a probe waits for the pool at most `timeout`; past that allowance another caller may probe
+        self.reachability = Reachability(unavailable_hold, probe_allowance=timeout + max(unavailable_hold, 1.0))
         # LISTEN needs a session that stays one server connection: not a transaction-pooled one
         self.direct_url = direct_url or url
         # None: psycopg never prepares (every statement is sent with its text, which any pooler routes)
@@ -118,6 +144,7 @@ class PostgresDatabase(Database):
         self.pool = ConnectionPool(
             url, min_size=min_size, max_size=max_size, timeout=timeout, open=True, kwargs=kwargs,
             reconnect_timeout=reconnect_timeout, name="settlekit",
+            connection_class=_reporting_connection(self.reachability),
         )
         self._listen_conn: psycopg.Connection[Any] | None = None
         self._listen_lock = threading.Lock()
@@ -126,14 +153,23 @@ class PostgresDatabase(Database):
     @contextlib.contextmanager
     def _available(self) -> Iterator[None]:
         """Connection-level failures become DatabaseUnavailableError (and trigger a sweep of idle connections,
-        which are likely dead too); every other error passes unchanged."""
+        which are likely dead too); every other error passes unchanged. While the server is known to be
+        unreachable, DatabaseUnavailableError at once (except for the one caller that probes)."""
+        probing = self.reachability.admit()
         try:
             yield
         except psycopg.Error as exc:
             if not is_unavailable(exc):
+                self.reachability.reached()  # the server answered
                 raise
+            if probing:
+                self.reachability.failed()
             self._sweep_idle()
             raise DatabaseUnavailableError(cause=type(exc).__name__) from exc
+        self.reachability.reached()
+
+    def check_reachable(self) -> None:
+        self.reachability.check()
 
     def _sweep_idle(self) -> None:
         """Check the pool's idle connections in the background (one sweep at a time), so requests after an
