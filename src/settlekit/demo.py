@@ -1,7 +1,8 @@
 """`settlekit demo`: simulate jobs end to end and prove the result offline.
 
-1. A fresh database (embedded SQLite in a temp dir unless --db), a local reference receiver on 127.0.0.1, the
-   API server and the workers (dispatcher + artifact consumer, webhook delivery worker) in this process.
+1. A fresh database (embedded SQLite in a temp dir unless --db), a local reference receiver on 127.0.0.1 in this
+   process, and, as in a deployment, the API (`settlekit serve --no-workers`) and the workers (`settlekit worker`:
+   dispatcher + artifact consumer, webhook delivery worker) in processes of their own.
 2. N jobs through realistic lifecycles (completed, aborted, assisted with coverage, incident and claim, SLA
    credit), appended over HTTP; robots and operators sign their own events with their own keys.
 3. Wait until every artifact is delivered, export every stream, verify each stream and each delivered artifact
@@ -33,7 +34,8 @@ from rich.table import Table
 from settlekit.artifacts.verify import verify_artifact_against_stream
 from settlekit.errors import VerificationError
 from settlekit.events.envelope import verify_chain
-from settlekit.runtime import Settings, Workers
+from settlekit.runtime import Settings
+from settlekit.runtime.workers import wait_until_caught_up
 from settlekit.simulate import OUTCOME_BY_SCENARIO, Fleet, job_stream, scenario_for
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.db import Database, connect
@@ -42,31 +44,51 @@ TENANT = "tenant_demo"
 CLIENTS = 8  # concurrent HTTP clients appending jobs
 
 
+def _child_env(settings: Settings) -> dict[str, str]:
+    """The environment of the API and worker processes: this demo's database, key file and limits."""
+    return {**os.environ, "SETTLEKIT_DB": settings.db_url, "SETTLEKIT_LOG_LEVEL": "WARNING",
+            "SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS": "true", "SETTLEKIT_SERVER_KEY_FILE": str(settings.server_key_file),
+            "SETTLEKIT_RATE_LIMIT_PER_SECOND": str(settings.rate_limit_per_second),
+            "SETTLEKIT_RATE_LIMIT_BURST": str(settings.rate_limit_burst)}
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def worker_process(settings: Settings, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`settlekit worker` in a process of its own; stopped with SIGTERM (it finishes its work in flight)."""
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "worker"], env=_child_env(settings),
+                                  stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield worker
+    finally:
+        _stop(worker)
+
+
 @contextlib.contextmanager
 def api_server(settings: Settings, log_path: Path) -> Iterator[str]:
-    """`settlekit serve --no-workers` on a free loopback port, in a process of its own (the API and this one, which
-    runs the clients and the workers, each get a core of their own); stopped with SIGTERM."""
+    """`settlekit serve --no-workers` on a free loopback port, in a process of its own; stopped with SIGTERM."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "SETTLEKIT_DB": settings.db_url, "SETTLEKIT_LOG_LEVEL": "WARNING",
-           "SETTLEKIT_ALLOW_LOOPBACK_WEBHOOKS": "true", "SETTLEKIT_SERVER_KEY_FILE": str(settings.server_key_file),
-           "SETTLEKIT_RATE_LIMIT_PER_SECOND": str(settings.rate_limit_per_second),
-           "SETTLEKIT_RATE_LIMIT_BURST": str(settings.rate_limit_burst)}
     with log_path.open("wb") as log:
         server = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--no-workers", "--host",
-                                   "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+                                   "127.0.0.1", "--port", str(port)], env=_child_env(settings), stdout=log,
+                                  stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(base_url, server, log_path)
         yield base_url
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        _stop(server)
 
 
 def _wait_ready(base_url: str, server: subprocess.Popen[bytes], log_path: Path) -> None:
@@ -94,7 +116,6 @@ def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
     started = time.perf_counter()
     db = connect(db_url, **({"max_size": 24} if db_url.startswith("postgres") else {}))
     receiver: ReceiverServer | None = None
-    workers: Workers | None = None
     try:
         db.migrate()
         settings = Settings(db_url=db_url, allow_loopback_webhooks=True, rate_limit_per_second=1e6,
@@ -102,34 +123,49 @@ def run_demo(*, jobs: int = 200, db_url: str | None = None) -> int:
         webhook_secret = generate_secret()
         receiver = ReceiverServer(secrets=[webhook_secret], port=0, out_dir=Path(tmp.name) / "received")
         receiver.start()
-        workers = Workers(db, settings)
-        workers.start()
         _, api_key = create_api_key(db, TENANT, ["jobs:read", "jobs:write", "finance:write", "ops", "admin"])
         fleet = Fleet.create()
-        with api_server(settings, Path(tmp.name) / "serve.log") as base_url, httpx.Client(
+        with worker_process(settings, Path(tmp.name) / "worker.log") as worker, api_server(
+                settings, Path(tmp.name) / "serve.log") as base_url, httpx.Client(
                 base_url=base_url, headers={"authorization": f"Bearer {api_key}"}, timeout=30) as client:
             _register(client, fleet, f"{receiver.url}webhooks", webhook_secret)
+            appending = time.perf_counter()
             outcomes, job_ids, events_total = _append_jobs(console, base_url, dict(client.headers), fleet, jobs)
-            append_seconds = time.perf_counter() - started
+            append_seconds = time.perf_counter() - appending
             console.print("waiting for artifacts to be built and delivered …")
-            if not workers.drain(timeout=max(120.0, jobs * 1.0)):
+            drained = _wait_for_workers(db, receiver, worker, Path(tmp.name) / "worker.log",
+                                        timeout=max(120.0, jobs * 1.0))
+            if not drained:
                 console.print("[red]deliveries did not finish in time[/red]")
                 return 1
             streams = {job_id: _ok(client.get(f"/v1/jobs/{job_id}/export")).json() for job_id in job_ids}
         failures, balances = _check(console, db, streams, fleet, receiver)
         delivered = receiver.artifacts
         elapsed = time.perf_counter() - started
-        _summary(console, outcomes, events_total, balances, delivered, receiver, failures, elapsed, append_seconds)
+        _summary(console, outcomes, events_total, balances, delivered, receiver, failures, elapsed, append_seconds,
+                 appending - started)
         for failure in failures[:20]:
             console.print(f"[red]FAILED[/red] {failure}")
         return 0 if not failures else 1
     finally:
-        if workers is not None:
-            workers.stop()
         if receiver is not None:
             receiver.stop()
         db.close()
         tmp.cleanup()
+
+
+def _wait_for_workers(db: Database, receiver: Any, worker: subprocess.Popen[bytes], log_path: Path, *,
+                      timeout: float) -> bool:
+    """Wait until the worker has processed every event and the receiver has every artifact built: True, False at
+    `timeout`; RuntimeError (with its log) when the worker process stopped."""
+    deadline = time.monotonic() + timeout
+    while not wait_until_caught_up(db, lambda: len(receiver.artifacts), timeout=1.0, poll=0.1):
+        if worker.poll() is not None:
+            raise RuntimeError(f"the worker stopped (exit status {worker.returncode}):\n"
+                               f"{log_path.read_text(errors='replace')[-2000:]}")
+        if time.monotonic() > deadline:
+            return False
+    return True
 
 
 def _register(client: httpx.Client, fleet: Fleet, webhook_url: str, webhook_secret: str) -> None:
@@ -229,7 +265,7 @@ def _two_column_table(title: str, key: str, value: str, rows: list[tuple[str, st
 
 def _summary(console: Console, outcomes: Counter[str], events_total: int, balances: dict[str, int],
              delivered: list[dict[str, Any]], receiver: Any, failures: list[str], elapsed: float,
-             append_seconds: float) -> None:
+             append_seconds: float, startup_seconds: float) -> None:
     console.print(_two_column_table("jobs by outcome", "outcome", "jobs",
                                     [(outcome, str(count)) for outcome, count in sorted(outcomes.items())]))
     balance_rows = [(account, f"{cents:,}") for account, cents in sorted(balances.items())]
@@ -246,6 +282,7 @@ def _summary(console: Console, outcomes: Counter[str], events_total: int, balanc
         ("redelivered duplicates deduped by the receiver", str(receiver.duplicates)),
         ("verification", verification),
         ("wall time", f"{elapsed:.1f} s"),
-        ("append throughput", f"{events_total / append_seconds:,.0f} events/s"),
+        ("start-up (database, receiver, workers, API, keys)", f"{startup_seconds:.1f} s"),
+        ("append throughput (from the first append to the last)", f"{events_total / append_seconds:,.0f} events/s"),
     ]))
 
