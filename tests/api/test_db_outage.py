@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from conftest import load_vector
-from settlekit.api.deps import AUTH_THREADS, auth_thread_pool
+from settlekit.api.deps import AUTH_THREADS
 from settlekit.errors import DatabaseUnavailableError
 from settlekit.store.db import Database, connect
 from settlekit.store.reachability import FAST_FAILURE_CAUSE
@@ -183,9 +183,10 @@ def test_appends_beyond_the_queue_bound_are_refused_at_once_while_the_database_s
     once connections are free again the held requests are written."""
     db = connect(pg_url, max_size=2, timeout=HANG_GUARD)
     api_key = key_for(db, TENANT_A)
-    app = make_app(db)
     bound = 4
-    app.state.settlekit.auth_threads = auth_thread_pool(bound)
+    app = make_app(db, max_queued_appends=bound)  # SETTLEKIT_MAX_QUEUED_APPENDS
+    assert app.state.settlekit.auth_threads.max_pending == bound
+    assert app.state.settlekit.store.recorder.group.max_queued == bound
     held = [db.pool.getconn() for _ in range(2)]  # type: ignore[attr-defined]
     released = False
 

@@ -114,13 +114,15 @@ def test_every_settings_flag_is_a_flag_of_a_command() -> None:
     assert missing == []
 
 
-def test_database_options_carry_the_pooler_settings_to_postgresql_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_database_options_carry_pooler_and_outage_settings_to_postgresql_only(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("SETTLEKIT_"):
             monkeypatch.delenv(name)
     assert Settings(db_url="sqlite:///x.db", db_direct="postgresql://db/x").database_options() == {}
     monkeypatch.setenv("SETTLEKIT_DB_PREPARED_STATEMENTS", "false")
     monkeypatch.setenv("SETTLEKIT_DB_DIRECT", "postgresql://primary/x")
+    monkeypatch.setenv("SETTLEKIT_DB_UNAVAILABLE_HOLD", "2.5")
     options = Settings(db_url="postgresql://pooler/x").database_options()
-    assert options == {"direct_url": "postgresql://primary/x", "prepared_statements": False}
+    assert options == {"direct_url": "postgresql://primary/x", "prepared_statements": False,
+                       "unavailable_hold": 2.5}
     assert Settings(db_url="postgresql://db/x", db_direct=" ").database_options()["direct_url"] is None

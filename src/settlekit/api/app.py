@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
-from settlekit.api.deps import ApiContext
+from settlekit.api.deps import ApiContext, auth_thread_pool
 from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
 from settlekit.api.feed import FeedStreams
 from settlekit.api.middleware import ApiMiddleware, DirectRoute
@@ -66,13 +66,15 @@ def create_app(
     """
     settings = settings if settings is not None else Settings()
     owned = isinstance(db, str)
-    database = connect(db) if isinstance(db, str) else db
+    database = connect(db, **settings.database_options()) if isinstance(db, str) else db
     if owned:
         database.migrate()
     policy = destination_policy or _destination_policy(settings)
     ctx = ApiContext(
         db=database,
-        store=job_appender(database, server_signer=server_signer, group_commit=True),
+        store=job_appender(database, server_signer=server_signer, group_commit=True,
+                           max_queued=settings.max_queued_appends),
+        auth_threads=auth_thread_pool(settings.max_queued_appends),
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         auth_failures=RateLimiter(settings.auth_failure_rate_per_second, settings.auth_failure_burst,
                                   max_entries=50_000),

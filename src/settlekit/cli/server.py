@@ -17,7 +17,7 @@ from settlekit.cli.common import console, settings_flags
 
 # the settings of the embedded workers: `worker`, and `serve` unless --no-workers
 WORKER_SETTINGS = (
-    "db_url", "db_direct", "db_prepared_statements", "instance_id", "allow_loopback_webhooks",
+    "db_url", "db_direct", "db_prepared_statements", "db_unavailable_hold", "instance_id", "allow_loopback_webhooks",
     "allow_private_webhooks", "allowed_webhook_networks", "allow_insecure_http", "metrics_per_destination",
     "delivery_concurrency", "delivery_lease", "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts",
     "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims",
@@ -25,7 +25,7 @@ WORKER_SETTINGS = (
     "dispatch_max_attempts", "rearm_cooldown", "max_rearm_count", "cleanup_interval", "log_level",
 )
 API_SETTINGS = (
-    "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes",
+    "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes", "max_queued_appends",
     "rate_limit_per_second", "rate_limit_burst", "auth_failure_rate_per_second", "auth_failure_burst",
     "operator_tenant", "feed_max_streams_per_tenant", "feed_poll_interval", "feed_heartbeat_interval",
 )

@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     db_prepared_statements: bool = Field(
         True, description="server-side prepared statements on PostgreSQL; turn off behind PgBouncer in "
         "transaction mode unless it is 1.22 or later with `max_prepared_statements` set")
+    db_unavailable_hold: float = Field(
+        1.0, ge=0, description="seconds after a failed PostgreSQL connection attempt during which what needs the "
+        "database fails at once (the API answers 503 `DATABASE_UNAVAILABLE` with Retry-After) before one request "
+        "tries again; 0: every request waits for its own attempt")
     host: str = Field("127.0.0.1", description="API listen address (`serve`)")
     port: int = Field(8080, ge=0, le=65535, description="API listen port (`serve`; 0: any free port)")
     server_key_file: str | None = Field(
@@ -64,6 +68,9 @@ class Settings(BaseSettings):
     delivery_concurrency: int = Field(16, ge=1, description="concurrent webhook senders per worker")
     dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
     max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
+    max_queued_appends: int = Field(
+        256, ge=1, description="appends an API process holds at most while they wait for the database (its "
+        "authentication queue and its group commit's, each); one more is answered 503 `OVERLOADED` at once")
     rate_limit_per_second: float = Field(50.0, gt=0, description="token bucket per API key: rate")
     rate_limit_burst: int = Field(100, ge=1, description="token bucket per API key: burst")
     auth_failure_rate_per_second: float = Field(
@@ -160,10 +167,11 @@ class Settings(BaseSettings):
         return None if isinstance(value, str) and not value.strip() else value
 
     def database_options(self) -> dict[str, Any]:
-        """Keyword arguments of `store.db.connect(self.db_url, ...)`: the pooler options on PostgreSQL."""
+        """Keyword arguments of `store.db.connect(self.db_url, ...)`: the pooler and outage options on PostgreSQL."""
         if not self.db_url.startswith(("postgresql://", "postgres://")):
             return {}
-        return {"direct_url": self.db_direct, "prepared_statements": self.db_prepared_statements}
+        return {"direct_url": self.db_direct, "prepared_statements": self.db_prepared_statements,
+                "unavailable_hold": self.db_unavailable_hold}
 
 
 
