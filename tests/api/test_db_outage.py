@@ -315,3 +315,28 @@ def test_a_group_is_written_again_one_by_one_only_when_the_server_refused_a_stat
     assert _refused_statement(psycopg.errors.SerializationFailure("retry"))
     assert not _refused_statement(psycopg.OperationalError("server closed the connection unexpectedly"))
     assert not _refused_statement(psycopg.errors.AdminShutdown("terminating connection"))
+
+
+def test_connections_notice_a_peer_that_vanished_without_closing(pg_url: str) -> None:
+    """TCP keepalives and a user timeout on every connection (pool and LISTEN), so a server or network that
+    disappears without closing the connection fails it within about 30 s instead of the kernel's minutes; a
+    value in the URL wins."""
+    import socket
+
+    db = connect(f"{pg_url}{'&' if '?' in pg_url else '?'}keepalives_idle=7")
+    try:
+        with db.query() as tx:
+            sock = socket.socket(fileno=tx.raw.pgconn.socket)
+            try:
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 7
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 5
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 4
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 30_000
+            finally:
+                sock.detach()  # the descriptor stays the connection's
+        assert db.wait_for_notify(0.01) is False  # opens the dispatcher's LISTEN connection
+        params = db._listen_conn.info.get_parameters()  # type: ignore[attr-defined]
+        assert (params["keepalives_idle"], params["tcp_user_timeout"]) == ("7", "30000")
+    finally:
+        db.close()

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from settlekit.errors import DatabaseUnavailableError
@@ -117,6 +118,22 @@ class PostgresTx(Tx):
             self._cur.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')")
 
 
+# libpq options (unless the URL sets them): a server or network that vanished without closing the connection
+# (packets dropped, a host gone) is noticed within about 30 s by TCP keepalives while a connection waits for an
+# answer, and data the server never acknowledges fails the connection after 30 s, instead of the kernel's default
+# of many minutes
+DEAD_PEER_DETECTION: dict[str, Any] = {
+    "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 4,
+    "tcp_user_timeout": 30_000,
+}
+
+
+def _unset_in(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The `options` the connection string `url` does not set itself."""
+    given = conninfo_to_dict(url)
+    return {name: value for name, value in options.items() if name not in given}
+
+
 class PostgresDatabase(Database):
     """A psycopg pool. While the server is unreachable every operation fails within `timeout` seconds with
     DatabaseUnavailableError (503 in the API) instead of waiting; once a connection attempt has failed, operations
@@ -135,12 +152,11 @@ class PostgresDatabase(Database):
         # LISTEN needs a session that stays one server connection: not a transaction-pooled one
         self.direct_url = direct_url or url
         # None: psycopg never prepares (every statement is sent with its text, which any pooler routes)
-        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 2 if prepared_statements else None}
-        if "connect_timeout" not in url:
-            kwargs["connect_timeout"] = connect_timeout
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 2 if prepared_statements else None,
+                                  **_unset_in(url, {**DEAD_PEER_DETECTION, "connect_timeout": connect_timeout})}
         # an unreachable direct server must not hold the dispatcher's wait (and a shutdown) for minutes
-        self._listen_kwargs: dict[str, Any] = (
-            {} if "connect_timeout" in self.direct_url else {"connect_timeout": connect_timeout})
+        self._listen_kwargs: dict[str, Any] = _unset_in(
+            self.direct_url, {**DEAD_PEER_DETECTION, "connect_timeout": connect_timeout})
         self.pool = ConnectionPool(
             url, min_size=min_size, max_size=max_size, timeout=timeout, open=True, kwargs=kwargs,
             reconnect_timeout=reconnect_timeout, name="settlekit",
