@@ -173,3 +173,15 @@ def test_openapi_declares_the_request_id_and_ratelimit_headers(sqlite_db: Databa
     created = spec["paths"]["/v1/jobs"]["post"]["responses"]["201"]["headers"]
     assert created["RateLimit-Remaining"] == {"$ref": "#/components/headers/RateLimit-Remaining"}
     assert set(spec["paths"]["/healthz"]["get"]["responses"]["200"]["headers"]) == {"X-Request-Id"}
+
+
+def test_httpx_request_lines_are_not_logged_at_info(json_log: io.StringIO) -> None:
+    """httpx logs each request with its full URL at info (a webhook URL may carry credentials): only its
+    warnings come out; reset_logging gives httpx its level back."""
+    logging.getLogger("httpx").info('HTTP Request: POST https://hooks.example/x?token=s3cret "HTTP/1.1 200 OK"')
+    logging.getLogger("httpx").warning("httpx warning")
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    assert [line["event"] for line in lines if line["logger"] == "httpx"] == ["httpx warning"]
+    assert "s3cret" not in json_log.getvalue()
+    reset_logging()
+    assert logging.getLogger("httpx").level == logging.NOTSET

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -321,6 +322,37 @@ def test_worker_delivers_retries_and_fails_to_dlq(db: Database, rx: FaultyReceiv
     assert run(one_pass(make_worker(db, arts, clock))).delivered == 1
     assert deliveries(db, state="delivered")[-1].message_id == dead.message_id
     assert rx.received[dead.message_id]["artifactId"] == "cert_c_evt_1"
+
+
+def test_worker_logs_each_failed_attempt_without_the_url(db: Database, rx: FaultyReceiver, secret_file: str,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A retried attempt is an info line, a given-up delivery a warning, a success only a debug line; none names
+    the destination's URL (it may carry credentials)."""
+    arts, clock = Artifacts(), Clock()
+    add_destination(db, f"{rx.url}?token=s3cret", secret_file)
+    enqueue(db, arts, artifact("a", 1))
+    rx.inject(500, count=2)
+    worker = make_worker(db, arts, clock, retry=RetryPolicy(base=2, cap=60, max_attempts=2, jitter="none"))
+
+    async def scenario() -> None:
+        async with worker:
+            await worker.run_once()
+            clock.advance(5)
+            await worker.run_once()
+
+    with caplog.at_level(logging.DEBUG, logger="settlekit.delivery"):
+        run(scenario())
+    lines = [r for r in caplog.records if r.getMessage() == "delivery attempt"]
+    assert [(r.levelno, r.attempt, r.outcome, r.httpStatus, r.reason) for r in lines] == [  # type: ignore[attr-defined]
+        (logging.INFO, 1, "retried", 500, "non_2xx"), (logging.WARNING, 2, "failed", 500, "non_2xx")]
+    assert lines[0].retryInSeconds == 2  # type: ignore[attr-defined]
+    assert "s3cret" not in caplog.text and all("s3cret" not in str(vars(r)) for r in caplog.records)
+
+    caplog.clear()
+    enqueue(db, arts, artifact("b", 1), now=clock.now)
+    with caplog.at_level(logging.INFO, logger="settlekit.delivery"):
+        assert run(one_pass(make_worker(db, arts, clock))).delivered == 1
+    assert not [r for r in caplog.records if r.getMessage() == "delivery attempt"]
 
 
 def test_worker_honours_retry_after(db: Database, rx: FaultyReceiver, secret_file: str) -> None:

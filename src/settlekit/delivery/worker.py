@@ -324,6 +324,7 @@ class DeliveryWorker:
                 d: store.Delivery = out.tag
                 dec = self._record_attempt(tx, d, out)
                 ok, outcome = self._apply_decision(tx, d, out, dec, now, result, disabled_reasons)
+                _log_attempt(d, out, dec, outcome if ok else m.LEASE_LOST)
                 result.lease_lost += not ok
                 counted.append((d.destination_id, outcome if ok else m.LEASE_LOST, dec.reason))
                 if i == 0:
@@ -498,6 +499,23 @@ class DeliveryWorker:
             result.released = released
             result.claimed += len(unsent)
         return result
+
+
+def _log_attempt(d: store.Delivery, out: Outcome, dec: Decision, outcome: str) -> None:
+    """One log line per attempt (never the URL, which may carry credentials): a failure at info (warning when
+    the delivery is given up), a success at debug (deliveries are counted in the metrics and kept in the
+    attempt log)."""
+    level = logging.DEBUG if dec.kind == "delivered" else logging.INFO if dec.kind == "retry" else logging.WARNING
+    if not log.isEnabledFor(level):
+        return
+    fields = {"tenantId": d.tenant_id, "destinationId": d.destination_id, "deliveryId": d.id,
+              "attempt": d.attempts + 1, "outcome": outcome, "httpStatus": out.status,
+              "durationMs": out.duration_ms}
+    if dec.kind != "delivered":
+        fields["reason"] = dec.reason
+    if dec.delay is not None:
+        fields["retryInSeconds"] = round(dec.delay, 3)
+    log.log(level, "delivery attempt", extra=fields)
 
 
 def _local_failure(d: store.Delivery, reason: str, message: str, now: datetime) -> Outcome:

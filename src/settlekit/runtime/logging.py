@@ -87,6 +87,10 @@ def configure_logging(level: str | int = "INFO", *, stream: IO[str] | None = Non
     reset_logging()
     root.addHandler(handler)
     root.setLevel(number)
+    # httpx logs every request with its full URL at info: a webhook URL may carry credentials in its query, and
+    # the delivery worker logs its attempts itself (without the URL)
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(number, logging.WARNING))
     # uvicorn's loggers keep no handlers of their own: their records come out here as JSON too
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
@@ -96,6 +100,8 @@ def configure_logging(level: str | int = "INFO", *, stream: IO[str] | None = Non
 
 def reset_logging() -> None:
     """Remove the JSON handler `configure_logging` installed (if any)."""
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.NOTSET)
     root = logging.getLogger()
     for existing in list(root.handlers):
         if existing.get_name() == _HANDLER_NAME:
