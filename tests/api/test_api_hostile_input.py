@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute
 
 from settlekit.delivery.signing import decode_secret, generate_secret, sign_standard
 from settlekit.store.db import Database, connect
-from support.api import TENANT_A, client, key_for, make_app
+from support.api import TENANT_A, client, key_for, make_app, tenant_rows
 
 PROBLEM = "application/problem+json"
 BIG = 99999999999999999999  # above int64
@@ -271,3 +271,41 @@ def test_keep_alive_connection_survives_bad_input(db_url: str) -> None:
         server.should_exit = True
         thread.join(30)
         db.close()
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("id", 5), ("id", {"a": 1}), ("id", ["x"]), ("id", True), ("id", "has space"), ("id", "x" * 201),
+    ("id", "ab" * 4000),  # a unique index entry PostgreSQL cannot hold
+    ("at", 5), ("at", {"a": 1}), ("at", "not a date"), ("at", "2026-01-01T00:00:00"), ("at", "x" * 10_000),
+])
+def test_a_server_drafts_own_id_and_at_follow_the_envelope_rules(env: tuple[Database, Any, Any, str], field: str,
+                                                                   value: Any) -> None:
+    """A server draft may bring its own `id` and `at` (a recorded event sent again as a draft); they obey the rules
+    of a client-finalized envelope (an id of 1..200 characters without whitespace, an ISO-8601 instant with a time
+    zone): 400 SCHEMA_INVALID naming the field, nothing written, on both append routes."""
+    db, api, _, head = env
+    quote = {"type": "QUOTE_PROPOSED", "actor": {"type": "pricing", "id": "p"},
+             "payload": {"amountCents": 1, "currency": "USD"}, field: value}
+    before = tenant_rows(db, TENANT_A)
+    r = api.post("/v1/jobs/job_1/events", json=quote, headers={"x-expected-prev-chain-hash": head})
+    assert _problem(r, 400, "SCHEMA_INVALID")["details"]["field"] == field
+    created = {"type": "JOB_CREATED", "actor": {"type": "system", "id": "s"},
+               "payload": {"templateId": "reset_lite"}, field: value}
+    r = api.post("/v1/jobs/job_2/events", json=created, headers={"x-expected-prev-chain-hash": "null"})
+    assert _problem(r, 400, "SCHEMA_INVALID")["details"]["field"] == field
+    assert tenant_rows(db, TENANT_A) == before
+
+
+def test_a_server_draft_cannot_be_dated_in_the_future(env: tuple[Database, Any, Any, str]) -> None:
+    """The five-minute rule of client-finalized events holds for a draft's own `at` too: the server would sign it."""
+    db, api, _, head = env
+    quote = {"type": "QUOTE_PROPOSED", "actor": {"type": "pricing", "id": "p"},
+             "payload": {"amountCents": 1, "currency": "USD"}, "at": "2999-01-01T00:00:00.000Z"}
+    before = tenant_rows(db, TENANT_A)
+    r = api.post("/v1/jobs/job_1/events", json=quote, headers={"x-expected-prev-chain-hash": head})
+    _problem(r, 400, "FUTURE_TIMESTAMP")
+    assert tenant_rows(db, TENANT_A) == before
+    own = {**quote, "id": "evt_own_1", "at": "2026-01-05T10:00:00.000Z"}
+    r = api.post("/v1/jobs/job_1/events", json=own, headers={"x-expected-prev-chain-hash": head})
+    assert r.status_code == 201, r.text
+    assert r.json()["events"][0]["id"] == "evt_own_1" and r.json()["events"][0]["at"] == own["at"]

@@ -42,6 +42,7 @@ from settlekit.events.envelope import (
     check_envelope_shape,
     compute_payload_hash,
     finalize_with_text,
+    is_event_id,
     load_public_key,
     make_draft,
     now_iso,
@@ -425,8 +426,18 @@ class Appender:
                 or not all(isinstance(actor[k], str) and actor[k] for k in ("type", "id"))):
             raise ValidationError(f"event {index}: actor must be {{type, id}} with non-empty strings",
                                   code="SCHEMA_INVALID", index=index)
+        own_id, own_at = item.get("id"), item.get("at")
+        # a draft may bring its own id and at (a recorded event sent again): they obey the envelope's rules
+        if own_id is not None and not is_event_id(own_id):
+            raise ValidationError(f"event {index}: id must be 1..200 characters without whitespace",
+                                  code="SCHEMA_INVALID", index=index, field="id")
+        if own_at is not None:
+            if not isinstance(own_at, str):
+                raise ValidationError(f"event {index}: at must be an ISO-8601 instant with a time zone",
+                                      code="SCHEMA_INVALID", index=index, field="at")
+            check_not_in_future(own_at, self.clock(), index)
         return make_draft(stream_id=stream_id, type=etype, actor=actor, payload=item.get("payload"),
-                          at=item.get("at") or at, id=item.get("id"))
+                          at=own_at or at, id=own_id)
 
     def _check_size(self, event: Mapping[str, Any], index: int) -> None:
         try:

@@ -119,7 +119,8 @@ def _parse_at(at: str, index: int) -> datetime:
         parsed = datetime.fromisoformat(at)
     except ValueError as exc:
         raise ValidationError(f"event {index}: at {at!r} is not an ISO-8601 instant", code="SCHEMA_INVALID",
-                              index=index) from exc
+                              index=index, field="at") from exc
     if parsed.tzinfo is None:
-        raise ValidationError(f"event {index}: at {at!r} has no time zone", code="SCHEMA_INVALID", index=index)
+        raise ValidationError(f"event {index}: at {at!r} has no time zone", code="SCHEMA_INVALID", index=index,
+                              field="at")
     return parsed

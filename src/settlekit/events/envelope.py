@@ -237,6 +237,11 @@ def _is_str(v: Any) -> bool:
     return type(v) is str
 
 
+def is_event_id(value: Any) -> bool:
+    """An event id: a string of 1..200 characters without whitespace."""
+    return _is_str(value) and 1 <= len(value) <= 200 and not _NO_WS.search(value)
+
+
 def check_envelope_shape(event: Any, index: int | None = None) -> None:
     """Types and required fields of a finalized envelope. Raises SCHEMA_INVALID naming the field."""
     where = f"event[{index}]" if index is not None else "event"
@@ -254,7 +259,7 @@ def check_envelope_shape(event: Any, index: int | None = None) -> None:
             raise bad(field, "is required")
     if type(event["v"]) is not int:
         raise bad("v", "must be an integer")
-    if not _is_str(event["id"]) or not 1 <= len(event["id"]) <= 200 or _NO_WS.search(event["id"]):
+    if not is_event_id(event["id"]):
         raise bad("id", "must be 1..200 characters without whitespace")
     for field in ("at", "streamId", "type"):
         if not _is_str(event[field]) or not event[field]:
