@@ -6,6 +6,7 @@ malformed and unpadded webhook secrets."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import socket
 import threading
@@ -144,6 +145,34 @@ def test_nul_in_every_path_segment_and_query_parameter(env: tuple[Database, Any,
             _problem(api.request(method, path, params={query: "a\x00b"}), 400, "INPUT_INVALID")
             checked += 1
     assert checked >= 40
+
+
+# incompressible, as PostgreSQL would store them compressed otherwise
+NOISE = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(50))
+
+
+@pytest.mark.parametrize("segment", [NOISE, "%C3%A9" * 300 + NOISE[:600]])
+def test_very_long_path_parameters(env: tuple[Database, Any, Any, str], segment: str) -> None:
+    """Every path parameter far beyond any id's length, with an Idempotency-Key on writes (the key's row holds the
+    path; PostgreSQL cannot index one that long): a 4xx problem on every route, nothing written."""
+    db, api, operator, _ = env
+    before = tenant_rows(db, TENANT_A)
+    checked = 0
+    for n, (method, template, _queries) in enumerate(_routes(api.app)):
+        names = [p for p in template.split("/") if p.startswith("{")]
+        for name in names:
+            if name in ("{delivery_id}", "{month}"):
+                continue  # typed: an integer, a YYYY-MM
+            path = template.replace(name, segment)
+            for other in names:
+                path = path.replace(other, "2026-01" if other == "{month}" else "1")
+            caller = operator if template.startswith("/v1/ops/") else api
+            r = caller.request(method, path, json={}, headers={"idempotency-key": f"long-{n}-{name}"})
+            assert 400 <= r.status_code < 500, f"{method} {template}: {r.status_code} {r.text[:200]}"
+            assert r.headers["content-type"] == PROBLEM
+            checked += 1
+    assert checked >= 25
+    assert tenant_rows(db, TENANT_A) == before
 
 
 def test_nul_in_cursors_and_headers(env: tuple[Database, Any, Any, str]) -> None:

@@ -30,6 +30,12 @@ from settlekit.store.streams import StreamHead
 MAX_INT64 = 2**63 - 1
 IdPath = Annotated[int, Path(ge=0, le=MAX_INT64)]
 PositionQuery = Annotated[int, Query(ge=0, le=MAX_INT64)]
+# Text ids in a path are bounded like the ids they name (job, account, signer key and consumer names: 1..200
+# characters; destinations 1..64; artifact ids join a job id and an event id): a longer one is 400 SCHEMA_INVALID,
+# and every write's idempotency record, which holds the path, stays within what the backends index.
+TextIdPath = Annotated[str, Path(min_length=1, max_length=200)]
+DestinationIdPath = Annotated[str, Path(min_length=1, max_length=64)]
+ArtifactIdPath = Annotated[str, Path(min_length=1, max_length=500)]
 MAX_PAGE = 500  # the largest `limit` of a paged listing
 AUTH_THREADS = 8  # see ApiContext.auth_threads
 # requests the auth threads hold at most, running or queued (one more: 503 OVERLOADED at once); the group

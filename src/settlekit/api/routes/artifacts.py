@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import MAX_PAGE, context, job_head, require
+from settlekit.api.deps import MAX_PAGE, ArtifactIdPath, TextIdPath, context, job_head, require
 from settlekit.api.openapi import problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Artifact, ArtifactList
@@ -27,7 +27,7 @@ def _artifact_summary(a: Any) -> dict[str, Any]:
 
 @router.get("/jobs/{job_id}/artifacts", summary="A job's artifacts in stream order", response_model=ArtifactList,
             responses=problems("JOB_NOT_FOUND", "CURSOR_INVALID", "ARTIFACT_TYPE_UNKNOWN"))
-def list_artifacts(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
+def list_artifacts(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read"),
                    type: Annotated[str | None, Query(max_length=64, json_schema_extra=_TYPE_NAMES)] = None,
                    sourceEventId: Annotated[str | None, Query(max_length=200)] = None,
                    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
@@ -43,7 +43,7 @@ def list_artifacts(job_id: str, request: Request, key: ApiKey = require("jobs:re
 
 @router.get("/jobs/{job_id}/artifacts/effective", summary="The effective artifact of a type for a job",
             response_model=Artifact, responses=problems("JOB_NOT_FOUND", "ARTIFACT_NOT_FOUND", "ARTIFACT_TYPE_UNKNOWN"))
-def effective_artifact(job_id: str, request: Request,
+def effective_artifact(job_id: TextIdPath, request: Request,
                        type: Annotated[str, Query(max_length=64, json_schema_extra=_TYPE_NAMES)],
                        key: ApiKey = require("jobs:read")) -> JsonResponse:
     ctx = context(request)
@@ -58,7 +58,7 @@ def effective_artifact(job_id: str, request: Request,
 
 @router.get("/artifacts/{artifact_id}", summary="One artifact document", response_model=Artifact,
             responses=problems("ARTIFACT_NOT_FOUND"))
-def get_artifact(artifact_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+def get_artifact(artifact_id: ArtifactIdPath, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
     ctx = context(request)
     with ctx.db.read() as tx:
         found = ctx.artifacts.get(tx, key.tenant_id, artifact_id)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from settlekit import dispatch
 from settlekit.api import idempotency, schemas
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import MAX_INT64, context, require
+from settlekit.api.deps import MAX_INT64, TextIdPath, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Consumers, DeadLetters, Skipped
@@ -41,7 +41,7 @@ def list_consumers(request: Request, key: ApiKey = require("admin", operator=Tru
 
 @router.get("/ops/consumers/{name}", summary="One consumer's state", response_model=schemas.ConsumerState,
             responses=problems("OPERATOR_TENANT_REQUIRED", "CONSUMER_NOT_FOUND"))
-def consumer_status(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+def consumer_status(name: TextIdPath, request: Request, key: ApiKey = require("admin", operator=True),
                     instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
     return JsonResponse(dispatch.require_state(context(request).db, name, instanceId).to_json())
 
@@ -50,7 +50,7 @@ def _state_change(verb: str, summary: str, change: Callable[[Database, str, str]
                   refusals: tuple[str, ...]) -> None:
     """Route `POST /ops/consumers/{name}/<verb>`: `change` the consumer (idempotent by key), answer its state."""
 
-    def endpoint(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+    def endpoint(name: TextIdPath, request: Request, key: ApiKey = require("admin", operator=True),
                  instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
         db = context(request).db
         return idempotency.write(request, key, {"instanceId": instanceId},
@@ -68,7 +68,7 @@ _state_change("enable", "Enable a disabled consumer", dispatch.enable_consumer, 
 
 @router.post("/ops/consumers/{name}/skip", summary="Skip the event blocking a consumer (dead-lettered)",
              response_model=Skipped, responses=problems(*_CONSUMER_CODES), openapi_extra=IDEMPOTENT)
-def skip_consumer(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+def skip_consumer(name: TextIdPath, request: Request, key: ApiKey = require("admin", operator=True),
                   instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
     db = context(request).db
 
@@ -82,7 +82,7 @@ def skip_consumer(name: str, request: Request, key: ApiKey = require("admin", op
 @router.post("/ops/consumers/{name}/reset", summary="Move a consumer's cursor (0 = replay all, 'now')",
              response_model=schemas.ConsumerState, openapi_extra=IDEMPOTENT,
              responses=problems(*_CONSUMER_CODES, "CONSUMER_RESET_INVALID"))
-def reset_consumer(name: str, body: ResetIn, request: Request, key: ApiKey = require("admin", operator=True),
+def reset_consumer(name: TextIdPath, body: ResetIn, request: Request, key: ApiKey = require("admin", operator=True),
                    instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
     db = context(request).db
     return idempotency.write(request, key, {"instanceId": instanceId, "to": body.to},
@@ -91,7 +91,7 @@ def reset_consumer(name: str, body: ResetIn, request: Request, key: ApiKey = req
 
 @router.get("/ops/consumers/{name}/dead-letters", summary="A consumer's dead letters", response_model=DeadLetters,
             responses=problems("OPERATOR_TENANT_REQUIRED", "CONSUMER_NOT_FOUND"))
-def dead_letters(name: str, request: Request, key: ApiKey = require("admin", operator=True),
+def dead_letters(name: TextIdPath, request: Request, key: ApiKey = require("admin", operator=True),
                  instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
     db = context(request).db
     dispatch.require_state(db, name, instanceId)

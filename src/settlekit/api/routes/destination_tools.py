@@ -11,7 +11,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import context, require
+from settlekit.api.deps import DestinationIdPath, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.delivery import recovery
@@ -95,7 +95,7 @@ class StatsOut(BaseModel):
                          "back to pending, due now: new attempts (the attempt log numbers on), the same "
                          "webhook-id. Pending ones are left as they are. Idempotent by Idempotency-Key.",
              response_model=ReplayOut, responses=_PROBLEMS, openapi_extra=IDEMPOTENT)
-def replay_destination(destination_id: str, body: ReplayIn, request: Request,
+def replay_destination(destination_id: DestinationIdPath, body: ReplayIn, request: Request,
                        key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 
@@ -112,7 +112,8 @@ def replay_destination(destination_id: str, body: ReplayIn, request: Request,
                          "are, through the SSRF guard, sent whether the destination is active or disabled; the "
                          "answer says how it went. Nothing is queued or stored; a repeat sends another.",
              response_model=TestSendOut, responses=_PROBLEMS)
-async def test_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+async def test_destination(destination_id: DestinationIdPath, request: Request,
+                           key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
     sent = await recovery.send_test(ctx.db, key.tenant_id, destination_id, policy=ctx.destination_policy,
                                     sender=SenderConfig(timeout=TEST_TIMEOUT, connect_timeout=5.0))
@@ -123,7 +124,7 @@ async def test_destination(destination_id: str, request: Request, key: ApiKey = 
             description="Over [since, until) (default: the last 24 hours): attempts, success rate, latency "
                         "percentiles, the last error, deliveries per state, and the current failure streak.",
             response_model=StatsOut, responses=_PROBLEMS)
-def destination_stats(destination_id: str, request: Request, key: ApiKey = require("ops"),
+def destination_stats(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops"),
                       since: Annotated[AwareDatetime | None, Query()] = None,
                       until: Annotated[AwareDatetime | None, Query()] = None) -> JsonResponse:
     return JsonResponse(recovery.destination_stats(context(request).db, key.tenant_id, destination_id,

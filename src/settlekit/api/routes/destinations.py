@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import context, require
+from settlekit.api.deps import DestinationIdPath, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Destination, DestinationRequeued, Destinations, EnabledDestination
@@ -130,14 +130,14 @@ def list_destinations(request: Request, key: ApiKey = require("ops")) -> JsonRes
 
 @router.get("/destinations/{destination_id}", summary="One destination", response_model=Destination,
             responses=problems("NOT_FOUND"))
-def get_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+def get_destination(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     return JsonResponse(_destination_json(delivery.get_destination(context(request).db, key.tenant_id,
                                                                    destination_id)))
 
 
 @router.patch("/destinations/{destination_id}", summary="Update a destination (omitted fields are kept)",
               response_model=Destination, responses=problems("NOT_FOUND", *_CHECKS), openapi_extra=IDEMPOTENT)
-def update_destination(destination_id: str, body: DestinationUpdate, request: Request,
+def update_destination(destination_id: DestinationIdPath, body: DestinationUpdate, request: Request,
                        key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 
@@ -164,7 +164,7 @@ def update_destination(destination_id: str, body: DestinationUpdate, request: Re
 
 @router.post("/destinations/{destination_id}/disable", summary="Disable a destination", response_model=Destination,
              responses=problems("NOT_FOUND"), openapi_extra=IDEMPOTENT)
-def disable_destination(destination_id: str, request: Request, body: DisableIn | None = None,
+def disable_destination(destination_id: DestinationIdPath, request: Request, body: DisableIn | None = None,
                         key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
     reason = body.reason if body is not None else "operator"
@@ -188,7 +188,7 @@ class EnableIn(BaseModel):
                          "that have no delivery to it (`missing`, `since`). With `{\"backfill\": true}` those "
                          "deliveries are created and the delivery its 410 failed is requeued (`created`, "
                          "`requeued`); otherwise `POST /v1/deliveries/requeue` with `since` does it later.")
-def enable_destination(destination_id: str, request: Request, body: EnableIn | None = None,
+def enable_destination(destination_id: DestinationIdPath, request: Request, body: EnableIn | None = None,
                        key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
     backfill = body.backfill if body is not None else False
@@ -204,7 +204,8 @@ def enable_destination(destination_id: str, request: Request, body: EnableIn | N
 
 @router.post("/destinations/{destination_id}/requeue", summary="Requeue a destination's failed deliveries",
              response_model=DestinationRequeued, responses=problems("NOT_FOUND"), openapi_extra=IDEMPOTENT)
-def requeue_destination(destination_id: str, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+def requeue_destination(destination_id: DestinationIdPath, request: Request,
+                        key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 
     def action() -> tuple[int, Any]:

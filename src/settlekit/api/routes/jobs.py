@@ -23,6 +23,7 @@ from settlekit.api.deps import (
     MAX_PAGE,
     ApiContext,
     PositionQuery,
+    TextIdPath,
     context,
     idempotency_key,
     job_head,
@@ -219,7 +220,7 @@ _EVENTS_BODY = {
              response_model=Appended,
              responses={200: ALREADY_THERE, **problems("JOB_NOT_FOUND", "PRECONDITION_REQUIRED", *APPEND_CODES)},
              openapi_extra={**_EVENTS_BODY, **request_headers(*IDEMPOTENCY_HEADERS, *CHAIN_HEADERS)})
-async def append_events(job_id: str, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
+async def append_events(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
     raw = await request.body()
     ctx = context(request)
     return await _measured(ctx, _append_events(ctx, job_id, request, key, raw))
@@ -361,7 +362,7 @@ def _decode_cursor(cursor: str) -> str:
 
 
 @router.get("/jobs/{job_id}", summary="A job's snapshot", response_model=JobView, responses=problems("JOB_NOT_FOUND"))
-def get_job(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+def get_job(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
     head, state = job_head(context(request), key.tenant_id, job_id)
     snap = state.get("snapshot") if isinstance(state, dict) else None
     return JsonResponse({"jobId": job_id, "version": head.seq, "headChainHash": head.chain_hash, "job": snap})
@@ -369,7 +370,7 @@ def get_job(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -
 
 @router.get("/jobs/{job_id}/events", summary="A job's events, optionally through a chain hash",
             response_model=JobEvents, responses=problems("JOB_NOT_FOUND", "ATCHAINHASH_NOT_FOUND"))
-def get_events(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
+def get_events(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read"),
                throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
                afterSeq: PositionQuery = 0) -> JsonResponse:
     ctx = context(request)
@@ -382,7 +383,7 @@ def get_events(job_id: str, request: Request, key: ApiKey = require("jobs:read")
 @router.get("/jobs/{job_id}/export", summary="A job's stream in the offline verifier's format (JSON array)",
             response_model=EventExport,
             responses={200: _ATTACHMENT, **problems("JOB_NOT_FOUND", "ATCHAINHASH_NOT_FOUND")})
-def export_job(job_id: str, request: Request, key: ApiKey = require("jobs:read"),
+def export_job(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read"),
                throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None) -> JsonResponse:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)

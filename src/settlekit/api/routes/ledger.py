@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import MAX_INT64, MAX_PAGE, context, job_head, require
+from settlekit.api.deps import MAX_INT64, MAX_PAGE, TextIdPath, context, job_head, require
 from settlekit.api.openapi import problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Allocations, LedgerEntries
@@ -79,7 +79,7 @@ def balances(request: Request, key: ApiKey = require("jobs:read"),
 
 @router.get("/ledger/accounts/{account_id}/postings", summary="An account's postings in ledger order (keyset pages)",
             response_model=AccountPostings, responses=problems("CURSOR_INVALID", "LEDGER_ACCOUNT_NOT_FOUND"))
-def account_postings(account_id: str, request: Request, key: ApiKey = require("jobs:read"),
+def account_postings(account_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read"),
                      party: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
                      limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
                      cursor: Annotated[str | None, Query(max_length=800)] = None) -> JsonResponse:
@@ -101,7 +101,7 @@ def account_postings(account_id: str, request: Request, key: ApiKey = require("j
 
 @router.get("/jobs/{job_id}/ledger/entries", summary="Journal entries of a job", response_model=LedgerEntries,
             responses=problems("JOB_NOT_FOUND"))
-def ledger_entries(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+def ledger_entries(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
     return JsonResponse({"jobId": job_id, "entries": ledger_rows.entries_for_job(ctx.db, key.tenant_id, job_id)})
@@ -109,7 +109,7 @@ def ledger_entries(job_id: str, request: Request, key: ApiKey = require("jobs:re
 
 @router.get("/jobs/{job_id}/ledger/allocations", summary="Party allocations of a job", response_model=Allocations,
             responses=problems("JOB_NOT_FOUND"))
-def ledger_allocations(job_id: str, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+def ledger_allocations(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
     return JsonResponse({"jobId": job_id,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import ApiContext, context, require
+from settlekit.api.deps import ApiContext, TextIdPath, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Rotated, SignerKey, SignerKeys
@@ -63,7 +63,7 @@ def list_keys(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
 @router.post("/keys/{key_id}/rotate", summary="Mark a key rotated (optionally registering its successor)",
              response_model=Rotated, openapi_extra=IDEMPOTENT,
              responses=problems("SIGNER_KEY_NOT_FOUND", "SIGNER_KEY_INVALID", "SIGNER_KEY_CONFLICT"))
-def rotate_key(key_id: str, request: Request, body: RotateIn | None = None,
+def rotate_key(key_id: TextIdPath, request: Request, body: RotateIn | None = None,
                key: ApiKey = require("admin")) -> JsonResponse:
     ctx = context(request)
     new_pem = body.publicKeyPem if body is not None else None
@@ -83,7 +83,7 @@ def rotate_key(key_id: str, request: Request, body: RotateIn | None = None,
 
 @router.post("/keys/{key_id}/revoke", summary="Revoke a signer key", response_model=SignerKey,
              responses=problems("SIGNER_KEY_NOT_FOUND"), openapi_extra=IDEMPOTENT)
-def revoke_key(key_id: str, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
+def revoke_key(key_id: TextIdPath, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
     ctx = context(request)
 
     def action() -> tuple[int, Any]:
