@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 from fastapi.routing import APIRoute
 
+from conftest import load_differential
 from settlekit.delivery.signing import decode_secret, generate_secret, sign_standard
+from settlekit.dispatch import Dispatcher
+from settlekit.projections.artifacts import artifacts_consumer
 from settlekit.store.db import Database, connect
 from support.api import TENANT_A, client, key_for, make_app, tenant_rows
 
@@ -338,3 +341,37 @@ def test_a_server_draft_cannot_be_dated_in_the_future(env: tuple[Database, Any, 
     r = api.post("/v1/jobs/job_1/events", json=own, headers={"x-expected-prev-chain-hash": head})
     assert r.status_code == 201, r.text
     assert r.json()["events"][0]["id"] == "evt_own_1" and r.json()["events"][0]["at"] == own["at"]
+
+
+@pytest.mark.parametrize(("length", "status"), [(201, 400), (200, 201)])
+def test_a_credit_id_is_bounded_like_the_artifact_id_it_names(db: Database, length: int, status: int) -> None:
+    """SLA_CREDIT_ISSUED's creditId names its CreditMemo (`credit_<jobId>_<creditId>`), stored under a unique index
+    that every tenant's artifacts share one consumer for: one over 200 characters is refused at the append (400
+    SCHEMA_INVALID, nothing written) instead of stopping the artifact consumer for everyone on PostgreSQL; one of
+    200 is stored and its memo built."""
+    stream = load_differential("d062_sla")
+    app = make_app(db)
+    api = client(app, key_for(db, TENANT_A), raise_server_exceptions=False)
+    for signer in stream["signers"]:
+        assert api.post("/v1/keys", json={"publicKeyPem": signer["publicKeyPem"],
+                                          "purpose": signer["role"]}).status_code == 201
+    events = stream["events"]
+    job_id = events[0]["streamId"]
+    at = [e["type"] for e in events].index("SLA_CREDIT_ISSUED")
+    for event in events[:at]:
+        assert api.post(f"/v1/jobs/{job_id}/events", json=event).status_code == 201
+    credit = events[at]
+    credit_id = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(4))[:length]
+    draft = {"type": credit["type"], "actor": credit["actor"], "at": credit["at"],
+             "payload": {**credit["payload"], "creditId": credit_id}}
+    head = api.get(f"/v1/jobs/{job_id}").json()["headChainHash"]
+    before = tenant_rows(db, TENANT_A)
+    r = api.post(f"/v1/jobs/{job_id}/events", json=draft, headers={"x-expected-prev-chain-hash": head})
+    assert r.status_code == status, r.text
+    if status == 400:
+        assert _problem(r, 400, "SCHEMA_INVALID")["details"]["field"] == "creditId"
+        assert tenant_rows(db, TENANT_A) == before
+        return
+    Dispatcher(db, [artifacts_consumer()], listen=False).drain(30)
+    memo = api.get(f"/v1/artifacts/credit_{job_id}_{credit_id}")
+    assert memo.status_code == 200 and memo.json()["artifactType"] == "CreditMemo.v1", memo.text

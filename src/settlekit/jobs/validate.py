@@ -26,6 +26,7 @@ ENVIRONMENT_TIERS: Final = frozenset(
 )
 PROOF_STATUSES: Final = frozenset({"PASS", "FAIL", "INSUFFICIENT_EVIDENCE"})
 _HEX = frozenset("0123456789abcdef")
+MAX_ID_LENGTH: Final = 200  # an id that becomes part of another id (an artifact's), as event and job ids
 
 Payload = Mapping[str, Any]
 Validator = Callable[[str, Payload, Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]], None]
@@ -317,7 +318,8 @@ def _sla_breach(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], 
 
 
 def _sla_credit(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
-    _str(t, p, "creditId")
+    if len(_str(t, p, "creditId")) > MAX_ID_LENGTH:  # it names the CreditMemo: credit_<jobId>_<creditId>
+        raise PayloadInvalid(t, "creditId", f"must be at most {MAX_ID_LENGTH} characters")
     _cents(t, p, "amountCents", positive=True)
     _currency(t, p)
     if "issuedAt" in p:  # absent: the event's own time (README, deliberate differences)
