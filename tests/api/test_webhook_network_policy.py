@@ -113,3 +113,16 @@ def test_settings_are_read_from_the_environment_and_reach_api_and_worker(
     monkeypatch.delenv("SETTLEKIT_ALLOWED_WEBHOOK_NETWORKS")
     default = Settings(db_url=db.url)
     assert default.allow_private_webhooks is False and default.allowed_webhook_networks == ()
+
+
+@pytest.mark.parametrize("url", ["https://xn--a/", "https://xn--127-0.0.1/", "https://xn--/x", "https://a..b/",
+                                 "https://.../", "https://" + "a" * 64 + ".example/", "https://xn--zz-.example/"])
+def test_a_host_no_resolver_can_encode_is_refused_as_a_url(db: Database, url: str) -> None:
+    """A host that is not a valid IDNA name (a bad `xn--` label, an empty or over-long label) is refused like
+    any URL the guard cannot vet: 400 DESTINATION_URL_FORBIDDEN on create and update, nothing saved."""
+    api = _api(db)
+    assert _refused(_save(api, 0, url, False))
+    assert _save(api, 1, "http://93.184.215.14/h", False).status_code == 201
+    r = api.patch("/v1/destinations/d1", json={"url": url})
+    assert _refused(r), r.text
+    assert api.get("/v1/destinations/d1").json()["url"] == "http://93.184.215.14/h"

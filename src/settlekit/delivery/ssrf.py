@@ -227,6 +227,7 @@ def check_url(url: str, policy: SsrfPolicy) -> ParsedDestination:
     """
     try:
         u = httpx.URL(url)
+        host = u.host  # decodes an `xn--` label: a bad one raises here (idna.IDNAError is a ValueError)
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
         raise _forbidden("destination URL is not valid", url) from exc
     scheme = u.scheme
@@ -236,7 +237,6 @@ def check_url(url: str, policy: SsrfPolicy) -> ParsedDestination:
         raise _forbidden("plain http destinations need allow_insecure_http", url, scheme=scheme)
     if u.userinfo:
         raise _forbidden("destination URL must not contain userinfo", url)
-    host = u.host
     if not host:
         raise _forbidden("destination URL has no host", url)
     port = u.port or (443 if scheme == "https" else 80)
@@ -281,7 +281,7 @@ def system_resolve(host: str, port: int) -> list[str]:
         return [host]
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
+    except (socket.gaierror, UnicodeError) as exc:  # UnicodeError: a label the resolver cannot encode (empty, long)
         raise _forbidden(f"cannot resolve host {host!r}", host, host=host, error=str(exc)) from exc
     return _addresses_from_getaddrinfo(infos)
 
@@ -383,7 +383,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
             addresses = await asyncio.wait_for(self._resolve(host, port), timeout)
         except TimeoutError as exc:
             raise httpcore.ConnectTimeout(f"resolving {host} timed out") from exc
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
         vetted = _check_all(f"{host}:{port}", host, addresses, self.policy)
         last: Exception | None = None
