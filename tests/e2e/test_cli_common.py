@@ -57,3 +57,24 @@ def test_the_db_setting_is_the_default_of_db(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("SETTLEKIT_DB", f"sqlite:///{path}")
     assert CliRunner().invoke(app, ["migrate"]).exit_code == 0
     assert path.is_file()
+
+
+@pytest.mark.parametrize(("tenant", "destination_id"), [("a/../../escaped", "x"), ("..", "x"), ("t", "../../x"),
+                                                        ("t/x", "y"), ("", "x")])
+def test_a_generated_secret_file_stays_in_the_secrets_dir(tmp_path: Path, sqlite_url: str, tenant: str,
+                                                          destination_id: str) -> None:
+    """`destinations add --generate-secret` names its file after the tenant and the destination: a tenant or an id
+    that is not a tenant id or a destination id (a path separator, `..`) is refused (exit 1, SCHEMA_INVALID) before
+    any file is written, and no destination is saved."""
+    runner = CliRunner()
+    assert runner.invoke(app, ["migrate", "--db", sqlite_url]).exit_code == 0
+    secrets = tmp_path / "deep" / "sec"
+    before = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    r = runner.invoke(app, ["deliveries", "destinations", "add", "--db", sqlite_url, "--tenant", tenant,
+                            "--id", destination_id, "--url", "http://127.0.0.1:9/", "--generate-secret",
+                            "--secret-dir", str(secrets), "--allow-loopback", "--allow-insecure-http"])
+    assert r.exit_code == 1 and "SCHEMA_INVALID" in r.output, r.output
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == before
+    listed = runner.invoke(app, ["deliveries", "destinations", "list", "--db", sqlite_url, "--tenant", tenant,
+                                 "--json"])
+    assert json.loads(listed.stdout) == []

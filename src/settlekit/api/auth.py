@@ -66,12 +66,18 @@ def _hash_secret(secret: str) -> str:
     return sha256_hex(secret.encode("utf-8"))
 
 
-def create_api_key(db: Database, tenant: str, scopes: Iterable[str] | str, *,
-                   label: str | None = None) -> tuple[str, str]:
-    """Create a key for `tenant`; returns (key_id, the full secret string). The secret is not stored."""
+def check_tenant_id(tenant: object) -> None:
+    """A tenant id an API key can be bound to: 1..200 characters of [A-Za-z0-9._:-], a letter or digit first
+    (SCHEMA_INVALID otherwise)."""
     if not isinstance(tenant, str) or not _TENANT_RE.match(tenant):
         raise ValidationError("tenant must be 1..200 characters of [A-Za-z0-9._:-]", code="SCHEMA_INVALID",
                               field="tenant")
+
+
+def create_api_key(db: Database, tenant: str, scopes: Iterable[str] | str, *,
+                   label: str | None = None) -> tuple[str, str]:
+    """Create a key for `tenant`; returns (key_id, the full secret string). The secret is not stored."""
+    check_tenant_id(tenant)
     scope_set = parse_scopes(scopes)
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)

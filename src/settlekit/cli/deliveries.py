@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from settlekit.api.auth import check_tenant_id
 from settlekit.cli.common import DbOption, JsonOption, TenantOption, print_json, run_with_db, settings_flags
 from settlekit.delivery import service
 from settlekit.delivery.receiver import ReceiverServer
@@ -102,6 +103,9 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
 
 
 def _write_secret(secret_dir: Path, tenant: str, destination_id: str) -> Path:
+    # the file is named after both: each must be an id (no path separator, no `..`) before anything is written
+    check_tenant_id(tenant)
+    service.check_destination_id(destination_id)
     secret_dir.mkdir(parents=True, exist_ok=True)
     path = (secret_dir / f"{tenant}.{destination_id}.whsec").resolve()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

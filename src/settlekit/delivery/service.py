@@ -81,6 +81,11 @@ def _check_id(value: str, field: str) -> None:
         )
 
 
+def check_destination_id(value: str) -> None:
+    """A destination id: 1-64 characters of [A-Za-z0-9._-], a letter or digit first (SCHEMA_INVALID otherwise)."""
+    _check_id(value, "destination_id")
+
+
 def check_secret_value(value: str, signing: str) -> None:
     """A secret sent by value: one line; a valid `whsec_` secret when Standard Webhooks signs with it."""
     if not value or "\n" in value or "\r" in value:
