@@ -4,14 +4,24 @@ allocations from the split plan (never losing a cent); without one the defaults 
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 import threading
 from typing import Any
 
 import pytest
 
+from conftest import VECTORS
 from settlekit.append import job_appender
+from settlekit.events.canonical import canonical_hash, parse_json
 from settlekit.events.envelope import Signer, finalize, make_draft
-from settlekit.ledger import ContractInvalid, compile_contract_policy, contract_hash
+from settlekit.ledger import (
+    ContractInvalid,
+    compile_contract_policy,
+    contract_hash,
+    legacy_contract_hash,
+    normalize_contract_document,
+)
 from settlekit.store import contracts as contracts_store
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.contracts import get_contract, put_contract
@@ -96,8 +106,6 @@ def test_invalid_contract_is_refused(db: Database) -> None:
 
 
 def test_contracts_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import json
-
     from typer.testing import CliRunner
 
     from settlekit.cli import app
@@ -144,3 +152,99 @@ def test_contracts_are_read_off_the_event_loop(db: Database, monkeypatch: pytest
     unregistered = [a for a in ledger_rows.allocations_for_job(db, T, "job_unregistered")
                     if a["accountId"] == "acct_owner_payable"]
     assert len(unregistered) == 1 and unregistered[0]["partyId"].startswith("pty_operator")
+
+
+# --- settld's contract hash (migration 0016): documents re-keyed, old hashes kept as aliases ---
+
+def _as_before_migration_0016(db: Database) -> None:
+    """The schema as it was before migration 0016 (which only added the alias table and moved the keys)."""
+    with db.transaction() as tx:
+        tx.execute("DROP TABLE contract_hash_aliases")
+        tx.execute("DELETE FROM schema_migrations WHERE name = ?", ("0016_contract_hashes",))
+
+
+def _old_hash(document: dict[str, Any]) -> str:
+    """settlekit's hash before 0016 (absent optional keys as null), whose validator took any contractId that
+    Python's strip leaves non-empty."""
+    normalized = normalize_contract_document({**document, "contractId": "ctr_any"})
+    return canonical_hash({**normalized, "contractId": document["contractId"]})
+
+
+def _store_as_before_migration_0016(db: Database, tenant: str, document: dict[str, Any]) -> str:
+    """What put_contract wrote before: the document under settlekit's old hash."""
+    digest = _old_hash(document)
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO contract_documents (tenant_id, contract_hash, contract_id, document_json)"
+                   " VALUES (?, ?, ?, ?)", (tenant, digest, document["contractId"],
+                                            json.dumps(document, ensure_ascii=False, separators=(",", ":"))))
+    return digest
+
+
+def _keys(db: Database) -> set[tuple[str, str]]:
+    with db.read() as tx:
+        return {(r[0], r[1]) for r in tx.fetchall("SELECT tenant_id, contract_hash FROM contract_documents")}
+
+
+# every optional key given (null where it may be): the old hash and settld's agree, nothing moves
+EXPLICIT = normalize_contract_document({**DOC, "contractId": "ctr_explicit"})
+# stored before, refused by today's validator (U+FEFF is white space to JavaScript's trim): it still moves
+BOM_ID = {**DOC, "contractId": "\ufeff"}
+
+
+def test_migration_0016_rekeys_documents_and_old_pins_still_resolve(db: Database) -> None:
+    _as_before_migration_0016(db)
+    old = {name: _store_as_before_migration_0016(db, T, d) for name, d in
+           (("doc", DOC), ("explicit", EXPLICIT), ("bom", BOM_ID))}
+    old_elsewhere = _store_as_before_migration_0016(db, "tenant_other", DOC)
+    assert old_elsewhere == old["doc"] == legacy_contract_hash(DOC) and old["explicit"] == contract_hash(EXPLICIT)
+    with pytest.raises(ContractInvalid):
+        contract_hash(BOM_ID)
+
+    assert db.migrate() == ["0016_contract_hashes"]
+    new = {"doc": contract_hash(DOC), "explicit": contract_hash(EXPLICIT), "bom": canonical_hash(BOM_ID)}
+    assert new["doc"] != old["doc"] and new["bom"] != old["bom"]
+    assert _keys(db) == {(T, h) for h in new.values()} | {("tenant_other", new["doc"])}
+    for name, d in (("doc", DOC), ("explicit", EXPLICIT), ("bom", BOM_ID)):
+        assert get_contract(db, T, new[name]) == d and get_contract(db, T, old[name]) == d
+    assert get_contract(db, "tenant_other", old["doc"]) == DOC and get_contract(db, "nobody", old["doc"]) is None
+    assert db.migrate() == []
+
+    # a job that pinned the old hash gets its allocations from the document's split plan, as before
+    store = job_appender(db, server_rules=False)
+    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
+    for kind, signer in signers.items():
+        store.signer_keys.register(T, signer.public_key_pem, kind)
+    for job_id, pinned in (("job_old_pin", old["doc"]), ("job_new_pin", new["doc"])):
+        for event in _signed(_settled_job(job_id, pinned), signers):
+            store.append(T, job_id, [event])
+        owner = {a["partyId"] for a in ledger_rows.allocations_for_job(db, T, job_id)
+                 if a["accountId"] == "acct_owner_payable"}
+        assert owner == {"pty_fleet_a", "pty_fleet_a_main", "pty_dev"}, job_id
+
+    # registering a stored document again answers settld's hash and stores nothing more
+    assert put_contract(db, T, DOC) == new["doc"] and len(_keys(db)) == 4
+
+
+def test_registration_keys_by_settlds_hash_and_aliases_the_old_one(db: Database) -> None:
+    bundle = parse_json(gzip.decompress(
+        (VECTORS / "reference_runs" / "contract_hashes.json.gz").read_bytes()).decode("utf-8"))
+    pinned = [c for c in bundle["cases"] if c["settld"]["document"]["ok"]
+              and "connect" in c["document"] and "scope" not in c["document"]][:5]
+    assert pinned
+    for case in pinned:
+        settlds = case["settld"]["document"]["contractHash"]
+        assert put_contract(db, T, case["document"]) == settlds
+        assert get_contract(db, T, settlds) == case["document"]
+        assert get_contract(db, T, legacy_contract_hash(case["document"])) == case["document"]
+
+    # two documents that differ only in an absent against a null key: two hashes (as in settld); the old hash,
+    # which both shared, stays with the first
+    with_null_scope = {**DOC, "scope": None}
+    first, second = put_contract(db, T, DOC), put_contract(db, T, with_null_scope)
+    assert first != second and legacy_contract_hash(DOC) == legacy_contract_hash(with_null_scope)
+    assert get_contract(db, T, first) == DOC and get_contract(db, T, second) == with_null_scope
+    assert get_contract(db, T, legacy_contract_hash(DOC)) == DOC
+    # a document's own hash wins over an alias: DOC with every optional key given hashes to DOC's old hash
+    explicit = normalize_contract_document(DOC)
+    assert put_contract(db, T, explicit) == legacy_contract_hash(DOC)
+    assert get_contract(db, T, legacy_contract_hash(DOC)) == explicit

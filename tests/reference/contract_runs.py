@@ -13,7 +13,8 @@ re-chains the stream unsigned, and runs it through the reference under node (con
 rules, `allocateEntry` against the job after each entry's event, its artifact worker with the document served by
 hash) and through settlekit's offline core (`allocations_for_entry` with the document the job pins after the
 event, as the ledger projection reads it, and `build_all` with the same documents). Streams that differ are
-listed; `--vendor FILE` writes the runs picked by `--pick` (all by default) with the reference's outputs.
+listed, and so are documents the reference stores whose hash (`hashContractDocumentV1`) is not settlekit's
+`contract_hash`; `--vendor FILE` writes the runs picked by `--pick` (all by default) with the reference's outputs.
 
     python tests/reference/contract_runs.py SETTLD_DIR [--streams 200] [--seed 1] [--out /tmp/contract_runs]
         [--replay] [--vendor BUNDLE.json.gz --pick 0,3,7]
@@ -59,6 +60,10 @@ PLAN_RULES: list[dict[str, Any]] = [
     {"partyRole": "customer", "partyId": "pty_credits", "share": {"type": "fixed", "valueCents": 50},
      "appliesTo": "credits"},
 ]
+# the policies settld's contract validator requires, so that the documents with valid parties and connect sections
+# are ones it stores, and the run checks that settlekit's hash of them is settld's
+POLICIES = {"creditPolicy": {"enabled": False, "defaultAmountCents": 0, "maxAmountCents": 0, "currency": "USD"},
+            "evidencePolicy": {"retentionDays": 30}}
 Contracts = dict[str, Any]
 
 
@@ -74,7 +79,7 @@ def _party(rnd: random.Random) -> Any:
 def contract_document(rnd: random.Random, n: int) -> dict[str, Any]:
     """A ContractDocument.v1 with random parties and connect section (not always one settld would store)."""
     doc: dict[str, Any] = {"type": "ContractDocument.v1", "v": 1, "contractId": f"ctr_{n}", "contractVersion": 1,
-                           "name": f"contract {n}", "policies": {}}
+                           "name": f"contract {n}", "policies": copy.deepcopy(POLICIES)}
     r = rnd.random()
     if r < 0.06:
         doc["parties"] = rnd.choice([None, [], "parties"])
@@ -154,6 +159,8 @@ def differences(events: list[dict[str, Any]], contracts: Contracts, theirs: dict
     except Exception as exc:  # a crash is a difference like any other
         return [f"settlekit failed: {exc!r}"]
     found = []
+    if theirs.get("hashMismatches"):
+        found.append(f"contract hash (settld's: {theirs['hashMismatches'][0]['settlds']})")
     if canonical_json(mine["entries"]) != canonical_json(theirs["entries"]):
         found.append("ledger entries")
     if [(x["eventId"], x["error"]["message"]) for x in mine["errors"]] != [

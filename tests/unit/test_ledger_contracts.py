@@ -18,6 +18,7 @@ from settlekit.ledger import (
     compile_contract_policy,
     contract_hash,
     contract_split_plan_hash,
+    legacy_contract_hash,
     normalize_contract_document,
     normalize_split_plan,
     split_plan_hash,
@@ -64,10 +65,10 @@ def test_split_plan_normalization_and_hash() -> None:
         "share": {"type": "remainder"},
         "appliesTo": None,
     }
-    assert split_plan_hash(PLAN) == canonical_hash(norm)
+    assert split_plan_hash(PLAN) == canonical_hash(PLAN) != canonical_hash(norm)  # the plan as given, as settld
     explicit = copy.deepcopy(PLAN)
     explicit["rules"][2]["partyId"] = None
-    assert split_plan_hash(explicit) == split_plan_hash(PLAN)
+    assert split_plan_hash(explicit) == canonical_hash(explicit) != split_plan_hash(PLAN)  # null is not absent
     changed = copy.deepcopy(PLAN)
     changed["rules"][0]["share"]["valueBasisPoints"] = 6999
     assert split_plan_hash(changed) != split_plan_hash(PLAN)
@@ -105,15 +106,32 @@ def test_contract_document_normalization_and_hash() -> None:
     assert (
         norm["parties"]["platform"] is None and norm["parties"]["operator"]["partyId"] == "pty_fleet_a_main"
     )
-    assert contract_hash(DOC) == canonical_hash(norm)
-    assert contract_hash(norm) == contract_hash(DOC)  # normalization is idempotent
-    # the statement hashes the plan as given (settld does); PLAN leaves out keys split_plan_hash fills with null
-    assert contract_split_plan_hash(DOC) == canonical_hash(PLAN) != split_plan_hash(PLAN)
+    # settld hashes the document as given: omitted optional keys stay omitted (03-ledger.md §10 says otherwise)
+    assert contract_hash(DOC) == canonical_hash(DOC) != canonical_hash(norm)
+    assert contract_hash(norm) == canonical_hash(norm) != contract_hash(DOC)
+    assert legacy_contract_hash(DOC) == canonical_hash(norm) == legacy_contract_hash(norm)
+    assert contract_split_plan_hash(DOC) == canonical_hash(PLAN) == split_plan_hash(PLAN)
     disabled = {**DOC, "connect": {"enabled": False, "splitPlan": PLAN}}
     assert contract_split_plan_hash(disabled) is None
     template, policy_hash, compiler = compile_contract_policy(DOC)
-    assert template["connect"] == {"enabled": True, "splitPlanHash": split_plan_hash(PLAN)}
+    assert template == {"schemaVersion": "ContractPolicyTemplate.v1", "contractId": "ctr_1", "contractVersion": 2,
+                        "policies": DOC["policies"],
+                        "connect": {"enabled": True, "splitPlanHash": split_plan_hash(PLAN)}}
     assert policy_hash == canonical_hash(template) and compiler == "contract_compiler.v1"
+
+
+@pytest.mark.parametrize("connect", [None, {"enabled": False}, {"enabled": False, "splitPlan": PLAN},
+                                     {"enabled": True}, {"enabled": True, "splitPlan": None}])
+def test_policy_template_without_an_enabled_plan_has_no_split_plan_hash(connect: Any) -> None:
+    """settld's compiler hashes the plan only when connect is enabled and a plan is given; a document without
+    connect or policies compiles to `enabled: false` and `policies: null`."""
+    doc = {k: v for k, v in DOC.items() if k not in ("connect", "policies")}
+    if connect is not None:
+        doc["connect"] = connect
+    template, policy_hash, _ = compile_contract_policy(doc)
+    enabled = connect is not None and connect["enabled"]
+    assert template["connect"] == {"enabled": enabled, "splitPlanHash": None}
+    assert template["policies"] is None and policy_hash == canonical_hash(template)
 
 
 @pytest.mark.parametrize(

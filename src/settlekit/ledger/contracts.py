@@ -1,8 +1,10 @@
 """ContractDocument.v1, SplitPlan.v1 and PolicySnapshot.v1: validation, normalization and hashing
-(03-ledger.md §10), plus split-plan execution over one amount.
+(03-ledger.md §10, docs/contracts.md), plus split-plan execution over one amount.
 
-Normalization fills every absent optional key with null, so documents that differ only by omitted optional
-keys hash the same. Unknown keys are rejected.
+A contract document and a split plan are hashed as given, once they validate: the canonical JSON of the document
+itself, an absent key absent and a null one null, as settld 0.1.0 hashes them (`hashContractDocumentV1`,
+`hashSplitPlanV1`). Normalization (every absent optional key filled with null) gives the validated view that
+allocations and split-plan execution read; it is not hashed. Unknown keys are rejected.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from settlekit.events.canonical import canonical_hash, is_safe_int
+from settlekit.events.js import js_nonblank
 from settlekit.ledger.accounts import MAX_AMOUNT_CENTS
 from settlekit.ledger.errors import ContractInvalid
 
@@ -152,7 +155,7 @@ def _normalize_share(share: dict[str, Any], path: str) -> dict[str, Any]:
         _obj(share, path, ("type", "valueCents"))
         cents = share.get("valueCents")
         if type(cents) is not int or not 0 <= cents <= MAX_AMOUNT_CENTS:
-            raise _bad(f"{path}.valueCents", "must be an integer 0..10**12")
+            raise _bad(f"{path}.valueCents", "must be an integer 0..2**53 - 1")
         return {"type": "fixed", "valueCents": cents}
     if kind == "remainder":
         _obj(share, path, ("type",))
@@ -161,7 +164,10 @@ def _normalize_share(share: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def split_plan_hash(plan: Any) -> str:
-    return canonical_hash(normalize_split_plan(plan))
+    """`splitPlanHash = sha256_hex(canonical(plan))`: the plan as given, once it validates (settld's
+    `hashSplitPlanV1`; an absent `partyId` or `appliesTo` stays absent, a null one null)."""
+    normalize_split_plan(plan)
+    return canonical_hash(plan)
 
 
 def allocate_split(amount: int, rules: list[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], int]]:
@@ -223,7 +229,7 @@ def normalize_contract_document(doc: Any) -> dict[str, Any]:
     """Validate a ContractDocument.v1 and return its normalized form."""
     d = _versioned_obj(doc, "contract", _DOC_KEYS, "ContractDocument.v1")
     contract_id = d.get("contractId")
-    if type(contract_id) is not str or not contract_id.strip():
+    if not js_nonblank(contract_id):  # settld: a string JavaScript's trim leaves non-empty
         raise _bad("contract.contractId", "must be a non-empty string")
     version = _pos_int(d.get("contractVersion"), "contract.contractVersion")
     name = _opt_str(d.get("name"), "contract.name")
@@ -285,7 +291,16 @@ def _normalize_connect(value: Any) -> dict[str, Any]:
 
 
 def contract_hash(doc: Any) -> str:
-    """`contractHash = sha256_hex(canonical(normalized document))`."""
+    """`contractHash = sha256_hex(canonical(document))`: the document as given, once it validates (settld's
+    `hashContractDocumentV1`). Documents that differ only in an omitted optional key against a null one hash
+    differently, as in settld."""
+    normalize_contract_document(doc)
+    return canonical_hash(doc)
+
+
+def legacy_contract_hash(doc: Any) -> str:
+    """The contract hash of settlekit before it hashed documents as settld does: the normalized document (absent
+    optional keys filled with null). Kept only to resolve pins made with it (the store's hash aliases)."""
     return canonical_hash(normalize_contract_document(doc))
 
 
@@ -301,8 +316,8 @@ def executable_split_plan(doc: Mapping[str, Any] | None) -> dict[str, Any] | Non
 
 def contract_split_plan_hash(doc: Mapping[str, Any] | None) -> str | None:
     """`SettlementStatement.settlement.splitPlanHash`: when connect is enabled and the plan validates, the hash of
-    the plan as the document gives it (settld's statement hashes it without filling absent keys with null, unlike
-    `split_plan_hash`); else None. Raises ContractInvalid for an enabled plan that does not validate."""
+    the plan as the document gives it (`split_plan_hash`); else None. Raises ContractInvalid for an enabled plan
+    that does not validate."""
     if executable_split_plan(doc) is None:
         return None
     assert doc is not None
@@ -310,16 +325,20 @@ def contract_split_plan_hash(doc: Mapping[str, Any] | None) -> str | None:
 
 
 def compile_contract_policy(doc: Any) -> tuple[dict[str, Any], str, str]:
-    """ContractPolicyTemplate.v1 of a document: `(template, policyHash, compilerId)`."""
-    d = normalize_contract_document(doc)
-    connect = d["connect"] or {"enabled": False, "splitPlan": None}
-    plan = connect["splitPlan"]
+    """ContractPolicyTemplate.v1 of a document: `(template, policyHash, compilerId)`, as settld's
+    `compileContractPolicyTemplate`: `policies` as the document gives it (null when absent), `connect.enabled` true
+    only for `connect.enabled is True`, and `connect.splitPlanHash` the plan's hash (`split_plan_hash`) only when
+    connect is enabled and a plan is given, else null (a disabled plan is not hashed)."""
+    normalize_contract_document(doc)
+    connect = doc.get("connect")
+    enabled = type(connect) is dict and connect.get("enabled") is True
+    plan = connect.get("splitPlan") if enabled else None
     template = {
         "schemaVersion": "ContractPolicyTemplate.v1",
-        "contractId": d["contractId"],
-        "contractVersion": d["contractVersion"],
-        "policies": d["policies"],
-        "connect": {"enabled": connect["enabled"], "splitPlanHash": canonical_hash(plan) if plan else None},
+        "contractId": doc["contractId"],
+        "contractVersion": doc["contractVersion"],
+        "policies": doc.get("policies"),
+        "connect": {"enabled": enabled, "splitPlanHash": split_plan_hash(plan) if plan is not None else None},
     }
     return template, canonical_hash(template), CONTRACT_COMPILER_ID
 

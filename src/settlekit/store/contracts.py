@@ -1,4 +1,10 @@
-"""Contract documents by hash, per tenant. Documents are immutable (content-addressed), so lookups are cached."""
+"""Contract documents by hash, per tenant. Documents are immutable (content-addressed), so lookups are cached.
+
+A document is stored under settld's contract hash (`settlekit.ledger.contract_hash`: the document as given).
+`contract_hash_aliases` maps another hash to a stored document's: the hash settlekit gave before it hashed as settld
+does (`legacy_contract_hash`), recorded by migration 0016 for the documents stored then and at every registration
+since, so a job that pinned the old hash keeps resolving its document. A document's own hash wins over an alias.
+"""
 
 from __future__ import annotations
 
@@ -7,35 +13,75 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from settlekit.events.canonical import parse_json
-from settlekit.ledger import contract_hash, normalize_contract_document
+from settlekit.events.canonical import canonical_hash, parse_json
+from settlekit.ledger import contract_hash, legacy_contract_hash, normalize_contract_document
 from settlekit.store.db import Database, Tx
+
+# the document stored under the hash, else the one an alias of that hash names
+_RESOLVE = (
+    "SELECT document_json, 0 AS via_alias FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?"
+    " UNION ALL"
+    " SELECT d.document_json, 1 AS via_alias FROM contract_hash_aliases a JOIN contract_documents d"
+    " ON d.tenant_id = a.tenant_id AND d.contract_hash = a.contract_hash"
+    " WHERE a.tenant_id = ? AND a.alias_hash = ?"
+    " ORDER BY via_alias LIMIT 1"
+)
+_ADD_ALIAS = ("INSERT INTO contract_hash_aliases (tenant_id, alias_hash, contract_hash) VALUES (?, ?, ?)"
+              " ON CONFLICT DO NOTHING")
 
 
 def put_contract(db: Database, tenant_id: str, document: Any) -> str:
-    """Validate and store a ContractDocument.v1; returns its hash. Storing the same document again is a no-op."""
+    """Validate and store a ContractDocument.v1; returns its hash (settld's). Storing the same document again is a
+    no-op. The hash settlekit gave the document before (absent optional keys as null) becomes an alias of it,
+    unless that alias already names another document (one that differs only in null against absent keys)."""
     normalized = normalize_contract_document(document)
     digest = contract_hash(document)
+    legacy = legacy_contract_hash(document)
     with db.transaction() as tx:
         tx.execute("INSERT INTO contract_documents (tenant_id, contract_hash, contract_id, document_json)"
                    " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                    (tenant_id, digest, normalized.get("contractId"),
                     json.dumps(document, ensure_ascii=False, separators=(",", ":"))))
+        if legacy != digest:
+            tx.execute(_ADD_ALIAS, (tenant_id, legacy, digest))
     return digest
 
 
 def get_contract(db: Database, tenant_id: str, digest: str) -> dict[str, Any] | None:
+    """The document stored under `digest`, or under the hash `digest` is an alias of; None when neither."""
     with db.query() as tx:
-        row = tx.fetchone("SELECT document_json FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?",
-                          (tenant_id, digest))
-    return None if row is None else parse_json(row[0])
+        return contract_in_tx(tx, tenant_id, digest)
 
 
 def contract_in_tx(tx: Tx, tenant_id: str, digest: str) -> dict[str, Any] | None:
     """The document inside an open transaction (the artifact consumer's turn), or None when not registered."""
-    row = tx.fetchone("SELECT document_json FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?",
-                      (tenant_id, digest))
+    row = tx.fetchone(_RESOLVE, (tenant_id, digest, tenant_id, digest))
     return None if row is None else parse_json(row[0])
+
+
+def rekey_contract_documents(tx: Tx) -> int:
+    """Migration 0016's data step: every stored document moves from the key settlekit gave it before to settld's
+    hash of the document as stored, and the old key becomes an alias of the new one. Returns the documents moved.
+
+    The hash is computed here from the stored JSON (canonical JSON, not `contract_hash`), so a document the
+    validator of today would refuse still moves and keeps resolving. Runs once, inside the migration's transaction.
+    """
+    moved = 0
+    for tenant_id, old, document_json in tx.fetchall(
+            "SELECT tenant_id, contract_hash, document_json FROM contract_documents"):
+        new = canonical_hash(parse_json(document_json))
+        if new == old:
+            continue
+        taken = tx.scalar("SELECT 1 FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?",
+                          (tenant_id, new))
+        if taken is None:
+            tx.execute("UPDATE contract_documents SET contract_hash = ? WHERE tenant_id = ? AND contract_hash = ?",
+                       (new, tenant_id, old))
+        else:  # the same document is already stored under its new hash: the old row is a duplicate
+            tx.execute("DELETE FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?", (tenant_id, old))
+        tx.execute(_ADD_ALIAS, (tenant_id, old, new))
+        moved += 1
+    return moved
 
 
 class ContractResolver:

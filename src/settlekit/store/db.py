@@ -13,12 +13,16 @@ Each file is applied once, in order, and recorded in `schema_migrations`. Number
     0005 destinations and deliveries                    0006 API keys
 A migration file may hold several statements separated by `;` at line ends (SQLite runs them with executescript;
 PostgreSQL in one transaction under an advisory lock, so two processes migrating at once is safe).
+A migration whose data cannot be moved in SQL alone (a hash computed in Python) names a data step in
+`MIGRATION_DATA_STEPS`: a function of the open transaction that both backends run right after the file's SQL, in
+the same transaction, before the migration is recorded.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import importlib
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import Any, Literal
@@ -144,6 +148,21 @@ class Database(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# migration name -> "module:function" taking the migration's Tx (imported when the migration runs)
+MIGRATION_DATA_STEPS: dict[str, str] = {
+    "0016_contract_hashes": "settlekit.store.contracts:rekey_contract_documents",
+}
+
+
+def run_migration_data_step(name: str, tx: Tx) -> None:
+    """Run migration `name`'s data step, if it has one, in its transaction."""
+    target = MIGRATION_DATA_STEPS.get(name)
+    if target is None:
+        return
+    module_name, _, function = target.partition(":")
+    getattr(importlib.import_module(module_name), function)(tx)
 
 
 def migration_files(dialect: Dialect) -> list[tuple[str, str]]:

@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from settlekit.errors import DatabaseUnavailableError
-from settlekit.store.db import Database, Dialect, EventListener, Row, Tx, migration_files
+from settlekit.store.db import Database, Dialect, EventListener, Row, Tx, migration_files, run_migration_data_step
 from settlekit.store.postgres.ledger import LedgerRows
 from settlekit.store.reachability import Reachability
 
@@ -232,6 +232,7 @@ class PostgresDatabase(Database):
                 if name in done:
                     continue
                 tx.raw.execute(sql)
+                run_migration_data_step(name, tx)
                 tx.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
                 applied.append(name)
         return applied

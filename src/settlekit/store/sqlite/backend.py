@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from settlekit.errors import ConfigurationError, DatabaseUnavailableError
-from settlekit.store.db import Database, Dialect, Row, Tx, migration_files
+from settlekit.store.db import Database, Dialect, Row, Tx, migration_files, run_migration_data_step
 
 try:
     import fcntl
@@ -326,6 +326,7 @@ class SqliteDatabase(Database):
                     continue
                 for statement in _split_statements(sql):
                     conn.execute(statement)
+                run_migration_data_step(name, SqliteTx(conn))
                 conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
                 applied.append(name)
         except BaseException:
