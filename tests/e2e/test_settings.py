@@ -126,3 +126,28 @@ def test_database_options_carry_pooler_and_outage_settings_to_postgresql_only(mo
     assert options == {"direct_url": "postgresql://primary/x", "prepared_statements": False,
                        "unavailable_hold": 2.5}
     assert Settings(db_url="postgresql://db/x", db_direct=" ").database_options()["direct_url"] is None
+
+
+def test_an_api_built_from_a_url_takes_the_database_options_for_that_url(tmp_path: Path, pg_url: str) -> None:
+    """create_app(url, settings) opens `url` with the settings' options for it: none for SQLite (a PostgreSQL
+    db_url in the settings is no reason to refuse it), the outage and pooler options for PostgreSQL whatever
+    db_url says, and db_direct only for db_url's own database."""
+    from prometheus_client import CollectorRegistry
+
+    from settlekit.api.app import create_app
+
+    settings = Settings(db_url="postgresql://pooler/x", db_direct="postgresql://primary/x",
+                        db_unavailable_hold=2.5, db_prepared_statements=False)
+    assert settings.database_options("sqlite:///x.db") == {}
+    assert settings.database_options("postgresql://other/y") == {
+        "direct_url": None, "prepared_statements": False, "unavailable_hold": 2.5}
+    assert settings.database_options("postgresql://pooler/x") == settings.database_options()
+    for url in (f"sqlite:///{tmp_path / 'api.db'}", pg_url):
+        api = create_app(url, settings, server_signer=None, registry=CollectorRegistry())
+        db = api.state.settlekit.db
+        try:
+            assert db.url == url
+            if url == pg_url:
+                assert db.reachability.hold == 2.5 and db.direct_url == pg_url
+        finally:
+            db.close()

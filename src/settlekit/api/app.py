@@ -66,7 +66,7 @@ def create_app(
     """
     settings = settings if settings is not None else Settings()
     owned = isinstance(db, str)
-    database = connect(db, **settings.database_options()) if isinstance(db, str) else db
+    database = connect(db, **settings.database_options(db)) if isinstance(db, str) else db
     if owned:
         database.migrate()
     policy = destination_policy or _destination_policy(settings)

@@ -166,12 +166,14 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
-    def database_options(self) -> dict[str, Any]:
-        """Keyword arguments of `store.db.connect(self.db_url, ...)`: the pooler and outage options on PostgreSQL."""
-        if not self.db_url.startswith(("postgresql://", "postgres://")):
+    def database_options(self, url: str | None = None) -> dict[str, Any]:
+        """Keyword arguments of `store.db.connect(url, ...)` (default: `db_url`): the pooler and outage options on
+        PostgreSQL, none on SQLite. `db_direct` names the server of `db_url`: another URL does not get it."""
+        url = self.db_url if url is None else url
+        if not url.startswith(("postgresql://", "postgres://")):
             return {}
-        return {"direct_url": self.db_direct, "prepared_statements": self.db_prepared_statements,
-                "unavailable_hold": self.db_unavailable_hold}
+        return {"direct_url": self.db_direct if url == self.db_url else None,
+                "prepared_statements": self.db_prepared_statements, "unavailable_hold": self.db_unavailable_hold}
 
 
 
