@@ -404,3 +404,18 @@ def test_a_group_that_cannot_reach_the_database_is_not_tried_again_one_by_one(db
     with pytest.raises(DatabaseUnavailableError):
         outcomes = group.write_group([(_batch(f"s_{i}", _events(f"s_{i}")), None) for i in range(10)])
     assert outcomes is None and backend.tries == 1
+
+
+def test_appends_whose_group_failed_no_longer_count_against_the_bound(db: Database) -> None:
+    """A group answered with an error (here the database cannot be reached) frees its place in the bound like a
+    written one: failures in a row never leave the committer refusing every append with OverloadedError."""
+    backend = _Unreachable()
+    group = GroupCommitter(db, backend, max_queued=2)
+    for attempt in range(5):
+        futures = [group.submit(_batch(f"s_{attempt}_{i}", _events(f"s_{attempt}_{i}")), None) for i in range(2)]
+        for future in futures:
+            with pytest.raises(DatabaseUnavailableError):
+                future.result(timeout=60)
+        assert group.pending == 0, attempt
+    assert backend.tries >= 5
+    group.close()
