@@ -340,3 +340,29 @@ def test_connections_notice_a_peer_that_vanished_without_closing(pg_url: str) ->
         assert (params["keepalives_idle"], params["tcp_user_timeout"]) == ("7", "30000")
     finally:
         db.close()
+
+
+def test_a_probe_ending_with_an_error_of_its_own_does_not_prolong_the_outage(pg_url: str) -> None:
+    """While the database is known unreachable, the caller that probes it may end with an error of its own (a
+    404 raised inside its transaction): the database is not kept refused for the probe's whole allowance; the
+    next operation probes at once and, reaching the server, ends the outage."""
+    from settlekit.errors import NotFoundError
+    from settlekit.store.reachability import Reachability
+
+    db = connect(pg_url)
+    db.pool.wait()  # type: ignore[attr-defined]  # the pool's first connection made (it reports reaching the server)
+    now = [100.0]
+    db.reachability = Reachability(1.0, probe_allowance=60.0, clock=lambda: now[0])  # type: ignore[attr-defined]
+    try:
+        db.reachability.failed()  # type: ignore[attr-defined]
+        with pytest.raises(DatabaseUnavailableError):
+            db.check_reachable()
+        now[0] += 1.0
+        with pytest.raises(NotFoundError), db.query() as tx:  # the probe
+            tx.scalar("SELECT 1")
+            raise NotFoundError("no such job", code="JOB_NOT_FOUND")
+        with db.query() as tx:  # without the probe ended: refused for the allowance's 60 s
+            assert tx.scalar("SELECT 1") == 1
+        assert not db.reachability.known_unreachable  # type: ignore[attr-defined]
+    finally:
+        db.close()

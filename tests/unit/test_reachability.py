@@ -75,3 +75,18 @@ def test_no_hold_means_never_failing_fast() -> None:
     state.failed()
     state.check()
     assert state.admit() is False and not state.known_unreachable
+
+
+def test_a_probe_that_ends_without_a_verdict_lets_the_next_caller_probe_at_once() -> None:
+    clock = Clock()
+    state = Reachability(1.0, probe_allowance=5.0, clock=clock)
+    state.failed()
+    clock.now += 1.0
+    assert state.admit() is True
+    state.probe_ended()  # its operation raised an error of its own
+    assert state.admit() is True and state.known_unreachable  # the next caller probes without waiting
+    state.failed()  # a connection attempt failed meanwhile: its hold stands
+    state.probe_ended()
+    _refused(state.admit)
+    clock.now += 1.0
+    assert state.admit() is True

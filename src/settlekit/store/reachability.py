@@ -4,7 +4,8 @@ A failed connection attempt (refused, reset, timed out, the server starting or s
 in which operations fail at once with DatabaseUnavailableError instead of each waiting for a connection that
 cannot come. When the window ends, ONE caller tries again (the probe) while the others keep failing at once; a
 success (a connection made, or an operation that reached the server) ends the state, a failure starts a new
-window. A probe that does not return within `probe_allowance` seconds no longer holds the others back.
+window. A probe that does not return within `probe_allowance` seconds no longer holds the others back, and one
+that ends with an error of its own (no verdict on the server) lets the next caller probe at once.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Reachability:
         self.probe_allowance = probe_allowance
         self.clock = clock
         self._retry_at: float | None = None  # None: reachable; else when the next probe may go
+        self._probe_until: float | None = None  # the _retry_at the current probe set (see probe_ended)
         self._lock = threading.Lock()
 
     @property
@@ -54,7 +56,16 @@ class Reachability:
             if now < retry_at:
                 raise self._unavailable(retry_at)
             self._retry_at = now + self.probe_allowance  # this caller probes; the others still fail at once
+            self._probe_until = self._retry_at
             return True
+
+    def probe_ended(self) -> None:
+        """The probe's operation ended without a verdict (it failed for a reason that says nothing of the server,
+        such as an error of its own): the next caller probes at once instead of after `probe_allowance`, unless a
+        failed attempt has started a new hold since."""
+        with self._lock:
+            if self._retry_at is not None and self._retry_at == self._probe_until:
+                self._retry_at = self.clock()
 
     def failed(self) -> None:
         """A connection attempt failed: fail fast for the next `hold` seconds."""

@@ -182,6 +182,10 @@ class PostgresDatabase(Database):
                 self.reachability.failed()
             self._sweep_idle()
             raise DatabaseUnavailableError(cause=type(exc).__name__) from exc
+        except BaseException:
+            if probing:  # an error of the operation's own: another caller probes now
+                self.reachability.probe_ended()
+            raise
         self.reachability.reached()
 
     def check_reachable(self) -> None:
