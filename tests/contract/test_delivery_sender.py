@@ -240,6 +240,37 @@ def test_batch_concurrency_overlaps_groups() -> None:
     assert [o.status for o in outs] == [200, 200, 200, 200]
 
 
+def test_a_receivers_cookie_never_reaches_the_next_delivery() -> None:
+    """One sender serves every destination of a network policy, whichever tenant's: a cookie a receiver sets is
+    not kept, so no later request (to the same host, for another tenant) carries it."""
+    cookies_seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            cookies_seen.append(self.headers.get("cookie"))
+            self.send_response(200)
+            self.send_header("set-cookie", "session=tenant-a-secret; Path=/")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        outs = run_batch([req(url, synthetic("a", 1)), req(url, synthetic("b", 1)), req(url, synthetic("c", 1))],
+                         SenderConfig(timeout=5.0, concurrency=1))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [o.status for o in outs] == [200, 200, 200]
+    assert cookies_seen == [None, None, None]
+
+
 def test_mixed_failures_in_one_batch(rx: FaultyReceiver) -> None:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -11,6 +11,7 @@ in list order, groups run concurrently on at most `concurrency` worker tasks.
 from __future__ import annotations
 
 import asyncio
+import http.cookiejar
 import importlib.util
 import ssl
 import sys
@@ -89,6 +90,17 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
         )
 
 
+class _NoCookies(http.cookiejar.CookieJar):
+    """A cookie jar that keeps nothing: a receiver's Set-Cookie must not reach the next delivery, whichever
+    tenant's it is (the clients are shared by every destination of a network policy)."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
+        return None
+
+
 class WebhookSender:
     """Use as `async with WebhookSender(config) as sender: outcomes = await sender.send_batch(requests)`."""
 
@@ -118,6 +130,7 @@ class WebhookSender:
             cfg = self.config
             client = httpx.AsyncClient(
                 transport=_GuardedTransport(policy, cfg, self._resolver),
+                cookies=_NoCookies(),
                 timeout=httpx.Timeout(cfg.timeout, connect=min(cfg.connect_timeout, cfg.timeout)),
                 follow_redirects=False,
                 trust_env=False,
