@@ -52,6 +52,9 @@ def test_close_read_stream_and_prove(db: Database) -> None:
     cons = reader.get("/v1/finance/consistency", params={"from": "2026-01", "to": "2026-02"}).json()
     assert verify_consistency_proof(cons)["ok"]
     assert api.post("/v1/finance/closes/2099-01").json()["code"] == "FINANCE_PERIOD_OPEN"
+    # the last month expressible as YYYY-MM has no following month to end at: still open, not a malformed month
+    last = api.post("/v1/finance/closes/9999-12")
+    assert (last.status_code, last.json()["code"]) == (409, "FINANCE_PERIOD_OPEN")
 
 
 def test_gl_mapping_and_streamed_batch(db: Database) -> None:

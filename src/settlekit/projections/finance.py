@@ -24,6 +24,7 @@ from settlekit.ledger.close import (
     TreeHead,
     changed_leaves,
     close_document,
+    month_of,
     month_start,
     next_month,
     require_month,
@@ -48,9 +49,9 @@ def close_month(db: Database, tenant_id: str, month: str, signer: Signer, *, now
                 max_pending: int | None = None) -> CloseResult:
     """Close `month` for the tenant, or re-run a stored close (the same document, checked against a rebuild)."""
     require_month(month)
-    end = month_start(next_month(month))
-    if end > iso_millis(now):
+    if month >= month_of(iso_millis(now)):  # the month (or a later one) has not ended: 9999-12 has no end to name
         raise ConflictError(f"{month} has not ended yet", code="FINANCE_PERIOD_OPEN", month=month)
+    end = month_start(next_month(month))
     with db.transaction() as tx:
         F.lock_tenant_closes(tx, tenant_id)
         stored = F.close_document(tx, tenant_id, month)
