@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import http.server
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -207,20 +208,19 @@ def test_batch_groups_are_sequential_and_outcomes_in_input_order(rx: FaultyRecei
     assert rx.connections_opened <= FAST.concurrency
 
 
-def test_batch_concurrency_overlaps_groups() -> None:
-    """Four groups with concurrency 4 are in flight together: each request is answered only once all four have
-    arrived (a barrier), which a sequential sender could never pass (the barrier's timeout is a hang guard)."""
-    barrier = threading.Barrier(4, timeout=10)
+@contextlib.contextmanager
+def local_receiver(answer: Callable[[http.server.BaseHTTPRequestHandler], tuple[int, dict[str, str]]]
+                   ) -> Iterator[str]:
+    """A plain HTTP server on 127.0.0.1 whose POSTs `answer(handler)` gives (status, extra headers) for; yields
+    its base URL."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length", "0")))
-            try:
-                barrier.wait()
-                status = 200
-            except threading.BrokenBarrierError:
-                status = 503
+            status, headers = answer(self)
             self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.send_header("content-length", "0")
             self.end_headers()
 
@@ -231,12 +231,27 @@ def test_batch_concurrency_overlaps_groups() -> None:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/"
-        requests = [req(url, synthetic(f"g{i}", 1)) for i in range(4)]
-        outs = run_batch(requests, SenderConfig(timeout=15.0, concurrency=4))
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_batch_concurrency_overlaps_groups() -> None:
+    """Four groups with concurrency 4 are in flight together: each request is answered only once all four have
+    arrived (a barrier), which a sequential sender could never pass (the barrier's timeout is a hang guard)."""
+    barrier = threading.Barrier(4, timeout=10)
+
+    def answer(_: http.server.BaseHTTPRequestHandler) -> tuple[int, dict[str, str]]:
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return 503, {}
+        return 200, {}
+
+    with local_receiver(answer) as url:
+        requests = [req(url, synthetic(f"g{i}", 1)) for i in range(4)]
+        outs = run_batch(requests, SenderConfig(timeout=15.0, concurrency=4))
     assert [o.status for o in outs] == [200, 200, 200, 200]
 
 
@@ -245,28 +260,13 @@ def test_a_receivers_cookie_never_reaches_the_next_delivery() -> None:
     not kept, so no later request (to the same host, for another tenant) carries it."""
     cookies_seen: list[str | None] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("content-length", "0")))
-            cookies_seen.append(self.headers.get("cookie"))
-            self.send_response(200)
-            self.send_header("set-cookie", "session=tenant-a-secret; Path=/")
-            self.send_header("content-length", "0")
-            self.end_headers()
+    def answer(handler: http.server.BaseHTTPRequestHandler) -> tuple[int, dict[str, str]]:
+        cookies_seen.append(handler.headers.get("cookie"))
+        return 200, {"set-cookie": "session=tenant-a-secret; Path=/"}
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-        outs = run_batch([req(url, synthetic("a", 1)), req(url, synthetic("b", 1)), req(url, synthetic("c", 1))],
+    with local_receiver(answer) as url:
+        outs = run_batch([req(url, synthetic(job, 1)) for job in ("a", "b", "c")],
                          SenderConfig(timeout=5.0, concurrency=1))
-    finally:
-        server.shutdown()
-        server.server_close()
     assert [o.status for o in outs] == [200, 200, 200]
     assert cookies_seen == [None, None, None]
 
