@@ -38,9 +38,6 @@ DestinationIdPath = Annotated[str, Path(min_length=1, max_length=64)]
 ArtifactIdPath = Annotated[str, Path(min_length=1, max_length=500)]
 MAX_PAGE = 500  # the largest `limit` of a paged listing
 AUTH_THREADS = 8  # see ApiContext.auth_threads
-# requests the auth threads hold at most, running or queued (one more: 503 OVERLOADED at once); the group
-# commit's queue has the same bound
-MAX_QUEUED_FOR_DATABASE = MAX_QUEUED_APPENDS
 
 
 @dataclass
@@ -62,7 +59,9 @@ class ApiContext:
     # the append route's authentication and prefetch (one short round trip each) run on a few threads of their own:
     # they keep up with the loop, and anyio's default of 40 threads only adds contention for the interpreter lock.
     # Their queue is bounded: a stalled database must not pile up requests (api/admission.py).
-    auth_threads: ThreadPoolExecutor = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_FOR_DATABASE))
+    # By default they hold as many requests, running or queued, as the group commit holds appends (one more: 503
+    # OVERLOADED at once; SETTLEKIT_MAX_QUEUED_APPENDS sets both).
+    auth_threads: ThreadPoolExecutor = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_APPENDS))
     extra: dict[str, Any] = field(default_factory=dict)
 
 

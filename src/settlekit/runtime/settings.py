@@ -22,6 +22,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from settlekit.errors import ConfigurationError
+from settlekit.store.events import MAX_QUEUED_APPENDS
 
 ENV_PREFIX = "SETTLEKIT_"
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -69,8 +70,9 @@ class Settings(BaseSettings):
     dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
     max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
     max_queued_appends: int = Field(
-        256, ge=1, description="appends an API process holds at most while they wait for the database (its "
-        "authentication queue and its group commit's, each); one more is answered 503 `OVERLOADED` at once")
+        MAX_QUEUED_APPENDS, ge=1, description="appends an API process holds at most while they wait for the "
+        "database (its authentication queue and its group commit's, each); one more is answered 503 `OVERLOADED` "
+        "at once")
     rate_limit_per_second: float = Field(50.0, gt=0, description="token bucket per API key: rate")
     rate_limit_burst: int = Field(100, ge=1, description="token bucket per API key: burst")
     auth_failure_rate_per_second: float = Field(
