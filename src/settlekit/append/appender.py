@@ -49,7 +49,15 @@ from settlekit.events.envelope import (
     verify_link,
 )
 from settlekit.store.db import Database, Tx
-from settlekit.store.events import AfterCommit, CommitBatch, DuplicateKey, EventRecorder, HeadMismatch, Outcome
+from settlekit.store.events import (
+    MAX_QUEUED_APPENDS,
+    AfterCommit,
+    CommitBatch,
+    DuplicateKey,
+    EventRecorder,
+    HeadMismatch,
+    Outcome,
+)
 from settlekit.store.signer_keys import SignerKey, SignerKeys
 from settlekit.store.streams import StreamHead, StreamRead, Streams
 
@@ -137,12 +145,12 @@ class Appender:
     """Appends to tenant-scoped hash-chained streams on one Database. `streams` and `signer_keys` are the
     repositories it reads (and that callers use for reads and for the key registry). `group_commit`: concurrent
     appends of this process are committed together (store.events.GroupCommitter; the API uses it), at most
-    `max_queued` waiting at once (default: store.events.MAX_QUEUED_APPENDS; one more is OverloadedError)."""
+    `max_queued` waiting at once (one more is OverloadedError)."""
 
     def __init__(self, db: Database, *, server_signer: Signer | None = None,
                  domain: StreamDomain | None = None, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  clock: Callable[[], datetime] | None = None, group_commit: bool = False,
-                 max_queued: int | None = None):
+                 max_queued: int = MAX_QUEUED_APPENDS):
         self.db = db
         self.server_signer = server_signer
         self.domain: StreamDomain = domain or PassThroughDomain()

@@ -94,17 +94,20 @@ class _Backend(Protocol):
                     before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]: ...
 
 
+# appends a GroupCommitter holds at most (queued or being written); far above what a process keeps in flight
+# under load (one per concurrent client), small enough that a stalled database cannot pile up memory and latency
+MAX_QUEUED_APPENDS = 256
+
+
 class EventRecorder:
     """Writes append batches to one Database with its dialect's backend. With `group_commit`, the commits of
     concurrent callers in this process are coalesced (GroupCommitter)."""
 
-    def __init__(self, db: Database, *, group_commit: bool = False, max_queued: int | None = None):
+    def __init__(self, db: Database, *, group_commit: bool = False, max_queued: int = MAX_QUEUED_APPENDS):
         self.db = db
         backend: _Backend = importlib.import_module(f"settlekit.store.{db.dialect}.events")
         self._commit = backend.commit
-        self.group = None
-        if group_commit:
-            self.group = GroupCommitter(db, backend, max_queued=max_queued or MAX_QUEUED_APPENDS)
+        self.group = GroupCommitter(db, backend, max_queued=max_queued) if group_commit else None
 
     def commit(self, batch: CommitBatch, after: AfterCommit | None = None) -> Committed | HeadMismatch:
         """Write `batch` if the stream head is the one it expects, with `after` in the same transaction.
@@ -128,9 +131,6 @@ class EventRecorder:
 
 
 Outcome = Committed | HeadMismatch
-# appends a GroupCommitter holds at most (queued or being written); far above what a process keeps in flight
-# under load (one per concurrent client), small enough that a stalled database cannot pile up memory and latency
-MAX_QUEUED_APPENDS = 256
 # one append waiting for the writer: what to write, and where its outcome goes
 _Pending = tuple[CommitBatch, AfterCommit | None, "Future[Outcome]"]
 

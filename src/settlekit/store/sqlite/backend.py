@@ -106,14 +106,13 @@ class _WriterQueue:
             raise DatabaseUnavailableError(cause="database is locked")
         try:
             fd = self._file()
-            if fd is None or not self._lock_file(fd, deadline):
-                yield max(0.0, deadline - self.clock())
-                return
+            locked = fd is not None and self._lock_file(fd, deadline)
             try:
                 yield max(0.0, deadline - self.clock())
             finally:
-                assert fcntl is not None
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                if locked:
+                    assert fcntl is not None and fd is not None
+                    fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             self._lock.release()
 
