@@ -6,33 +6,17 @@ import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
+import { settldArtifacts } from "./settld_artifacts.mjs";
+
 const [referenceDir, streamsFile, generatedAt, outFile] = process.argv.slice(2);
 const worker = await import(pathToFileURL(path.join(referenceDir, "src", "api", "workers", "artifacts.js")).href);
 
 const results = [];
 for (const events of JSON.parse(fs.readFileSync(streamsFile, "utf8"))) {
   const tenantId = "tenant_default";
-  const jobId = events[0].streamId;
   try {
-    const outbox = worker.deriveArtifactEnqueuesFromJobEvents({ tenantId, jobId, events });
-    const stored = new Map();
-    const built = [];
-    const store = {
-      outbox: outbox.map((message) => ({ ...message })),
-      artifactCursor: 0,
-      config: {},
-      getArtifact: async ({ artifactId }) => stored.get(artifactId) ?? null,
-      putArtifact: async ({ artifact }) => {
-        stored.set(artifact.artifactId, artifact);
-        built.push(artifact);
-      },
-      createDelivery: async () => {},
-    };
-    const run = worker.createArtifactWorker({
-      store, nowIso: () => generatedAt, getJobEvents: () => events, listDestinationsForTenant: () => [],
-    });
-    await run.tickArtifacts({ maxMessages: 1000000 });
-    results.push({ outbox, artifacts: built, error: null });
+    const { outbox, artifacts } = await settldArtifacts(worker, { tenantId, events, generatedAt });
+    results.push({ outbox, artifacts, error: null });
   } catch (err) {
     results.push({ outbox: null, artifacts: null, error: String(err?.message ?? err) });
   }

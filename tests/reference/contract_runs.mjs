@@ -10,6 +10,8 @@ import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
+import { settldArtifacts } from "./settld_artifacts.mjs";
+
 const [referenceDir, runsFile, generatedAt, outFile] = process.argv.slice(2);
 const load = (rel) => import(pathToFileURL(path.join(referenceDir, "src", ...rel.split("/"))).href);
 const { reduceJob } = await load("core/job-reducer.js");
@@ -63,33 +65,6 @@ function ledger(events, contracts) {
   return out;
 }
 
-async function artifacts(events, contracts) {
-  const jobId = events[0].streamId;
-  const outbox = worker.deriveArtifactEnqueuesFromJobEvents({ tenantId, jobId, events });
-  const stored = new Map();
-  const built = [];
-  const store = {
-    outbox: outbox.map((message) => ({ ...message })),
-    artifactCursor: 0,
-    config: {},
-    getArtifact: async ({ artifactId }) => stored.get(artifactId) ?? null,
-    putArtifact: async ({ artifact }) => {
-      stored.set(artifact.artifactId, artifact);
-      built.push(artifact);
-    },
-    createDelivery: async () => {},
-    getContractV2ByHash: async ({ contractHash }) => {
-      const doc = Object.prototype.hasOwnProperty.call(contracts, contractHash) ? contracts[contractHash] : undefined;
-      return doc === undefined ? null : { contractHash, doc };
-    },
-  };
-  const run = worker.createArtifactWorker({
-    store, nowIso: () => generatedAt, getJobEvents: () => events, listDestinationsForTenant: () => [],
-  });
-  await run.tickArtifacts({ maxMessages: 1000000 });
-  return { outbox, artifacts: built };
-}
-
 // The documents settld's validator accepts, with its hash where that is not the key the run serves them by.
 function hashMismatches(contracts) {
   const out = [];
@@ -109,7 +84,8 @@ const results = [];
 for (const { events, contracts } of JSON.parse(fs.readFileSync(runsFile, "utf8"))) {
   const result = { ...ledger(events, contracts), hashMismatches: hashMismatches(contracts) };
   try {
-    Object.assign(result, await artifacts(events, contracts), { artifactError: null });
+    Object.assign(result, await settldArtifacts(worker, { tenantId, events, generatedAt, contracts }),
+      { artifactError: null });
   } catch (err) {
     Object.assign(result, { outbox: null, artifacts: null, artifactError: String(err?.message ?? err) });
   }
