@@ -200,7 +200,9 @@ def test_put_reuse_and_conflicts(db: Database) -> None:
     artifact = vector["artifacts"][0]
     repo = ArtifactStore()
     with db.transaction() as tx:
-        assert repo.put(tx, T, artifact).created is True
+        first = repo.put(tx, T, artifact)
+        assert first.created is True
+        assert first.stored == repo.get(tx, T, artifact["artifactId"])  # the row as stored, without a read back
         again = repo.put(tx, T, artifact)
         assert again.created is False and again.stored.artifact == artifact
     cases = [

@@ -207,7 +207,8 @@ class ArtifactConsumer:
         failpoints.hit("artifacts.after_build_before_store")
         result = self.store.put(tx, tenant, artifact)
         failpoints.hit("artifacts.after_store_before_deliveries")
-        enqueued = self.sink.enqueue(tx, tenant, result.stored.artifact)
+        # the document built is the one stored (or reused: the same artifactHash, so the same document)
+        enqueued = self.sink.enqueue(tx, tenant, artifact)
         log.info("artifact.built %s %s %s (%d enqueued)", tenant, a_id, artifact["artifactHash"], enqueued)
         return TaskOutcome(a_id, task.artifact_type, task.source_event_id, result.created, enqueued)
 

@@ -140,26 +140,31 @@ class ArtifactStore:
         if existing is not None:
             return PutResult(existing, False)
         self.check_quota(tx, tenant_id, job_id, a_type)
-        inserted = tx.execute(
+        text = _dumps(dict(artifact))
+        inserted = tx.fetchone(
             "INSERT INTO artifacts (tenant_id, artifact_id, job_id, artifact_type, source_event_id,"
             " source_chain_hash, artifact_hash, job_version, artifact_json, generated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (tenant_id, artifact_id, job_id, a_type, source_event_id, anchor, a_hash, version,
-             _dumps(dict(artifact)), generated_at))
-        if inserted == 0:  # a concurrent insert won: identical means reuse, anything else is a conflict
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING created_at",
+            (tenant_id, artifact_id, job_id, a_type, source_event_id, anchor, a_hash, version, text, generated_at))
+        if inserted is None:  # a concurrent insert won: identical means reuse, anything else is a conflict
             existing = self._reusable(tx, tenant_id, artifact_id, a_type, job_id, source_event_id, anchor, a_hash)
             if existing is None:
                 raise ArtifactCorrupt("artifact insert conflicted but no conflicting row is visible",
                                       artifactId=artifact_id)
             return PutResult(existing, False)
-        stored = self.get(tx, tenant_id, artifact_id)
-        assert stored is not None
-        return PutResult(stored, True)
+        # the row as `get` would read it back, without reading it back
+        return PutResult(StoredArtifact(tenant_id, artifact_id, job_id, a_type, source_event_id, anchor, a_hash,
+                                        version, text, generated_at, inserted[0]), True)
 
     def _reusable(self, tx: Tx, tenant_id: str, artifact_id: str, a_type: str, job_id: str,
                   source_event_id: str, anchor: str, a_hash: str) -> StoredArtifact | None:
-        """The identical stored artifact, None when nothing conflicts, else raise the conflict."""
-        same_id = self.get(tx, tenant_id, artifact_id)
+        """The identical stored artifact, None when nothing conflicts, else raise the conflict. One statement reads
+        both what may conflict: the artifact of the same id, and the one of its type for the same source event."""
+        rows = [_row(r) for r in tx.fetchall(
+            f"SELECT {_COLUMNS} FROM artifacts WHERE tenant_id = ? AND (artifact_id = ?"
+            " OR (job_id = ? AND artifact_type = ? AND source_event_id = ?))",
+            (tenant_id, artifact_id, job_id, a_type, source_event_id))]
+        same_id = next((r for r in rows if r.artifact_id == artifact_id), None)
         if same_id is not None:
             self.check_reuse(same_id, a_type, anchor)
             if same_id.artifact_hash != a_hash:
@@ -167,11 +172,8 @@ class ArtifactStore:
                     f"artifact {artifact_id} already exists with a different hash", code="ARTIFACT_HASH_MISMATCH",
                     artifactId=artifact_id, storedHash=same_id.artifact_hash, newHash=a_hash)
             return same_id
-        row = tx.fetchone(
-            f"SELECT {_COLUMNS} FROM artifacts WHERE tenant_id = ? AND job_id = ? AND artifact_type = ?"
-            " AND source_event_id = ?", (tenant_id, job_id, a_type, source_event_id))
-        if row is not None:
-            other = _row(row)
+        if rows:
+            other = rows[0]
             raise ArtifactConflict(
                 f"{a_type} for source event {source_event_id} already exists as {other.artifact_id}",
                 code="ARTIFACT_SOURCE_EVENT_CONFLICT", artifactId=artifact_id, storedArtifactId=other.artifact_id,
