@@ -375,3 +375,38 @@ def test_a_credit_id_is_bounded_like_the_artifact_id_it_names(db: Database, leng
     Dispatcher(db, [artifacts_consumer()], listen=False).drain(30)
     memo = api.get(f"/v1/artifacts/credit_{job_id}_{credit_id}")
     assert memo.status_code == 200 and memo.json()["artifactType"] == "CreditMemo.v1", memo.text
+
+
+def _integer_params(app: Any) -> list[tuple[str, str, str, str]]:
+    """(method, path template, "query" or "path", name) of every integer parameter of the API."""
+    out = []
+    for route in app.routes:
+        if not isinstance(route, APIRoute):
+            continue
+        for where, params in (("query", route.dependant.query_params), ("path", route.dependant.path_params)):
+            for p in params:
+                if p.field_info.annotation in (int, int | None):
+                    out.extend((method, route.path, where, p.alias) for method in sorted(route.methods or ()))
+    return out
+
+
+@pytest.mark.parametrize("written", ["1.0", "+1", " 1", "1_0", "0x1", "1 ", "１"])
+def test_an_integer_parameter_is_decimal_digits_only(env: tuple[Database, Any, Any, str], written: str) -> None:
+    """`after=1.0`, `limit=+5` and the like are refused (400 SCHEMA_INVALID), not read as numbers."""
+    _, api, operator, _ = env
+    params = _integer_params(api.app)
+    assert {name for _, _, _, name in params} >= {"after", "limit", "afterSeq", "position", "afterId",
+                                                   "delivery_id"}
+    for method, template, where, name in params:
+        caller = operator if template.startswith(("/v1/ops/", "/v1/deliveries")) else api
+        path = "/".join("1" if p.startswith("{") else p for p in template.split("/"))
+        if where == "path":
+            path = template.replace("{" + name + "}", written.replace(" ", "%20"))
+            path = "/".join("1" if p.startswith("{") else p for p in path.split("/"))
+            r = caller.request(method, path, json={})
+        else:
+            r = caller.request(method, path, params={name: written}, json={})
+        _problem(r, 400, "SCHEMA_INVALID")
+        if where == "query" and not template.endswith("/stream"):  # written plainly, it is accepted
+            r = caller.request(method, path, params={name: "1"}, json={})
+            assert r.status_code != 400 or r.json()["code"] != "SCHEMA_INVALID", f"{method} {template}: {r.text}"

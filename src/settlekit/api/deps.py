@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import Depends, Path, Query, Request
+from pydantic import BeforeValidator
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
@@ -28,8 +30,21 @@ from settlekit.store.streams import StreamHead
 
 # Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_INT64 = 2**63 - 1
-IdPath = Annotated[int, Path(ge=0, le=MAX_INT64)]
-PositionQuery = Annotated[int, Query(ge=0, le=MAX_INT64)]
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def _decimal_digits(value: Any) -> Any:
+    """An integer in a path or query is written in decimal digits only: not `1.0`, `+1`, ` 1` or `1_000`, which
+    the model's lax integer parsing would read as numbers."""
+    if isinstance(value, str) and not _DIGITS.fullmatch(value):
+        raise ValueError("must be written as decimal digits (0-9)")
+    return value
+
+
+DecimalDigits = BeforeValidator(_decimal_digits)
+IdPath = Annotated[int, DecimalDigits, Path(ge=0, le=MAX_INT64)]
+PositionQuery = Annotated[int, DecimalDigits, Query(ge=0, le=MAX_INT64)]
+OptionalPositionQuery = Annotated[int | None, DecimalDigits, Query(ge=0, le=MAX_INT64)]
 # Text ids in a path are bounded like the ids they name (job, account, signer key and consumer names: 1..200
 # characters; destinations 1..64; artifact ids join a job id and an event id): a longer one is 400 SCHEMA_INVALID,
 # and every write's idempotency record, which holds the path, stays within what the backends index.
@@ -37,6 +52,7 @@ TextIdPath = Annotated[str, Path(min_length=1, max_length=200)]
 DestinationIdPath = Annotated[str, Path(min_length=1, max_length=64)]
 ArtifactIdPath = Annotated[str, Path(min_length=1, max_length=500)]
 MAX_PAGE = 500  # the largest `limit` of a paged listing
+PageLimit = Annotated[int, DecimalDigits, Query(ge=1, le=MAX_PAGE)]
 AUTH_THREADS = 8  # see ApiContext.auth_threads
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import MAX_PAGE, ArtifactIdPath, TextIdPath, context, job_head, require
+from settlekit.api.deps import ArtifactIdPath, PageLimit, TextIdPath, context, job_head, require
 from settlekit.api.openapi import problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Artifact, ArtifactList
@@ -30,7 +30,7 @@ def _artifact_summary(a: Any) -> dict[str, Any]:
 def list_artifacts(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read"),
                    type: Annotated[str | None, Query(max_length=64, json_schema_extra=_TYPE_NAMES)] = None,
                    sourceEventId: Annotated[str | None, Query(max_length=200)] = None,
-                   limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+                   limit: PageLimit = 100,
                    cursor: Annotated[str | None, Query(max_length=400)] = None) -> JsonResponse:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)

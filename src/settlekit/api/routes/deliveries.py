@@ -10,7 +10,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import MAX_INT64, IdPath, context, require
+from settlekit.api.deps import DecimalDigits, IdPath, OptionalPositionQuery, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Deliveries, DeliveriesBackfilled, DeliveryDetail, DeliveryRequeued
@@ -24,8 +24,8 @@ router = APIRouter(prefix="/v1", tags=["ops"])
 def list_deliveries(request: Request, key: ApiKey = require("ops"),
                     state: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
                     destinationId: Annotated[str | None, Query(max_length=64)] = None,
-                    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                    afterId: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None) -> JsonResponse:
+                    limit: Annotated[int, DecimalDigits, Query(ge=1, le=1000)] = 100,
+                    afterId: OptionalPositionQuery = None) -> JsonResponse:
     found = delivery.list_deliveries(context(request).db, key.tenant_id, state=state, destination_id=destinationId,
                                      limit=limit, after_id=afterId)
     next_after = found[-1].id if len(found) == limit else None

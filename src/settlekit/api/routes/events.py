@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import MAX_INT64, MAX_PAGE, ApiContext, PositionQuery, context, require
+from settlekit.api.deps import MAX_INT64, ApiContext, PageLimit, PositionQuery, context, require
 from settlekit.api.feed import FeedStreams
 from settlekit.errors import ConfigurationError, ValidationError
 
@@ -23,7 +23,7 @@ MAX_TYPES = 50
 _TYPE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 TypesQuery = Annotated[str | None, Query(max_length=5000, description="event types to include, comma separated "
                                                                        "(default: every type)")]
-LimitQuery = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+LimitQuery = PageLimit
 
 
 class FeedItem(BaseModel):

@@ -20,8 +20,8 @@ from starlette.responses import Response
 
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import (
-    MAX_PAGE,
     ApiContext,
+    PageLimit,
     PositionQuery,
     TextIdPath,
     context,
@@ -330,7 +330,7 @@ def _job_stream(job_id: str, items: list[dict[str, Any]]) -> StreamPrecondition:
             responses=problems("CURSOR_INVALID"))
 def list_jobs(request: Request, key: ApiKey = require("jobs:read"),
               status: Annotated[str | None, Query(max_length=64)] = None,
-              limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+              limit: PageLimit = 50,
               cursor: Annotated[str | None, Query(max_length=400)] = None) -> JsonResponse:
     ctx = context(request)
     after = _decode_cursor(cursor) if cursor else None

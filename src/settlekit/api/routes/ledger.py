@@ -9,7 +9,15 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import MAX_INT64, MAX_PAGE, TextIdPath, context, job_head, require
+from settlekit.api.deps import (
+    MAX_INT64,
+    OptionalPositionQuery,
+    PageLimit,
+    TextIdPath,
+    context,
+    job_head,
+    require,
+)
 from settlekit.api.openapi import problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Allocations, LedgerEntries
@@ -56,7 +64,7 @@ class AccountPostings(BaseModel):
             response_model=LedgerBalances, responses=problems("LEDGER_AS_OF_INVALID"))
 def balances(request: Request, key: ApiKey = require("jobs:read"),
              as_of: Annotated[str | None, Query(alias="asOf", max_length=64)] = None,
-             position: Annotated[int | None, Query(ge=0, le=MAX_INT64)] = None,
+             position: OptionalPositionQuery = None,
              party: Annotated[str | None, Query(min_length=1, max_length=200)] = None) -> JsonResponse:
     db = context(request).db
     if as_of is not None and position is not None:
@@ -81,7 +89,7 @@ def balances(request: Request, key: ApiKey = require("jobs:read"),
             response_model=AccountPostings, responses=problems("CURSOR_INVALID", "LEDGER_ACCOUNT_NOT_FOUND"))
 def account_postings(account_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read"),
                      party: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
-                     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+                     limit: PageLimit = 50,
                      cursor: Annotated[str | None, Query(max_length=800)] = None) -> JsonResponse:
     db = context(request).db
     party_id = party or timeline.ACCOUNT
