@@ -363,6 +363,37 @@ def test_a_probe_ending_with_an_error_of_its_own_does_not_prolong_the_outage(pg_
             raise NotFoundError("no such job", code="JOB_NOT_FOUND")
         with db.query() as tx:  # without the probe ended: refused for the allowance's 60 s
             assert tx.scalar("SELECT 1") == 1
-        assert not db.reachability.known_unreachable  # type: ignore[attr-defined]
+        assert not db.reachability.known_unreachable
+    finally:
+        db.close()
+
+
+def test_a_probe_that_finds_the_server_still_unreachable_starts_a_new_hold(pg_url: str) -> None:
+    """While the database is known to be unreachable, the one caller let through (the probe) failing with a
+    connection error starts a new hold of fast failures, after which the next caller probes at once, instead of
+    the others waiting out the probe's whole allowance."""
+    import psycopg
+
+    from settlekit.store.postgres.backend import PostgresDatabase
+    from settlekit.store.reachability import Reachability
+
+    now = [0.0]
+    db = connect(pg_url)
+    assert isinstance(db, PostgresDatabase)
+    db.reachability = Reachability(30.0, probe_allowance=600.0, clock=lambda: now[0])
+    try:
+        db.reachability.failed()
+        now[0] = 31.0  # the hold is over: the next caller probes
+        with pytest.raises(DatabaseUnavailableError), db.connection():
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        now[0] = 60.0  # within the new hold (31 + 30): others fail at once
+        with pytest.raises(DatabaseUnavailableError) as refused:
+            db.check_reachable()
+        assert refused.value.details["cause"] == FAST_FAILURE_CAUSE
+        now[0] = 62.0  # past the new hold, long before the first probe's allowance (31 + 600): probe again
+        db.check_reachable()
+        with db.query() as tx:
+            assert tx.scalar("SELECT 1") == 1
+        assert not db.reachability.known_unreachable
     finally:
         db.close()
