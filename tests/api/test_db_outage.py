@@ -378,8 +378,7 @@ def test_a_probe_that_finds_the_server_still_unreachable_starts_a_new_hold(pg_ur
     from settlekit.store.reachability import Reachability
 
     now = [0.0]
-    db = connect(pg_url)
-    assert isinstance(db, PostgresDatabase)
+    db = PostgresDatabase(pg_url)
     db.reachability = Reachability(30.0, probe_allowance=600.0, clock=lambda: now[0])
     try:
         db.reachability.failed()
