@@ -363,7 +363,7 @@ def test_a_probe_ending_with_an_error_of_its_own_does_not_prolong_the_outage(pg_
             raise NotFoundError("no such job", code="JOB_NOT_FOUND")
         with db.query() as tx:  # without the probe ended: refused for the allowance's 60 s
             assert tx.scalar("SELECT 1") == 1
-        assert not db.reachability.known_unreachable
+        assert not db.reachability.known_unreachable  # type: ignore[attr-defined]
     finally:
         db.close()
 
