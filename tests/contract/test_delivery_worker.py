@@ -414,6 +414,32 @@ def test_worker_local_failures(db: Database, rx: FaultyReceiver, tmp_path: Path)
     assert rx.requests == []
 
 
+def test_a_claim_reads_each_destinations_secrets_once(db: Database, rx: FaultyReceiver, secret_file: str,
+                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deliveries of one claim to the same destination are signed with secrets read once; a destination whose
+    secret cannot be read fails each of its deliveries with the same reason."""
+    arts, clock = Artifacts(), Clock()
+    add_destination(db, rx.url, secret_file)
+    add_destination(db, rx.url, f"file:{tmp_path / 'missing.txt'}", destination_id="nosecret")
+    for name in "abcd":
+        enqueue(db, arts, artifact(name, 1))
+    worker = make_worker(db, arts, clock)
+    reads: list[str] = []
+    read = SecretResolver.for_destination
+
+    def counted(resolver: SecretResolver, tx: Tx, dest: store.Destination, now: datetime) -> list[str]:
+        reads.append(dest.destination_id)
+        return read(resolver, tx, dest, now)
+
+    monkeypatch.setattr(SecretResolver, "for_destination", counted)
+    result = run(one_pass(worker))
+    assert sorted(reads) == ["d1", "nosecret"]
+    assert (result.claimed, result.delivered) == (8, 4)
+    assert len(rx.received) == 4
+    failed = [d.last_error for d in deliveries(db) if d.destination_id == "nosecret"]
+    assert failed == ["secret_file_refused"] * 4
+
+
 def test_concurrent_workers_never_share_a_row(db: Database) -> None:
     arts = Artifacts()
     add_destination(db, "https://a.example/", "file:/x")

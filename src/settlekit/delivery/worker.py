@@ -250,6 +250,8 @@ class DeliveryWorker:
                 tx, worker=self.worker_id, limit=self.config.batch_size, lease=self.config.lease, now=now
             )
             dests: dict[tuple[str, str], store.Destination | None] = {}
+            # a destination's signing secrets, read once per claim (or the error reading them gave)
+            signing: dict[tuple[str, str], list[str] | SettlekitError] = {}
             for d in claimed:
                 key = (d.tenant_id, d.destination_id)
                 if key not in dests:
@@ -270,7 +272,15 @@ class DeliveryWorker:
                     if artifact is None or artifact.get("artifactHash") != d.artifact_hash:
                         early.append(_local_failure(d, MISSING_ARTIFACT, "artifact not found", now))
                         continue
-                    requests.append(self._prepare(d, dest, artifact, now, tx))
+                    if key not in signing:
+                        try:
+                            signing[key] = self.secrets.for_destination(tx, dest, now)
+                        except SettlekitError as exc:
+                            signing[key] = exc
+                    secrets = signing[key]
+                    if isinstance(secrets, SettlekitError):
+                        raise secrets
+                    requests.append(self._prepare(d, dest, artifact, now, secrets))
                 except SecretRefError as exc:
                     early.append(_local_failure(d, exc.reason, exc.message, now))
                 except WebhookSecretError as exc:  # a resolved secret that is not a valid whsec_ secret
@@ -280,13 +290,14 @@ class DeliveryWorker:
         return requests, early
 
     def _prepare(
-        self, d: store.Delivery, dest: store.Destination, artifact: Mapping[str, Any], now: datetime, tx: Tx
+        self, d: store.Delivery, dest: store.Destination, artifact: Mapping[str, Any], now: datetime,
+        secrets: list[str]
     ) -> PreparedRequest:
         body = canonical_bytes(dict(artifact))
         signing: SigningMode = dest.signing  # type: ignore[assignment]  # checked when stored
         headers = delivery_headers(
             mode=signing,
-            secrets=self.secrets.for_destination(tx, dest, now),
+            secrets=secrets,
             body=body,
             message_id=d.message_id,
             dedupe_key=d.dedupe_key,
