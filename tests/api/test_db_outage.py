@@ -396,3 +396,48 @@ def test_a_probe_that_finds_the_server_still_unreachable_starts_a_new_hold(pg_ur
         assert not db.reachability.known_unreachable
     finally:
         db.close()
+
+
+def test_routed_requests_beyond_the_bound_are_refused_at_once_while_the_database_stalls(pg_url: str) -> None:
+    """Every pooled connection is taken: the requests other than appends that the process already holds wait (at
+    most SETTLEKIT_MAX_ROUTED_REQUESTS of them), one more is refused at once with 503 OVERLOADED and Retry-After;
+    once connections are free again the held requests are answered, and the bound is free again."""
+    db = connect(pg_url, max_size=2, timeout=HANG_GUARD)
+    api_key = key_for(db, TENANT_A)
+    bound = 3
+    app = make_app(db, max_routed_requests=bound)
+    held = [db.pool.getconn() for _ in range(2)]  # type: ignore[attr-defined]
+    released = False
+
+    async def run() -> tuple[list[httpx.Response], httpx.Response]:
+        nonlocal released
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api",
+                                     headers={"authorization": f"Bearer {api_key}"}) as api:
+            tasks = [asyncio.ensure_future(api.get("/v1/jobs")) for _ in range(12)]
+            deadline = time.monotonic() + HANG_GUARD
+            while sum(t.done() for t in tasks) < 12 - bound:
+                assert time.monotonic() < deadline, "hang guard: the refusals did not come at once"
+                await asyncio.sleep(0.02)
+            assert all(t.result().status_code == 503 for t in tasks if t.done())
+            for conn in held:
+                db.pool.putconn(conn)  # type: ignore[attr-defined]
+            released = True
+            answers = list(await asyncio.wait_for(asyncio.gather(*tasks), HANG_GUARD))
+            return answers, await api.get("/v1/jobs")
+
+    try:
+        answers, after = asyncio.run(run())
+        assert sorted(r.status_code for r in answers) == [200] * bound + [503] * (12 - bound)
+        for r in answers:
+            if r.status_code == 503:
+                _overloaded_or_unavailable(r)
+                assert r.json()["code"] == "OVERLOADED" and r.json()["details"]["limit"] == bound
+        assert after.status_code == 200
+    finally:
+        if not released:
+            for conn in held:
+                db.pool.putconn(conn)  # type: ignore[attr-defined]
+        app.state.settlekit.auth_threads.shutdown(wait=True)
+        app.state.settlekit.store.close()
+        db.close()

@@ -45,6 +45,8 @@ from settlekit.store.db import Database, connect
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", *DOC_PATHS})
 OPEN_PREFIXES = (f"{ASSETS_PATH}/",)
+# long-lived answers, not counted against `max_routed_requests` (the feed bounds its streams per tenant)
+UNBOUNDED_PATHS = frozenset({"/v1/events/stream"})
 
 
 def create_app(
@@ -142,7 +144,8 @@ def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
               for route in app.router.routes
               if isinstance(route, APIRoute) and route.path in DIRECT_HANDLERS and "POST" in (route.methods or ())]
     app.add_middleware(ApiMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
-                       routed=_routed_by(app), max_body_bytes=settings.max_body_bytes, direct=direct)
+                       routed=_routed_by(app), max_body_bytes=settings.max_body_bytes, direct=direct,
+                       max_routed_requests=settings.max_routed_requests, unbounded_paths=UNBOUNDED_PATHS)
     append_metrics_for(ctx.registry)  # registered now: every append outcome is exported (at 0) before the first
 
 

@@ -2,7 +2,9 @@
 
 1. A request id (the client's `X-Request-Id` or a new one), bound to every log line and echoed in the answer.
 2. The request head: U+0000 in the path, query or a header is 400 INPUT_INVALID.
-3. Authentication outside the open paths (a refused request for a path no route serves is 404), the key's rate
+3. Outside the open paths, the append route and the event streams: at most `max_routed_requests` in progress
+   (one more is 503 OVERLOADED at once), so a stalled database or a flood cannot pile up requests on the threads.
+   Authentication outside the open paths (a refused request for a path no route serves is 404), the key's rate
    limit; answers to an authenticated request carry its RateLimit-* headers. While the database is known to be
    unreachable, 503 DATABASE_UNAVAILABLE at once, before any thread waits on it.
 4. The raw body of a write, up to the limit (413 PAYLOAD_TOO_LARGE beyond, Content-Length checked first); a JSON
@@ -42,7 +44,7 @@ from settlekit.api.guards import InputError, check_json_body, check_request_head
 from settlekit.api.problems import error_headers, no_route_problem, problem_from_error, problem_response
 from settlekit.api.ratelimit import Quota
 from settlekit.api.request_log import HEADER, MAX_PROBLEM_BYTES, error_code, log_request, request_id_from
-from settlekit.errors import SettlekitError
+from settlekit.errors import OverloadedError, SettlekitError
 from settlekit.metrics import PerRegistry
 from settlekit.runtime import logging as logs
 from settlekit.store.api_keys import StoredApiKey
@@ -108,8 +110,12 @@ class ApiMiddleware:
     """See the module docstring. `routed(scope)`: whether a route serves the request's path (any method)."""
 
     def __init__(self, app: ASGIApp, ctx: ApiContext, *, open_paths: frozenset[str], open_prefixes: tuple[str, ...],
-                 routed: Callable[[Scope], bool], max_body_bytes: int, direct: Sequence[DirectRoute] = ()):
+                 routed: Callable[[Scope], bool], max_body_bytes: int, direct: Sequence[DirectRoute] = (),
+                 max_routed_requests: int = 256, unbounded_paths: frozenset[str] = frozenset()):
         self.app = app
+        self.max_routed_requests = max_routed_requests
+        self.unbounded_paths = unbounded_paths
+        self._routed_in_progress = 0  # changed on the event loop only
         self.direct = tuple(direct)
         self.ctx = ctx
         self.open_paths = open_paths
@@ -163,6 +169,23 @@ class ApiMiddleware:
             return
         if self.direct and await self._serve_direct(scope, receive, send, exchange):
             return
+        if path in self.unbounded_paths:
+            await self._serve_routed(scope, receive, send, exchange)
+            return
+        if self._routed_in_progress >= self.max_routed_requests:
+            overloaded = OverloadedError(
+                f"{self._routed_in_progress} requests are already in progress in this process",
+                limit=self.max_routed_requests)
+            await problem_from_error(overloaded, error_headers(overloaded))(scope, receive, send)
+            return
+        self._routed_in_progress += 1
+        try:
+            await self._serve_routed(scope, receive, send, exchange)
+        finally:
+            self._routed_in_progress -= 1
+
+    async def _serve_routed(self, scope: Scope, receive: Receive, send: Send, exchange: _Exchange) -> None:
+        """Authenticate, read the body of a write, and hand the request to its route."""
         if not await self._authenticate(scope, receive, send, exchange):
             return
         if scope["method"] in _BODYLESS:

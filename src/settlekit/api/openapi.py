@@ -132,7 +132,8 @@ def _shared_codes(operation: dict[str, Any], method: str, *, secured: bool) -> l
     if method != "get":
         codes.append("PAYLOAD_TOO_LARGE")
     if secured:
-        codes += ["UNAUTHENTICATED", "API_KEY_INVALID", "SCOPE_REQUIRED", "RATE_LIMITED", "DATABASE_UNAVAILABLE"]
+        codes += ["UNAUTHENTICATED", "API_KEY_INVALID", "SCOPE_REQUIRED", "RATE_LIMITED", "DATABASE_UNAVAILABLE",
+                  "OVERLOADED"]  # OVERLOADED: the process's bound of requests in progress (api.middleware)
     if headers.intersection(IDEMPOTENCY_HEADERS):
         codes += ["IDEMPOTENCY_CONFLICT", "IDEMPOTENCY_IN_PROGRESS"]
     return codes
