@@ -177,6 +177,15 @@ def _overloaded_or_unavailable(r: httpx.Response) -> None:
     assert int(r.headers["retry-after"]) >= 1
 
 
+def _close_stalled(db: Database, app: Any, held: list[Any]) -> None:
+    """Give back the pooled connections a stall test still holds, then stop the app's threads and the database."""
+    for conn in held:
+        db.pool.putconn(conn)  # type: ignore[attr-defined]
+    app.state.settlekit.auth_threads.shutdown(wait=True)
+    app.state.settlekit.store.close()
+    db.close()
+
+
 def test_appends_beyond_the_queue_bound_are_refused_at_once_while_the_database_stalls(pg_url: str) -> None:
     """Every pooled connection is taken (the database is reachable but nothing gets through): the append route's
     threads hold their bound of requests, the others are refused at once with 503 OVERLOADED and write nothing;
@@ -208,12 +217,7 @@ def test_appends_beyond_the_queue_bound_are_refused_at_once_while_the_database_s
             assert r.json()["code"] == "OVERLOADED" and r.json()["details"]["limit"] == bound
         assert _stored_jobs(db, "job_q_") == bound
     finally:
-        if not released:
-            for conn in held:
-                db.pool.putconn(conn)  # type: ignore[attr-defined]
-        app.state.settlekit.auth_threads.shutdown(wait=True)
-        app.state.settlekit.store.close()
-        db.close()
+        _close_stalled(db, app, [] if released else held)
 
 
 @pytest.fixture
@@ -435,9 +439,4 @@ def test_routed_requests_beyond_the_bound_are_refused_at_once_while_the_database
                 assert r.json()["code"] == "OVERLOADED" and r.json()["details"]["limit"] == bound
         assert after.status_code == 200
     finally:
-        if not released:
-            for conn in held:
-                db.pool.putconn(conn)  # type: ignore[attr-defined]
-        app.state.settlekit.auth_threads.shutdown(wait=True)
-        app.state.settlekit.store.close()
-        db.close()
+        _close_stalled(db, app, [] if released else held)
