@@ -29,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import LoadResult, free_port, run_job_load, scratch_pg, stop_process, wait_ready  # noqa: E402
+from common import CpuSampler, LoadResult, free_port, run_job_load, scratch_pg, stop_process, wait_ready  # noqa: E402
 from settlekit.simulate import Fleet  # noqa: E402
 
 DB_ENV = "CEILING_DB"
@@ -85,12 +85,15 @@ def measure() -> LoadResult | None:
         try:
             if not wait_ready(f"{base}/readyz", server, log):
                 return None
+            sampler = CpuSampler({server.pid: "ceiling app"}, lambda: [server.pid])
             result = run_job_load(base, {}, Fleet.create(robots=8, operators=4))
+            cpu = sampler.report(len(result.latencies))
         finally:
             stop_process("ceiling server", server)
         with psycopg.connect(url) as conn:
             stored = conn.execute("SELECT count(*) FROM events").fetchone()
         result.print("framework ceiling (FastAPI + uvicorn + psycopg pool, one insert per request)")
+        print(cpu, flush=True)
         ok = result.statuses.get(201, 0)
         if stored is None or stored[0] != ok:
             print(f"ceiling rows stored: {stored[0] if stored else None}, 201 answers: {ok}")

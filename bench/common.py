@@ -206,3 +206,92 @@ def run_job_load(base_url: str, headers: Mapping[str, str], fleet: Fleet, *, cli
     for t in threads:
         t.join()
     return LoadResult(clients, seconds, time.perf_counter() - started, latencies, statuses, accepted)
+
+
+# ---------------------------------------------------------------- where the CPU goes during a load (Linux /proc)
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_stat(path: str) -> list[str] | None:
+    try:
+        with open(path) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command line, CPU seconds) of every process this user can read."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _proc_stat(f"/proc/{name}/stat")
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if fields is not None:
+            out[int(name)] = (int(fields[1]), cmdline, (int(fields[11]) + int(fields[12])) / _TICK)
+    return out
+
+
+def child_processes(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (but multiprocessing's resource tracker)."""
+    return [child for child, (ppid, cmdline, _) in _processes().items()
+            if ppid == pid and "resource_tracker" not in cmdline]
+
+
+def _main_thread(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of a process's main thread (/proc schedstat)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(ran) / 1e9, int(waited) / 1e9
+
+
+class CpuSampler:
+    """CPU per request of each process group over a load window: `servers` (pid -> group name, their child
+    processes counted with them), this process (the load generator, with the webhook receiver if it runs here)
+    and PostgreSQL's processes (those started during the window counted whole); and, for each process that
+    serves requests on an event loop, the share of the window its main thread ran and waited for a CPU."""
+
+    def __init__(self, servers: Mapping[int, str], loops: Callable[[], list[int]]):
+        self.servers = dict(servers)
+        self.loops = loops
+        self._start = _processes()
+        self._loops_start = {pid: _main_thread(pid) for pid in loops()}
+        self._t0 = time.monotonic()
+
+    def _groups(self, procs: dict[int, tuple[int, str, float]]) -> dict[int, str]:
+        groups = {os.getpid(): "load generator"}
+        for pid, (ppid, cmdline, _) in procs.items():
+            if pid in self.servers:
+                groups[pid] = self.servers[pid]
+            elif ppid in self.servers:
+                groups[pid] = self.servers[ppid]
+            elif cmdline.startswith("postgres"):
+                groups[pid] = "PostgreSQL"
+        return groups
+
+    def report(self, requests: int) -> str:
+        wall = time.monotonic() - self._t0
+        end = _processes()
+        used: dict[str, float] = {}
+        for pid, group in self._groups(end).items():
+            before = self._start.get(pid)
+            since = end[pid][2] - (before[2] if before is not None and before[0] == end[pid][0] else 0.0)
+            used[group] = used.get(group, 0.0) + since
+        parts = [f"{group} {1000 * seconds / max(requests, 1):.2f}" for group, seconds in used.items()]
+        cores = os.cpu_count() or 1
+        line = (f"CPU per request (ms): {', '.join(parts)}; all {1000 * sum(used.values()) / max(requests, 1):.2f} "
+                f"({cores} cores give {1000 * cores * wall / max(requests, 1):.2f} ms per request at this rate)")
+        for pid, (ran0, waited0) in self._loops_start.items():
+            ran, waited = _main_thread(pid)
+            line += (f"\n  event loop thread of pid {pid}: on a CPU {100 * (ran - ran0) / wall:.0f} % of the window, "
+                     f"runnable but waiting for a CPU {100 * (waited - waited0) / wall:.0f} %")
+        return line

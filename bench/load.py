@@ -27,7 +27,17 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ceiling  # noqa: E402
-from common import LOAD_TENANT, LoadResult, free_port, run_job_load, scratch_pg, stop_process, wait_ready  # noqa: E402
+from common import (  # noqa: E402
+    LOAD_TENANT,
+    CpuSampler,
+    LoadResult,
+    child_processes,
+    free_port,
+    run_job_load,
+    scratch_pg,
+    stop_process,
+    wait_ready,
+)
 from settlekit.api.auth import create_api_key  # noqa: E402
 from settlekit.delivery.receiver import ReceiverServer  # noqa: E402
 from settlekit.delivery.signing import generate_secret  # noqa: E402
@@ -121,7 +131,11 @@ def measure(anchor: LoadResult, processes: int, *, worker_during_load: bool = Tr
             headers = {"authorization": f"Bearer {api_key}"}
             fleet = Fleet.create(robots=8, operators=4)
             _register(base, headers, fleet, receiver.url, secret)
+            server = procs[0][1]
+            sampler = CpuSampler({pid: name for name, pid in ((n, p.pid) for n, p in procs)},
+                                 lambda: child_processes(server.pid) if processes > 1 else [server.pid])
             result = run_job_load(base, headers, fleet)
+            cpu = sampler.report(len(result.latencies))
             if not worker_during_load:
                 procs.append(_start_worker(env, tmp))
             name = f"{processes} API process{'es' if processes > 1 else ''}"
@@ -129,6 +143,7 @@ def measure(anchor: LoadResult, processes: int, *, worker_during_load: bool = Tr
                          anchor=anchor, anchor_name="framework ceiling")
             target = TARGETS.get(processes, "") if worker_during_load else "informational"
             print(f"framework ceiling in this run: {anchor.rate:,.1f} requests/s; {target}", flush=True)
+            print(cpu, flush=True)
             _check_nothing_lost(db, base, headers, receiver, result)
         finally:
             for name, proc in procs:
