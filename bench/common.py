@@ -258,7 +258,9 @@ class CpuSampler:
     """CPU per request of each process group over a load window: `servers` (pid -> group name, their child
     processes counted with them), this process (the load generator, with the webhook receiver if it runs here)
     and PostgreSQL's processes (those started during the window counted whole); and, for each process that
-    serves requests on an event loop, the share of the window its main thread ran and waited for a CPU."""
+    serves requests on an event loop, the share of the window its main thread ran and waited for a CPU.
+    Informational: a process that exits during the window is not counted, and "PostgreSQL" is every postgres
+    process of the machine (other databases' work included)."""
 
     def __init__(self, servers: Mapping[int, str], loops: Callable[[], list[int]]):
         self.servers = dict(servers)

@@ -424,6 +424,7 @@ def test_routed_requests_beyond_the_bound_are_refused_at_once_while_the_database
                 assert time.monotonic() < deadline, "hang guard: the refusals did not come at once"
                 await asyncio.sleep(0.02)
             assert all(t.result().status_code == 503 for t in tasks if t.done())
+            assert (await api.get("/healthz")).status_code == 200  # open paths are not bounded
             for conn in held:
                 db.pool.putconn(conn)  # type: ignore[attr-defined]
             released = True
@@ -440,3 +441,52 @@ def test_routed_requests_beyond_the_bound_are_refused_at_once_while_the_database
         assert after.status_code == 200
     finally:
         _close_stalled(db, app, [] if released else held)
+
+
+def test_requests_still_sending_their_body_take_nothing_from_the_routed_bound(db: Database) -> None:
+    """Writes whose body never arrives (after their authentication) hold no thread: with a bound of one, reads
+    are still answered; the stalled writes are refused nothing and write nothing."""
+    api_key = key_for(db, TENANT_A)
+    app = make_app(db, max_routed_requests=1)
+    headers = [(b"host", b"api"), (b"authorization", f"Bearer {api_key}".encode()),
+               (b"content-type", b"application/json"), (b"content-length", b"100")]
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/v1/destinations", "raw_path": b"/v1/destinations", "query_string": b"",
+             "root_path": "", "headers": headers, "client": ("127.0.0.1", 1), "server": ("api", 80)}
+
+    async def run() -> tuple[int, list[Any]]:
+        never = asyncio.Event()
+        sent: list[Any] = []
+
+        async def receive() -> dict[str, Any]:
+            await never.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        stalled = []
+        for _ in range(3):  # one after the other: each is authenticated, then waits for its body
+            stalled.append(asyncio.ensure_future(app(dict(scope), receive, send)))
+            await asyncio.sleep(0.3)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api",
+                                     headers={"authorization": f"Bearer {api_key}"}) as api:
+            status = (await asyncio.wait_for(api.get("/v1/jobs"), HANG_GUARD)).status_code
+        for task in stalled:
+            task.cancel()
+        await asyncio.gather(*stalled, return_exceptions=True)
+        return status, sent
+
+    try:
+        status, sent = asyncio.run(run())
+        assert status == 200
+        paths = app.openapi()["paths"]  # documented where it can be answered: not on the event stream
+        assert "OVERLOADED" in str(paths["/v1/jobs"]["get"]["responses"]["503"])
+        assert "OVERLOADED" not in str(paths["/v1/events/stream"]["get"]["responses"].get("503"))
+        assert sent == []  # the stalled writes got no answer (and wrote nothing)
+        with db.read() as tx:
+            assert tx.scalar("SELECT count(*) FROM destinations") == 0
+    finally:
+        app.state.settlekit.auth_threads.shutdown(wait=True)
+        app.state.settlekit.store.close()

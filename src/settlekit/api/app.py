@@ -98,7 +98,7 @@ def create_app(
     # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
     app.router.routes.extend(route for router in ROUTERS for route in router.routes)
     add_docs(app)
-    document(app, OPEN_PATHS)
+    document(app, OPEN_PATHS, UNBOUNDED_PATHS)
     _add_middleware(app, ctx, settings)
     return app
 

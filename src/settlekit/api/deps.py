@@ -30,14 +30,14 @@ from settlekit.store.streams import StreamHead
 
 # Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_INT64 = 2**63 - 1
-_DIGITS = re.compile(r"[0-9]{1,19}")
+_DIGITS = re.compile(r"[0-9]{1,40}")  # zero padding allowed; the bounds of each parameter apply after
 
 
 def _decimal_digits(value: Any) -> Any:
     """An integer in a path or query is written in decimal digits only: not `1.0`, `+1`, ` 1` or `1_000`, which
     the model's lax integer parsing would read as numbers."""
     if isinstance(value, str) and not _DIGITS.fullmatch(value):
-        raise ValueError("must be written as decimal digits (0-9)")
+        raise ValueError("must be written as 1 to 40 decimal digits (0-9)")
     return value
 
 

@@ -2,8 +2,10 @@
 
 1. A request id (the client's `X-Request-Id` or a new one), bound to every log line and echoed in the answer.
 2. The request head: U+0000 in the path, query or a header is 400 INPUT_INVALID.
-3. Outside the open paths, the append route and the event streams: at most `max_routed_requests` in progress
-   (one more is 503 OVERLOADED at once), so a stalled database or a flood cannot pile up requests on the threads.
+3. Outside the open paths, the append route and the event streams, at most `max_routed_requests` requests are in
+   progress; one more, for a path a route serves, is 503 OVERLOADED at once, before authentication, so a stalled
+   database or a flood cannot pile up requests waiting for the threads routes run on. A request counts from its
+   arrival until its answer starts, except while its body is received: slow clients do not take from the bound.
    Authentication outside the open paths (a refused request for a path no route serves is 404), the key's rate
    limit; answers to an authenticated request carry its RateLimit-* headers. While the database is known to be
    unreachable, 503 DATABASE_UNAVAILABLE at once, before any thread waits on it.
@@ -115,7 +117,7 @@ class ApiMiddleware:
         self.app = app
         self.max_routed_requests = max_routed_requests
         self.unbounded_paths = unbounded_paths
-        self._routed_in_progress = 0  # changed on the event loop only
+        self.routed_in_progress = 0  # requests holding a _Slot (changed on the event loop only)
         self.direct = tuple(direct)
         self.ctx = ctx
         self.open_paths = open_paths
@@ -169,31 +171,37 @@ class ApiMiddleware:
             return
         if self.direct and await self._serve_direct(scope, receive, send, exchange):
             return
-        if path in self.unbounded_paths:
-            await self._serve_routed(scope, receive, send, exchange)
-            return
-        if self._routed_in_progress >= self.max_routed_requests:
-            overloaded = OverloadedError(
-                f"{self._routed_in_progress} requests are already in progress in this process",
-                limit=self.max_routed_requests)
-            await problem_from_error(overloaded, error_headers(overloaded))(scope, receive, send)
-            return
-        self._routed_in_progress += 1
+        slot = _Slot(self, bounded=path not in self.unbounded_paths)
         try:
-            await self._serve_routed(scope, receive, send, exchange)
+            if not slot.take() and self.routed(scope):
+                await self._overloaded(scope, receive, send)
+                return
+            await self._serve_routed(scope, receive, send, exchange, slot)
         finally:
-            self._routed_in_progress -= 1
+            slot.release()
 
-    async def _serve_routed(self, scope: Scope, receive: Receive, send: Send, exchange: _Exchange) -> None:
-        """Authenticate, read the body of a write, and hand the request to its route."""
+    async def _overloaded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        overloaded = OverloadedError(f"{self.routed_in_progress} requests are already in progress in this process",
+                                     limit=self.max_routed_requests)
+        await problem_from_error(overloaded, error_headers(overloaded))(scope, receive, send)
+
+    async def _serve_routed(self, scope: Scope, receive: Receive, send: Send, exchange: _Exchange,
+                            slot: _Slot) -> None:
+        """Authenticate, read the body of a write, and hand the request to its route. The request holds its `slot`
+        until its answer starts, except while its body is received."""
         if not await self._authenticate(scope, receive, send, exchange):
             return
         if scope["method"] in _BODYLESS:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, slot.released_on_answer(send))
             return
+        slot.release()
         body = await self._read_body(scope, receive, send)
         if body is None:
             return
+        if not slot.take():
+            await self._overloaded(scope, receive, send)
+            return
+        send = slot.released_on_answer(send)
         sent = False
 
         async def replay() -> Message:
@@ -326,6 +334,42 @@ class ApiMiddleware:
                                     f"request body is over the limit of {self.max_body_bytes} bytes",
                                     limitBytes=self.max_body_bytes, sizeBytes=size)
         await response(scope, receive, send)
+
+
+class _Slot:
+    """A routed request's place in the process's bound (`ApiMiddleware.max_routed_requests`): taken at once or
+    refused, given back when the request stops holding it. An unbounded one is always taken."""
+
+    __slots__ = ("bounded", "held", "owner")
+
+    def __init__(self, owner: ApiMiddleware, *, bounded: bool):
+        self.owner = owner
+        self.bounded = bounded
+        self.held = False
+
+    def take(self) -> bool:
+        if not self.bounded or self.held:
+            return True
+        if self.owner.routed_in_progress >= self.owner.max_routed_requests:
+            return False
+        self.owner.routed_in_progress += 1
+        self.held = True
+        return True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.owner.routed_in_progress -= 1
+
+    def released_on_answer(self, send: Send) -> Send:
+        """`send`, giving the slot back when the answer starts (a slow reader holds no place)."""
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.release()
+            await send(message)
+
+        return sending
 
 
 async def _read_whole(receive: Receive) -> bytes | None:

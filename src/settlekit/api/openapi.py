@@ -89,9 +89,11 @@ _REQUEST_ID_PARAMETER = {
     "schema": {"type": "string"}}
 
 
-def document(app: FastAPI, open_paths: Iterable[str]) -> None:
-    """Install `app.openapi`: FastAPI's document completed as the module docstring says (built once)."""
+def document(app: FastAPI, open_paths: Iterable[str], unbounded_paths: Iterable[str] = ()) -> None:
+    """Install `app.openapi`: FastAPI's document completed as the module docstring says (built once).
+    `unbounded_paths`: those the API process's bound of requests waiting for threads does not apply to."""
     unauthenticated = frozenset(open_paths)
+    unbounded = frozenset(unbounded_paths)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -107,7 +109,7 @@ def document(app: FastAPI, open_paths: Iterable[str]) -> None:
             components["parameters"] = {"X-Request-Id": _REQUEST_ID_PARAMETER}
             for path, operations in schema.get("paths", {}).items():
                 for method, operation in operations.items():
-                    _complete(operation, method, secured=path not in unauthenticated)
+                    _complete(operation, method, secured=path not in unauthenticated, bounded=path not in unbounded)
             schemas = components.setdefault("schemas", {})
             for unused in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(unused, None)
@@ -118,7 +120,7 @@ def document(app: FastAPI, open_paths: Iterable[str]) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def _shared_codes(operation: dict[str, Any], method: str, *, secured: bool) -> list[str]:
+def _shared_codes(operation: dict[str, Any], method: str, *, secured: bool, bounded: bool = True) -> list[str]:
     """The codes every operation like this one can answer, whatever its route does."""
     headers = {p["name"] for p in operation.get("parameters", []) if p.get("in") == "header"}
     has_input = bool(operation.get("parameters")) or "requestBody" in operation
@@ -132,14 +134,15 @@ def _shared_codes(operation: dict[str, Any], method: str, *, secured: bool) -> l
     if method != "get":
         codes.append("PAYLOAD_TOO_LARGE")
     if secured:
-        codes += ["UNAUTHENTICATED", "API_KEY_INVALID", "SCOPE_REQUIRED", "RATE_LIMITED", "DATABASE_UNAVAILABLE",
-                  "OVERLOADED"]  # OVERLOADED: the process's bound of requests in progress (api.middleware)
+        codes += ["UNAUTHENTICATED", "API_KEY_INVALID", "SCOPE_REQUIRED", "RATE_LIMITED", "DATABASE_UNAVAILABLE"]
+        if bounded:
+            codes.append("OVERLOADED")  # the process's bound of requests waiting for threads (api.middleware)
     if headers.intersection(IDEMPOTENCY_HEADERS):
         codes += ["IDEMPOTENCY_CONFLICT", "IDEMPOTENCY_IN_PROGRESS"]
     return codes
 
 
-def _complete(operation: dict[str, Any], method: str, *, secured: bool) -> None:
+def _complete(operation: dict[str, Any], method: str, *, secured: bool, bounded: bool = True) -> None:
     """One operation: security, the X-Request-Id parameter, response headers and every problem response."""
     if not secured:
         operation["security"] = []
@@ -151,7 +154,7 @@ def _complete(operation: dict[str, Any], method: str, *, secured: bool) -> None:
     for status, response in responses.items():
         for code in response.pop(CODES_KEY, []):
             codes.setdefault(int(status), []).append(code)
-    for code in _shared_codes(operation, method, secured=secured):
+    for code in _shared_codes(operation, method, secured=secured, bounded=bounded):
         codes.setdefault(CATALOGUE[code].status, []).append(code)
     success = ["X-Request-Id", *_RATE_HEADERS] if secured else ["X-Request-Id"]
     if any(p.get("name") in IDEMPOTENCY_HEADERS for p in operation.get("parameters", [])):

@@ -279,7 +279,7 @@ class DeliveryWorker:
                             signing[key] = exc
                     secrets = signing[key]
                     if isinstance(secrets, SettlekitError):
-                        raise secrets
+                        raise secrets.with_traceback(None)  # the same error for each delivery of the destination
                     requests.append(self._prepare(d, dest, artifact, now, secrets))
                 except SecretRefError as exc:
                     early.append(_local_failure(d, exc.reason, exc.message, now))

@@ -74,8 +74,9 @@ class Settings(BaseSettings):
         "database (its authentication queue and its group commit's, each); one more is answered 503 `OVERLOADED` "
         "at once")
     max_routed_requests: int = Field(
-        256, ge=1, description="requests other than appends and event streams an API process handles at once "
-        "(running on its threads or waiting for one); one more is answered 503 `OVERLOADED` at once")
+        256, ge=1, description="requests an API process has in progress at most, from arrival until the answer "
+        "starts, their upload excepted (all but the event append route and the event streams); one more is answered "
+        "503 `OVERLOADED` at once")
     rate_limit_per_second: float = Field(50.0, gt=0, description="token bucket per API key: rate")
     rate_limit_burst: int = Field(100, ge=1, description="token bucket per API key: burst")
     auth_failure_rate_per_second: float = Field(
