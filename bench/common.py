@@ -221,6 +221,17 @@ def _proc_stat(path: str) -> list[str] | None:
         return None
 
 
+def _cpu_seconds(fields: list[str]) -> float:
+    """User + system CPU seconds from the fields of a /proc stat line (after the command name)."""
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) a local process has used so far; None when it has ended (or cannot be read)."""
+    fields = _proc_stat(f"/proc/{pid}/stat")
+    return None if fields is None else _cpu_seconds(fields)
+
+
 def _processes() -> dict[int, tuple[int, str, float]]:
     """pid -> (parent pid, command line, CPU seconds) of every process this user can read."""
     out = {}
@@ -234,7 +245,7 @@ def _processes() -> dict[int, tuple[int, str, float]]:
         except OSError:
             continue
         if fields is not None:
-            out[int(name)] = (int(fields[1]), cmdline, (int(fields[11]) + int(fields[12])) / _TICK)
+            out[int(name)] = (int(fields[1]), cmdline, _cpu_seconds(fields))
     return out
 
 

@@ -17,13 +17,12 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from prometheus_client import CollectorRegistry
 
-from common import scratch_pg
+from common import process_cpu_seconds, scratch_pg
 from settlekit.append import Appender, DomainOutcome, PassThroughDomain
 from settlekit.dispatch import Consumer, Dispatcher
 from settlekit.events.envelope import Event
@@ -72,15 +71,7 @@ def _burn(url: str) -> None:
 
 def _backend_cpu(pids: list[int]) -> float:
     """CPU seconds (user + system) of the given local processes so far; processes that ended count 0."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    return sum(process_cpu_seconds(pid) or 0.0 for pid in pids)
 
 
 def _window(url: str, reg: CollectorRegistry, counter: _Count) -> dict[str, float]:

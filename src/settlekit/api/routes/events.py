@@ -23,7 +23,6 @@ MAX_TYPES = 50
 _TYPE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 TypesQuery = Annotated[str | None, Query(max_length=5000, description="event types to include, comma separated "
                                                                        "(default: every type)")]
-LimitQuery = PageLimit
 
 
 class FeedItem(BaseModel):
@@ -72,7 +71,7 @@ def feed_streams(ctx: ApiContext) -> FeedStreams:
 @router.get("/events", summary="The tenant's events past a position (commit-safe catch-up)",
             response_model=FeedPageOut, responses=_FEED_PROBLEMS)
 def list_events(request: Request, key: ApiKey = require("jobs:read"), after: PositionQuery = 0,
-                types: TypesQuery = None, limit: LimitQuery = 100) -> Response:
+                types: TypesQuery = None, limit: PageLimit = 100) -> Response:
     page = feed_streams(context(request)).reader.read(key.tenant_id, after, types=parse_types(types), limit=limit)
     # the stored envelopes go out as they are, without a parse and a re-encode
     items = ",".join(f'{{"position":{e.position},"event":{e.raw_json}}}' for e in page.events)
@@ -103,7 +102,7 @@ _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
 @router.get("/events/stream", summary="The tenant's events as Server-Sent Events (resume with Last-Event-ID)",
             response_class=Response, responses=_STREAM_RESPONSES)
 async def stream_events(request: Request, key: ApiKey = require("jobs:read"), after: PositionQuery = 0,
-                        types: TypesQuery = None, limit: LimitQuery = 100,
+                        types: TypesQuery = None, limit: PageLimit = 100,
                         last_event_id: Annotated[str | None, Header(max_length=40)] = None) -> Response:
     start = _resume_position(last_event_id, after)
     return feed_streams(context(request)).response(key.tenant_id, start, parse_types(types), limit)
