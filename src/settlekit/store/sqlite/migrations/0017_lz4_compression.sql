@@ -1,0 +1,2 @@
+-- PostgreSQL only (value compression of large JSON columns); SQLite stores values as they are.
+SELECT 1;
