@@ -288,3 +288,46 @@ def test_state_rows_round_trip_through_stored_events(db: Database) -> None:
             consumer.handle(tx, row_to_stored(r))
     assert [canonical_json(a) for a in _stored(db, vector["events"][0]["streamId"])] == \
         [canonical_json(a) for a in vector["artifacts"]]
+
+
+@pytest.mark.parametrize("second", ["identical", "other hash"])
+def test_put_racing_an_uncommitted_insert_on_postgres(pg_url: str, second: str) -> None:
+    """Two workers store the same artifact at once: the second insert waits for the first transaction, then adds
+    nothing; it reuses the committed row when identical, else raises the conflict. One row in the end."""
+    import threading
+
+    from settlekit.store.db import connect
+
+    artifact = load_vector("claim_adjust_paid.json")["artifacts"][0]
+    other = artifact if second == "identical" else _rehash(artifact, generatedAt="2030-01-01T00:00:00.000Z")
+    db = connect(pg_url)
+    repo = ArtifactStore()
+    try:
+        first_stored = threading.Event()
+        results: list[Any] = []
+
+        def racer() -> None:
+            first_stored.wait(10)
+            try:
+                with db.transaction() as tx:
+                    results.append(repo.put(tx, T, other))
+            except SettlekitError as exc:
+                results.append(exc.code)
+
+        thread = threading.Thread(target=racer)
+        thread.start()
+        with db.transaction() as tx:
+            assert repo.put(tx, T, artifact).created is True
+            first_stored.set()
+            thread.join(0.5)
+            assert thread.is_alive()  # the second insert waits for this transaction
+        thread.join(10)
+        assert not thread.is_alive()
+        if second == "identical":
+            assert len(results) == 1 and results[0].created is False and results[0].stored.artifact == artifact
+        else:
+            assert results == ["ARTIFACT_HASH_MISMATCH"]
+        with db.read() as tx:
+            assert int(tx.scalar("SELECT count(*) FROM artifacts")) == 1
+    finally:
+        db.close()

@@ -136,17 +136,19 @@ class ArtifactStore:
         version: Any = artifact.get("jobVersion")
         if type(version) is not int or version < 1:
             raise ValidationError("artifact.jobVersion must be a positive integer", code="ARTIFACT_INVALID")
-        existing = self._reusable(tx, tenant_id, artifact_id, a_type, job_id, source_event_id, anchor, a_hash)
-        if existing is not None:
-            return PutResult(existing, False)
-        self.check_quota(tx, tenant_id, job_id, a_type)
+        if self.quota_for(tenant_id):  # an identical stored artifact is reused even when the quota is full
+            existing = self._reusable(tx, tenant_id, artifact_id, a_type, job_id, source_event_id, anchor, a_hash)
+            if existing is not None:
+                return PutResult(existing, False)
+            self.check_quota(tx, tenant_id, job_id, a_type)
+        # without a quota the insert comes first: it adds nothing on a conflict, which is then read and judged
         text = _dumps(dict(artifact))
         inserted = tx.fetchone(
             "INSERT INTO artifacts (tenant_id, artifact_id, job_id, artifact_type, source_event_id,"
             " source_chain_hash, artifact_hash, job_version, artifact_json, generated_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING created_at",
             (tenant_id, artifact_id, job_id, a_type, source_event_id, anchor, a_hash, version, text, generated_at))
-        if inserted is None:  # a concurrent insert won: identical means reuse, anything else is a conflict
+        if inserted is None:  # stored before (or by a concurrent insert): identical means reuse, else a conflict
             existing = self._reusable(tx, tenant_id, artifact_id, a_type, job_id, source_event_id, anchor, a_hash)
             if existing is None:
                 raise ArtifactCorrupt("artifact insert conflicted but no conflicting row is visible",
