@@ -1,8 +1,11 @@
 """Bounded loopback load test of the HTTP API (issue 7), as a ratio of the framework ceiling (issue 13).
 
-First the framework ceiling (ceiling.py: a minimal FastAPI app in one process inserting each body as one row) is
-measured. Then, back to back, `settlekit serve --no-workers` (one API process) and `serve --no-workers --workers 2`
-(two API processes on one port), each with a separate `settlekit worker`, run as subprocesses on a scratch
+The framework ceiling (ceiling.py: a minimal FastAPI app in one process inserting each body as one row) is
+measured first and again after each settlekit case, and a case's ratio is to the mean of the ceiling runs just
+before and just after it: on a shared machine the speed can drift by tens of percent within minutes, and a ratio
+to a ceiling measured several minutes earlier would carry that drift. Between the ceiling runs, back to back,
+`settlekit serve --no-workers` (one API process) and `serve --no-workers --workers 2` (two API processes on one
+port), each with a separate `settlekit worker`, run as subprocesses on a scratch
 PostgreSQL database, and the same generator (`common.run_job_load`: 50 clients appending client-finalized, signed
 job events for 20 s, one event per request; LOAD_CLIENTS, LOAD_SECONDS override; LOAD_PROCESSES="1" or "2" runs
 one case) loads the API. A third case, informational ("1-alone" in LOAD_PROCESSES), loads one API process while
@@ -52,29 +55,39 @@ API_ALONE = "1-alone"
 
 
 def main() -> int:
-    """The ceiling, then settlekit with one API process, then with two (`serve --workers 2`), back to back;
-    LOAD_PROCESSES (e.g. "1" or "2") limits the runs."""
+    """The ceiling, then settlekit with one API process, then with two (`serve --workers 2`), back to back, with
+    the ceiling measured again after each case; LOAD_PROCESSES (e.g. "1" or "2") limits the runs."""
     cases = [n.strip() for n in os.environ.get("LOAD_PROCESSES", f"1,2,{API_ALONE}").split(",") if n.strip()]
-    anchor = ceiling.measure()
-    if anchor is None:
-        print("the framework ceiling did not start")
-        return 1
-    results = {}
+    ceilings = [ceiling.measure()]
+    results: dict[str, tuple[LoadResult, LoadResult, LoadResult]] = {}
     for case in cases:
+        before = ceilings[-1]
+        if before is None:
+            print("the framework ceiling did not start")
+            return 1
         alone = case == API_ALONE
-        result = measure(anchor, 1 if alone else int(case), worker_during_load=not alone)
+        result = measure(before, 1 if alone else int(case), worker_during_load=not alone)
         if result is None:
             return 1
-        results[case] = result
-    print(f"== summary (framework ceiling: {anchor.rate:,.1f} requests/s, p99 {anchor.quantile_ms(99):,.1f} ms)")
-    for case, result in results.items():
+        ceilings.append(ceiling.measure())
+        after = ceilings[-1]
+        if after is None:
+            print("the framework ceiling did not start")
+            return 1
+        results[case] = (result, before, after)
+    rates = ", ".join(f"{c.rate:,.1f}" for c in ceilings if c is not None)
+    print(f"== summary (framework ceiling, measured before the first case and after each: {rates} requests/s; "
+          "each case's ratio is to the mean of the ceiling runs just before and just after it)")
+    for case, (result, before, after) in results.items():
         name = ("1 API process, no worker during the load (informational)" if case == API_ALONE
                 else f"{case} API process(es)")
         target = "" if case == API_ALONE else f" ({TARGETS.get(int(case), '')})"
+        anchor_rate = (before.rate + after.rate) / 2
         print(f"settlekit, {name}: {result.rate:,.1f} requests/s = "
-              f"{result.rate / anchor.rate:.2f}x the ceiling; p50 {result.quantile_ms(50):,.1f} ms, "
-              f"p99 {result.quantile_ms(99):,.1f} ms; 4xx {result.errors_4xx}, 5xx {result.errors_5xx}{target}",
-              flush=True)
+              f"{result.rate / anchor_rate:.2f}x the ceiling ({anchor_rate:,.1f}: {before.rate:,.1f} before, "
+              f"{after.rate:,.1f} after; p99 {before.quantile_ms(99):,.1f} / {after.quantile_ms(99):,.1f} ms); "
+              f"p50 {result.quantile_ms(50):,.1f} ms, p99 {result.quantile_ms(99):,.1f} ms; "
+              f"4xx {result.errors_4xx}, 5xx {result.errors_5xx}{target}", flush=True)
     return 0
 
 
@@ -140,9 +153,9 @@ def measure(anchor: LoadResult, processes: int, *, worker_during_load: bool = Tr
                 procs.append(_start_worker(env, tmp))
             name = f"{processes} API process{'es' if processes > 1 else ''}"
             result.print(f"API appends ({name}{'' if worker_during_load else ', no worker during the load'})",
-                         anchor=anchor, anchor_name="framework ceiling")
+                         anchor=anchor, anchor_name="the framework ceiling run just before")
             target = TARGETS.get(processes, "") if worker_during_load else "informational"
-            print(f"framework ceiling in this run: {anchor.rate:,.1f} requests/s; {target}", flush=True)
+            print(f"framework ceiling just before: {anchor.rate:,.1f} requests/s; {target}", flush=True)
             print(cpu, flush=True)
             _check_nothing_lost(db, base, headers, receiver, result)
         finally:
