@@ -242,7 +242,7 @@ def record_outcomes(tx: Tx, outcomes: Sequence[tuple[str, str, Outcome]], rule: 
             run.first_failure = run.first_failure or out.started_at
             run.last_error = f"HTTP {out.status}" if out.error is None else out.error
     disabled = []
-    for (tenant_id, destination_id), run in runs.items():
+    for (tenant_id, destination_id), run in sorted(runs.items()):  # row locks in one order (lock_destinations)
         store.update_streak(tx, tenant_id, destination_id, reset=run.reset, failures=run.failures,
                             first_failure=run.first_failure)
         if rule.enabled and run.failures:

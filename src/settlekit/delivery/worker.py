@@ -322,25 +322,35 @@ class DeliveryWorker:
         """Apply every outcome in one transaction, each guarded by this worker's lease; metrics after commit.
 
         The first `sent` outcomes are real HTTP attempts, the rest failed before sending. Each recorded outcome
-        counts one attempt (`attempt` = attempts before it + 1). A 410 disables its destination and fails that
-        delivery only: further 410s from a destination that is already disabled (by this pass, another worker
-        or an operator) leave their deliveries pending, to be sent once it is enabled again. The conditional
-        disable takes the destination's row lock, so of concurrent workers exactly one fails its delivery."""
+        counts one attempt (`attempt` = attempts before it + 1). An outcome whose lease was lost is not recorded
+        (not in the attempt log, not in the destination's failure streak): the worker that claimed the delivery
+        since records its own. A 410 disables its destination and fails that delivery only: further 410s from a
+        destination that is already disabled (by this pass, another worker or an operator) leave their
+        deliveries pending, to be sent once it is enabled again. The conditional disable takes the
+        destination's row lock, so of concurrent workers exactly one fails its delivery. A batch with a failed
+        attempt first locks the rows of those destinations in one order, as other workers' batches do."""
         result = DeliveryPassResult(claimed=len(outcomes))
         now = self.clock()
         counted: list[tuple[str, str, str | None]] = []  # (destination_id, outcome, failure reason)
         disabled_reasons: list[str] = []
+        recorded: list[Outcome] = []  # the real HTTP attempts recorded under this worker's lease
         with self.db.transaction() as tx:
+            store.lock_destinations(tx, ((o.tag.tenant_id, o.tag.destination_id) for o in outcomes[:sent]
+                                         if not o.ok))
             for i, out in enumerate(outcomes):
                 d: store.Delivery = out.tag
-                dec = self._record_attempt(tx, d, out)
+                dec = self._decide(d, out)
                 ok, outcome = self._apply_decision(tx, d, out, dec, now, result, disabled_reasons)
+                if ok:
+                    self._record_attempt(tx, d, out)
+                    if i < sent:
+                        recorded.append(out)
                 _log_attempt(d, out, dec, outcome if ok else m.LEASE_LOST)
                 result.lease_lost += not ok
                 counted.append((d.destination_id, outcome if ok else m.LEASE_LOST, dec.reason))
                 if i == 0:
                     failpoints.hit("delivery.completing", self.worker_id)
-            self._count_streaks(tx, outcomes[:sent], now, result, disabled_reasons)
+            self._count_streaks(tx, recorded, now, result, disabled_reasons)
         self._count_outcomes(outcomes, counted, disabled_reasons, sent)
         return result
 
@@ -354,10 +364,19 @@ class DeliveryWorker:
             disabled_reasons.append(AUTO_DISABLED)
             log.warning("destination %s/%s disabled: %s", tenant_id, destination_id, reason)
 
-    def _record_attempt(self, tx: Tx, d: store.Delivery, out: Outcome) -> Decision:
-        """Record the attempt (numbered on in the attempt log across requeues and replays) and decide what
-        becomes of the delivery (`attempts` before it + 1 counts against the retry policy)."""
-        attempt = d.attempts + 1
+    def _decide(self, d: store.Delivery, out: Outcome) -> Decision:
+        """What becomes of the delivery (`attempts` before this one + 1 counts against the retry policy)."""
+        return decide(
+            status=out.status,
+            error=out.error,
+            attempts=d.attempts + 1,
+            policy=self.config.retry,
+            retry_after=out.retry_after,
+            rng=self.rng,
+        )
+
+    def _record_attempt(self, tx: Tx, d: store.Delivery, out: Outcome) -> None:
+        """Record the attempt in the attempt log (numbered on across requeues and replays)."""
         store.record_attempt(
             tx,
             d.id,
@@ -367,14 +386,6 @@ class DeliveryWorker:
             http_status=out.status,
             error=out.error_message or out.error,
             response_snippet=out.response_snippet,
-        )
-        return decide(
-            status=out.status,
-            error=out.error,
-            attempts=attempt,
-            policy=self.config.retry,
-            retry_after=out.retry_after,
-            rng=self.rng,
         )
 
     def _apply_decision(
@@ -488,7 +499,8 @@ class DeliveryWorker:
             def skip(req: PreparedRequest) -> bool:
                 return (req.tag.tenant_id, req.tag.destination_id) in gone
 
-            keeper = asyncio.create_task(self._keep_leases([r.tag.id for r in requests]))
+            # the early failures too: they are recorded with the sent ones, once every send has ended
+            keeper = asyncio.create_task(self._keep_leases([r.tag.id for r in requests] + [o.tag.id for o in early]))
             try:
                 failpoints.hit("delivery.sending", self.worker_id)
                 sent = await self._sender.send_batch(

@@ -32,6 +32,7 @@ FRAGMENTS: Mapping[Dialect, Mapping[str, str]] = {
         "json": "?::jsonb",
         "seconds_since_updated_at": "EXTRACT(EPOCH FROM (clock_timestamp() - updated_at))::float8",
         "claim_lock": "FOR UPDATE OF d SKIP LOCKED",
+        "row_lock": "FOR UPDATE",
         "seconds_since_recorded_at": "EXTRACT(EPOCH FROM (clock_timestamp() - recorded_at))::float8",
         "collate_c": 'COLLATE "C"',
     },
@@ -40,13 +41,15 @@ FRAGMENTS: Mapping[Dialect, Mapping[str, str]] = {
         "json": "?",
         "seconds_since_updated_at": "((julianday('now') - julianday(updated_at)) * 86400.0)",
         "claim_lock": "",
+        "row_lock": "",
         "seconds_since_recorded_at": "((julianday('now') - julianday(recorded_at)) * 86400.0)",
         "collate_c": "",
     },
 }
 # `collate_c` follows a text expression that must compare by code point (SQLite's BINARY already does).
 # `claim_lock` ends a claim query whose claimed table is aliased `d`: PostgreSQL locks the claimed rows and
-# concurrent claimers skip them; SQLite needs nothing (its write transactions are BEGIN IMMEDIATE, one writer).
+# concurrent claimers skip them; `row_lock` ends a query whose rows are locked until the transaction ends. SQLite
+# needs neither (its write transactions are BEGIN IMMEDIATE, one writer).
 
 
 def _utc_millis_text(dt: datetime) -> str:
