@@ -73,7 +73,7 @@ def test_corrupted_rows_are_reported_and_apply_repairs_them(ledger: Database) ->
     corrupted = stored(ledger)
     report = rebuild(ledger)
     found = {(d.tenant_id, d.kind, d.change, d.key) for d in report.differences}
-    assert (TENANT, "allocation", "changed", "jnl_evt_settle_completed_0003/p0/pty_platform") in found
+    assert (TENANT, "allocation", "changed", "jnl_evt_settle_completed_0003/p0/pty_platform/platform") in found
     assert (TENANT, "entry", "missing", "jnl_evt_claim_adjust_paid_0003") in found
     assert (TENANT, "entry", "extra", "jnl_forged") in found
     assert (OTHER_TENANT, "balance", "changed", "acct_cash") in found

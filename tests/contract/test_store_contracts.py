@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import sys
 import threading
 from typing import Any
 
@@ -24,8 +25,10 @@ from settlekit.ledger import (
 )
 from settlekit.store import contracts as contracts_store
 from settlekit.store import ledger as ledger_rows
+from settlekit.store import ledger_timeline as timeline
 from settlekit.store.contracts import get_contract, put_contract
 from settlekit.store.db import Database
+from settlekit.store.ledger_rebuild import rebuild
 from support.streams import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload
 
 T = "tenant_c"
@@ -248,3 +251,28 @@ def test_registration_keys_by_settlds_hash_and_aliases_the_old_one(db: Database)
     explicit = normalize_contract_document(DOC)
     assert put_contract(db, T, explicit) == legacy_contract_hash(DOC)
     assert get_contract(db, T, legacy_contract_hash(DOC)) == explicit
+
+
+def test_a_split_plan_giving_one_party_two_roles(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One party under two roles of a plan: its allocations of a posting differ by role only. Before, the second
+    broke ledger_allocations' key (tenant, entry, posting, party) and the append was answered 409
+    PREV_CHAIN_HASH_MISMATCH every time: the job could never settle. The party's timeline row is their sum."""
+    plan = {"type": "SplitPlan.v1", "v": 1, "currency": "USD", "rules": [
+        {"partyRole": "operator", "partyId": "pty_same", "share": {"type": "percentage", "valueBasisPoints": 5000}},
+        {"partyRole": "subcontractor", "partyId": "pty_same", "share": {"type": "remainder"}}]}
+    doc = {**DOC, "connect": {"enabled": True, "splitPlan": plan}}
+    monkeypatch.setattr(sys.modules[__name__], "DOC", doc)  # _settled_job pins this document's policy hash
+    digest = put_contract(db, T, doc)
+    store = job_appender(db, server_rules=False)
+    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
+    for kind, signer in signers.items():
+        store.signer_keys.register(T, signer.public_key_pem, kind)
+    for event in _signed(_settled_job("job_same", digest), signers):
+        store.append(T, "job_same", [event])
+    owner = [a for a in ledger_rows.allocations_for_job(db, T, "job_same") if a["accountId"] == "acct_owner_payable"]
+    assert sorted((a["partyId"], a["partyRole"]) for a in owner) == [("pty_same", "operator"),
+                                                                       ("pty_same", "subcontractor")]
+    party_total = sum(a["amountCents"] for a in owner)
+    balances = timeline.balances_as_of(db, T, "p", 2**62, party_id="pty_same")
+    assert balances["acct_owner_payable"] == party_total != 0
+    assert rebuild(db).differences == []  # the rebuild keys allocations by role too

@@ -88,3 +88,20 @@ def test_creates_stream_only_without_an_expected_head() -> None:
     assert _batch("s", events, None, expected_version=0).creates_stream
     assert not _batch("s", events, None, expected_version=1).creates_stream
     assert not _batch("s", events, "a" * 64).creates_stream
+
+
+@pytest.mark.parametrize(("constraint", "kind"), [
+    ("idempotency_keys_pkey", "idempotency"),
+    ("UNIQUE constraint failed: idempotency_keys.tenant_id, idempotency_keys.principal_id", "idempotency"),
+    ("events_tenant_event_id", "event_id"),
+    ("UNIQUE constraint failed: events.tenant_id, events.event_id", "event_id"),
+    ("events_stream_seq", "stream"),
+    ("events_stream_chain_hash", "stream"),
+    ("UNIQUE constraint failed: events.tenant_id, events.stream_id, events.seq", "stream"),
+    ("UNIQUE constraint failed: streams.tenant_id, streams.stream_id", "stream"),
+    ("ledger_allocations_pkey", "other"),
+    ("UNIQUE constraint failed: ledger_allocations.tenant_id, ledger_allocations.entry_id", "other"),
+])
+def test_a_broken_uniqueness_rule_is_named_by_its_table(constraint: str, kind: str) -> None:
+    """Only the stream's own rules mean a concurrent append (answered 409); another table's rule is a fault."""
+    assert DuplicateKey(constraint).kind == kind

@@ -534,6 +534,8 @@ class Appender:
         """The insert broke a uniqueness rule (nothing was written): the idempotency key was recorded concurrently
         (_IdempotencyRace), an event id is already stored (the same events: alreadyExists, else
         EVENT_ID_CONFLICT), or a concurrent append took the stream position (PREV_CHAIN_HASH_MISMATCH)."""
+        if exc.kind == "other":
+            raise exc  # a fault (another table's rule), not a concurrent append: never answered as a conflict
         if exc.kind == "idempotency":
             raise _IdempotencyRace() from None
         if exc.kind == "event_id":

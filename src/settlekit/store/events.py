@@ -66,7 +66,8 @@ AfterCommit = Callable[[Tx, int, list[int]], None]
 
 class DuplicateKey(Exception):
     """A write broke a uniqueness rule; `kind` says which: "idempotency" (the key was recorded concurrently),
-    "event_id" (an event id is already stored) or "stream" (a concurrent append took the same seq)."""
+    "event_id" (an event id is already stored), "stream" (a concurrent append took the same seq, or the stream
+    already holds the chain hash) or "other" (a rule of another table: a fault, never a conflict to answer)."""
 
     def __init__(self, constraint: str):
         super().__init__(constraint)
@@ -79,7 +80,14 @@ def duplicate_kind(constraint: str) -> str:
         return "idempotency"
     if "event_id" in constraint:
         return "event_id"
-    return "stream"
+    if any(name in constraint for name in _STREAM_RULES):
+        return "stream"
+    return "other"
+
+
+# the stream's uniqueness rules: PostgreSQL's constraint names, SQLite's "UNIQUE constraint failed: …" columns
+_STREAM_RULES = ("events_stream_seq", "events_stream_chain_hash", "streams_pkey", "events.stream_id",
+                 "streams.stream_id")
 
 
 class GroupRolledBack(Exception):

@@ -37,8 +37,8 @@ _ALLOCATION_COLUMNS = "tenant_id, entry_id, posting_id, account_id, party_id, pa
 _COMPARED = {
     "entry": ("ledger_entries", "ledger_rebuild_entries", ("entry_id",),
               ("job_id", "source_event_id", "event_type", "source_seq", "at", "memo", "entry_json")),
-    "allocation": ("ledger_allocations", "ledger_rebuild_allocations", ("entry_id", "posting_id", "party_id"),
-                   ("account_id", "party_role", "currency", "amount_cents")),
+    "allocation": ("ledger_allocations", "ledger_rebuild_allocations",
+                   ("entry_id", "posting_id", "party_id", "party_role"), ("account_id", "currency", "amount_cents")),
 }
 
 
@@ -168,7 +168,9 @@ def _replay(db: Database, run: _Run, tenant: str, stream_id: str,
         run.timeline_rows[tenant] = run.timeline_rows.get(tenant, 0) + len(entry["postings"])
     allocation_rows = [(run.run_id, tenant, a["entryId"], a["postingId"], _text(a["accountId"]), _text(a["partyId"]),
                         a["partyRole"], a["currency"], a["amountCents"]) for a in result.allocations]
-    run.timeline_rows[tenant] = run.timeline_rows.get(tenant, 0) + len(allocation_rows)
+    # the timeline holds one row per party of a posting, whatever its roles (ledger_timeline._posting_rows)
+    by_party = {(a["entryId"], a["postingId"], _text(a["accountId"]), _text(a["partyId"])) for a in result.allocations}
+    run.timeline_rows[tenant] = run.timeline_rows.get(tenant, 0) + len(by_party)
     failpoints.hit("ledger.rebuild.replayed", stream_id)
     with db.transaction() as tx:
         tx.executemany(f"INSERT INTO ledger_rebuild_entries (run_id, {_ENTRY_COLUMNS})"

@@ -75,15 +75,19 @@ def timeline_rows(entries: Sequence[NewEntry], position_by_event_id: Mapping[str
 
 def _posting_rows(entries: Sequence[NewEntry], positions: Mapping[str, int]) -> Iterator[tuple[Any, ...]]:
     """(entry id, event id, party, account, position, entry index, posting index, at ms, cents) of every posting
-    (party '') and allocation of `entries`."""
+    (party '') and allocation of `entries`; a party's allocations of one posting under several roles are one row
+    (the timeline is by party), their cents summed."""
     for item in entries:
         position, at_ms, entry_id = positions[item.event_id], epoch_millis(item.entry["at"]), item.entry["id"]
         for index, posting in enumerate(item.entry["postings"]):
             yield (entry_id, item.event_id, ACCOUNT, _text(posting["accountId"]), position, item.entry_index, index,
                    at_ms, posting["amountCents"])
+        by_party: dict[tuple[str, str, int], Any] = {}
         for alloc in item.allocations:
-            yield (entry_id, item.event_id, _text(alloc["partyId"]), _text(alloc["accountId"]), position,
-                   item.entry_index, int(str(alloc["postingId"])[1:]), at_ms, alloc["amountCents"])
+            key = (_text(alloc["partyId"]), _text(alloc["accountId"]), int(str(alloc["postingId"])[1:]))
+            by_party[key] = by_party[key] + alloc["amountCents"] if key in by_party else alloc["amountCents"]
+        for (party_id, account_id, index), cents in by_party.items():
+            yield (entry_id, item.event_id, party_id, account_id, position, item.entry_index, index, at_ms, cents)
 
 
 def bucket_sums(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
