@@ -484,3 +484,70 @@ def test_background_thread_wakes_on_append(db: Database) -> None:
     finally:
         d.stop()
     assert seen == positions
+
+
+def test_skip_takes_the_failed_event_not_a_gap_position_seen_since(db: Database) -> None:
+    """The consumer died on an event past its cursor; a pending-gap position becomes visible afterwards (its
+    writer committed late). Skip takes the event that failed, not the gap position (before, the lowest visible
+    gap position was dead-lettered and the poison stayed): the next turn delivers the gap's event."""
+    make_applied(db)
+    positions = append(db, "s1", 4)
+    with db.transaction() as tx:  # a consumer whose cursor passed positions[0] while it was invisible
+        tx.execute(
+            "INSERT INTO consumer_state (name, instance_id, last_processed_position) VALUES (?, ?, ?)",
+            ("c", SHARED_INSTANCE, positions[1]),
+        )
+    seen: list[int] = []
+    c = Consumer("c", recording("c", seen, fail_at={positions[2]}), error_policy=ErrorPolicy(max_attempts=1))
+    d = dispatcher(db, [c], rearm_cooldown=3600)
+    d.run_once()
+    state = get_state(db, "c")
+    assert state is not None and state.status == "dead" and state.cursor == positions[1]
+    with db.transaction() as tx:  # positions[0] was in flight at the halt and is visible now
+        tx.execute("UPDATE consumer_state SET pending_gaps = " + ("?::jsonb" if db.dialect == "postgres" else "?")
+                   + " WHERE name = ?", (dump_gaps([Gap(positions[0], positions[0], 0)]), "c"))
+    result = skip_poison(db, "c")
+    assert result.skipped_position == positions[2]
+    assert result.state.cursor == positions[2]
+    assert result.state.pending_gaps == [Gap(positions[0], positions[0], 0)]
+    assert [(x["position"], x["reason"]) for x in dead_letters(db, "c")] == [(positions[2], "operator_skip")]
+    d.drain(timeout=10)
+    assert applied(db, "c") == [positions[0], positions[3]]
+
+
+def test_skip_after_a_late_writer_commits_on_postgres(pg_url: str) -> None:
+    """The same with a real writer in flight: its position is a pending gap when the consumer dies on the
+    poison, and it commits before the skip."""
+    import psycopg
+
+    from settlekit.store.db import connect
+
+    db = connect(pg_url)
+    try:
+        make_applied(db)
+        append(db, "s0", 1)
+        writer = psycopg.connect(pg_url)
+        writer.execute("SELECT pg_current_xact_id()")
+        row = writer.execute(
+            "INSERT INTO events (tenant_id, stream_type, stream_id, seq, event_id, type, at, payload_hash,"
+            " chain_hash, event_json, txid, batch_id) VALUES ('t1', 'x', 'late', 1, 'evt_late', 'THING_HAPPENED',"
+            " '2026-01-01T00:00:00.000Z', 'h', 'c', '{}', pg_current_xact_id(), gen_random_uuid())"
+            " RETURNING position").fetchone()
+        assert row is not None
+        late = int(row[0])
+        positions = append(db, "s1", 3)
+        poison = positions[1]
+        seen: list[int] = []
+        c = Consumer("c", recording("c", seen, fail_at={poison}), error_policy=ErrorPolicy(max_attempts=1))
+        d = dispatcher(db, [c], rearm_cooldown=3600)
+        d.run_once()
+        state = get_state(db, "c")
+        assert state is not None and state.status == "dead"
+        assert any(g.lo <= late <= g.hi for g in state.pending_gaps)
+        writer.commit()
+        writer.close()
+        assert skip_poison(db, "c").skipped_position == poison
+        d.drain(timeout=10)
+        assert late in applied(db, "c") and poison not in applied(db, "c")
+    finally:
+        db.close()

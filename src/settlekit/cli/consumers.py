@@ -116,7 +116,8 @@ def skip(
     *,
     name: NameArg, db: DbOption = None, instance_id: InstanceOption = SHARED_INSTANCE, as_json: JsonOption = False
 ) -> None:
-    """Skip the blocking event (lowest visible pending-gap position first) into the dead letters."""
+    """Skip the blocking event (the one the last failure was on; else the lowest visible pending-gap position)
+    into the dead letters."""
     result = run_with_db(db, lambda d: ops.skip_poison(d, name, instance_id))
     _print_state(result.state, as_json, skippedPosition=result.skipped_position)
 

@@ -25,6 +25,7 @@ from settlekit.dispatch.model import (
     ConsumerContext,
     ConsumerDead,
     DrainTimeout,
+    failure_text,
 )
 from settlekit.errors import ConfigurationError
 from settlekit.store.consumers import ConsumerRepository, ConsumerState, DispatchedEvent, Gap
@@ -601,7 +602,7 @@ class Dispatcher:
             return True
         # attempts count failed turns on the current head event; an earlier success moved the head
         out.attempts = (0 if out.resolved else out.attempts) + 1
-        out.last_error = f"{cls}: {msg} (position {row.position})"
+        out.last_error = failure_text(cls, msg, row.position)
         out.dead = out.attempts >= max_attempts
         return False
 

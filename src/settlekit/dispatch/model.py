@@ -4,6 +4,7 @@ event are the store's: settlekit.store.consumers)."""
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,20 @@ Status = Literal["idle", "processing", "dead", "disabled"]
 
 Handler = Callable[[DispatchedEvent, "ConsumerContext"], None]
 BatchHandler = Callable[[Sequence[DispatchedEvent], "ConsumerContext"], None]
+
+
+_FAILED_AT = re.compile(r" \(position ([0-9]+)\)$")
+
+
+def failure_text(error_class: str, message: str, position: int) -> str:
+    """A consumer's `last_error` for a handler failure on the event at `position` (`failed_position` reads it)."""
+    return f"{error_class}: {message} (position {position})"
+
+
+def failed_position(last_error: str | None) -> int | None:
+    """The position of the event a consumer's last handler failure was on, from its `last_error`; None if none."""
+    found = _FAILED_AT.search(last_error) if last_error else None
+    return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)

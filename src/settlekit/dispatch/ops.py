@@ -18,6 +18,7 @@ from settlekit.dispatch.model import (
     ConsumerNotDisabled,
     ConsumerNotFound,
     ConsumerProcessing,
+    failed_position,
 )
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.store.consumers import ConsumerRepository, ConsumerRowLocked, ConsumerState, Gap
@@ -201,18 +202,23 @@ def enable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE)
 
 
 def skip_poison(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> SkipResult:
-    """Skip the event blocking the consumer: the lowest visible pending-gap position first (halt-on-poison
-    walks gaps first), else the next visible position after the cursor. Writes an `operator_skip` dead letter.
-    """
+    """Skip the event blocking the consumer: the one its last handler failure was on, while that one is still
+    to be delivered (a pending gap or past the cursor); else the lowest visible pending-gap position
+    (halt-on-poison walks gaps first), else the next visible position after the cursor. A gap position that
+    became visible after the failure is not the poison: it is delivered by the next turn. Writes an
+    `operator_skip` dead letter."""
     repo = ConsumerRepository(db)
     with db.transaction() as tx:
         state = _locked(repo, tx, name, instance_id)
-        position = repo.smallest_visible_in(tx, state.pending_gaps)
-        if position is not None:
+        position = _poison(state)
+        if position is None:
+            position = repo.smallest_visible_in(tx, state.pending_gaps)
+        if position is not None and position <= state.cursor:
             gaps = remove_position(state.pending_gaps, position)
             cursor = state.cursor
         else:
-            position = repo.next_position_after(tx, state.cursor)
+            if position is None:
+                position = repo.next_position_after(tx, state.cursor)
             if position is None:
                 return SkipResult(state, None)
             gaps = list(state.pending_gaps)
@@ -229,6 +235,16 @@ def skip_poison(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> 
         state.attempts, state.last_error, state.rearm_count = 0, None, 0
         repo.write_state(tx, state, skipped=1)
         return SkipResult(_reread(repo, tx, name, instance_id), position)
+
+
+def _poison(state: ConsumerState) -> int | None:
+    """The position the consumer's last handler failure was on, if it is still to be delivered."""
+    position = failed_position(state.last_error)
+    if position is None:
+        return None
+    if position > state.cursor or any(g.lo <= position <= g.hi for g in state.pending_gaps):
+        return position
+    return None
 
 
 def reset_consumer(
