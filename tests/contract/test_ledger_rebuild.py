@@ -135,3 +135,71 @@ def test_an_entry_index_counted_across_a_batch_is_no_difference(ledger: Database
         tx.execute("UPDATE ledger_entries SET entry_index = 7 WHERE tenant_id = ?"
                    " AND entry_id = 'jnl_evt_settle_completed_0003'", (TENANT,))
     assert rebuild(ledger).differences == []
+
+
+def test_an_append_in_flight_when_the_run_began_makes_the_swap_stale(pg_url: str) -> None:
+    """An append drew its position and waits (here on a balance row) when the rebuild reads what to replay; a
+    later position commits first. When it commits before the swap, the highest position is unchanged, but its
+    stream's head moved: the swap is refused (before, it went through and deleted that append's entries as
+    "extra", for good). Nothing is lost; a new run finds nothing to repair."""
+    import threading
+    import time
+
+    import psycopg
+
+    from conftest import load_vector
+    from settlekit.store import ledger as ledger_rows
+    from settlekit.store.db import connect
+
+    tenant = "tenant_gap"
+    db = connect(pg_url)
+    blocker = psycopg.connect(pg_url)
+    try:
+        vector = load_vector("settle_completed.json")
+        store = job_appender(db)
+        for signer in vector["signers"]:
+            store.signer_keys.register(tenant, signer["publicKeyPem"], signer["role"])
+        *head, settled = vector["events"]
+        job = settled["streamId"]
+        for event in head:
+            store.append(tenant, event["streamId"], [event])
+        blocker.execute("SELECT * FROM ledger_balances WHERE tenant_id = %s FOR UPDATE", (tenant,))
+        errors: list[BaseException] = []
+
+        def append_settled() -> None:
+            try:
+                job_appender(db).append(tenant, job, [settled])
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                errors.append(exc)
+
+        in_flight = threading.Thread(target=append_settled)
+        in_flight.start()
+        with psycopg.connect(pg_url, autocommit=True) as probe:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                row = probe.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                    " AND datname = current_database()").fetchone()
+                if row and row[0]:
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the SETTLED append never waited on the balance row")
+        late = StreamBuilder(job_id="job_late", prefix="evt_late")  # a later position commits first
+        late.add("JOB_CREATED", {"tenantId": OTHER_TENANT, "templateId": "t", "customerId": "cust_1"})
+        job_appender(db).append(OTHER_TENANT, "job_late", late.events, policy=HISTORY)
+
+        def release(done: int, total: int) -> None:
+            if done == total:
+                blocker.commit()
+                in_flight.join(30)
+
+        with pytest.raises(ConflictError) as refused:
+            rebuild(db, apply=True, progress=release)
+        assert refused.value.code == "LEDGER_REBUILD_STALE"
+        assert not errors
+        types = [e["eventType"] for e in ledger_rows.entries_for_job(db, tenant, job)]
+        assert "SETTLED" in types, types
+        assert rebuild(db).differences == []
+    finally:
+        blocker.close()
+        db.close()

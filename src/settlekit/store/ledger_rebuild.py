@@ -77,7 +77,7 @@ class RebuildReport:
 @dataclass
 class _Run:
     run_id: str
-    head: int
+    heads: dict[tuple[str, str], int]  # (tenant, job stream) -> its head seq when the run began: what is replayed
     balances: dict[str, dict[str, int]] = field(default_factory=dict)
     timeline_rows: dict[str, int] = field(default_factory=dict)
 
@@ -86,8 +86,9 @@ def rebuild(db: Database, *, tenant_id: str | None = None, apply: bool = False,
             progress: Progress | None = None) -> RebuildReport:
     """Rebuild the ledger of `tenant_id` (every tenant when None) from its job streams; compare; swap in with
     `apply` when anything differs. Returns what was found (and whether it was applied)."""
-    streams = _job_streams(db, tenant_id)
-    run = _Run(uuid.uuid4().hex, _event_head(db, tenant_id))
+    heads = _job_stream_heads(db, tenant_id)
+    streams = sorted(heads)
+    run = _Run(uuid.uuid4().hex, heads)
     report = RebuildReport(tenants=sorted({t for t, _ in streams} | set(_ledger_tenants(db, tenant_id))))
     try:
         resolve = contract_resolver(db)
@@ -121,12 +122,16 @@ def _refuse_partial(differences: Sequence[Difference]) -> None:
                             code="LEDGER_REBUILD_INCOMPLETE", streams=unreplayable[:20])
 
 
-def _job_streams(db: Database, tenant_id: str | None) -> list[tuple[str, str]]:
-    sql, params = "SELECT tenant_id, stream_id FROM streams WHERE stream_type = 'job'", []
+def _job_stream_heads(db: Database, tenant_id: str | None, tx: Tx | None = None) -> dict[tuple[str, str], int]:
+    """(tenant, stream id) -> head seq of every job stream (of `tenant_id` when given). A stream's head moves in
+    the transaction that adds its events, so a head read here covers committed events only."""
+    sql, params = "SELECT tenant_id, stream_id, head_seq FROM streams WHERE stream_type = 'job'", []
     if tenant_id is not None:
         sql, params = sql + " AND tenant_id = ?", [tenant_id]
-    with db.read() as tx:
-        return [(str(r[0]), str(r[1])) for r in tx.fetchall(sql + " ORDER BY tenant_id, stream_id", params)]
+    if tx is not None:
+        return {(str(r[0]), str(r[1])): int(r[2]) for r in tx.fetchall(sql, params)}
+    with db.read() as read:
+        return _job_stream_heads(db, tenant_id, read)
 
 
 def _ledger_tenants(db: Database, tenant_id: str | None) -> list[str]:
@@ -135,20 +140,12 @@ def _ledger_tenants(db: Database, tenant_id: str | None) -> list[str]:
     return [t for t in tenants if tenant_id is None or t == tenant_id]
 
 
-def _event_head(db: Database, tenant_id: str | None) -> int:
-    sql, params = "SELECT COALESCE(MAX(position), 0) FROM events", []
-    if tenant_id is not None:
-        sql, params = sql + " WHERE tenant_id = ?", [tenant_id]
-    with db.read() as tx:
-        return int(tx.scalar(sql, params))
-
-
 def _replay(db: Database, run: _Run, tenant: str, stream_id: str,
             resolve: Callable[[str, str], Mapping[str, Any] | None]) -> tuple[int, int]:
     """One stream's events (up to the head seen at the start) through the job domain into the shadow tables."""
     with db.read() as tx:
         rows = tx.fetchall("SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ?"
-                           " AND position <= ? ORDER BY seq", (tenant, stream_id, run.head))
+                           " AND seq <= ? ORDER BY seq", (tenant, stream_id, run.heads[(tenant, stream_id)]))
     events = [parse_json(r[1]) for r in rows]
     seq_by_event_id = {e["id"]: int(r[0]) for e, r in zip(events, rows, strict=True)}
     result = process_job_events(None, events, tenant_id=tenant,
@@ -245,12 +242,15 @@ def _swap(db: Database, run: _Run, tenants: Sequence[str], tenant_id: str | None
     """Replace the tenants' ledger rows with the rebuilt ones, in one transaction."""
     with db.transaction() as tx:
         tx.execute(statements("ledger", tx.dialect)["lock_for_rebuild"])  # appends that post entries wait
-        head = int(tx.scalar("SELECT COALESCE(MAX(position), 0) FROM events"
-                             + ("" if tenant_id is None else " WHERE tenant_id = ?"),
-                             () if tenant_id is None else (tenant_id,)))
-        if head != run.head:
+        # an append committed since the run began moved its stream's head (whatever its position: one still in
+        # flight then could have drawn a lower position than the last one seen); one still in flight now
+        # posts its entries after this swap, onto the rebuilt ledger
+        heads = _job_stream_heads(db, tenant_id, tx)
+        moved = sorted(key for key in heads.keys() | run.heads.keys() if heads.get(key) != run.heads.get(key))
+        if moved:
             raise ConflictError("events were appended while the ledger was rebuilt: run the rebuild again",
-                                code="LEDGER_REBUILD_STALE", readHead=run.head, head=head)
+                                code="LEDGER_REBUILD_STALE", streams=[f"{t}/{s}" for t, s in moved[:20]],
+                                streamsMoved=len(moved))
         for tenant in tenants:
             for table in ("ledger_entries", "ledger_allocations", "ledger_balances", "ledger_postings",
                           "ledger_sums"):
