@@ -28,9 +28,11 @@ from settlekit.ledger.close import (
     verify_inclusion_proof,
 )
 from settlekit.ledger.postings import make_entry
+from settlekit.ledger.timeline import parse_instant
 from settlekit.projections import finance as FIN
 from settlekit.simulate import SCENARIO_ORDER, Fleet, job_stream
 from settlekit.store import ledger as ledger_rows
+from settlekit.store import ledger_timeline as timeline
 from settlekit.store.db import Database
 from settlekit.store.deliveries import Destination, put_destination
 
@@ -339,3 +341,60 @@ def test_a_late_event_in_a_closed_month_moves_its_stream_leaf_in_the_next_close(
     proof = FIN.inclusion_proof(db, tenant, "2026-02", "job_a")
     assert proof["leaf"]["eventCount"] == 2 and verify_inclusion_proof(proof)["ok"]
     assert canonical_json(_close(db, tenant, "2026-01")) == canonical_json(jan)
+
+
+def test_an_entry_at_with_a_utc_offset_is_closed_in_its_utc_month(db: Database) -> None:
+    """`at` with an offset other than Z is assigned by its instant: 2026-01-31T20:00-05:00 is a February instant,
+    2026-02-01T00:30+01:00 a January one (before, each was assigned by its text, to the other month). The ledger's
+    timeline agrees."""
+    tenant = _tenant()
+    _post(db, tenant, "job_a", "e_feb", "2026-01-31T20:00:00.000-05:00", 100)
+    _post(db, tenant, "job_a", "e_jan", "2026-02-01T00:30:00.000+01:00", 7)
+    _post(db, tenant, "job_a", "e_mid", "2026-01-15T12:00:00.000+09:00", 1000)
+    end_of_jan = parse_instant("2026-01-31T23:59:59.999Z")
+    assert end_of_jan is not None and timeline.balances_as_of(db, tenant, "t", end_of_jan)["acct_cash"] == 1007
+    jan = _close(db, tenant, "2026-01")
+    assert jan["statement"]["debitCents"] == 1007
+    feb = _close(db, tenant, "2026-02")
+    assert feb["statement"]["debitCents"] == 100
+    assert b"e_feb" in _journal(db, tenant, "2026-02") and b"e_feb" not in _journal(db, tenant, "2026-01")
+    assert canonical_json(_close(db, tenant, "2026-01")) == canonical_json(jan)  # a re-run is identical
+
+
+def test_a_late_entry_with_a_utc_offset_is_carried_by_its_instant(db: Database) -> None:
+    """Entries arriving after January was closed land in February's close; carried only if their instant is in
+    January (2026-02-01T00:30+01:00 is), not by their text."""
+    tenant = _tenant()
+    _post(db, tenant, "job_a", "e_0", "2026-01-10T00:00:00.000Z", 1)
+    _close(db, tenant, "2026-01")
+    _post(db, tenant, "job_a", "e_jan", "2026-02-01T00:30:00.000+01:00", 7)
+    _post(db, tenant, "job_a", "e_feb", "2026-01-31T20:00:00.000-05:00", 100)
+    _close(db, tenant, "2026-02")
+    with db.read() as tx:
+        carried = dict(tx.fetchall("SELECT entry_id, carried FROM finance_entry_periods WHERE tenant_id = ?"
+                                   " AND period = '2026-02'", (tenant,)))
+    assert {k: bool(v) for k, v in carried.items()} == {"e_jan": True, "e_feb": False}
+
+
+def test_a_stream_leaf_counts_the_events_before_the_month_end_as_instants(db: Database) -> None:
+    """A job stream's last event of January by instant: one dated 2026-01-31T20:00-05:00 is in February, so
+    January's leaf counts the stream's first event only, and February's both."""
+    tenant = _tenant()
+    _extend(db, tenant, "job_a", datetime(2026, 1, 10, tzinfo=UTC), 1)
+    store = job_appender(db, clock=lambda: datetime(2026, 2, 1, 2, tzinfo=UTC), server_rules=False,
+                         server_signer=SIGNER)
+    head = store.streams.head_and_snapshot(tenant, "job_a")[0]
+    assert head is not None
+    draft = make_draft(stream_id="job_a", type="DISPATCH_REQUESTED", actor={"type": "system", "id": "proxy"},
+                       payload={"note": 1}, at="2026-01-31T20:00:00.000-05:00", id="evt_job_a_offset")
+    store.append(tenant, "job_a", [finalize(draft, head.chain_hash, SIGNER)])
+    _close(db, tenant, "2026-01")
+    assert FIN.inclusion_proof(db, tenant, "2026-01", "job_a")["leaf"]["eventCount"] == 1
+    _close(db, tenant, "2026-02")
+    assert FIN.inclusion_proof(db, tenant, "2026-02", "job_a")["leaf"]["eventCount"] == 2
+
+
+def test_year_zero_is_no_month(db: Database) -> None:
+    with pytest.raises(SettlekitError) as refused:
+        _close(db, _tenant(), "0000-01")
+    assert refused.value.code == "FINANCE_MONTH_INVALID"

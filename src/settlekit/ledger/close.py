@@ -9,13 +9,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from settlekit.errors import ValidationError
-from settlekit.events.canonical import canonical_bytes, canonical_hash, sha256_hex
+from settlekit.events.canonical import canonical_bytes, canonical_hash, iso_millis, sha256_hex
 from settlekit.events.envelope import Signer, key_id_for_public_pem, load_public_key, verify_signature
 from settlekit.ledger import accounts as A
 from settlekit.ledger import merkle
+from settlekit.ledger.timeline import epoch_millis
 
 MONTH_CLOSE: Final = "MonthClose.v1"
 _MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
@@ -24,8 +26,8 @@ _UNSIGNED_FIELDS: Final = ("artifactHash", "signature")
 
 
 def require_month(value: str) -> str:
-    """`YYYY-MM`; FINANCE_MONTH_INVALID otherwise."""
-    if not isinstance(value, str) or not _MONTH.match(value):
+    """`YYYY-MM` of the years 0001 to 9999; FINANCE_MONTH_INVALID otherwise."""
+    if not isinstance(value, str) or not _MONTH.match(value) or value.startswith("0000"):
         raise ValidationError(f"month must be YYYY-MM, got {value!r}", code="FINANCE_MONTH_INVALID", month=value)
     return value
 
@@ -38,6 +40,26 @@ def next_month(month: str) -> str:
 def month_start(month: str) -> str:
     """The first instant of the month as the ISO text entries carry (UTC, milliseconds)."""
     return f"{require_month(month)}-01T00:00:00.000Z"
+
+
+def day_shifted(bound: str, days: int) -> str:
+    """A period bound (`YYYY-MM-01T00:00:00.000Z`, or the year-0000/10000 texts either side of the range) moved by
+    whole days, in the same text form: the edge of the window within which an `at` written with a UTC offset can
+    fall on either side of the bound (an offset is less than a day)."""
+    moment = datetime.fromisoformat(bound.replace("Z", "+00:00"))
+    try:
+        return iso_millis(moment + timedelta(days=days))
+    except OverflowError:  # before year 1 (or past 9999): no ISO time lies beyond
+        return "0000" if days < 0 else "A"
+
+
+def instant_before(at: str, bound: str) -> bool:
+    """Whether an entry or event time is before a period bound as an instant (a UTC offset other than Z counted);
+    a time that is no ISO-8601 instant is compared as text, as it was stored."""
+    try:
+        return epoch_millis(at) < epoch_millis(bound)
+    except (ValueError, OverflowError):
+        return at < bound
 
 
 def month_of(at: str) -> str:

@@ -21,9 +21,12 @@ from settlekit.ledger.close import (
     INCLUSION_PROOF,
     CloseInputs,
     StatementTotals,
+    StreamLeaf,
     TreeHead,
     changed_leaves,
     close_document,
+    day_shifted,
+    instant_before,
     month_of,
     month_start,
     next_month,
@@ -63,9 +66,9 @@ def close_month(db: Database, tenant_id: str, month: str, signer: Signer, *, now
             raise ConflictError(f"{months[-1]} is already closed; {month} can no longer be closed",
                                 code="FINANCE_PERIOD_ORDER", month=month, lastClosed=months[-1])
         floor = month_start(months[0] if months else month)
-        F.assign_entries(tx, tenant_id, month, floor=floor, start=month_start(month), end=end)
+        _assign_entries(tx, tenant_id, month, floor, month_start(month), end)
         prior = F.leaf_hashes(tx, tenant_id)
-        leaves = changed_leaves(F.stream_heads_before(tx, tenant_id, end), F.latest_leaves(tx, tenant_id))
+        leaves = changed_leaves(_stream_heads_before(tx, tenant_id, end), F.latest_leaves(tx, tenant_id))
         F.append_leaves(tx, tenant_id, month, len(prior), leaves)
         previous = F.close_document(tx, tenant_id, months[-1]) if months else None
         inputs = _inputs(tenant_id, month, previous, tree_head(prior + [leaf.hash() for leaf in leaves]),
@@ -75,6 +78,28 @@ def close_month(db: Database, tenant_id: str, month: str, signer: Signer, *, now
         F.insert_close_artifact(tx, tenant_id, doc)
         created = enqueue_artifact(tx, tenant_id, doc, now=now, max_pending=max_pending)
     return CloseResult(doc, True, created)
+
+
+def _assign_entries(tx: Tx, tenant_id: str, month: str, floor: str, start: str, end: str) -> None:
+    """Assign to `month` the tenant's unassigned entries whose `at` is in [floor, end) as an instant, carried
+    when before `start`. Text order is instant order a day or more from a bound whatever an `at`'s UTC offset:
+    those are assigned by one statement, the few within a day of a bound one by one, by their instant."""
+    near = [(day_shifted(bound, -1), day_shifted(bound, 1)) for bound in (floor, start, end)]
+    F.assign_entries(tx, tenant_id, month, start=start, inside=(near[0][1], near[2][0]), near_start=near[1])
+    for entry_id, at in F.unassigned_entries_near(tx, tenant_id, near):
+        if not instant_before(at, floor) and instant_before(at, end):
+            F.assign_entry(tx, tenant_id, month, entry_id, at, carried=instant_before(at, start))
+
+
+def _stream_heads_before(tx: Tx, tenant_id: str, end: str) -> list[StreamLeaf]:
+    """Each job stream's last event whose `at` is before `end` as an instant (see _assign_entries)."""
+    low, high = day_shifted(end, -1), day_shifted(end, 1)
+    heads = {leaf.stream_id: leaf for leaf in F.stream_heads_before(tx, tenant_id, low)}
+    for stream_id, seq, chain_hash, at in F.job_events_between(tx, tenant_id, low, high):
+        head = heads.get(stream_id)
+        if (head is None or seq > head.event_count) and instant_before(at, end):
+            heads[stream_id] = StreamLeaf(stream_id, chain_hash, seq)
+    return list(heads.values())
 
 
 def _inputs(tenant_id: str, month: str, previous: dict[str, Any] | None, head: TreeHead, first: int,

@@ -60,16 +60,33 @@ def insert_close_artifact(tx: Tx, tenant_id: str, doc: dict[str, Any]) -> None:
          doc["artifactHash"], doc["jobVersion"], storable_json(doc), doc["generatedAt"]))
 
 
-def assign_entries(tx: Tx, tenant_id: str, month: str, *, floor: str, start: str, end: str) -> int:
-    """Assign to `month` every entry of the tenant with floor <= at < end not yet in a period; those before
-    `start` are marked carried. Returns how many were assigned."""
-    return tx.execute(_sql(tx, "assign_entries"), (month, start, tenant_id, floor, end))
+def assign_entries(tx: Tx, tenant_id: str, month: str, *, start: str, inside: tuple[str, str],
+                   near_start: tuple[str, str]) -> int:
+    """Assign to `month` every entry of the tenant not yet in a period whose `at` text is in [inside) and not in
+    [near_start); those before `start` are marked carried. Returns how many were assigned."""
+    return tx.execute(_sql(tx, "assign_entries"), (month, start, tenant_id, *inside, *near_start))
+
+
+def unassigned_entries_near(tx: Tx, tenant_id: str, windows: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(entry id, at) of the tenant's entries in no period whose `at` text is in one of three [from, to)."""
+    bounds = [bound for window in windows for bound in window]
+    return [(str(r[0]), str(r[1])) for r in tx.fetchall(_sql(tx, "unassigned_entries_near"), (tenant_id, *bounds))]
+
+
+def assign_entry(tx: Tx, tenant_id: str, month: str, entry_id: str, at: str, *, carried: bool) -> None:
+    tx.execute(_sql(tx, "assign_entry"), (tenant_id, entry_id, month, at, carried))
 
 
 def stream_heads_before(tx: Tx, tenant_id: str, end: str) -> list[StreamLeaf]:
-    """Each job stream's last event with `at` before `end`: (stream, its chain hash, its position)."""
+    """Each job stream's last event with `at` text before `end`: (stream, its chain hash, its position)."""
     rows = tx.fetchall(_sql(tx, "stream_heads_before"), (tenant_id, end, tenant_id))
     return [StreamLeaf(r[0], r[2], int(r[1])) for r in rows]
+
+
+def job_events_between(tx: Tx, tenant_id: str, start: str, end: str) -> list[tuple[str, int, str, str]]:
+    """(stream id, seq, chain hash, at) of the tenant's job events whose `at` text is in [start, end)."""
+    rows = tx.fetchall(_sql(tx, "job_events_between"), (tenant_id, start, end))
+    return [(str(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
 
 
 def latest_leaves(tx: Tx, tenant_id: str) -> dict[str, StreamLeaf]:

@@ -2,11 +2,29 @@
 -- Times and ids compare by code point on both backends (${collate_c}).
 
 -- name: assign_entries
--- an entry already in a period keeps it (the key conflict skips it)
+-- the entries whose `at` text lies in [inside_from, inside_to) but not in [near_start_from, near_start_to): a day
+-- or more from each bound, where text order is instant order whatever the UTC offset; carried: before `start`.
+-- An entry already in a period keeps it (the key conflict skips it).
+-- Parameters: period, start, tenant_id, inside_from, inside_to, near_start_from, near_start_to.
 INSERT INTO finance_entry_periods (tenant_id, entry_id, period, at, carried)
 SELECT e.tenant_id, e.entry_id, ?, e.at, (e.at ${collate_c} < ?)
 FROM ledger_entries e
 WHERE e.tenant_id = ? AND e.at ${collate_c} >= ? AND e.at ${collate_c} < ?
+  AND NOT (e.at ${collate_c} >= ? AND e.at ${collate_c} < ?)
+ON CONFLICT (tenant_id, entry_id) DO NOTHING
+
+-- name: unassigned_entries_near
+-- (entry id, at) of the tenant's entries in no period whose `at` text lies in one of three [from, to) windows.
+SELECT e.entry_id, e.at
+FROM ledger_entries e
+WHERE e.tenant_id = ?
+  AND ((e.at ${collate_c} >= ? AND e.at ${collate_c} < ?) OR (e.at ${collate_c} >= ? AND e.at ${collate_c} < ?)
+       OR (e.at ${collate_c} >= ? AND e.at ${collate_c} < ?))
+  AND NOT EXISTS (SELECT 1 FROM finance_entry_periods p WHERE p.tenant_id = e.tenant_id AND p.entry_id = e.entry_id)
+ORDER BY e.entry_id ${collate_c}
+
+-- name: assign_entry
+INSERT INTO finance_entry_periods (tenant_id, entry_id, period, at, carried) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (tenant_id, entry_id) DO NOTHING
 
 -- name: stream_heads_before
@@ -16,6 +34,13 @@ JOIN (SELECT stream_id, max(seq) AS seq FROM events
       WHERE tenant_id = ? AND stream_type = 'job' AND at ${collate_c} < ? GROUP BY stream_id) h
   ON e.stream_id = h.stream_id AND e.seq = h.seq
 WHERE e.tenant_id = ?
+
+-- name: job_events_between
+-- (stream id, seq, chain hash, at) of the tenant's job events whose `at` text lies in [from, to).
+SELECT stream_id, seq, chain_hash, at
+FROM events
+WHERE tenant_id = ? AND stream_type = 'job' AND at ${collate_c} >= ? AND at ${collate_c} < ?
+ORDER BY stream_id ${collate_c}, seq
 
 -- name: period_entries_page
 SELECT p.entry_id, p.at, p.carried, e.job_id, e.event_type, e.source_event_id, e.memo, e.entry_json
