@@ -73,3 +73,11 @@ def test_gl_mapping_and_streamed_batch(db: Database) -> None:
     assert api.get("/v1/finance/gl-mapping").json() == full
     batch = api.get("/v1/finance/closes/2026-01/gl-batch").json()
     assert batch["lineCount"] == len(batch["lines"]) > 0
+
+
+def test_a_month_is_four_ascii_digits_of_a_year_from_0001(db: Database) -> None:
+    api = client(make_app(db), key_for(db, T))
+    for month in ("0000-01", "\u0662\u0660\u0662\u0666-01", "2026-1", "12026-01"):
+        for answer in (api.post(f"/v1/finance/closes/{month}"), api.get(f"/v1/finance/closes/{month}")):
+            assert answer.status_code == 400 and answer.json()["code"] == "SCHEMA_INVALID", (month, answer.text)
+    assert api.get("/v1/finance/closes/0001-01").json()["code"] == "FINANCE_CLOSE_NOT_FOUND"

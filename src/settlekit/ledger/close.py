@@ -20,7 +20,7 @@ from settlekit.ledger import merkle
 from settlekit.ledger.timeline import epoch_millis
 
 MONTH_CLOSE: Final = "MonthClose.v1"
-_MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+_MONTH = re.compile(r"^([0-9]{4})-(0[1-9]|1[0-2])$")
 _RECEIVABLE_ACCOUNTS: Final = frozenset({A.INSURER_RECEIVABLE, A.OPERATOR_CHARGEBACK_RECEIVABLE})
 _UNSIGNED_FIELDS: Final = ("artifactHash", "signature")
 

@@ -19,7 +19,7 @@ from settlekit.errors import ConfigurationError
 from settlekit.projections import finance as fin
 
 router = APIRouter(prefix="/v1/finance", tags=["finance"])
-MONTH_PATTERN = r"^\d{4}-(0[1-9]|1[0-2])$"
+MONTH_PATTERN = r"^([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])$"  # years 0001-9999
 MonthPath = Annotated[str, Path(pattern=MONTH_PATTERN, description="YYYY-MM")]
 JobPath = Annotated[str, Path(min_length=1, max_length=200)]
 
