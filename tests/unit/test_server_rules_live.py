@@ -119,3 +119,37 @@ def test_a_decision_draft_is_completed_as_settlds_events_route_does() -> None:
     assert payload["holdId"] == recorded["payload"]["holdId"]
     assert payload["forfeitureReason"] == "EVIDENCE_NOT_PROVIDED" and payload["kind"] == "SETTLEMENT_FORFEIT"
     process_job_events(state, [{**draft, "payload": payload}], live=True)
+
+
+_TOGETHER = "payload.operatorContractHash and payload.operatorPolicyHash must be provided together"
+_COMPILER = "payload.operatorCompilerId must be a non-empty string"
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({}, None),
+    ({"operatorCompilerId": None}, None),
+    ({"operatorCompilerId": "\u001c"}, None),  # not white space to JavaScript's trim
+    ({"operatorCompilerId": " "}, _COMPILER),
+    ({"operatorCompilerId": ""}, _COMPILER),
+    ({"operatorCompilerId": "\ufeff"}, _COMPILER),
+    ({"operatorCompilerId": "\u00a0"}, _COMPILER),
+    ({"operatorCompilerId": 7}, _COMPILER),
+    ({"operatorCompilerId": False}, _COMPILER),
+    ({"operatorContractHash": None, "operatorPolicyHash": None, "operatorCompilerId": None}, None),
+    ({"operatorContractHash": None, "operatorPolicyHash": None}, _TOGETHER),  # the compiler id stays
+    ({"operatorContractHash": None, "operatorPolicyHash": None, "operatorCompilerId": 7}, _TOGETHER),
+    ({"operatorContractHash": None, "operatorCompilerId": " "}, _TOGETHER),
+    ({"operatorPolicyHash": "x"}, "payload.operatorPolicyHash must be a 64-byte hex sha256"),
+    ({"robotId": "\u001c"}, None),
+    ({"robotId": "\ufeff"}, "payload.robotId must be a non-empty string"),
+])
+def test_a_match_is_judged_as_settlds_events_route_judges_it(change: dict[str, Any], expected: str | None) -> None:
+    """settld 0.1.0's verdicts on MATCHED (d006_basic's, with an operator contract) so changed: a compiler id or
+    either hash needs both hashes, and a compiler id is then a string JavaScript's trim leaves non-empty."""
+    state, match = state_before("d006_basic", 7)
+    assert match["type"] == "MATCHED" and match["payload"]["operatorCompilerId"]
+    event = {**match, "payload": {**match["payload"], **change}}
+    if expected is None:
+        process_job_events(state, [event], live=True)
+    else:
+        assert live_refusal(state, event)[1] == expected
