@@ -289,11 +289,15 @@ def classify(ref: Verdict, ours: Verdict, implied_ref: Verdict | None, event_typ
         return "a: only job event types on a job stream"
     if ref[0] == "accept" and ours[0] == "transition" and (ours[1] or "").endswith("via JOB_CREATED"):
         return "a: JOB_CREATED only first"
-    if ref[0] == "posting" and ours[0] == "accept":
+    if ours[0] == "accept" and "posting" in (ref[0], implied_ref[0] if implied_ref else None):
+        # (with the implied payload.jobId / event-time field too: settld then refuses only at its posting rules)
         return "a: a posting error does not refuse the event"
     not_an_object = (ours[1] or "").endswith("payload.<root> must be an object or null")
     if ref[0] != "signer" and ours[0] == "lean" and (not_an_object or event_type == "QUOTE_PROPOSED"):
         return "a: a payload is an object, a quote's amounts whole cents"
+    if ref[0] not in ("signer", "accept") and ours[0] == "lean" and (ours[1] or "").startswith(
+            "payload.settlementProofRef must be an object or null"):
+        return "a: a settlementProofRef is an object (both refuse, settlekit's check first)"
     return "c"
 
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE.parent))
 from conftest import differential_corpus  # noqa: E402
 from settlekit.artifacts.build import build_all, derive_outbox  # noqa: E402
 from settlekit.errors import SettlekitError  # noqa: E402
-from settlekit.events.canonical import canonical_json, parse_json  # noqa: E402
+from settlekit.events.canonical import canonical_json, js_int, parse_json  # noqa: E402
 from settlekit.events.envelope import finalize  # noqa: E402
 from settlekit.jobs import process_job_events  # noqa: E402
 from settlekit.jobs.api_payloads import check_api_payload  # noqa: E402
@@ -68,15 +68,16 @@ class Mutator:
         self.focus = focus  # event types the shape mutations pick (all when empty)
 
     def number(self, x: Any) -> Any:
+        """A perturbed integer, as JavaScript would read it from the stream's JSON (a double past 2**53)."""
         if type(x) is not int:
             return x
         r = self.rnd.random()
         if r < 0.3:
             return self.rnd.choice(NUMBERS)
         if r < 0.5:
-            return x * self.rnd.choice([2, 3, 10, -1])
+            return js_int(str(x * self.rnd.choice([2, 3, 10, -1])))
         if r < 0.7:
-            return x + self.rnd.choice([-1, 1, -100, 100])
+            return js_int(str(x + self.rnd.choice([-1, 1, -100, 100])))
         return x
 
     def value(self, x: Any) -> Any:

@@ -19,6 +19,7 @@ from settlekit.jobs.api_payloads import check_api_payload
 
 RUNS = sorted((VECTORS / "reference_runs").glob("*.json"))
 SHAPES_BUNDLE = VECTORS / "reference_runs" / "payload_shapes.json.gz"
+WHITESPACE_BUNDLE = VECTORS / "reference_runs" / "js_whitespace.json.gz"
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -26,12 +27,24 @@ def _load(path: Path) -> dict[str, Any]:
     return value
 
 
-def _shape_runs() -> list[dict[str, Any]]:
-    bundle: dict[str, Any] = parse_json(gzip.decompress(SHAPES_BUNDLE.read_bytes()).decode("utf-8"))
+def _bundle_runs(path: Path) -> list[dict[str, Any]]:
+    bundle: dict[str, Any] = parse_json(gzip.decompress(path.read_bytes()).decode("utf-8"))
     return [{**run, "generatedAt": bundle["generatedAt"]} for run in bundle["runs"]]
 
 
-SHAPE_RUNS = _shape_runs()
+SHAPE_RUNS = _bundle_runs(SHAPES_BUNDLE)
+WHITESPACE_RUNS = _bundle_runs(WHITESPACE_BUNDLE)
+
+
+def _assert_the_reference_outputs(run: dict[str, Any]) -> None:
+    events = run["events"]
+    result = process_job_events(None, events)
+    assert canonical_json(result.ledger_entries) == canonical_json(run["ledgerEntries"])
+    assert [(x["eventId"], x["error"]["message"]) for x in result.ledger_errors] == [
+        (x["eventId"], x["message"]) for x in run["ledgerErrors"]]
+    assert derive_outbox(events) == run["artifactOutbox"]
+    built = build_all(events, generated_at=run["generatedAt"])
+    assert [canonical_json(a) for a in built] == [canonical_json(a) for a in run["artifacts"]]
 
 
 @pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in RUNS])
@@ -68,14 +81,15 @@ def test_payload_shapes_the_reference_accepts(run: dict[str, Any]) -> None:
     """Payload fields of other JSON kinds (or removed, or a payload that is not an object) where settld's
     validators, if the type has one, accept them: the offline tools take the stream, as settld's core does, and
     give its ledger, posting errors, outbox and artifacts (`payload_shapes.json.gz`, README there)."""
-    events = run["events"]
-    result = process_job_events(None, events)
-    assert canonical_json(result.ledger_entries) == canonical_json(run["ledgerEntries"])
-    assert [(x["eventId"], x["error"]["message"]) for x in result.ledger_errors] == [
-        (x["eventId"], x["message"]) for x in run["ledgerErrors"]]
-    assert derive_outbox(events) == run["artifactOutbox"]
-    built = build_all(events, generated_at=run["generatedAt"])
-    assert [canonical_json(a) for a in built] == [canonical_json(a) for a in run["artifacts"]]
+    _assert_the_reference_outputs(run)
+
+
+@pytest.mark.parametrize("run", WHITESPACE_RUNS, ids=[f"ws{i}" for i in range(len(WHITESPACE_RUNS))])
+def test_blank_strings_are_what_javascripts_trim_leaves_empty(run: dict[str, Any]) -> None:
+    """Ids, statuses and zone ids that hold U+FEFF (white space to JavaScript's trim, not to Python's strip) or
+    U+001C (the reverse): a claim id, a proof status, a coverage tier, a credit id, zone ids, signatures
+    (`js_whitespace.json.gz`, README there)."""
+    _assert_the_reference_outputs(run)
 
 
 def test_the_shape_runs_pass_settlds_validators() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from conftest import load_differential
+from settlekit.events.envelope import finalize
 from settlekit.jobs import process_job_events
 from support.live_states import live_refusal, state_before
 
@@ -119,3 +120,82 @@ def test_a_decision_draft_is_completed_as_settlds_events_route_does() -> None:
     assert payload["holdId"] == recorded["payload"]["holdId"]
     assert payload["forfeitureReason"] == "EVIDENCE_NOT_PROVIDED" and payload["kind"] == "SETTLEMENT_FORFEIT"
     process_job_events(state, [{**draft, "payload": payload}], live=True)
+
+
+_TOGETHER = "payload.operatorContractHash and payload.operatorPolicyHash must be provided together"
+_COMPILER = "payload.operatorCompilerId must be a non-empty string"
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({}, None),
+    ({"operatorCompilerId": None}, None),
+    ({"operatorCompilerId": "\u001c"}, None),  # not white space to JavaScript's trim
+    ({"operatorCompilerId": " "}, _COMPILER),
+    ({"operatorCompilerId": ""}, _COMPILER),
+    ({"operatorCompilerId": "\ufeff"}, _COMPILER),
+    ({"operatorCompilerId": "\u00a0"}, _COMPILER),
+    ({"operatorCompilerId": 7}, _COMPILER),
+    ({"operatorCompilerId": False}, _COMPILER),
+    ({"operatorContractHash": None, "operatorPolicyHash": None, "operatorCompilerId": None}, None),
+    ({"operatorContractHash": None, "operatorPolicyHash": None}, _TOGETHER),  # the compiler id stays
+    ({"operatorContractHash": None, "operatorPolicyHash": None, "operatorCompilerId": 7}, _TOGETHER),
+    ({"operatorContractHash": None, "operatorCompilerId": " "}, _TOGETHER),
+    ({"operatorPolicyHash": "x"}, "payload.operatorPolicyHash must be a 64-byte hex sha256"),
+    ({"robotId": "\u001c"}, None),
+    ({"robotId": "\ufeff"}, "payload.robotId must be a non-empty string"),
+])
+def test_a_match_is_judged_as_settlds_events_route_judges_it(change: dict[str, Any], expected: str | None) -> None:
+    """settld 0.1.0's verdicts on MATCHED (d006_basic's, with an operator contract) so changed: a compiler id or
+    either hash needs both hashes, and a compiler id is then a string JavaScript's trim leaves non-empty."""
+    state, match = state_before("d006_basic", 7)
+    assert match["type"] == "MATCHED" and match["payload"]["operatorCompilerId"]
+    event = {**match, "payload": {**match["payload"], **change}}
+    if expected is None:
+        process_job_events(state, [event], live=True)
+    else:
+        assert live_refusal(state, event)[1] == expected
+
+
+def _without_zone(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stream re-chained (unsigned) with no zone on the job: none in JOB_CREATED's constraints or the booking."""
+    out, prev = [], None
+    for e in events:
+        payload = e["payload"]
+        if e["type"] == "JOB_CREATED":
+            payload = {**payload, "constraints": {k: v for k, v in payload["constraints"].items() if k != "zoneId"}}
+        elif e["type"] == "BOOKED":
+            payload = {k: v for k, v in payload.items() if k != "zoneId"}
+        event = finalize({**{k: e[k] for k in ("v", "id", "at", "streamId", "type", "actor")}, "payload": payload},
+                         prev)
+        prev = event["chainHash"]
+        out.append(event)
+    return out
+
+
+@pytest.mark.parametrize(("zone", "zoned", "unzoned"), [
+    (None, True, True),
+    ("zone_a", True, False),
+    (" zone_a ", True, False),
+    ("\ufeffzone_a", True, False),  # white space to JavaScript's trim
+    ("zone_a\u001c", False, False),  # not white space to it
+    ("zone_default", False, True),  # settld's zone of a job without one
+    (" zone_default ", False, True),
+    ("zone_b", False, False),
+])
+def test_an_operator_costs_zone_is_the_jobs_as_settld_normalizes_zone_ids(zone: str | None, zoned: bool,
+                                                                            unzoned: bool) -> None:
+    """settld 0.1.0's verdicts on d064_sla's OPERATOR_COST_RECORDED with `payload.zoneId` so set, on the stream
+    (job zone zone_a) and on it without a zone: a zone id is trimmed as by JavaScript, none is `zone_default`."""
+    events = load_differential("d064_sla")["events"][:18]
+    assert events[17]["type"] == "OPERATOR_COST_RECORDED"
+    for stream, accepted in ((events, zoned), (_without_zone(events), unzoned)):
+        state = None
+        for event in stream[:17]:
+            state = process_job_events(state, [event], live=True).state
+        assert state is not None
+        cost = stream[17]
+        cost = {**cost, "payload": {**cost["payload"], "zoneId": zone}}
+        if accepted:
+            process_job_events(state, [cost], live=True)
+        else:
+            assert live_refusal(state, cost) == ("ZONE_MISMATCH", "payload.zoneId must match job zone")

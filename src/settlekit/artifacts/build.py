@@ -11,7 +11,7 @@ from settlekit.artifacts import types as T
 from settlekit.artifacts.builders import BuildTask, ContractResolver, build_artifact
 from settlekit.artifacts.state import FoldState
 from settlekit.errors import NotFoundError, ValidationError
-from settlekit.events.js import get, js_is_safe_integer, truthy
+from settlekit.events.js import get, js_is_safe_integer, js_nonblank, truthy
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 
 Event = Mapping[str, Any]
@@ -25,7 +25,7 @@ def stream_identity(events: Sequence[Event]) -> tuple[str, str]:
     first = events[0]
     tenant: Any = get(first.get("payload"), "tenantId") or DEFAULT_TENANT_ID
     job_id: Any = first.get("streamId")
-    if type(job_id) is not str or not job_id.strip():
+    if not js_nonblank(job_id):
         raise ValidationError("the stream has no streamId", code="SCHEMA_INVALID")
     return str(tenant), job_id
 
@@ -35,7 +35,7 @@ def booking_wants_coverage(payload: Any) -> bool:
     cp = get(get(payload, "policySnapshot"), "coveragePolicy")
     required = get(cp, "required") is True
     tier: Any = get(cp, "coverageTierId")
-    has_tier = type(tier) is str and tier.strip() != ""
+    has_tier = js_nonblank(tier)
     fee = get(cp, "feeCentsPerJob")
     has_fee = js_is_safe_integer(fee) and fee > 0
     return required or has_fee or has_tier

@@ -14,6 +14,7 @@ from settlekit.events.js import (
     coalesce,
     get,
     is_object,
+    js_trim,
     nonblank,
     truthy,
 )
@@ -95,7 +96,7 @@ def effective_proof(fs: FoldState) -> dict[str, Any] | None:
     if not nonblank(anchor):
         return latest_proof_summary(fs)
     assert isinstance(anchor, str)
-    anchor = anchor.strip()
+    anchor = js_trim(anchor)
     job_at = fs.facts["jobAtLatestCompletion"] or {}
     booking = job_at.get("booking")
     try:

@@ -42,8 +42,8 @@ def truthy(v: Any) -> bool:
 
 
 def nonblank(v: Any) -> bool:
-    """A string that is not empty after trimming."""
-    return type(v) is str and v.strip() != ""
+    """A string that is not empty after JavaScript's trim (`js_nonblank`)."""
+    return js_nonblank(v)
 
 
 def js_is_safe_integer(v: Any) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from settlekit.errors import ValidationError
+from settlekit.events.js import js_nonblank
 from settlekit.jobs.errors import InvalidJobTransition
 from settlekit.jobs.proof_fields import list_or_empty, proof_hashes
 from settlekit.jobs.types import (
@@ -143,10 +144,10 @@ def _initial_facts() -> Facts:
 
 def _track_signature(facts: Facts, event: Event) -> None:
     sig: Any = event.get("signature")
-    if type(sig) is str and sig.strip():
+    if js_nonblank(sig):
         facts["signedEventCount"] += 1
     key_id: Any = event.get("signerKeyId")
-    if type(key_id) is str and key_id.strip() and key_id not in facts["signerKeyIds"]:
+    if js_nonblank(key_id) and key_id not in facts["signerKeyIds"]:
         facts["signerKeyIds"][key_id] = True
 
 

@@ -396,8 +396,13 @@ def _booking(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return b if type(b) is dict else None
 
 
-def _zone(v: Any) -> str | None:
-    return v.strip() if type(v) is str and v.strip() else None
+DEFAULT_ZONE_ID: Final = "zone_default"
+
+
+def _zone(v: Any) -> str:
+    """settld's `normalizeZoneId`: the zone id trimmed as by JavaScript, the default zone for a blank or absent one
+    or a value that is not a string."""
+    return js_trim(v) if is_nonblank(v) else DEFAULT_ZONE_ID
 
 
 def _policy_hash(s: Mapping[str, Any], p: Mapping[str, Any]) -> None:
@@ -1351,7 +1356,7 @@ def _operator_cost(st: JobState, f: Facts, e: Event, p: dict[str, Any]) -> None:
         raise _refuse("ALREADY_RECORDED_FOR_SETTLEMENT", "operator cost already recorded for this settlement")
     booking = _booking(s) or {}
     constraints = s.get("constraints") or {}
-    job_zone = _zone(booking.get("zoneId") or constraints.get("zoneId"))
+    job_zone = _zone(coalesce(booking.get("zoneId"), constraints.get("zoneId")))
     if p.get("zoneId") is not None and _zone(p.get("zoneId")) != job_zone:
         raise _refuse("ZONE_MISMATCH", "payload.zoneId must match job zone")
 

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import is_safe_int
-from settlekit.events.js import date_parse_ms
+from settlekit.events.js import date_parse_ms, js_nonblank
 from settlekit.jobs.errors import PayloadInvalid
 from settlekit.ledger.accounts import MAX_AMOUNT_CENTS
 
@@ -38,7 +38,8 @@ def is_cents(v: Any) -> bool:
 
 
 def is_nonblank(v: Any) -> bool:
-    return type(v) is str and v.strip() != ""
+    """A string JavaScript's `trim` leaves non-empty, as settld's checks judge one."""
+    return js_nonblank(v)
 
 
 def is_hex64(v: Any) -> bool:
@@ -153,13 +154,17 @@ def _risk_scored(
 
 def _matched(t: str, p: Payload, e: Mapping[str, Any], s: Mapping[str, Any], f: Mapping[str, Any]) -> None:
     _str(t, p, "robotId")
-    ch, ph = p.get("operatorContractHash"), p.get("operatorPolicyHash")
-    if (ch is None) != (ph is None):
+    # settld's events route: a compiler id, like either hash, needs both hashes, and is then a non-blank string
+    ch, ph, compiler = p.get("operatorContractHash"), p.get("operatorPolicyHash"), p.get("operatorCompilerId")
+    if ch is None and ph is None and compiler is None:
+        return
+    if ch is None or ph is None:
         raise PayloadInvalid(t, "operatorContractHash", "and payload.operatorPolicyHash must be provided together")
     for field, v in (("operatorContractHash", ch), ("operatorPolicyHash", ph)):
-        if v is not None and not is_hex64(v):
+        if not is_hex64(v):
             raise PayloadInvalid(t, field, "must be a 64-byte hex sha256")
-    _opt_str(t, p, "operatorCompilerId")
+    if compiler is not None and not is_nonblank(compiler):
+        raise PayloadInvalid(t, "operatorCompilerId", "must be a non-empty string")
 
 
 def _coverage_reserved(

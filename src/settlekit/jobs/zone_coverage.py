@@ -11,7 +11,17 @@ from typing import Any, Final, Protocol
 
 from settlekit.errors import ValidationError
 from settlekit.events import js
-from settlekit.events.js import coalesce, get, js_is_safe_integer, js_sorted, js_string, locale_key, nonblank, truthy
+from settlekit.events.js import (
+    coalesce,
+    get,
+    js_is_safe_integer,
+    js_sorted,
+    js_string,
+    js_trim,
+    locale_key,
+    nonblank,
+    truthy,
+)
 
 DEFAULT_THRESHOLD_PCT: Final = 95
 DEFAULT_EXCUSE_TYPES: Final = ("BLOCKED_ZONE",)
@@ -33,8 +43,8 @@ class CoverageFacts(Protocol):
 
 
 def _zone_id(v: Any) -> str:
-    """The trimmed zone id of a payload field ("" when it is not a string)."""
-    return v.strip() if type(v) is str else ""
+    """The zone id of a payload field, trimmed as by JavaScript ("" when it is not a string)."""
+    return js_trim(v) if type(v) is str else ""
 
 
 def _end_ms(window: Any) -> float:
@@ -122,9 +132,9 @@ def _validate_zone_set(zone_set: Any) -> list[str]:
         area = z.get("areaSqFt")
         if area is not None and (type(area) not in (int, float) or not area > 0 or area == float("inf")):
             raise ZoneSetInvalid(f"requiredZones.zones[{i}].areaSqFt must be a positive number")
-        if zone_id.strip() in seen:
+        if js_trim(zone_id) in seen:
             raise ZoneSetInvalid("requiredZones zone ids must be unique")
-        seen.add(zone_id.strip())
+        seen.add(js_trim(zone_id))
         ids.append(zone_id)
     return ids
 

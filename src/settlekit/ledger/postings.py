@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from settlekit.events.canonical import is_safe_int
+from settlekit.events.js import js_nonblank, js_trim
 from settlekit.ledger import accounts as A
 from settlekit.ledger.errors import PostingPreconditionFailed, UnbalancedEntry
 from settlekit.ledger.splits import SettlementSplits, compute_splits
@@ -162,7 +163,7 @@ def _require_settled(snapshot: Mapping[str, Any], event_type: str) -> None:
 
 def _claim_id(p: Mapping[str, Any]) -> str:
     claim_id: Any = p.get("claimId")
-    if type(claim_id) is not str or not claim_id.strip():
+    if not js_nonblank(claim_id):
         raise PostingPreconditionFailed("CLAIM_ID_REQUIRED", "payload.claimId is required")
     return claim_id
 
@@ -204,7 +205,7 @@ def _return_escrow(s: Mapping[str, Any], e: Mapping[str, Any], label: str, amoun
 
 
 def _nonblank_str(v: Any) -> str | None:
-    return v if type(v) is str and v.strip() else None
+    return v if js_nonblank(v) else None
 
 
 def settlement_proof_status(s: Mapping[str, Any], f: Mapping[str, Any], e: Mapping[str, Any]) -> str | None:
@@ -222,7 +223,7 @@ def fallback_proof_status(f: Mapping[str, Any]) -> str | None:
     anchor = _nonblank_str(completion.get("chainHash") if completion else None)
     if anchor is None:
         return None
-    found: Any = (f.get("proofStatusByAnchor") or {}).get(anchor.strip())
+    found: Any = (f.get("proofStatusByAnchor") or {}).get(js_trim(anchor))
     return found if type(found) is str and found else None
 
 
