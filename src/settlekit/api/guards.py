@@ -24,9 +24,33 @@ def parse_body(raw: bytes) -> Any:
         value = json.loads(raw, parse_int=js_int, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise SettlekitError("the request body is not valid JSON", code="JSON_INVALID", status=400) from exc
+    if raw.count(b"[") + raw.count(b"{") > MAX_BODY_DEPTH and _deeper_than(value, MAX_BODY_DEPTH):
+        raise SettlekitError(f"the request body nests arrays and objects deeper than {MAX_BODY_DEPTH} levels",
+                             code="JSON_INVALID", status=400)
     if _SUSPECT_ESCAPE.search(raw):
         check_json_strings(value)
     return value
+
+
+MAX_BODY_DEPTH = 256
+"""Arrays and objects nested deeper than this are refused: every later step (checks, hashing, the domain) walks
+a value recursively, and the parser itself stops near Python's recursion limit, at a depth that depends on the
+stack it runs on."""
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests arrays and objects more than `limit` levels deep (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        if depth == limit:
+            return True
+        stack.extend((child, depth + 1) for child in item)
+    return False
 
 
 

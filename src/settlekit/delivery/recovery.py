@@ -28,7 +28,7 @@ from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
 from settlekit.delivery.service import DestinationPolicy, get_destination
 from settlekit.delivery.signing import delivery_headers
 from settlekit.errors import ValidationError
-from settlekit.events.canonical import canonical_bytes, sha256_hex
+from settlekit.events.canonical import canonical_bytes, iso_millis, sha256_hex
 from settlekit.store import delivery_recovery as store
 from settlekit.store.db import Database, Tx
 
@@ -48,8 +48,7 @@ def _now(now: datetime | None) -> datetime:
 def _iso(dt: datetime | None) -> str | None:
     if dt is None:
         return None
-    dt = dt.astimezone(UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return iso_millis(dt)
 
 
 def _utc(dt: datetime | None) -> datetime | None:

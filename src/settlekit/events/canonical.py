@@ -403,7 +403,8 @@ def iso_millis(dt: datetime) -> str:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     dt = dt.astimezone(UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    # the year padded to four digits as JavaScript writes it (strftime's %Y writes year 1 as "1")
+    return f"{dt.year:04d}" + dt.strftime("-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
 def normalize(x: Any, path: str = "$") -> Any:

@@ -77,7 +77,10 @@ def parse_instant(text: str) -> int | None:
         return None
     if moment.tzinfo is None:
         return None
-    return _millis(moment)
+    try:
+        return _millis(moment)
+    except OverflowError:  # a local time whose UTC instant lies outside years 1 to 9999
+        return None
 
 
 def _millis(moment: datetime) -> int:
@@ -88,7 +91,7 @@ def _millis(moment: datetime) -> int:
 def millis_to_iso(millis: int) -> str:
     """Epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`."""
     moment = datetime.fromtimestamp(millis // 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"
+    return f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"  # %Y: no padding
 
 
 def encode_cursor(account_id: str, party_id: str, key: tuple[int, int, int]) -> str:

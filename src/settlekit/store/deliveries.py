@@ -12,10 +12,11 @@ import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
+from settlekit.events.canonical import iso_millis
 from settlekit.store.db import Dialect, Tx
 from settlekit.store.sql import and_where, fragment, from_timestamp, timestamp
 
@@ -155,7 +156,7 @@ class Delivery(NewDelivery):
 
 
 def _iso(dt: datetime) -> str:
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return iso_millis(dt)
 
 
 _DLV_COLS: Final = (

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from settlekit.errors import ConfigurationError
+from settlekit.events.canonical import iso_millis
 from settlekit.store.db import Dialect
 
 DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
@@ -53,8 +54,7 @@ FRAGMENTS: Mapping[Dialect, Mapping[str, str]] = {
 
 
 def _utc_millis_text(dt: datetime) -> str:
-    dt = dt.astimezone(UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return iso_millis(dt)
 
 
 TIMESTAMP_PARAMS: Mapping[Dialect, Callable[[datetime], Any]] = {

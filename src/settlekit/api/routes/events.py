@@ -83,7 +83,7 @@ def _resume_position(last_event_id: str | None, after: int) -> int:
     if last_event_id is None or not last_event_id.strip():
         return after
     text = last_event_id.strip()
-    if not text.isdigit() or int(text) > MAX_INT64:
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_INT64:  # '²' is a digit to isdigit, not int
         raise ValidationError("Last-Event-ID must be an event position (a non-negative integer)",
                               code="SCHEMA_INVALID", field="Last-Event-ID")
     return int(text)
