@@ -388,3 +388,31 @@ def test_reader_stops_before_a_lower_position_that_commits_late(pg_url: str, out
         assert positions == ([p_b - 1, p_b] if outcome == "commit" else [p_b])
     finally:
         db.close()
+
+
+def test_a_stream_ends_within_a_heartbeat_interval_of_its_key_being_revoked(db: Database) -> None:
+    """An open stream asks every heartbeat interval whether its key is still active: revoking a leaked key cuts
+    its live feed too (before, the stream went on sending every new event of the tenant)."""
+    from settlekit.api.auth import create_api_key, revoke_api_key
+
+    key_id, secret = create_api_key(db, TENANT_A, ["jobs:read"])
+    append(db, TENANT_A, "s1", 1)
+    headers = {"authorization": f"Bearer {secret}"}
+    with serving(db) as (base, _app), httpx.Client(base_url=base, headers=headers, timeout=3.0) as http, \
+            http.stream("GET", "/v1/events/stream") as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        assert len(read_sse(lines, 1)[0]) == 1
+        revoke_api_key(db, key_id)
+        assert http.get("/v1/events").status_code == 401
+        time.sleep(0.5)  # more than the heartbeat interval (0.2 s) of `serving`
+        append(db, TENANT_A, "s1", 1)
+        received, ended, deadline = [], False, time.monotonic() + 5
+        with contextlib.suppress(httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.StreamClosed):
+            for line in lines:  # heartbeats arrive every 0.2 s while the stream lives
+                received += [line] if line.startswith("id:") else []
+                if time.monotonic() > deadline:
+                    break
+            else:
+                ended = True
+        assert received == [] and ended

@@ -95,6 +95,13 @@ def list_api_keys(db: Database, tenant: str | None = None) -> list[ApiKey]:
     return [ApiKey(k.key_id, k.tenant_id, k.scopes, k.status, k.label) for k in api_keys.list_keys(db, tenant)]
 
 
+def still_active(db: Database, key: ApiKey) -> bool:
+    """Whether an authenticated key is still active (not revoked since): a long-lived answer (an event stream)
+    asks again now and then."""
+    found = api_keys.find(db, key.key_id)
+    return found is not None and found.status == "active" and found.tenant_id == key.tenant_id
+
+
 def authenticate(db: Database, token: str | None,
                  lookup: Callable[[str], StoredApiKey | None] | None = None) -> ApiKey:
     """The active key matching a presented `sk_<keyid>_<secret>`; AuthError otherwise (one message for every

@@ -88,17 +88,25 @@ class FeedStreams:
         """End every open stream (within one poll interval) and refuse none; safe from a signal handler."""
         self.closing = True
 
-    def response(self, tenant_id: str, after: int, types: Sequence[str], limit: int) -> StreamingResponse:
-        """The stream of the tenant's events past `after` (FeedStreamLimitError over the tenant's limit)."""
+    def response(self, tenant_id: str, after: int, types: Sequence[str], limit: int,
+                 key_active: Callable[[], bool] | None = None) -> StreamingResponse:
+        """The stream of the tenant's events past `after` (FeedStreamLimitError over the tenant's limit); with
+        `key_active`, the stream ends once it answers False (asked every heartbeat interval)."""
         release = self.acquire(tenant_id)
-        return _ReleasingStream(self.events(tenant_id, after, types, limit), release)
+        return _ReleasingStream(self.events(tenant_id, after, types, limit, key_active), release)
 
-    async def events(self, tenant_id: str, after: int, types: Sequence[str], limit: int) -> AsyncIterator[bytes]:
-        """The stream body: pages of events as they settle, a heartbeat after each quiet interval."""
+    async def events(self, tenant_id: str, after: int, types: Sequence[str], limit: int,
+                     key_active: Callable[[], bool] | None = None) -> AsyncIterator[bytes]:
+        """The stream body: pages of events as they settle, a heartbeat after each quiet interval; it ends when
+        the process closes or, every heartbeat interval, `key_active` says the key was revoked."""
         position = after
-        quiet_since = time.monotonic()
+        quiet_since = checked_at = time.monotonic()
         yield b": connected\n\n"
         while not self.closing:
+            if key_active is not None and time.monotonic() - checked_at >= self.heartbeat_interval:
+                if not await anyio.to_thread.run_sync(key_active):
+                    return
+                checked_at = time.monotonic()
             seen = self._bound
             page: FeedPage = await anyio.to_thread.run_sync(
                 functools.partial(self.reader.read, tenant_id, position, types=types, limit=limit))

@@ -5,6 +5,7 @@ the tenant once, in position order."""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from settlekit.api.auth import ApiKey
+from settlekit.api.auth import ApiKey, still_active
 from settlekit.api.deps import MAX_INT64, ApiContext, PageLimit, PositionQuery, context, require
 from settlekit.api.feed import FeedStreams
 from settlekit.errors import ConfigurationError, ValidationError
@@ -105,4 +106,6 @@ async def stream_events(request: Request, key: ApiKey = require("jobs:read"), af
                         types: TypesQuery = None, limit: PageLimit = 100,
                         last_event_id: Annotated[str | None, Header(max_length=40)] = None) -> Response:
     start = _resume_position(last_event_id, after)
-    return feed_streams(context(request)).response(key.tenant_id, start, parse_types(types), limit)
+    db = context(request).db
+    return feed_streams(context(request)).response(key.tenant_id, start, parse_types(types), limit,
+                                                   key_active=functools.partial(still_active, db, key))
