@@ -101,11 +101,18 @@ def parse_import_stream(data: Any) -> list[Event]:
     return data
 
 
-def register_signers(store: Appender, tenant_id: str, signers: Sequence[ImportSigner]) -> None:
-    """Register each key for the tenant with its role as purpose; a key already registered with the same role
-    is left as it is (SIGNER_KEY_CONFLICT when it has another role)."""
-    for signer in signers:
-        store.signer_keys.register(tenant_id, signer.public_key_pem, signer.role)
+def register_signers(store: Appender, tenant_id: str, signers: Sequence[ImportSigner]) -> list[str]:
+    """Register each key for the tenant with its role as purpose, all or none (SIGNER_KEY_CONFLICT when one is
+    registered with another role: then none is); a key already registered with the same role is left as it is.
+    Returns the ids of the keys registered now (`forget_signers` removes them if the file is refused)."""
+    return store.signer_keys.register_all(tenant_id, [(s.public_key_pem, s.role) for s in signers])
+
+
+def forget_signers(store: Appender, tenant_id: str, key_ids: Sequence[str], result: ImportResult) -> None:
+    """After an import that wrote nothing (its file refused, or nothing appended before the refusal), remove the
+    keys it registered: they sign nothing stored, and a refused file leaves the tenant as it was."""
+    if result.refused is not None and result.appended == 0:
+        store.signer_keys.forget(tenant_id, key_ids)
 
 
 def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]], *,

@@ -500,3 +500,52 @@ def test_artifact_consumer_builds_imported_history_with_lone_surrogates(backend:
     stored = sorted(canonical_json(a.artifact) for a in page.items)
     assert stored == sorted(canonical_json(a) for a in build_all(events))
     assert any("\\ud" in text for text in stored)
+
+
+def _write_json(path: Path, data: Any) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _import_keys(vector: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"role": s["role"], "keyId": s["keyId"], "publicKeyPem": s["publicKeyPem"]} for s in vector["signers"]]
+
+
+def test_a_file_refused_before_anything_is_written_leaves_no_signer_key(db_url: str, tmp_path: Path) -> None:
+    """A chain break found by the up-front check: the import writes nothing, keys of KEYS.json included (before,
+    every key, settld's server key too, stayed registered and active for the tenant)."""
+    from settlekit.store.db import connect
+
+    vector = load_vector("settle_completed.json")
+    events = [dict(e) for e in vector["events"]]
+    events[1]["prevChainHash"] = "0" * 64
+    result = CliRunner().invoke(app, ["import", str(_write_json(tmp_path / "s.json", events)), "--db", db_url,
+                                      "--keys", str(_write_json(tmp_path / "k.json", _import_keys(vector)))])
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["appended"] == 0
+    db = connect(db_url)
+    try:
+        assert SignerKeys(db).of_tenant("tenant_default") == []
+    finally:
+        db.close()
+
+
+def test_a_key_conflict_registers_none_of_the_import_keys(db_url: str, tmp_path: Path) -> None:
+    """The second key of KEYS.json is registered under another role: the import cannot start (exit 2) and the
+    first key, a new server key, is not registered either (before, it was, and active)."""
+    from settlekit.store.db import connect
+
+    vector = load_vector("settle_completed.json")
+    fresh = Signer.generate()
+    robot = next(s for s in _import_keys(vector) if s["role"] == "robot")
+    db = connect(db_url)
+    try:
+        db.migrate()
+        SignerKeys(db).register("tenant_default", robot["publicKeyPem"], "operator")
+        keys = [{"role": "server", "publicKeyPem": fresh.public_key_pem}, robot]
+        result = CliRunner().invoke(app, ["import", str(_write_json(tmp_path / "s.json", vector["events"])),
+                                          "--db", db_url, "--keys", str(_write_json(tmp_path / "k.json", keys))])
+        assert result.exit_code == 2 and "SIGNER_KEY_CONFLICT" in result.stderr
+        assert fresh.key_id not in [k.key_id for k in SignerKeys(db).of_tenant("tenant_default")]
+    finally:
+        db.close()

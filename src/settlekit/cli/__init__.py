@@ -232,7 +232,7 @@ def import_stream(
     was refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys, database).
     """
     from settlekit.append import job_appender
-    from settlekit.importer import parse_import_keys, parse_import_stream, register_signers
+    from settlekit.importer import forget_signers, parse_import_keys, parse_import_stream, register_signers
     from settlekit.store.db import opened
 
     try:
@@ -244,10 +244,11 @@ def import_stream(
         with opened(database_url(db)) as database:
             store = job_appender(database)
             try:
-                register_signers(store, tenant, signers)
+                registered = register_signers(store, tenant, signers)
             except SettlekitError as exc:
                 _stop_import(exc)
             result = _import_with_progress(store, tenant, events, strict)
+            forget_signers(store, tenant, registered, result)
     except SettlekitError as exc:  # the database could not be opened or migrated
         _stop_import(exc)
     _report_import(result)

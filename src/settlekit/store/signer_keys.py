@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.events.envelope import key_id_for_public_pem, load_public_key
-from settlekit.store.db import Database
+from settlekit.store.db import Database, Tx
 from settlekit.store.sql import fragment
 
 KEY_PURPOSES = ("robot", "operator", "server")
@@ -36,21 +36,24 @@ class SignerKeys:
     def register(self, tenant_id: str, public_key_pem: str, purpose: str, *, entity_id: str | None = None) -> str:
         """Register a public key for a tenant; returns its key id. Registering it again with the same purpose
         changes nothing; with another purpose it is SIGNER_KEY_CONFLICT."""
-        if purpose not in KEY_PURPOSES:
-            raise ValidationError(f"purpose must be one of {KEY_PURPOSES}", code="SCHEMA_INVALID")
-        load_public_key(public_key_pem)
-        key_id = key_id_for_public_pem(public_key_pem)
         with self.db.transaction() as tx:
-            row = tx.fetchone("SELECT purpose, public_key_pem FROM signer_keys WHERE tenant_id = ? AND key_id = ?",
-                              (tenant_id, key_id))
-            if row is not None:
-                if row[0] != purpose:
-                    raise ConflictError(f"key {key_id} is already registered as {row[0]}",
-                                        code="SIGNER_KEY_CONFLICT")
-                return key_id
-            tx.execute("INSERT INTO signer_keys (tenant_id, key_id, public_key_pem, purpose, entity_id)"
-                       " VALUES (?, ?, ?, ?, ?)", (tenant_id, key_id, public_key_pem, purpose, entity_id))
-        return key_id
+            return _register(tx, tenant_id, public_key_pem, purpose, entity_id)[0]
+
+    def register_all(self, tenant_id: str, keys: Sequence[tuple[str, str]]) -> list[str]:
+        """Register (public key PEM, purpose) pairs as `register` does, all or none (one SIGNER_KEY_CONFLICT
+        registers none); returns the ids of the keys that were not registered before."""
+        with self.db.transaction() as tx:
+            return [key_id for key_id, created in (_register(tx, tenant_id, pem, purpose, None)
+                                                   for pem, purpose in keys) if created]
+
+    def forget(self, tenant_id: str, key_ids: Iterable[str]) -> None:
+        """Remove keys just registered that nothing was signed with after all (an import whose file was refused
+        before anything was written)."""
+        ids = sorted(set(key_ids))
+        if ids:
+            with self.db.transaction() as tx:
+                tx.execute(f"DELETE FROM signer_keys WHERE tenant_id = ? AND key_id IN ({','.join('?' * len(ids))})",
+                           (tenant_id, *ids))
 
     def set_status(self, tenant_id: str, key_id: str, status: str) -> None:
         if status not in KEY_STATUSES:
@@ -79,3 +82,21 @@ class SignerKeys:
             rows = tx.fetchall(f"SELECT {_COLUMNS} FROM signer_keys WHERE tenant_id = ? AND key_id IN ({marks})",
                                (tenant_id, *ids))
         return {row[1]: SignerKey(*row) for row in rows}
+
+
+def _register(tx: Tx, tenant_id: str, public_key_pem: str, purpose: str, entity_id: str | None) -> tuple[str, bool]:
+    """(key id, whether it was inserted now) of one key registered in `tx`; SIGNER_KEY_CONFLICT when the key is
+    registered with another purpose."""
+    if purpose not in KEY_PURPOSES:
+        raise ValidationError(f"purpose must be one of {KEY_PURPOSES}", code="SCHEMA_INVALID")
+    load_public_key(public_key_pem)
+    key_id = key_id_for_public_pem(public_key_pem)
+    row = tx.fetchone("SELECT purpose, public_key_pem FROM signer_keys WHERE tenant_id = ? AND key_id = ?",
+                      (tenant_id, key_id))
+    if row is not None:
+        if row[0] != purpose:
+            raise ConflictError(f"key {key_id} is already registered as {row[0]}", code="SIGNER_KEY_CONFLICT")
+        return key_id, False
+    tx.execute("INSERT INTO signer_keys (tenant_id, key_id, public_key_pem, purpose, entity_id)"
+               " VALUES (?, ?, ?, ?, ?)", (tenant_id, key_id, public_key_pem, purpose, entity_id))
+    return key_id, True
