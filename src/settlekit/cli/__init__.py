@@ -22,6 +22,7 @@ from settlekit.cli.common import (
     exit_code,
     fail,
     print_json,
+    read_bytes,
     read_json,
     run_with_db,
     watch_connection_errors,
@@ -133,7 +134,7 @@ def _verify_finance(stream: Path | None, keys: Path | None, artifact: Path | Non
         doc = read_json(artifact)
         report = C.verify_close_document(doc, pinned)
         if journal is not None:
-            report["journalValid"] = C.journal_hash_matches(doc, journal.read_bytes())
+            report["journalValid"] = C.journal_hash_matches(doc, read_bytes(journal))
             report["ok"] = report["ok"] and report["journalValid"]
     print(json.dumps(report))
     if not report.get("ok"):

@@ -27,13 +27,13 @@ GeneratedAtOption = Annotated[str | None, typer.Option("--generated-at",
 def load_events(path: Path) -> list[Any]:
     try:
         data = parse_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         _err.print(f"[red]error[/red] cannot read {path}: {exc}")
         raise typer.Exit(code=2) from exc
     if isinstance(data, dict) and isinstance(data.get("events"), list):
         data = data["events"]
-    if not isinstance(data, list):
-        _err.print(f"[red]error[/red] SCHEMA_INVALID: {path} must hold a JSON array of events")
+    if not isinstance(data, list) or not all(isinstance(event, dict) for event in data):
+        _err.print(f"[red]error[/red] SCHEMA_INVALID: {path} must hold a JSON array of events (objects)")
         raise typer.Exit(code=2)
     return data
 

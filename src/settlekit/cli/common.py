@@ -120,20 +120,31 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False))
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file parsed with JS number semantics; exit 2 with FILE_NOT_FOUND, FILE_UNREADABLE or JSON_INVALID."""
+def read_bytes(path: Path) -> bytes:
+    """A file's bytes; exit 2 with FILE_NOT_FOUND or FILE_UNREADABLE (a directory, no permission)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_bytes()
     except FileNotFoundError as exc:
         console.print(f"[red]error[/red] FILE_NOT_FOUND: {escape(str(path))} does not exist", highlight=False)
         raise typer.Exit(code=USAGE_EXIT) from exc
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        console.print(f"[red]error[/red] FILE_UNREADABLE: cannot read {escape(str(path))}: {escape(str(exc))}",
+                      highlight=False)
+        raise typer.Exit(code=USAGE_EXIT) from exc
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file parsed with JS number semantics; exit 2 with FILE_NOT_FOUND, FILE_UNREADABLE or JSON_INVALID
+    (nested too deeply to parse included)."""
+    try:
+        text = read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
         console.print(f"[red]error[/red] FILE_UNREADABLE: cannot read {escape(str(path))}: {escape(str(exc))}",
                       highlight=False)
         raise typer.Exit(code=USAGE_EXIT) from exc
     try:
         return parse_json(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         console.print(f"[red]error[/red] JSON_INVALID: {escape(str(path))} is not valid JSON: {escape(str(exc))}",
                       highlight=False)
         raise typer.Exit(code=USAGE_EXIT) from exc

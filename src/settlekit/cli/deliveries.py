@@ -90,7 +90,10 @@ def _parse_since(text: str) -> datetime:
         raise typer.BadParameter(f"--since must be an ISO-8601 time, e.g. 2026-01-02T00:00:00Z: {exc}") from exc
     if when.tzinfo is None:
         raise typer.BadParameter("--since needs a time zone, e.g. 2026-01-02T00:00:00Z")
-    return when.astimezone(UTC)
+    try:
+        return when.astimezone(UTC)
+    except OverflowError as exc:
+        raise typer.BadParameter("--since must lie within the years 1 to 9999 in UTC") from exc
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:

@@ -10,9 +10,19 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from settlekit.cli.common import USAGE_EXIT, DbOption, JsonOption, TenantOption, console, fail, print_json, run_with_db
+from settlekit.cli.common import (
+    USAGE_EXIT,
+    DbOption,
+    JsonOption,
+    TenantOption,
+    console,
+    fail,
+    print_json,
+    read_json,
+    run_with_db,
+)
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
-from settlekit.events.canonical import canonical_json, parse_json
+from settlekit.events.canonical import canonical_json
 from settlekit.jobs.stream_postings import posting_records
 from settlekit.ledger.timeline import Axis, decode_cursor, encode_cursor, parse_instant
 from settlekit.store import ledger_timeline as timeline
@@ -44,11 +54,14 @@ def postings(
     """Print one canonical JSON line per journal entry `{eventId, eventType, entry}` and per posting error
     `{eventId, eventType, error: {code, message}}`, in event order. Every event is evaluated; posting errors
     do not stop the run (exit 0) unless --strict. An event the job reducer refuses exits 1."""
-    data = parse_json(events.read_bytes())
+    data = read_json(events)
     if isinstance(data, dict) and isinstance(data.get("events"), list):
         data = data["events"]
-    if not isinstance(data, list):
-        typer.echo("error: the events file must hold a JSON array of events", err=True)
+    if not isinstance(data, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("streamId"), str) and isinstance(e.get("type"), str)
+            for e in data):
+        typer.echo("error: SCHEMA_INVALID: the events file must hold a JSON array of events (objects with a"
+                   " streamId and a type)", err=True)
         raise typer.Exit(2)
     try:
         records = posting_records(data)

@@ -277,8 +277,9 @@ def verify_close_document(doc: Any, keys: Mapping[str, str] | None = None) -> di
     return report
 
 
-def journal_hash_matches(doc: Mapping[str, Any], csv_bytes: bytes) -> bool:
-    journal = doc.get("journal")
+def journal_hash_matches(doc: Any, csv_bytes: bytes) -> bool:
+    """Whether a close document (anything a file held) names these journal bytes' sha256."""
+    journal = doc.get("journal") if isinstance(doc, Mapping) else None
     return isinstance(journal, Mapping) and journal.get("sha256") == sha256_hex(csv_bytes)
 
 
