@@ -124,29 +124,33 @@ def test_workers_recording_failures_to_the_same_destinations_in_opposite_orders(
     assert streaks == {"d1": 2, "d2": 2}
 
 
-def test_an_outcome_after_its_lease_was_lost_does_not_take_the_attempt_log(db: Database) -> None:
-    """A's send outlives its lease, B claims the delivery and delivers it, then A's timeout arrives: the attempt
-    log holds B's 200 (before, A's late timeout took the attempt number and B's success was dropped), and the
-    destination's statistics and failure streak count only B's attempt."""
-    doc = _artifact("j")
+def _claimed_twice(db: Database, job: str) -> tuple[DeliveryWorker, Any, DeliveryWorker, Any, datetime]:
+    """One delivery claimed by worker A, then, once A's lease ran out, by worker B: (A, A's claim, B, B's claim,
+    the time of B's claim)."""
+    doc = _artifact(job)
     with db.transaction() as tx:
         store.put_destination(tx, store.Destination(tenant_id=TENANT, destination_id="d1",
                                                     url="https://a.example/", secret_ref="env:X"), now=T0)
         enqueue_artifact(tx, TENANT, doc, now=T0)
-    now = [T0]
     config = WorkerConfig()
-    a = DeliveryWorker(db, artifact_loader=_loader({doc["artifactId"]: doc}), config=config, clock=lambda: now[0],
-                       worker_id="A")
-    b = DeliveryWorker(db, artifact_loader=_loader({doc["artifactId"]: doc}), config=config, clock=lambda: now[0],
-                       worker_id="B")
+    later = T0 + config.lease + timedelta(seconds=1)
+    a, b = (DeliveryWorker(db, artifact_loader=_loader({doc["artifactId"]: doc}), config=config,
+                           clock=lambda: later, worker_id=name) for name in ("A", "B"))
     with db.transaction() as tx:
-        [claimed_a] = store.claim(tx, worker="A", limit=10, lease=config.lease, now=now[0])
-    now[0] += config.lease + timedelta(seconds=1)
+        [claimed_a] = store.claim(tx, worker="A", limit=10, lease=config.lease, now=T0)
     with db.transaction() as tx:
-        [claimed_b] = store.claim(tx, worker="B", limit=10, lease=config.lease, now=now[0])
+        [claimed_b] = store.claim(tx, worker="B", limit=10, lease=config.lease, now=later)
     assert claimed_a.id == claimed_b.id
+    return a, claimed_a, b, claimed_b, later
+
+
+def test_an_outcome_after_its_lease_was_lost_does_not_take_the_attempt_log(db: Database) -> None:
+    """A's send outlives its lease, B claims the delivery and delivers it, then A's timeout arrives: the attempt
+    log holds B's 200 (before, A's late timeout took the attempt number and B's success was dropped), and the
+    destination's statistics and failure streak count only B's attempt."""
+    a, claimed_a, b, claimed_b, later = _claimed_twice(db, "j")
     done = b._complete([Outcome(tag=claimed_b, status=200, error=None, error_message=None, retry_after=None,
-                                duration_ms=5.0, started_at=now[0])], sent=1)
+                                duration_ms=5.0, started_at=later)], sent=1)
     assert done.delivered == 1
     late = a._complete([Outcome(tag=claimed_a, status=None, error="timeout", error_message="timed out",
                                 retry_after=None, duration_ms=30000.0, started_at=T0)], sent=1)
@@ -164,28 +168,15 @@ def test_an_outcome_after_its_lease_was_lost_does_not_take_the_attempt_log(db: D
 
 def test_a_lease_lost_outcome_arriving_first_is_not_logged_either(db: Database) -> None:
     """The other order: A's late failure arrives before B's success. It is not logged, B's success is attempt 1."""
-    doc = _artifact("k")
-    with db.transaction() as tx:
-        store.put_destination(tx, store.Destination(tenant_id=TENANT, destination_id="d1",
-                                                    url="https://a.example/", secret_ref="env:X"), now=T0)
-        enqueue_artifact(tx, TENANT, doc, now=T0)
-    now = [T0]
-    config = WorkerConfig()
-    workers = {name: DeliveryWorker(db, artifact_loader=_loader({doc["artifactId"]: doc}), config=config,
-                                    clock=lambda: now[0], worker_id=name) for name in ("A", "B")}
-    with db.transaction() as tx:
-        [claimed_a] = store.claim(tx, worker="A", limit=10, lease=config.lease, now=now[0])
-    now[0] += config.lease + timedelta(seconds=1)
-    with db.transaction() as tx:
-        [claimed_b] = store.claim(tx, worker="B", limit=10, lease=config.lease, now=now[0])
-    late = workers["A"]._complete([Outcome(tag=claimed_a, status=503, error=None, error_message=None,
-                                           retry_after=None, duration_ms=9.0, started_at=T0)], sent=1)
+    a, claimed_a, b, claimed_b, later = _claimed_twice(db, "k")
+    late = a._complete([Outcome(tag=claimed_a, status=503, error=None, error_message=None, retry_after=None,
+                                duration_ms=9.0, started_at=T0)], sent=1)
     assert late.lease_lost == 1
     with db.read() as tx:
         assert store.list_attempts(tx, claimed_a.id) == []
         assert delivery_recovery.streak(tx, TENANT, "d1")[0] == 0
-    workers["B"]._complete([Outcome(tag=claimed_b, status=200, error=None, error_message=None, retry_after=None,
-                                    duration_ms=5.0, started_at=now[0])], sent=1)
+    b._complete([Outcome(tag=claimed_b, status=200, error=None, error_message=None, retry_after=None,
+                         duration_ms=5.0, started_at=later)], sent=1)
     with db.read() as tx:
         assert store.list_attempts(tx, claimed_b.id) == [(1, 200, None)]
 

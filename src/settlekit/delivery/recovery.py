@@ -46,9 +46,7 @@ def _now(now: datetime | None) -> datetime:
 
 
 def _iso(dt: datetime | None) -> str | None:
-    if dt is None:
-        return None
-    return iso_millis(dt)
+    return None if dt is None else iso_millis(dt)
 
 
 def _utc(dt: datetime | None) -> datetime | None:

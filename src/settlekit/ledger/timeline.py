@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
+
+from settlekit.events.canonical import iso_millis
 
 Axis = Literal["t", "p"]
 
@@ -90,8 +92,7 @@ def _millis(moment: datetime) -> int:
 
 def millis_to_iso(millis: int) -> str:
     """Epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`."""
-    moment = datetime.fromtimestamp(millis // 1000, tz=UTC)
-    return f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"  # %Y: no padding
+    return iso_millis(datetime.fromtimestamp(millis // 1000, tz=UTC) + timedelta(milliseconds=millis % 1000))
 
 
 def encode_cursor(account_id: str, party_id: str, key: tuple[int, int, int]) -> str:

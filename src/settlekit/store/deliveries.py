@@ -65,7 +65,7 @@ class Destination:
             "status": self.status,
             "disabled_reason": self.disabled_reason,
             "previous_secret_ref": _redacted(self.previous_secret_ref) if self.previous_secret_ref else None,
-            "previous_secret_expires_at": _iso(self.previous_secret_expires_at)
+            "previous_secret_expires_at": iso_millis(self.previous_secret_expires_at)
             if self.previous_secret_expires_at else None,
         }
 
@@ -151,12 +151,8 @@ class Delivery(NewDelivery):
         out: dict[str, Any] = {}
         for name in _DELIVERY_FIELDS:
             value = getattr(self, name)
-            out[name] = _iso(value) if isinstance(value, datetime) else value
+            out[name] = iso_millis(value) if isinstance(value, datetime) else value
         return out
-
-
-def _iso(dt: datetime) -> str:
-    return iso_millis(dt)
 
 
 _DLV_COLS: Final = (

@@ -53,13 +53,9 @@ FRAGMENTS: Mapping[Dialect, Mapping[str, str]] = {
 # needs neither (its write transactions are BEGIN IMMEDIATE, one writer).
 
 
-def _utc_millis_text(dt: datetime) -> str:
-    return iso_millis(dt)
-
-
 TIMESTAMP_PARAMS: Mapping[Dialect, Callable[[datetime], Any]] = {
     "postgres": lambda dt: dt.astimezone(UTC),  # TIMESTAMPTZ, full precision
-    "sqlite": _utc_millis_text,  # ISO-8601 UTC text with milliseconds: string order is time order
+    "sqlite": iso_millis,  # ISO-8601 UTC text with milliseconds: string order is time order
 }
 
 _NAME = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*$", re.MULTILINE)
