@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from settlekit import failpoints
 from settlekit.delivery import recovery
 from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.recovery import destination_stats
@@ -22,6 +23,7 @@ from settlekit.delivery.secrets import store_secret
 from settlekit.delivery.sender import Outcome, SenderConfig
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
+from settlekit.errors import DatabaseUnavailableError
 from settlekit.events.canonical import canonical_hash
 from settlekit.store import deliveries as store
 from settlekit.store import delivery_recovery
@@ -221,3 +223,79 @@ def test_deliveries_failing_before_the_send_keep_their_lease_while_the_batch_is_
     with db.read() as tx:
         ids = sorted(r.id for r in store.list_deliveries(tx, TENANT))
     assert renewed and all(batch == ids for batch in renewed), (renewed, ids)
+
+
+def _outage_pass(db: Database, monkeypatch: pytest.MonkeyPatch, *, failures: int,
+                 lease: timedelta) -> tuple[Any, list[int], store.Delivery]:
+    """One worker pass whose send answers 200 and whose completion meets `failures` database outages first:
+    (the pass's result or the error it raised, the ids whose leases were renewed meanwhile, the delivery)."""
+    doc = _artifact("o")
+    with db.transaction() as tx:
+        ref = store_secret(tx, TENANT, generate_secret())
+        store.put_destination(tx, store.Destination(tenant_id=TENANT, destination_id="d1",
+                                                    url="http://127.0.0.1:9/hook", secret_ref=ref), now=T0)
+        enqueue_artifact(tx, TENANT, doc, now=T0)
+    config = WorkerConfig(allow_insecure_http=True, allow_loopback=True, lease=lease, lease_renew=0.05,
+                          lease_margin=0.01, error_sleep=0.02)
+    worker = DeliveryWorker(db, artifact_loader=_loader({doc["artifactId"]: doc}), config=config,
+                            clock=lambda: T0 + timedelta(minutes=1), worker_id="A")
+    renewed: list[int] = []
+    original_renew = worker._renew
+
+    def renew(ids: list[int]) -> int:
+        renewed.extend(ids)
+        return original_renew(ids)
+
+    monkeypatch.setattr(worker, "_renew", renew)
+
+    async def send(requests: Any, **kwargs: Any) -> list[Outcome]:
+        return [Outcome(tag=r.tag, status=200, error=None, error_message=None, retry_after=None, duration_ms=3.0,
+                        started_at=T0) for r in requests]
+
+    monkeypatch.setattr(worker._sender, "send_batch", send)
+    left = [failures]
+
+    def outage(worker_id: str) -> None:  # inside the completion's transaction: it rolls back
+        if left[0] > 0:
+            left[0] -= 1
+            time.sleep(0.03)
+            raise DatabaseUnavailableError(cause="OperationalError")
+
+    failpoints.arm("delivery.completing", outage)
+
+    async def one_pass() -> Any:
+        async with worker:
+            try:
+                return await worker.run_once()
+            except DatabaseUnavailableError as exc:
+                return exc
+
+    result = asyncio.run(one_pass())
+    with db.read() as tx:
+        [row] = store.list_deliveries(tx, TENANT)
+    return result, renewed, row
+
+
+def test_a_completion_that_meets_a_short_database_outage_is_recorded_once_the_database_is_back(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The send answered 200, then recording it failed twice (database unavailable). Before, the pass failed: the
+    delivery stayed leased until its lease ran out, was sent again and its claim counted toward crash_loop. Now
+    the completion is retried with the lease renewed meanwhile: delivered, one attempt logged, lease released."""
+    result, renewed, row = _outage_pass(db, monkeypatch, failures=2, lease=timedelta(seconds=5))
+    assert not isinstance(result, BaseException), result
+    assert result.delivered == 1
+    assert (row.state, row.attempts, row.lease_owner, row.last_status) == ("delivered", 1, None, 200)
+    with db.read() as tx:
+        assert store.list_attempts(tx, row.id) == [(1, 200, None)]
+
+
+def test_a_completion_outage_longer_than_the_lease_fails_the_pass_and_leaves_the_lease_to_expire(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past one lease of retries the pass fails as before: nothing is recorded, the delivery stays leased to the
+    worker (claimable once the lease has expired), and the leases were renewed while it retried."""
+    result, renewed, row = _outage_pass(db, monkeypatch, failures=1000, lease=timedelta(seconds=0.3))
+    assert isinstance(result, DatabaseUnavailableError)
+    assert (row.state, row.attempts, row.lease_owner) == ("pending", 0, "A")
+    assert renewed and set(renewed) == {row.id}
+    with db.read() as tx:
+        assert store.list_attempts(tx, row.id) == []

@@ -43,7 +43,7 @@ from settlekit.delivery.secrets import SecretRefError, SecretResolver
 from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
 from settlekit.delivery.signing import SigningMode, delivery_headers
 from settlekit.delivery.ssrf import AsyncResolver, SsrfPolicy
-from settlekit.errors import ConfigurationError, SettlekitError
+from settlekit.errors import ConfigurationError, DatabaseUnavailableError, SettlekitError
 from settlekit.events.canonical import canonical_bytes
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database, Tx
@@ -334,6 +334,7 @@ class DeliveryWorker:
         counted: list[tuple[str, str, str | None]] = []  # (destination_id, outcome, failure reason)
         disabled_reasons: list[str] = []
         recorded: list[Outcome] = []  # the real HTTP attempts recorded under this worker's lease
+        decided: list[tuple[store.Delivery, Outcome, Decision, str]] = []
         with self.db.transaction() as tx:
             store.lock_destinations(tx, ((o.tag.tenant_id, o.tag.destination_id) for o in outcomes[:sent]
                                          if not o.ok))
@@ -345,14 +346,43 @@ class DeliveryWorker:
                     self._record_attempt(tx, d, out)
                     if i < sent:
                         recorded.append(out)
-                _log_attempt(d, out, dec, outcome if ok else m.LEASE_LOST)
+                decided.append((d, out, dec, outcome if ok else m.LEASE_LOST))
                 result.lease_lost += not ok
                 counted.append((d.destination_id, outcome if ok else m.LEASE_LOST, dec.reason))
                 if i == 0:
                     failpoints.hit("delivery.completing", self.worker_id)
             self._count_streaks(tx, recorded, now, result, disabled_reasons)
+        for d, out, dec, outcome in decided:  # logged once committed: a retried completion logs each attempt once
+            _log_attempt(d, out, dec, outcome)
         self._count_outcomes(outcomes, counted, disabled_reasons, sent)
         return result
+
+    async def _record(self, outcomes: list[Outcome], *, sent: int) -> DeliveryPassResult:
+        """`_complete`, retried every `error_sleep` while the database is unavailable, for up to one lease, with
+        the leases renewed meanwhile: a short outage after the sends neither loses their outcomes (the
+        deliveries would be sent again) nor counts the claim toward `crash_loop`. Past that the error
+        propagates and the leases expire as before."""
+        deadline: float | None = None
+        keeper: asyncio.Task[None] | None = None
+        try:
+            while True:
+                try:
+                    return await asyncio.to_thread(self._complete, outcomes, sent=sent)
+                except DatabaseUnavailableError:
+                    if deadline is None:
+                        deadline = time.monotonic() + self.config.lease.total_seconds()
+                        keeper = asyncio.create_task(self._keep_leases([o.tag.id for o in outcomes]))
+                    if time.monotonic() + self.config.error_sleep >= deadline:
+                        raise
+                self.metrics.worker_errors.labels("CompletionRetry").inc()
+                log.warning("could not record %d delivery outcomes (database unavailable); retrying in %.3gs",
+                            len(outcomes), self.config.error_sleep)
+                await asyncio.sleep(self.config.error_sleep)
+        finally:
+            if keeper is not None:
+                keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeper
 
     def _count_streaks(self, tx: Tx, sent: list[Outcome], now: datetime, result: DeliveryPassResult,
                        disabled_reasons: list[str]) -> None:
@@ -514,7 +544,7 @@ class DeliveryWorker:
         sent_ids = {o.tag.id for o in sent}
         unsent = [req.tag.id for req in requests if req.tag.id not in sent_ids]
         outcomes = sent + early
-        result = await asyncio.to_thread(self._complete, outcomes, sent=len(sent)) if outcomes else DeliveryPassResult()
+        result = await self._record(outcomes, sent=len(sent)) if outcomes else DeliveryPassResult()
         failpoints.hit("delivery.completed", self.worker_id)
         if unsent:
             released = await asyncio.to_thread(self._release, unsent)
