@@ -173,6 +173,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SIGNER_KEY_INVALID": ErrorSpec(400, "a key is not a valid Ed25519 PEM"),
     "SIGNER_KEY_CONFLICT": ErrorSpec(409, "the key id is already registered with another key or purpose"),
     "SIGNER_KEY_NOT_FOUND": ErrorSpec(404, "no signer key with this id is registered"),
+    "SIGNER_KEY_STATUS_CONFLICT": ErrorSpec(409, "the signer key's status does not allow this change (a revoked "
+                                                 "key is never rotated)"),
     "SIGNER_KEY_ID_MISMATCH": ErrorSpec(400, "a keys file names a keyId that is not the id of its key"),
     "SIGNER_ROLE_UNKNOWN": ErrorSpec(400, "a keys file names a role other than server, robot or operator"),
     "KEYS_INVALID": ErrorSpec(400, "a keys file is malformed"),

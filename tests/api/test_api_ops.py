@@ -123,6 +123,40 @@ def test_signer_keys_rotate_and_revoke(seeded_env: tuple[Database, Any, Seeded])
     assert r.status_code == 400 and r.json()["details"]["field"] == "body.purpose"
 
 
+
+def test_a_revoked_signer_key_is_never_rotated(seeded_env: tuple[Database, Any, Seeded]) -> None:
+    """Revocation is final: rotating a revoked key answers 409 SIGNER_KEY_STATUS_CONFLICT, leaves it revoked and
+    registers no successor (before, the key became `rotated` and the successor was registered). Rotating or
+    revoking again is allowed and keeps the status."""
+    db, api, seeded = seeded_env
+    robot = next(s for s in seeded.vector["signers"] if s["role"] == "robot")
+    assert api.post(f"/v1/keys/{robot['keyId']}/revoke").json()["status"] == "revoked"
+    successor = Signer.generate()
+    r = api.post(f"/v1/keys/{robot['keyId']}/rotate", json={"publicKeyPem": successor.public_key_pem})
+    assert r.status_code == 409 and r.json()["code"] == "SIGNER_KEY_STATUS_CONFLICT", r.text
+    keys = {k["keyId"]: k["status"] for k in api.get("/v1/keys").json()["keys"]}
+    assert keys[robot["keyId"]] == "revoked" and successor.key_id not in keys
+    assert api.post(f"/v1/keys/{robot['keyId']}/revoke").json()["status"] == "revoked"
+    operator = next(s for s in seeded.vector["signers"] if s["role"] == "operator")
+    for _ in range(2):
+        r = api.post(f"/v1/keys/{operator['keyId']}/rotate")
+        assert r.status_code == 200 and r.json()["rotated"]["status"] == "rotated", r.text
+    assert api.post(f"/v1/keys/{operator['keyId']}/revoke").json()["status"] == "revoked"
+
+
+def test_rotating_with_a_successor_of_a_conflicting_purpose_changes_nothing(
+        seeded_env: tuple[Database, Any, Seeded]) -> None:
+    """The successor takes the rotated key's purpose; when that key is registered with another purpose the rotation
+    is refused (409 SIGNER_KEY_CONFLICT) and the old key stays active: both changes are one transaction."""
+    db, api, seeded = seeded_env
+    robot = next(s for s in seeded.vector["signers"] if s["role"] == "robot")
+    other = Signer.generate()
+    assert api.post("/v1/keys", json={"publicKeyPem": other.public_key_pem, "purpose": "operator"}).status_code == 201
+    r = api.post(f"/v1/keys/{robot['keyId']}/rotate", json={"publicKeyPem": other.public_key_pem})
+    assert r.status_code == 409 and r.json()["code"] == "SIGNER_KEY_CONFLICT", r.text
+    keys = {k["keyId"]: k for k in api.get("/v1/keys").json()["keys"]}
+    assert keys[robot["keyId"]]["status"] == "active" and keys[other.key_id]["purpose"] == "operator"
+
 def test_readyz_and_metrics(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     db = connect(sqlite_url)
     db.migrate()

@@ -242,11 +242,11 @@ def test_revoked_key_refused(db: Database) -> None:
     signer = Signer.generate()
     store.signer_keys.register(T, signer.public_key_pem, "server")
     ev = finalize_chain([make_draft(stream_id="s", type="NOTE", actor=ACTOR, payload={})], None, signer)
-    store.signer_keys.set_status(T, signer.key_id, "revoked")
+    store.signer_keys.change_status(T, signer.key_id, "revoked", allowed_from=("active",))
     with pytest.raises(SignerPolicyError) as err:
         store.append(T, "s", ev)
     assert err.value.code == "SIGNER_KEY_NOT_ACTIVE"
-    store.signer_keys.set_status(T, signer.key_id, "active")
+    store.signer_keys.change_status(T, signer.key_id, "active", allowed_from=("revoked",))
     store.append(T, "s", ev)
     robot = Signer.generate()
     store.signer_keys.register(T, robot.public_key_pem, "robot")

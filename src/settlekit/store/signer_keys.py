@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
@@ -55,15 +55,32 @@ class SignerKeys:
                 tx.execute(f"DELETE FROM signer_keys WHERE tenant_id = ? AND key_id IN ({','.join('?' * len(ids))})",
                            (tenant_id, *ids))
 
-    def set_status(self, tenant_id: str, key_id: str, status: str) -> None:
+    def change_status(self, tenant_id: str, key_id: str, status: str, *, allowed_from: Collection[str],
+                      successor_pem: str | None = None) -> str | None:
+        """Move a key to `status` when its status is one of `allowed_from` (the time of the first move to a status
+        is kept), and register `successor_pem` with the key's purpose and entity in the same transaction: all or
+        nothing. Returns the successor's key id. SIGNER_KEY_NOT_FOUND, or SIGNER_KEY_STATUS_CONFLICT when the
+        key's status is not one of `allowed_from`."""
         if status not in KEY_STATUSES:
             raise ValidationError(f"status must be one of {KEY_STATUSES}", code="SCHEMA_INVALID")
         column = _STATUS_STAMP.get(status)
         with self.db.transaction() as tx:
-            stamp = f", {column} = {fragment(tx.dialect, 'now')}" if column else ""
-            if tx.execute(f"UPDATE signer_keys SET status = ?{stamp} WHERE tenant_id = ? AND key_id = ?",
-                          (status, tenant_id, key_id)) == 0:
-                raise NotFoundError(f"signer key {key_id} is not registered", code="SIGNER_KEY_NOT_FOUND")
+            row = tx.fetchone(f"SELECT status, purpose, entity_id FROM signer_keys WHERE tenant_id = ? AND key_id = ?"
+                              f" {fragment(tx.dialect, 'row_lock')}", (tenant_id, key_id))
+            if row is None:
+                raise NotFoundError(f"signer key {key_id} is not registered", code="SIGNER_KEY_NOT_FOUND",
+                                    keyId=key_id)
+            current, purpose, entity_id = str(row[0]), str(row[1]), row[2]
+            if current not in allowed_from:
+                raise ConflictError(f"signer key {key_id} is {current}: it cannot become {status}",
+                                    code="SIGNER_KEY_STATUS_CONFLICT", keyId=key_id, keyStatus=current)
+            if current != status:
+                stamp = f", {column} = {fragment(tx.dialect, 'now')}" if column else ""
+                tx.execute(f"UPDATE signer_keys SET status = ?{stamp} WHERE tenant_id = ? AND key_id = ?",
+                           (status, tenant_id, key_id))
+            if successor_pem is None:
+                return None
+            return _register(tx, tenant_id, successor_pem, purpose, entity_id)[0]
 
     def of_tenant(self, tenant_id: str) -> list[SignerKey]:
         """Every key of the tenant, by key id."""

@@ -15,6 +15,7 @@ from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Rotated, SignerKey, SignerKeys
 from settlekit.errors import NotFoundError
+from settlekit.events.signer_keys import KEY_TRANSITIONS, REVOKED, ROTATED
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 
@@ -62,18 +63,16 @@ def list_keys(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
 
 @router.post("/keys/{key_id}/rotate", summary="Mark a key rotated (optionally registering its successor)",
              response_model=Rotated, openapi_extra=IDEMPOTENT,
-             responses=problems("SIGNER_KEY_NOT_FOUND", "SIGNER_KEY_INVALID", "SIGNER_KEY_CONFLICT"))
+             responses=problems("SIGNER_KEY_NOT_FOUND", "SIGNER_KEY_INVALID", "SIGNER_KEY_CONFLICT",
+                                "SIGNER_KEY_STATUS_CONFLICT"))
 def rotate_key(key_id: TextIdPath, request: Request, body: RotateIn | None = None,
                key: ApiKey = require("admin")) -> JsonResponse:
     ctx = context(request)
     new_pem = body.publicKeyPem if body is not None else None
 
     def action() -> tuple[int, Any]:
-        old = _find_key(ctx, key.tenant_id, key_id)
-        successor = None
-        if new_pem is not None:
-            successor = ctx.store.signer_keys.register(key.tenant_id, new_pem, old.purpose, entity_id=old.entity_id)
-        ctx.store.signer_keys.set_status(key.tenant_id, key_id, "rotated")
+        successor = ctx.store.signer_keys.change_status(key.tenant_id, key_id, ROTATED,
+                                                        allowed_from=KEY_TRANSITIONS[ROTATED], successor_pem=new_pem)
         out = {"rotated": _key_json(_find_key(ctx, key.tenant_id, key_id)),
                "successor": _key_json(_find_key(ctx, key.tenant_id, successor)) if successor else None}
         return 200, out
@@ -87,7 +86,7 @@ def revoke_key(key_id: TextIdPath, request: Request, key: ApiKey = require("admi
     ctx = context(request)
 
     def action() -> tuple[int, Any]:
-        ctx.store.signer_keys.set_status(key.tenant_id, key_id, "revoked")
+        ctx.store.signer_keys.change_status(key.tenant_id, key_id, REVOKED, allowed_from=KEY_TRANSITIONS[REVOKED])
         return 200, _key_json(_find_key(ctx, key.tenant_id, key_id))
 
     return idempotency.write(request, key, None, action)
