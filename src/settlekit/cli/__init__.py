@@ -19,6 +19,7 @@ from settlekit.cli.common import (
     console,
     database_url,
     error_line,
+    events_of,
     exit_code,
     fail,
     print_json,
@@ -56,12 +57,9 @@ def migrate(*, db: DbOption = None, as_json: JsonOption = False) -> None:
 
 def verify_stream_file(stream: Path, keys: Path | None) -> tuple[list[Any], dict[str, str]]:
     """Load and verify a stream file; raises VerificationError at the first bad index."""
-    events = read_json(stream)
+    events = events_of(read_json(stream))
     if not isinstance(events, list):
-        if isinstance(events, dict) and isinstance(events.get("events"), list):
-            events = events["events"]
-        else:
-            raise VerificationError("stream file must be a JSON array of events", code="SCHEMA_INVALID")
+        raise VerificationError("stream file must be a JSON array of events", code="SCHEMA_INVALID")
     key_map = parse_keys_file(read_json(keys)) if keys is not None else {}
     verify_chain(events, key_map)
     return events, key_map
@@ -146,8 +144,7 @@ def _leaf_in_stream(leaf: Mapping[str, Any], events: Any) -> dict[str, Any]:
     signatures are `verify STREAM --keys`'s job) and end at the leaf's chain hash."""
     from settlekit.events.envelope import compute_chain_hash, compute_payload_hash
 
-    if isinstance(events, dict):
-        events = events.get("events")
+    events = events_of(events)
     count = leaf.get("eventCount")
     ok = isinstance(events, list) and type(count) is int and 0 < count <= len(events)
     prev = None

@@ -10,9 +10,9 @@ import typer
 from rich.console import Console
 
 from settlekit.artifacts.build import build_all_report, build_one, derive_outbox
-from settlekit.cli.common import fail
+from settlekit.cli.common import events_of, fail, read_json
 from settlekit.errors import SettlekitError
-from settlekit.events.canonical import canonical_json, parse_json
+from settlekit.events.canonical import canonical_json
 
 artifacts_app = typer.Typer(help="Build job artifacts (WorkCertificate.v1, SettlementStatement.v1, …) offline.",
                             no_args_is_help=True)
@@ -25,13 +25,8 @@ GeneratedAtOption = Annotated[str | None, typer.Option("--generated-at",
 
 
 def load_events(path: Path) -> list[Any]:
-    try:
-        data = parse_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        _err.print(f"[red]error[/red] cannot read {path}: {exc}")
-        raise typer.Exit(code=2) from exc
-    if isinstance(data, dict) and isinstance(data.get("events"), list):
-        data = data["events"]
+    """The events of a stream file (exit 2 when it is unreadable or holds anything but event objects)."""
+    data = events_of(read_json(path))
     if not isinstance(data, list) or not all(isinstance(event, dict) for event in data):
         _err.print(f"[red]error[/red] SCHEMA_INVALID: {path} must hold a JSON array of events (objects)")
         raise typer.Exit(code=2)

@@ -150,6 +150,15 @@ def read_json(path: Path) -> Any:
         raise typer.Exit(code=USAGE_EXIT) from exc
 
 
+
+def events_of(data: Any) -> Any:
+    """The events of a parsed stream file: the file's array itself, or the `events` array of an object that holds
+    one (an export); anything else as it is, for the caller to refuse."""
+    if isinstance(data, dict) and isinstance(data.get("events"), list):
+        return data["events"]
+    return data
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -16,6 +16,7 @@ from settlekit.cli.common import (
     JsonOption,
     TenantOption,
     console,
+    events_of,
     fail,
     print_json,
     read_json,
@@ -54,9 +55,7 @@ def postings(
     """Print one canonical JSON line per journal entry `{eventId, eventType, entry}` and per posting error
     `{eventId, eventType, error: {code, message}}`, in event order. Every event is evaluated; posting errors
     do not stop the run (exit 0) unless --strict. An event the job reducer refuses exits 1."""
-    data = read_json(events)
-    if isinstance(data, dict) and isinstance(data.get("events"), list):
-        data = data["events"]
+    data = events_of(read_json(events))
     if not isinstance(data, list) or not all(
             isinstance(e, dict) and isinstance(e.get("streamId"), str) and isinstance(e.get("type"), str)
             for e in data):
