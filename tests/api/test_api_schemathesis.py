@@ -20,6 +20,7 @@ import pytest
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.store.db import connect
 from support.api import ALL_SCOPES, TENANT_A, client, key_for, make_app, seed_tenant
+from support.contracts import settld_accepted_contracts
 
 schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
@@ -108,6 +109,8 @@ def test_whole_api_conforms_without_5xx(db_url: str) -> None:
                       "destination_id": seeded.destination_id, "delivery_id": str(seeded.delivery_id),
                       "key_id": seeded.key_ids[0], "name": "settlekit:artifacts", "month": "2026-01",
                       "account_id": "acct_cash"}
+        registered = client(app, tenant_key).post("/v1/contracts", json=settld_accepted_contracts()[0]["document"])
+        seeded_ids["contract_hash"] = registered.json()["contractHash"]
         operator_key = key_for(db, "system", ["admin"])  # deployment-wide routes need the operator tenant
         calls, failures = run_schemathesis(app, tenant_key, operator_key, seeded_ids, MAX_EXAMPLES)
     finally:

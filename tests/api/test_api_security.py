@@ -18,6 +18,7 @@ from settlekit.delivery.signing import generate_secret
 from settlekit.events.envelope import Signer
 from settlekit.store.db import Database, connect
 from support.api import TENANT_A, TENANT_B, Seeded, client, key_for, make_app, seed_tenant, tenant_rows
+from support.contracts import settld_accepted_contracts
 
 # A valid body for every write route (so a refusal is about the tenant, not the input).
 BODIES: dict[tuple[str, str], Any] = {
@@ -33,6 +34,7 @@ BODIES: dict[tuple[str, str], Any] = {
         "since": (datetime.now(UTC) - timedelta(days=1)).isoformat()},
     ("POST", "/v1/keys"): {"publicKeyPem": Signer.generate().public_key_pem, "purpose": "robot"},
     ("POST", "/v1/keys/{key_id}/rotate"): {},
+    ("POST", "/v1/contracts"): settld_accepted_contracts()[0]["document"],
     ("POST", "/v1/ops/consumers/{name}/reset"): {"to": 0},
     ("PUT", "/v1/finance/gl-mapping"): {"schemaVersion": "GlMapping.v1", "accounts": {"acct_cash": {"glAccount": "1"}}},
 }
@@ -52,7 +54,7 @@ OPERATOR_ROUTES = {p for p in (
 # (the event feed too: the app's streams are closed in these tests, so a stream answers its first line and ends)
 COLLECTIONS = {"/v1/jobs", "/v1/destinations", "/v1/deliveries", "/v1/keys", "/v1/ledger/balances", "/v1/events",
                "/v1/events/stream", "/v1/ledger/accounts/{account_id}/postings"}
-CREATES = {("POST", "/v1/jobs"), ("POST", "/v1/destinations"), ("POST", "/v1/keys")}
+CREATES = {("POST", "/v1/jobs"), ("POST", "/v1/destinations"), ("POST", "/v1/keys"), ("POST", "/v1/contracts")}
 # Finance routes answer for the key's own tenant: 404 until tenant B has its own close or mapping, then B's own
 # document (closing a month or storing a mapping writes in B's namespace only).
 OWN_TENANT = {"/v1/finance/closes/{month}", "/v1/finance/closes/{month}/journal.csv",
@@ -92,7 +94,8 @@ def _path(template: str, seeded: Seeded) -> str:
     return (template.replace("{job_id}", seeded.job_id).replace("{artifact_id}", seeded.artifact_id)
             .replace("{destination_id}", seeded.destination_id).replace("{delivery_id}", str(seeded.delivery_id))
             .replace("{key_id}", seeded.key_ids[0]).replace("{name}", "settlekit:artifacts")
-            .replace("{month}", "2026-01").replace("{account_id}", "acct_cash"))
+            .replace("{month}", "2026-01").replace("{account_id}", "acct_cash")
+            .replace("{contract_hash}", seeded.contract_hash))
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +144,8 @@ def test_route_list_is_covered() -> None:
     paths = {p for _, p in ROUTES}
     assert paths >= OPERATOR_ROUTES | COLLECTIONS
     assert {k for k in BODIES} <= set(ROUTES)
-    params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name", "month", "account_id"}
+    params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name", "month", "account_id",
+              "contract_hash"}
     for _, template in ROUTES:
         names = {part[1:-1] for part in template.split("/") if part.startswith("{")}
         assert names <= params, f"unknown path parameter in {template}"

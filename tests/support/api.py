@@ -21,6 +21,7 @@ from settlekit.events.envelope import Signer
 from settlekit.projections.artifacts import artifacts_consumer
 from settlekit.runtime.settings import Settings
 from settlekit.store.db import Database
+from support.contracts import settld_accepted_contracts
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -63,6 +64,7 @@ class Seeded:
     delivery_id: int
     key_ids: list[str]
     markers: list[str] = field(default_factory=list)
+    contract_hash: str = ""  # a contract document the tenant registered
 
 
 def seed_tenant(db: Database, api: TestClient, vector_name: str = "settle_completed.json") -> Seeded:
@@ -86,8 +88,11 @@ def seed_tenant(db: Database, api: TestClient, vector_name: str = "settle_comple
     assert arts, "the artifact consumer built nothing"
     deliveries = api.get("/v1/deliveries").json()["deliveries"]
     assert deliveries
+    r = api.post("/v1/contracts", json=settld_accepted_contracts()[0]["document"])
+    assert r.status_code == 201, r.text
     markers = [vector["events"][-1]["chainHash"], url, arts[0]["artifactHash"], TENANT_A]
-    return Seeded(vector, job_id, "dst_a", url, arts[0]["artifactId"], int(deliveries[0]["id"]), key_ids, markers)
+    return Seeded(vector, job_id, "dst_a", url, arts[0]["artifactId"], int(deliveries[0]["id"]), key_ids, markers,
+                  r.json()["contractHash"])
 
 
 def tenant_rows(db: Database, tenant: str) -> dict[str, Any]:
@@ -97,7 +102,8 @@ def tenant_rows(db: Database, tenant: str) -> dict[str, Any]:
         for table, order in (("streams", "stream_id"), ("events", "position"), ("signer_keys", "key_id"),
                              ("destinations", "destination_id"), ("deliveries", "id"),
                              ("ledger_entries", "entry_id"), ("ledger_balances", "account_id"),
-                             ("artifacts", "artifact_id"), ("idempotency_keys", "idem_key")):
+                             ("artifacts", "artifact_id"), ("idempotency_keys", "idem_key"),
+                             ("contract_documents", "contract_hash")):
             out[table] = [tuple(str(v) for v in row)
                           for row in tx.fetchall(f"SELECT * FROM {table} WHERE tenant_id = ? ORDER BY {order}",
                                                  (tenant,))]

@@ -303,6 +303,23 @@ class Rotated(_Closed):
     successor: SignerKey | None
 
 
+# ------------------------------------------------------------------------------------------------- contracts
+
+
+class ContractRegistered(_Closed):
+    tenantId: str
+    contractHash: str = Field(description="settld's hash of the document: the operatorContractHash jobs pin")
+    policyHash: str = Field(description="the hash of the document's ContractPolicyTemplate.v1")
+    compilerId: str
+    splitPlanHash: str | None = Field(description="the enabled split plan's hash (null without one)")
+
+
+class ContractDocument(_Closed):
+    tenantId: str
+    contractHash: str
+    document: dict[str, Any] = Field(description="the ContractDocument.v1 as registered")
+
+
 # ------------------------------------------------------------------------------------------------- consumers
 
 

@@ -234,6 +234,15 @@ class Operations(Generic[R, S]):
         return self._call("POST /v1/deliveries/{delivery_id}/requeue", delivery_id=delivery_id,
                           idempotency_key=idempotency_key)
 
+    # --- contract documents
+
+    def register_contract(self, document: Mapping[str, Any], *, idempotency_key: str | None = None) -> R:
+        """Register a ContractDocument.v1 for the tenant; the answer carries its `contractHash` (what jobs pin)."""
+        return self._call("POST /v1/contracts", body=dict(document), idempotency_key=idempotency_key)
+
+    def get_contract(self, contract_hash: str) -> R:
+        return self._call("GET /v1/contracts/{contract_hash}", contract_hash=contract_hash)
+
     # --- signer keys
 
     def register_key(self, public_key_pem: str, purpose: Literal["robot", "operator", "server"], *,

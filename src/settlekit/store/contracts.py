@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from settlekit.events.canonical import canonical_hash, parse_json
@@ -30,21 +31,32 @@ _ADD_ALIAS = ("INSERT INTO contract_hash_aliases (tenant_id, alias_hash, contrac
               " ON CONFLICT DO NOTHING")
 
 
+@dataclass(frozen=True)
+class StoredContract:
+    contract_hash: str
+    created: bool  # False: the same document was registered before
+
+
 def put_contract(db: Database, tenant_id: str, document: Any) -> str:
-    """Validate and store a ContractDocument.v1; returns its hash (settld's). Storing the same document again is a
-    no-op. The hash settlekit gave the document before (absent optional keys as null) becomes an alias of it,
+    """`store_contract`'s hash alone."""
+    return store_contract(db, tenant_id, document).contract_hash
+
+
+def store_contract(db: Database, tenant_id: str, document: Any) -> StoredContract:
+    """Validate and store a ContractDocument.v1 under its hash (settld's). Storing the same document again changes
+    nothing. The hash settlekit gave the document before (absent optional keys as null) becomes an alias of it,
     unless that alias already names another document (one that differs only in null against absent keys)."""
     normalized = normalize_contract_document(document)
     digest = contract_hash(document)
     legacy = legacy_contract_hash(document)
     with db.transaction() as tx:
-        tx.execute("INSERT INTO contract_documents (tenant_id, contract_hash, contract_id, document_json)"
-                   " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                   (tenant_id, digest, normalized.get("contractId"),
-                    json.dumps(document, ensure_ascii=False, separators=(",", ":"))))
+        created = tx.execute("INSERT INTO contract_documents (tenant_id, contract_hash, contract_id, document_json)"
+                             " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                             (tenant_id, digest, normalized.get("contractId"),
+                              json.dumps(document, ensure_ascii=False, separators=(",", ":")))) > 0
         if legacy != digest:
             tx.execute(_ADD_ALIAS, (tenant_id, legacy, digest))
-    return digest
+    return StoredContract(digest, created)
 
 
 def get_contract(db: Database, tenant_id: str, digest: str) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from settlekit.api.routes import (
     artifacts,
     consumers,
+    contracts,
     deliveries,
     destination_tools,
     destinations,
@@ -29,6 +30,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     destination_tools.router,
     deliveries.router,
     signer_keys.router,
+    contracts.router,
     consumers.router,
     health.router,
 )
