@@ -5,11 +5,14 @@ Last-Event-ID that is a digit to str.isdigit but not to int, an asOf whose UTC i
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
+from conftest import load_vector
 from settlekit.api.guards import MAX_BODY_DEPTH
-from settlekit.store.db import Database
+from settlekit.store.db import Database, connect
 from support.api import TENANT_A, client, key_for, make_app
 from support.asgi_raw import asgi_request
 
@@ -53,3 +56,30 @@ def test_an_as_of_of_year_one_is_echoed_as_an_iso_instant(db: Database) -> None:
     api = client(make_app(db), key_for(db, TENANT_A, ["jobs:read"]))
     answer = api.get("/v1/ledger/balances", params={"asOf": "0001-01-01T00:00:00Z"})
     assert answer.status_code == 200 and answer.json()["asOf"] == "0001-01-01T00:00:00.000Z"
+
+
+def test_integral_numbers_written_with_a_fraction_are_the_integers_settld_reads(db: Database, tmp_path: Path) -> None:
+    """A client whose JSON writer spells integers as floats (Python's json.dumps of 6500.0): settld's JSON.parse
+    reads `"amountCents": 6500.0` as 6500 and settles the job; settlekit refused it (SCHEMA_INVALID, not an
+    integer). The whole client-finalized vector goes through with every amountCents so spelled, and the ledger
+    is the one of the vector as written (appended to a second database)."""
+    vector = load_vector("settle_completed.json")
+    job_id = vector["events"][0]["streamId"]
+    balances = []
+    for database, spelled_as_float in ((connect(f"sqlite:///{tmp_path / 'as-written.db'}"), False), (db, True)):
+        database.migrate()
+        api = client(make_app(database), key_for(database, TENANT_A))
+        for signer in vector["signers"]:
+            assert api.post("/v1/keys", json={"publicKeyPem": signer["publicKeyPem"],
+                                              "purpose": signer["role"]}).status_code == 201
+        floats = 0
+        for event in vector["events"]:
+            text = json.dumps(event)
+            if spelled_as_float and '"amountCents": ' in text:
+                text = re.sub(r'"amountCents": (\d+)', r'"amountCents": \1.0', text)
+                floats += 1
+            r = api.post(f"/v1/jobs/{job_id}/events", content=text, headers={"content-type": "application/json"})
+            assert r.status_code == 201, (event["type"], r.text)
+        assert floats >= spelled_as_float
+        balances.append(api.get("/v1/ledger/balances").json()["balances"])
+    assert balances[0] == balances[1] and balances[0]

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import load_vector, scenario_names
+from settlekit.api.guards import parse_body
 from settlekit.errors import CanonicalJsonError, VerificationError
 from settlekit.events.canonical import (
     UNDEFINED,
@@ -18,6 +19,7 @@ from settlekit.events.canonical import (
     canonical_hash,
     canonical_json,
     find_lone_surrogate,
+    js_float,
     js_int,
     js_number,
     normalize,
@@ -243,7 +245,7 @@ stored_values = st.recursive(
 
 
 def _standard_parse(text: str | bytes) -> object:
-    return json.loads(text, parse_int=js_int)
+    return json.loads(text, parse_int=js_int, parse_float=js_float)
 
 
 def _same(a: object, b: object) -> bool:
@@ -280,6 +282,19 @@ def test_parse_json_reads_a_negative_zero_token_as_javascript_does() -> None:
     """JSON.parse("-0") is the number -0, which settld's canonical JSON refuses; orjson would read the integer 0."""
     value = parse_json('{"a": [-0]}')["a"][0]
     assert type(value) is float and math.copysign(1.0, value) == -1.0
+
+
+def test_a_number_with_a_fraction_or_exponent_whose_value_is_a_safe_integer_is_that_integer() -> None:
+    """JavaScript has one number type: JSON.parse gives `6500.0` and `65e2` as 6500, which passes every integer check
+    (a Python client's json.dumps writes integral floats that way). settld accepted such an amountCents; settlekit
+    refused it as not an integer."""
+    text = '{"a": 6500.0, "b": [65e2, 1E+2, 2.50, -3.0], "c": 1e20, "d": -0.0, "at": "2026-01-05T11:00:00.000Z"}'
+    for parsed in (parse_json(text), parse_json(text.encode()), parse_body(text.encode())):
+        assert parsed == {"a": 6500, "b": [6500, 100, 2.5, -3], "c": 1e20, "d": 0.0, "at": "2026-01-05T11:00:00.000Z"}
+        assert [type(v) for v in (parsed["a"], *parsed["b"], parsed["c"])] == [int, int, int, float, int, float]
+        assert math.copysign(1.0, parsed["d"]) == -1.0
+    without_negative_zero = text.replace(', "d": -0.0', "")
+    assert canonical_json(parse_json(without_negative_zero)) == canonical_json(json.loads(without_negative_zero))
 
 
 @given(st.text(alphabet=' \t\n-0123.eE:[,{}"ab', max_size=40))

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.types import Scope
 
 from settlekit.errors import SettlekitError, ValidationError
-from settlekit.events.canonical import js_int
+from settlekit.events.canonical import js_float, js_int
 
 
 def _no_constant(name: str) -> Any:
@@ -21,7 +21,7 @@ def parse_body(raw: bytes) -> Any:
     """A request body parsed like JavaScript JSON.parse (unsafe integers become doubles; NaN/Infinity refused).
     Strings holding U+0000 or a lone surrogate are refused (INPUT_INVALID), as everywhere in a request."""
     try:
-        value = json.loads(raw, parse_int=js_int, parse_constant=_no_constant)
+        value = json.loads(raw, parse_int=js_int, parse_float=js_float, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise SettlekitError("the request body is not valid JSON", code="JSON_INVALID", status=400) from exc
     if raw.count(b"[") + raw.count(b"{") > MAX_BODY_DEPTH and _deeper_than(value, MAX_BODY_DEPTH):

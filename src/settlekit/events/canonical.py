@@ -339,6 +339,22 @@ def js_int(text: str) -> int | float:
         return math.inf if value > 0 else -math.inf
 
 
+def js_float(text: str) -> int | float:
+    """A number literal with a fraction or an exponent as JavaScript reads it. JavaScript has one number type, so
+    one whose value is a safe integer (`2.0`, `1e2`) is that integer, as `JSON.parse` gives it to every check
+    (`Number.isSafeInteger(2.0)` is true); `-0.0` stays negative zero."""
+    value = float(text)
+    if value.is_integer() and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER and (value or text[0] != "-"):
+        return int(value)
+    return value
+
+
+# A number token with a fraction or an exponent, between the characters that may surround a value (a string that
+# looks like one only costs the slower parser). Timestamps such as "…T11:00:00.000Z" do not match.
+_FRACTION_OR_EXPONENT: Final = re.compile(
+    rb"[:\[,]\s*-?[0-9]+(?:\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)(?=\s*[,\]}])")
+
+
 # A JSON text without a run of 16 digits holds no integer beyond the safe range (2**53 has 16 digits). The
 # run is found by mapping every digit to "0" and everything else to "x" (much faster than a regular expression).
 _DIGITS_AS_ZERO: Final = bytes(48 if 48 <= b <= 57 else 120 for b in range(256))
@@ -375,12 +391,16 @@ def parse_json(text: str | bytes) -> Any:
     standard parser reads the rest and whatever orjson refuses (NaN, an infinity, a lone surrogate escape,
     another encoding than UTF-8), and raises its own errors."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if not _has_long_digit_run(data) and not _has_negative_zero(data):
+    if not _has_long_digit_run(data) and not _has_negative_zero(data) and not _has_fraction_or_exponent(data):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(text, parse_int=js_int)
+    return json.loads(text, parse_int=js_int, parse_float=js_float)
+
+
+def _has_fraction_or_exponent(data: bytes) -> bool:
+    return _FRACTION_OR_EXPONENT.search(data) is not None
 
 
 def canonical_bytes(x: Any) -> bytes:
