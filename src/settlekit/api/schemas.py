@@ -372,7 +372,7 @@ class DeadLetter(_Closed):
     position: int
     eventId: str | None
     eventType: str | None
-    reason: Literal["skip_apply_error", "operator_skip"]
+    reason: Literal["skip_apply_error", "skip_permanent_error", "operator_skip"]
     errorClass: str | None
     errorMessage: str | None
     createdAt: str

@@ -25,6 +25,7 @@ from settlekit.dispatch.model import (
     ConsumerContext,
     ConsumerDead,
     DrainTimeout,
+    ErrorPolicy,
     failure_text,
 )
 from settlekit.errors import ConfigurationError
@@ -530,7 +531,7 @@ class Dispatcher:
                 handler(row, ctx)
             except Exception as exc:
                 scoped.rollback()
-                if self._skip_failed(tx, name, inst, policy.skip_apply_errors, max_attempts, row, exc, out):
+                if self._skip_failed(tx, name, inst, policy, max_attempts, row, exc, out):
                     continue
                 halted = True
                 break
@@ -581,7 +582,7 @@ class Dispatcher:
         tx: Tx,
         name: str,
         inst: str,
-        skip_apply_errors: bool,
+        policy: ErrorPolicy,
         max_attempts: int,
         row: DispatchedEvent,
         exc: Exception,
@@ -592,9 +593,11 @@ class Dispatcher:
         cls, msg = _describe(exc)
         out.failed += 1
         self.metrics.failed.labels(name, inst, cls).inc()
-        if skip_apply_errors:
-            self.repo.insert_dead_letter(tx, name, inst, row.position, "skip_apply_error", cls, msg)
-            self.metrics.skipped.labels(name, inst, "skip_apply_error").inc()
+        reason = ("skip_permanent_error" if isinstance(exc, policy.permanent)
+                  else "skip_apply_error" if policy.skip_apply_errors else None)
+        if reason is not None:
+            self.repo.insert_dead_letter(tx, name, inst, row.position, reason, cls, msg)
+            self.metrics.skipped.labels(name, inst, reason).inc()
             self.log.warning("consumer %s: skipped event at position %d (%s: %s)", name, row.position, cls, msg)
             out.skipped += 1
             out.resolved.append(row.position)

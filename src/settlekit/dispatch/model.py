@@ -42,10 +42,13 @@ def failed_position(last_error: str | None) -> int | None:
 
 @dataclass(frozen=True)
 class ErrorPolicy:
-    """`max_attempts` overrides the dispatcher default; `skip_apply_errors` turns on lenient mode."""
+    """`max_attempts` overrides the dispatcher default; `skip_apply_errors` turns on lenient mode. `permanent`:
+    failures that no retry can change (a conflict with data already stored): such an event is skipped into a dead
+    letter at once (reason `skip_permanent_error`), so one tenant's data never halts a shared consumer."""
 
     max_attempts: int | None = None
     skip_apply_errors: bool = False
+    permanent: tuple[type[Exception], ...] = ()
 
 
 @dataclass(frozen=True)

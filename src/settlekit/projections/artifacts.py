@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, Protocol
 
@@ -34,7 +34,7 @@ from settlekit.events.canonical import iso_millis, parse_json, storable_json
 from settlekit.events.js import get, truthy
 from settlekit.projections.sinks import DeliverySink
 from settlekit.store import artifacts as repo
-from settlekit.store.artifacts import ArtifactStore
+from settlekit.store.artifacts import ArtifactConflict, ArtifactQuotaExceeded, ArtifactStore
 from settlekit.store.db import Tx
 
 log = logging.getLogger("settlekit.artifacts")
@@ -102,10 +102,14 @@ class ArtifactConsumer:
         self.handle(ctx.tx, event)
 
     def consumer(self, name: str = CONSUMER_NAME, **options: Any) -> Any:
-        """The dispatcher `Consumer` definition (shared delivery, filtered to the relevant event types)."""
-        from settlekit.dispatch.model import Consumer
+        """The dispatcher `Consumer` definition (shared delivery, filtered to the relevant event types). An event
+        whose artifact conflicts with a stored one (two jobs of a tenant whose ids and event ids join to the same
+        artifact id) or exceeds the tenant's quota is dead-lettered instead of halting every tenant's artifacts."""
+        from settlekit.dispatch.model import Consumer, ErrorPolicy
 
-        return Consumer(name=name, handler=self, event_types=CONSUMER_EVENT_TYPES, **options)
+        policy = options.pop("error_policy", None) or ErrorPolicy()
+        policy = replace(policy, permanent=policy.permanent or (ArtifactConflict, ArtifactQuotaExceeded))
+        return Consumer(name=name, handler=self, event_types=CONSUMER_EVENT_TYPES, error_policy=policy, **options)
 
     # ------------------------------------------------------------------ handling
 
