@@ -256,3 +256,39 @@ def test_deliveries_during_a_rotation_verify_with_either_secret(env: tuple[Datab
         assert Webhook(new).verify(req.body, req.headers) == doc2
         with pytest.raises(WebhookVerificationError):
             Webhook(old).verify(req.body, req.headers)
+
+
+def test_switching_to_standard_signing_ends_the_grace_of_a_secret_that_cannot_sign_that_way(db: Database) -> None:
+    """A legacy-signed destination moved to Standard Webhooks with a new whsec_ secret (a PATCH: a rotation). The
+    old secret is not a whsec_ one, so it cannot sign the new way; before, it was kept for the grace (24 h) and
+    every delivery failed before sending (secret_ref_invalid), and the test send answered 400. Now its grace ends at
+    once: the test send and a worker's delivery are signed with the new secret only and verify."""
+    app = make_app(db)
+    api = client(app, key_for(db, TENANT_A))
+    new = generate_secret()
+    with ReceiverServer(secrets=[new]) as rx:
+        r = api.post("/v1/destinations", json={"destinationId": "d1", "url": f"{rx.url}hook",
+                                               "signing": "settld_legacy", "secret": "a-legacy-shared-secret"})
+        assert r.status_code == 201, r.text
+        r = api.patch("/v1/destinations/d1", json={"signing": "standard", "secret": new})
+        assert r.status_code == 200, r.text
+        sent = api.post("/v1/destinations/d1/test")
+        assert sent.status_code == 200, sent.text
+        doc = {"schemaVersion": "WorkCertificate.v1", "artifactType": "WorkCertificate.v1",
+               "artifactId": "cert_j_e", "tenantId": TENANT_A, "jobId": "j", "jobVersion": 1}
+        doc["artifactHash"] = canonical_hash(doc)
+        with db.transaction() as tx:
+            assert enqueue_artifact(tx, TENANT_A, doc, now=datetime.now(UTC)) == 1
+        worker = DeliveryWorker(db, artifact_loader=lambda tx, t, a: doc if a == doc["artifactId"] else None,
+                                config=WorkerConfig(allow_insecure_http=True, allow_loopback=True,
+                                                    sender=SenderConfig(timeout=5.0, connect_timeout=2.0)))
+
+        async def one_pass() -> None:
+            async with worker:
+                await worker.run_once()
+
+        asyncio.run(one_pass())
+        with db.read() as tx:
+            (delivery,) = store.list_deliveries(tx, TENANT_A)
+        assert (delivery.state, delivery.last_error) == ("delivered", None)
+        assert len(rx.requests) == 2  # the test send and the delivery, each verified by the receiver

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from settlekit.delivery import enqueue
 from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.metrics import metrics_for
-from settlekit.delivery.secrets import SecretResolver, delete_unreferenced, secret_id_of, store_secret
+from settlekit.delivery.secrets import SecretRefError, SecretResolver, delete_unreferenced, secret_id_of, store_secret
 from settlekit.delivery.signing import SIGNING_MODES, decode_secret
 from settlekit.delivery.ssrf import Resolver, SsrfPolicy, VettedDestination, vet_url
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
@@ -162,6 +162,8 @@ def save_destination(
             )
         ref = _secret_ref_to_store(tx, dest, pol, secret_value)
         previous, until = _previous_secret(existing, ref, ts, rotation_grace)
+        if previous is not None and not _can_sign(tx, pol, dest, previous):
+            previous, until = None, None  # e.g. a legacy secret while the signing moves to Standard Webhooks
         if dest.status not in DESTINATION_STATUSES:
             raise ValidationError(f"unknown status {dest.status!r}", field="status")
         store.put_destination(tx, dataclasses.replace(dest, secret_ref=ref, previous_secret_ref=previous,
@@ -188,6 +190,19 @@ def _secret_ref_to_store(
             for v in values:
                 _check_whsec(v)
     return ref
+
+
+def _can_sign(tx: Tx, policy: DestinationPolicy, dest: store.Destination, ref: str) -> bool:
+    """Whether a stored secret can sign the way the destination now signs: Standard Webhooks needs `whsec_`
+    secrets. A secret that cannot would make every delivery fail before sending for its whole rotation grace."""
+    if secret_id_of(ref) is None or dest.signing not in ("standard", "both"):
+        return True
+    try:
+        for value in policy.secrets().resolve(ref, tx=tx, tenant_id=dest.tenant_id):
+            decode_secret(value)
+    except (WebhookSecretError, SecretRefError):
+        return False
+    return True
 
 
 def _previous_secret(
