@@ -269,7 +269,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SLA_BREACH_REQUIRED": ErrorSpec(409, "an SLA credit needs a recorded SLA breach"),
     "SLA_CREDIT_MAX_EXCEEDED": ErrorSpec(409, "the SLA credit exceeds the configured maximum"),
     # --- contracts
-    "CONTRACT_INVALID": ErrorSpec(400, "a ContractDocument.v1 or SplitPlan.v1 does not validate"),
+    "CONTRACT_INVALID": ErrorSpec(400, "a ContractDocument.v1 or SplitPlan.v1 does not validate; details.path names"
+                                  " the field, details.rule a split-plan rule settld does not have"),
     "CONTRACT_NOT_FOUND": ErrorSpec(404, "no contract document with this hash is registered for the tenant"),
     # --- finance close, the tenant log and exports
     "FINANCE_MONTH_INVALID": ErrorSpec(400, "a month is not YYYY-MM (or a proof's months are in the wrong order)"),

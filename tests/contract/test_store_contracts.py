@@ -14,6 +14,7 @@ import pytest
 
 from conftest import VECTORS
 from settlekit.append import job_appender
+from settlekit.artifacts.builders import resolve_contract
 from settlekit.events.canonical import canonical_hash, parse_json
 from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.ledger import (
@@ -37,9 +38,16 @@ PLAN = {"type": "SplitPlan.v1", "v": 1, "currency": "USD", "rules": [
     {"partyRole": "subcontractor", "partyId": "pty_dev", "share": {"type": "fixed", "valueCents": 100}},
     {"partyRole": "operator", "share": {"type": "remainder"}},
 ]}
+POLICIES = {"creditPolicy": {"enabled": False, "defaultAmountCents": 0, "maxAmountCents": 0, "currency": "USD"},
+            "evidencePolicy": {"retentionDays": 30}}
 DOC = {"type": "ContractDocument.v1", "v": 1, "contractId": "ctr_1", "contractVersion": 2, "name": "Fleet A",
        "parties": {"operator": {"partyId": "pty_fleet_a_main", "requiresSignature": True}},
-       "connect": {"enabled": True, "splitPlan": PLAN}}
+       "policies": POLICIES, "connect": {"enabled": True, "splitPlan": PLAN}}
+# every optional key given, so that its normalized form (absent keys as null) is a document settld stores too
+FULL = {**DOC, "contractId": "ctr_full",
+        "parties": {role: {"partyId": f"pty_{role}_full", "requiresSignature": False}
+                    for role in ("platform", "operator", "customer")},
+        "scope": {"customerId": "cust_1", "isDefault": False}, "effective": {"from": "2026-01-01T00:00:00.000Z"}}
 
 
 def _settled_job(job_id: str, operator_contract_hash: str | None) -> list[dict]:
@@ -106,6 +114,37 @@ def test_invalid_contract_is_refused(db: Database) -> None:
         put_contract(db, T, {**DOC, "connect": {"enabled": "yes"}})
     with db.read() as tx:
         assert tx.scalar("SELECT count(*) FROM contract_documents") == 0
+
+
+# a document settlekit stored before it refused what settld refuses (no name, policies settld does not know, a null
+# scope and party, a party without requiresSignature, a blank rule partyId in the enabled plan)
+LENIENT = {"type": "ContractDocument.v1", "v": 1, "contractId": "ctr_lenient", "contractVersion": 1, "name": None,
+           "parties": {"operator": {"partyId": "pty_fleet_a_main"}, "customer": None}, "scope": None,
+           "policies": {"sla": {"maxStallMs": 1}},
+           "connect": {"enabled": True, "splitPlan": {**PLAN, "rules": [{**PLAN["rules"][0], "partyId": " "},
+                                                                        *PLAN["rules"][1:]]}}}
+
+
+def test_a_document_stored_before_the_stricter_validator_keeps_working(db: Database) -> None:
+    """Lookups do not validate a stored document again: a job that pins one today's validator refuses still gets
+    it, its party ids and its split plan (the rule with a blank partyId pays the operator's party)."""
+    digest = canonical_hash(LENIENT)  # the key put_contract gave it
+    with db.transaction() as tx:
+        tx.execute("INSERT INTO contract_documents (tenant_id, contract_hash, contract_id, document_json)"
+                   " VALUES (?, ?, ?, ?)", (T, digest, "ctr_lenient", json.dumps(LENIENT)))
+    with pytest.raises(ContractInvalid):
+        put_contract(db, T, LENIENT)
+    assert get_contract(db, T, digest) == LENIENT
+    assert resolve_contract({"operatorContractHash": digest}, lambda h: get_contract(db, T, h)) == LENIENT
+    store = job_appender(db, server_rules=False)
+    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
+    for kind, signer in signers.items():
+        store.signer_keys.register(T, signer.public_key_pem, kind)
+    for event in _signed(_settled_job("job_lenient", digest), signers):
+        store.append(T, "job_lenient", [event])
+    owner = [a for a in ledger_rows.allocations_for_job(db, T, "job_lenient") if a["accountId"] == "acct_owner_payable"]
+    assert {a["partyId"] for a in owner} == {"pty_fleet_a_main", "pty_dev"}
+    assert rebuild(db).differences == []
 
 
 def test_contracts_cli(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -189,7 +228,7 @@ def _keys(db: Database) -> set[tuple[str, str]]:
 
 
 # every optional key given (null where it may be): the old hash and settld's agree, nothing moves
-EXPLICIT = normalize_contract_document({**DOC, "contractId": "ctr_explicit"})
+EXPLICIT = normalize_contract_document({**FULL, "contractId": "ctr_explicit"})
 # stored before, refused by today's validator (U+FEFF is white space to JavaScript's trim): it still moves
 BOM_ID = {**DOC, "contractId": "\ufeff"}
 
@@ -242,15 +281,16 @@ def test_registration_keys_by_settlds_hash_and_aliases_the_old_one(db: Database)
 
     # two documents that differ only in an absent against a null key: two hashes (as in settld); the old hash,
     # which both shared, stays with the first
-    with_null_scope = {**DOC, "scope": None}
-    first, second = put_contract(db, T, DOC), put_contract(db, T, with_null_scope)
-    assert first != second and legacy_contract_hash(DOC) == legacy_contract_hash(with_null_scope)
-    assert get_contract(db, T, first) == DOC and get_contract(db, T, second) == with_null_scope
-    assert get_contract(db, T, legacy_contract_hash(DOC)) == DOC
-    # a document's own hash wins over an alias: DOC with every optional key given hashes to DOC's old hash
-    explicit = normalize_contract_document(DOC)
-    assert put_contract(db, T, explicit) == legacy_contract_hash(DOC)
-    assert get_contract(db, T, legacy_contract_hash(DOC)) == explicit
+    site_absent, site_null = {**DOC, "scope": {}}, {**DOC, "scope": {"siteId": None}}
+    first, second = put_contract(db, T, site_absent), put_contract(db, T, site_null)
+    assert first != second and legacy_contract_hash(site_absent) == legacy_contract_hash(site_null)
+    assert get_contract(db, T, first) == site_absent and get_contract(db, T, second) == site_null
+    assert get_contract(db, T, legacy_contract_hash(site_absent)) == site_absent
+    # a document's own hash wins over an alias: FULL with every optional key given hashes to FULL's old hash
+    put_contract(db, T, FULL)
+    explicit = normalize_contract_document(FULL)
+    assert put_contract(db, T, explicit) == legacy_contract_hash(FULL)
+    assert get_contract(db, T, legacy_contract_hash(FULL)) == explicit
 
 
 def test_a_split_plan_giving_one_party_two_roles(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:

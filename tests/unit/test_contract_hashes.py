@@ -1,11 +1,14 @@
-"""Contract-document, split-plan and policy-template hashes against the reference's own
-(tests/vectors/reference_runs/contract_hashes.json.gz, README there): settld hashes a ContractDocument.v1 and a
-SplitPlan.v1 as given (an omitted optional key stays omitted, a null one null) and compiles a
-ContractPolicyTemplate.v1 whose split-plan hash is null unless connect is enabled with a plan."""
+"""Contract-document verdicts and hashes against the reference's own
+(tests/vectors/reference_runs/contract_hashes.json.gz, README there): settlekit accepts the documents settld's
+validator accepts, except split plans it cannot execute (refused on purpose, `details.rule`), and refuses every
+document settld refuses. settld hashes a ContractDocument.v1 and a SplitPlan.v1 as given (an omitted optional key
+stays omitted, a null one null) and compiles a ContractPolicyTemplate.v1 whose split-plan hash is null unless
+connect is enabled with a plan."""
 
 from __future__ import annotations
 
 import gzip
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -14,44 +17,81 @@ from conftest import VECTORS
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_hash, parse_json
 from settlekit.ledger import compile_contract_policy, contract_hash, legacy_contract_hash, split_plan_hash
+from settlekit.ledger.contracts import SPLIT_PLAN_EXECUTION_RULE
 
 BUNDLE: dict[str, Any] = parse_json(
     gzip.decompress((VECTORS / "reference_runs" / "contract_hashes.json.gz").read_bytes()).decode("utf-8"))
 CASES: list[dict[str, Any]] = BUNDLE["cases"]
 IDS = [f"doc{i}" for i in range(len(CASES))]
-# settld stores these documents and settlekit refuses them: its split plans are executed, so a plan must have rules
-# and fixed shares of 0 cents or more (docs/contracts.md, "Which documents are accepted")
-STRICTER = ("splitPlan.rules must be a non-empty list", "valueCents must be an integer 0..2**53 - 1")
 
 
-def _mine(fn: Any) -> tuple[Any, str | None]:
+def _mine(fn: Any) -> tuple[Any, SettlekitError | None]:
     try:
         return fn(), None
     except SettlekitError as exc:
-        return None, str(exc)
+        return None, exc
+
+
+def _deliberate(refusal: SettlekitError | None) -> bool:
+    """A refusal of a split plan settld stores: settlekit executes plans, so it takes only plans it can run
+    (docs/contracts.md, "Which documents are accepted")."""
+    return refusal is not None and refusal.details.get("rule") == SPLIT_PLAN_EXECUTION_RULE
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_hashes_equal_the_reference(case: dict[str, Any]) -> None:
+def test_verdicts_and_hashes_equal_the_reference(case: dict[str, Any]) -> None:
     doc, settld = case["document"], case["settld"]
     digest, refusal = _mine(lambda: contract_hash(doc))
-    if settld["document"]["ok"]:
-        if refusal is not None:
-            assert any(reason in refusal for reason in STRICTER), refusal
-            return
-        assert digest == settld["document"]["contractHash"]
-        template, policy_hash, compiler = compile_contract_policy(doc)
-        assert (template, policy_hash) == (settld["template"]["policyTemplate"], settld["template"]["policyHash"])
-        assert compiler == "contract_compiler.v1"
-    elif digest is not None:
-        # a document only settlekit stores (settld's validator is stricter there): hashed by the same rule
-        assert digest == canonical_hash(doc)
-        if settld["template"]["ok"]:
-            assert compile_contract_policy(doc)[1] == settld["template"]["policyHash"]
+    if not settld["document"]["ok"]:
+        assert refusal is not None, f"settld refuses it: {settld['document']['message']}"
+        assert refusal.code == "CONTRACT_INVALID" and refusal.details.get("path")
+        assert not _deliberate(refusal)  # settld refuses it too: not one of settlekit's own rules
+        return
+    if refusal is not None:
+        assert _deliberate(refusal) and "connect" in doc, refusal
+        return
+    assert digest == settld["document"]["contractHash"] == canonical_hash(doc)
+    template, policy_hash, compiler = compile_contract_policy(doc)
+    assert (template, policy_hash) == (settld["template"]["policyTemplate"], settld["template"]["policyHash"])
+    assert compiler == "contract_compiler.v1"
     plan = settld["splitPlan"]
-    if plan is not None and plan["ok"]:
-        mine, why = _mine(lambda: split_plan_hash(doc["connect"]["splitPlan"]))
-        assert mine == plan["splitPlanHash"] or any(reason in str(why) for reason in STRICTER)
+    if plan is not None:
+        assert plan["ok"] and split_plan_hash(doc["connect"]["splitPlan"]) == plan["splitPlanHash"]
+
+
+def test_the_verdicts_differ_only_on_split_plans_settlekit_cannot_execute() -> None:
+    """The tally the cases above check one by one: no document only settlekit accepts, and the ones only settld
+    accepts are split plans settlekit refuses on purpose (an empty rule list, a negative fixed share, more than
+    100 % or two remainder rules in one scope, a share with the other type's value key)."""
+    tally: Counter[str] = Counter()
+    for case in CASES:
+        refusal = _mine(lambda c=case: contract_hash(c["document"]))[1]  # type: ignore[misc]
+        ours = "refused on purpose" if _deliberate(refusal) else "refused" if refusal else "accepted"
+        tally[f"settld {'accepted' if case['settld']['document']['ok'] else 'refused'}, settlekit {ours}"] += 1
+    assert set(tally) == {"settld accepted, settlekit accepted", "settld refused, settlekit refused",
+                          "settld accepted, settlekit refused on purpose"}, tally
+    assert tally["settld accepted, settlekit accepted"] > 400 and tally["settld refused, settlekit refused"] > 400
+
+
+def test_the_cases_break_every_rule_of_settlds_validator() -> None:
+    """The refused cases reach each part of settld's validator, its policy checks (the legacy contract validator)
+    included: each field below is named by some refusal of settld's."""
+    messages = " | ".join(c["settld"]["document"]["message"] for c in CASES if not c["settld"]["document"]["ok"])
+    fields = ["contractDoc.name", "contractDoc.contractVersion", "contractDoc.parties must", "contractDoc.parties.",
+              "requiresSignature", "contractDoc.scope must", "contractDoc.scope.siteId", "contractDoc.scope.isDefault",
+              "contractDoc.effective must", "contractDoc.effective.from", "ISO date", "contractDoc.connect must",
+              "contractDoc.connect.enabled", "splitPlan.rules[0].partyId", "contractDoc.policies must",
+              "contract.policies contains unknown field", "creditPolicy.defaultAmountCents must be <= maxAmountCents",
+              "creditPolicy.ladder must be strictly increasing", "creditPolicy.ladder amountCents must be <=",
+              "creditPolicy.currency", "evidencePolicy.retentionDays", "unsupported environment tier",
+              "SLA override maxStallMs", "SLA override mustStartWithinWindow", "proofPolicy.gateMode",
+              "proofPolicy.zoneCoverage.thresholdPct", "proofPolicy.zoneCoverage.allowExtraZones",
+              "excuseIncidentTypes", "insufficientEvidenceBehavior.mode", "holdPercent", "disputeWindowDays",
+              "allowReproofAfterSettlementWithinDisputeWindow", "claimPolicy.reservePercent",
+              "contract.policies.claimPolicy must", "contract.policies.coveragePolicy must", "coveragePolicy.required",
+              "coveragePolicy.feeModel", "coveragePolicy.creditFundingModel", "is required for INSURER_RECOVERABLE",
+              "coveragePolicy.recoverableTerms", "coveragePolicy.responseSlaSeconds", "-0"]
+    assert [f for f in fields if f not in messages] == []
 
 
 def _accepted(case: dict[str, Any]) -> bool:

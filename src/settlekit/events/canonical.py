@@ -352,7 +352,7 @@ def js_float(text: str) -> int | float:
 # A number token with a fraction or an exponent, between the characters that may surround a value (a string that
 # looks like one only costs the slower parser). Timestamps such as "…T11:00:00.000Z" do not match.
 _FRACTION_OR_EXPONENT: Final = re.compile(
-    rb"[:\[,]\s*-?[0-9]+(?:\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)(?=\s*[,\]}])")
+    rb"(?:\A|[:\[,])\s*-?[0-9]+(?:\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)(?=\s*(?:[,\]}]|\Z))")
 
 
 # A JSON text without a run of 16 digits holds no integer beyond the safe range (2**53 has 16 digits). The

@@ -5,16 +5,31 @@ A contract document and a split plan are hashed as given, once they validate: th
 itself, an absent key absent and a null one null, as settld 0.1.0 hashes them (`hashContractDocumentV1`,
 `hashSplitPlanV1`). Normalization (every absent optional key filled with null) gives the validated view that
 allocations and split-plan execution read; it is not hashed. Unknown keys are rejected.
+
+A document is accepted when settld's validator (`validateContractDocumentV1`, its policy checks in
+`settlekit.ledger.contract_policies`) accepts it and its split plan is one settlekit can execute (stricter than
+settld: docs/contracts.md, "Which documents are accepted"). Stored documents are not validated again when read: a
+split plan registered before settlekit applied all of settld's rules still executes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from settlekit.events.canonical import canonical_hash, is_safe_int
-from settlekit.events.js import js_nonblank
+from settlekit.events.canonical import canonical_hash
+from settlekit.events.js_date import js_date_parse_ms
 from settlekit.ledger.accounts import MAX_AMOUNT_CENTS
+from settlekit.ledger.contract_policies import (
+    boolean,
+    invalid,
+    known_object,
+    nonblank,
+    optional_nonblank,
+    safe_int,
+    validate_contract_policies,
+)
 from settlekit.ledger.errors import ContractInvalid
 
 CONTRACT_COMPILER_ID: Final = "contract_compiler.v1"
@@ -34,10 +49,16 @@ _DOC_KEYS: Final = (
     "effective",
     "connect",
 )
-_SCOPE_KEYS: Final = ("customerId", "siteId", "templateId", "zoneId", "skillId", "isDefault")
+_SCOPE_IDS: Final = ("customerId", "siteId", "templateId", "zoneId", "skillId")
+_SCOPE_KEYS: Final = (*_SCOPE_IDS, "isDefault")
 _EFFECTIVE_KEYS: Final = ("from", "to")
 _PLAN_KEYS: Final = ("type", "v", "currency", "rules")
 _RULE_KEYS: Final = ("partyRole", "partyId", "share", "appliesTo")
+_SHARE_KEYS: Final = ("type", "valueBasisPoints", "valueCents")
+_SHARE_VALUE_KEY: Final = {"percentage": "valueBasisPoints", "fixed": "valueCents", "remainder": None}
+# `details.rule` of a refusal settld does not make: settlekit executes enabled split plans, so it takes only plans
+# it can run (docs/contracts.md, "Which documents are accepted")
+SPLIT_PLAN_EXECUTION_RULE: Final = "settlekit-split-plan-execution"
 _POLICY_SNAPSHOT_KEYS: Final = (
     "schemaVersion",
     "contractId",
@@ -53,44 +74,35 @@ _POLICY_SNAPSHOT_KEYS: Final = (
 )
 
 
-def _bad(path: str, why: str) -> ContractInvalid:
-    return ContractInvalid(f"{path} {why}", path=path)
-
-
-def _obj(v: Any, path: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    if type(v) is not dict:
-        raise _bad(path, "must be an object")
-    extra = [k for k in v if k not in keys]
-    if extra:
-        raise _bad(f"{path}.{sorted(extra)[0]}", "is not an allowed key")
-    return v
+def _not_executable(path: str, why: str) -> ContractInvalid:
+    """A refusal of a split plan settld stores (`SPLIT_PLAN_EXECUTION_RULE`)."""
+    return ContractInvalid(f"{path} {why}", path=path, rule=SPLIT_PLAN_EXECUTION_RULE)
 
 
 def _opt_str(v: Any, path: str) -> str | None:
     if v is not None and type(v) is not str:
-        raise _bad(path, "must be a string or null")
+        raise invalid(path, "must be a string or null")
     return v
 
 
-def _opt_bool(v: Any, path: str) -> bool | None:
-    if v is not None and type(v) is not bool:
-        raise _bad(path, "must be a boolean or null")
-    return v
-
-
-def _pos_int(v: Any, path: str) -> int:
-    if not is_safe_int(v) or v <= 0:
-        raise _bad(path, "must be a positive integer")
+def _opt_date(v: Any, path: str) -> str | None:
+    """None, or a non-blank string JavaScript's `Date.parse` reads."""
+    if v is None:
+        return None
+    if not math.isfinite(js_date_parse_ms(nonblank(v, path))):
+        raise invalid(path, "must be a date JavaScript's Date.parse reads (ISO 8601) or null")
     return v
 
 
 def _versioned_obj(v: Any, path: str, keys: tuple[str, ...], type_name: str) -> dict[str, Any]:
-    """`_obj`, then the document's `type` (must be `type_name`) and `v` (must be the integer 1)."""
-    d = _obj(v, path, keys)
+    """`known_object`, then the document's `type` (must be `type_name`) and `v` (must be the number 1; `1.0` is 1 in
+    JavaScript)."""
+    d = known_object(v, path, keys)
     if d.get("type") != type_name:
-        raise _bad(f"{path}.type", f"must be {type_name}")
-    if d.get("v") != 1 or type(d.get("v")) is not int:
-        raise _bad(f"{path}.v", "must be 1")
+        raise invalid(f"{path}.type", f"must be {type_name}")
+    version = d.get("v")
+    if type(version) not in (int, float) or version != 1:
+        raise invalid(f"{path}.v", "must be 1")
     return d
 
 
@@ -99,42 +111,53 @@ def _versioned_obj(v: Any, path: str, keys: tuple[str, ...], type_name: str) -> 
 
 def normalize_split_plan(plan: Any) -> dict[str, Any]:
     """Validate a SplitPlan.v1 and return its normalized form (absent optional keys -> null)."""
+    return _split_plan(plan, registering=True)
+
+
+def _split_plan(plan: Any, *, registering: bool) -> dict[str, Any]:
+    """The normalized plan. When not `registering` (a stored document's plan, read to execute it) a blank rule
+    `partyId` passes, as it did before settlekit refused it: the rule then pays its role's default party."""
     p = _versioned_obj(plan, "splitPlan", _PLAN_KEYS, "SplitPlan.v1")
     if p.get("currency") != "USD":
-        raise _bad("splitPlan.currency", "must be USD")
+        raise invalid("splitPlan.currency", "must be USD")
     rules = p.get("rules")
-    if type(rules) is not list or not rules:
-        raise _bad("splitPlan.rules", "must be a non-empty list")
+    if type(rules) is not list:
+        raise invalid("splitPlan.rules", "must be a list")
+    if not rules:
+        raise _not_executable("splitPlan.rules", "must be a non-empty list")
     out_rules = []
     bps_by_scope: dict[str, int] = {}
     remainders_by_scope: dict[str, int] = {}
     for i, rule in enumerate(rules):
-        out_rules.append(_normalize_split_rule(rule, f"splitPlan.rules[{i}]", bps_by_scope, remainders_by_scope))
+        out_rules.append(
+            _normalize_split_rule(rule, f"splitPlan.rules[{i}]", bps_by_scope, remainders_by_scope, registering)
+        )
     for scope, total in bps_by_scope.items():
         if total > 10000:
-            raise _bad("splitPlan.rules", f"percentages for {scope} add up to more than 100 %")
+            raise _not_executable("splitPlan.rules", f"percentages for {scope} add up to more than 100 %")
     for scope, count in remainders_by_scope.items():
         if count > 1:
-            raise _bad("splitPlan.rules", f"more than one remainder rule for {scope}")
+            raise _not_executable("splitPlan.rules", f"more than one remainder rule for {scope}")
     return {"type": "SplitPlan.v1", "v": 1, "currency": "USD", "rules": out_rules}
 
 
 def _normalize_split_rule(
-    rule: Any, path: str, bps_by_scope: dict[str, int], remainders_by_scope: dict[str, int]
+    rule: Any, path: str, bps_by_scope: dict[str, int], remainders_by_scope: dict[str, int], registering: bool
 ) -> dict[str, Any]:
     """One normalized split rule; its percentage / remainder is counted in its scope (`appliesTo`, default
     gross) for the plan-wide checks."""
-    r = _obj(rule, path, _RULE_KEYS)
+    r = known_object(rule, path, _RULE_KEYS)
     if r.get("partyRole") not in SPLIT_PARTY_ROLES:
-        raise _bad(f"{path}.partyRole", f"must be one of {list(SPLIT_PARTY_ROLES)}")
-    party_id = _opt_str(r.get("partyId"), f"{path}.partyId")
+        raise invalid(f"{path}.partyRole", f"must be one of {list(SPLIT_PARTY_ROLES)}")
+    check_party_id = optional_nonblank if registering else _opt_str  # settld: null or non-blank
+    party_id = check_party_id(r.get("partyId"), f"{path}.partyId")
     applies = r.get("appliesTo")
     if applies is not None and applies not in SPLIT_APPLIES_TO:
-        raise _bad(f"{path}.appliesTo", f"must be one of {list(SPLIT_APPLIES_TO)}")
+        raise invalid(f"{path}.appliesTo", f"must be one of {list(SPLIT_APPLIES_TO)}")
     scope = applies or "gross"
     share = r.get("share")
     if type(share) is not dict:
-        raise _bad(f"{path}.share", "must be an object")
+        raise invalid(f"{path}.share", "must be an object")
     norm_share = _normalize_share(share, f"{path}.share")
     if norm_share["type"] == "percentage":
         bps_by_scope[scope] = bps_by_scope.get(scope, 0) + norm_share["valueBasisPoints"]
@@ -144,23 +167,25 @@ def _normalize_split_rule(
 
 
 def _normalize_share(share: dict[str, Any], path: str) -> dict[str, Any]:
+    """The share with only its type's value key (settld takes either value key on any type; settlekit refuses
+    the other one) and a fixed share of 0 cents or more (settld takes any safe integer)."""
+    known_object(share, path, _SHARE_KEYS)
     kind = share.get("type")
+    if type(kind) is not str or kind not in _SHARE_VALUE_KEY:
+        raise invalid(f"{path}.type", "must be percentage, fixed or remainder")
+    value_key = _SHARE_VALUE_KEY[kind]
+    other = sorted(k for k in share if k not in ("type", value_key))
+    if other:
+        raise _not_executable(f"{path}.{other[0]}", f"is not an allowed key for a {kind} share")
     if kind == "percentage":
-        _obj(share, path, ("type", "valueBasisPoints"))
-        bps = share.get("valueBasisPoints")
-        if type(bps) is not int or not 0 <= bps <= 10000:
-            raise _bad(f"{path}.valueBasisPoints", "must be an integer 0..10000")
+        bps = safe_int(share.get("valueBasisPoints"), f"{path}.valueBasisPoints", low=0, high=10000)
         return {"type": "percentage", "valueBasisPoints": bps}
     if kind == "fixed":
-        _obj(share, path, ("type", "valueCents"))
-        cents = share.get("valueCents")
-        if type(cents) is not int or not 0 <= cents <= MAX_AMOUNT_CENTS:
-            raise _bad(f"{path}.valueCents", "must be an integer 0..2**53 - 1")
+        cents = safe_int(share.get("valueCents"), f"{path}.valueCents")
+        if not 0 <= cents <= MAX_AMOUNT_CENTS:
+            raise _not_executable(f"{path}.valueCents", "must be an integer 0..2**53 - 1")
         return {"type": "fixed", "valueCents": cents}
-    if kind == "remainder":
-        _obj(share, path, ("type",))
-        return {"type": "remainder"}
-    raise _bad(f"{path}.type", "must be percentage, fixed or remainder")
+    return {"type": "remainder"}
 
 
 def split_plan_hash(plan: Any) -> str:
@@ -226,28 +251,20 @@ def allocate_split(amount: int, rules: list[Mapping[str, Any]]) -> list[tuple[Ma
 
 
 def normalize_contract_document(doc: Any) -> dict[str, Any]:
-    """Validate a ContractDocument.v1 and return its normalized form."""
+    """Validate a ContractDocument.v1 and return its normalized form. `parties`, `scope`, `effective` and `connect`
+    may be absent but not null (as in settld); `name` and `policies` are required."""
     d = _versioned_obj(doc, "contract", _DOC_KEYS, "ContractDocument.v1")
-    contract_id = d.get("contractId")
-    if not js_nonblank(contract_id):  # settld: a string JavaScript's trim leaves non-empty
-        raise _bad("contract.contractId", "must be a non-empty string")
-    version = _pos_int(d.get("contractVersion"), "contract.contractVersion")
-    name = _opt_str(d.get("name"), "contract.name")
-
-    parties = _normalize_parties(d["parties"]) if d.get("parties") is not None else None
-    scope: dict[str, Any] | None = None
-    if d.get("scope") is not None:
-        raw = _obj(d["scope"], "contract.scope", _SCOPE_KEYS)
-        scope = {k: _opt_str(raw.get(k), f"contract.scope.{k}") for k in _SCOPE_KEYS[:-1]}
-        scope["isDefault"] = _opt_bool(raw.get("isDefault"), "contract.scope.isDefault")
-    policies = d.get("policies")
-    if policies is not None and type(policies) is not dict:
-        raise _bad("contract.policies", "must be an object")
+    contract_id = nonblank(d.get("contractId"), "contract.contractId")
+    version = safe_int(d.get("contractVersion"), "contract.contractVersion", low=1)
+    name = nonblank(d.get("name"), "contract.name")
+    parties = _normalize_parties(d["parties"]) if "parties" in d else None
+    scope = _normalize_scope(d["scope"]) if "scope" in d else None
+    policies = validate_contract_policies(d.get("policies"), "contract.policies")
     effective: dict[str, Any] | None = None
-    if d.get("effective") is not None:
-        raw = _obj(d["effective"], "contract.effective", _EFFECTIVE_KEYS)
-        effective = {k: _opt_str(raw.get(k), f"contract.effective.{k}") for k in _EFFECTIVE_KEYS}
-    connect = _normalize_connect(d["connect"]) if d.get("connect") is not None else None
+    if "effective" in d:
+        raw = known_object(d["effective"], "contract.effective", _EFFECTIVE_KEYS)
+        effective = {k: _opt_date(raw.get(k), f"contract.effective.{k}") for k in _EFFECTIVE_KEYS}
+    connect = _normalize_connect(d["connect"]) if "connect" in d else None
     return {
         "type": "ContractDocument.v1",
         "v": 1,
@@ -263,29 +280,35 @@ def normalize_contract_document(doc: Any) -> dict[str, Any]:
 
 
 def _normalize_parties(value: Any) -> dict[str, Any]:
-    """`contract.parties`: every role present in the output, null when absent."""
-    raw = _obj(value, "contract.parties", CONTRACT_PARTY_ROLES)
+    """`contract.parties`: every role present in the output, null when absent. A party given is an object with a
+    non-blank `partyId` and a boolean `requiresSignature`."""
+    raw = known_object(value, "contract.parties", CONTRACT_PARTY_ROLES)
     parties: dict[str, Any] = {}
     for role in CONTRACT_PARTY_ROLES:
-        entry = raw.get(role)
-        if entry is None:
+        if role not in raw:
             parties[role] = None
             continue
-        e = _obj(entry, f"contract.parties.{role}", ("partyId", "requiresSignature"))
+        path = f"contract.parties.{role}"
+        entry = known_object(raw[role], path, ("partyId", "requiresSignature"))
         parties[role] = {
-            "partyId": _opt_str(e.get("partyId"), f"contract.parties.{role}.partyId"),
-            "requiresSignature": _opt_bool(
-                e.get("requiresSignature"), f"contract.parties.{role}.requiresSignature"
-            ),
+            "partyId": nonblank(entry.get("partyId"), f"{path}.partyId"),
+            "requiresSignature": boolean(entry.get("requiresSignature"), f"{path}.requiresSignature"),
         }
     return parties
 
 
+def _normalize_scope(value: Any) -> dict[str, Any]:
+    """`contract.scope`: each id null or non-blank, `isDefault` absent or a boolean (null is refused, as in
+    settld); absent keys are null in the output."""
+    raw = known_object(value, "contract.scope", _SCOPE_KEYS)
+    scope: dict[str, Any] = {k: optional_nonblank(raw.get(k), f"contract.scope.{k}") for k in _SCOPE_IDS}
+    scope["isDefault"] = boolean(raw["isDefault"], "contract.scope.isDefault") if "isDefault" in raw else None
+    return scope
+
+
 def _normalize_connect(value: Any) -> dict[str, Any]:
-    raw = _obj(value, "contract.connect", ("enabled", "splitPlan"))
-    enabled = raw.get("enabled")
-    if type(enabled) is not bool:
-        raise _bad("contract.connect.enabled", "must be a boolean")
+    raw = known_object(value, "contract.connect", ("enabled", "splitPlan"))
+    enabled = boolean(raw.get("enabled"), "contract.connect.enabled")
     plan = raw.get("splitPlan")
     return {"enabled": enabled, "splitPlan": normalize_split_plan(plan) if plan is not None else None}
 
@@ -305,13 +328,14 @@ def legacy_contract_hash(doc: Any) -> str:
 
 
 def executable_split_plan(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The normalized split plan when `connect.enabled is True` and a plan exists, else None."""
+    """The normalized split plan when `connect.enabled is True` and a plan exists, else None. The plan of a stored
+    document is read as it was registered: a blank rule `partyId` passes (`_split_plan`)."""
     if not doc:
         return None
     connect = doc.get("connect")
     if type(connect) is not dict or connect.get("enabled") is not True or connect.get("splitPlan") is None:
         return None
-    return normalize_split_plan(connect["splitPlan"])
+    return _split_plan(connect["splitPlan"], registering=False)
 
 
 def contract_split_plan_hash(doc: Mapping[str, Any] | None) -> str | None:
@@ -326,7 +350,7 @@ def contract_split_plan_hash(doc: Mapping[str, Any] | None) -> str | None:
 
 def compile_contract_policy(doc: Any) -> tuple[dict[str, Any], str, str]:
     """ContractPolicyTemplate.v1 of a document: `(template, policyHash, compilerId)`, as settld's
-    `compileContractPolicyTemplate`: `policies` as the document gives it (null when absent), `connect.enabled` true
+    `compileContractPolicyTemplate`: `policies` as the document gives it, `connect.enabled` true
     only for `connect.enabled is True`, and `connect.splitPlanHash` the plan's hash (`split_plan_hash`) only when
     connect is enabled and a plan is given, else null (a disabled plan is not hashed)."""
     normalize_contract_document(doc)
@@ -348,7 +372,7 @@ def compile_contract_policy(doc: Any) -> tuple[dict[str, Any], str, str]:
 
 def normalize_policy_snapshot(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     """PolicySnapshot.v1 keys with absent ones as null; other keys are rejected."""
-    s = _obj(snapshot, "policySnapshot", _POLICY_SNAPSHOT_KEYS)
+    s = known_object(snapshot, "policySnapshot", _POLICY_SNAPSHOT_KEYS)
     return {k: s.get(k) for k in _POLICY_SNAPSHOT_KEYS}
 
 
