@@ -13,13 +13,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from settlekit.api.app import create_app
+from settlekit.delivery.service import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
 from settlekit.errors import ConfigurationError
 from settlekit.events.envelope import Signer
 from settlekit.runtime import Settings, Workers
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database
-from support.api import TENANT_A, client, key_for
+from support.api import TENANT_A, client, key_for, make_app
 
 PRIVATE = ["http://10.0.0.7/h", "http://192.168.1.5/h", "http://172.16.0.1/h", "http://[fd00::1]/h",
            "http://100.64.0.1/h"]
@@ -126,3 +127,17 @@ def test_a_host_no_resolver_can_encode_is_refused_as_a_url(db: Database, url: st
     r = api.patch("/v1/destinations/d1", json={"url": url})
     assert _refused(r), r.text
     assert api.get("/v1/destinations/d1").json()["url"] == "http://93.184.215.14/h"
+
+
+def test_a_refused_destination_does_not_reveal_what_an_internal_host_name_resolves_to(db: Database) -> None:
+    """The production policy with a stand-in resolver (nothing is sent): the refusal of a host name says the kind
+    of address it resolves to, never the address (before: `destination address 10.20.30.40 is private`, a tenant's
+    view into the deployment's internal DNS). Found by a reviewer."""
+    internal = {"db.corp.internal": ("10.20.30.40", "private"), "vault.corp.internal": ("fd12:3456::7", "unique_local")}
+    app = make_app(db, destination_policy=DestinationPolicy(resolver=lambda host, port: [internal[host][0]]))
+    api = client(app, key_for(db, TENANT_A))
+    for host, (address, category) in internal.items():
+        r = api.post("/v1/destinations", json={"destinationId": "d1", "url": f"https://{host}/hook",
+                                               "secret": generate_secret()})
+        assert r.status_code == 400 and r.json()["code"] == "DESTINATION_URL_FORBIDDEN", r.text
+        assert address not in r.text and r.json()["details"]["category"] == category, r.text

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import re
 import select
 import socket
@@ -67,6 +68,8 @@ _BLOCKED_V6: Final[tuple[tuple[IPNetwork, str], ...]] = (
 )
 
 # Instance metadata and other cloud-internal service addresses.
+log = logging.getLogger("settlekit.delivery.ssrf")
+
 METADATA_ADDRESSES: Final[frozenset[IPAddress]] = frozenset(
     ipaddress.ip_address(a)
     for a in (
@@ -294,10 +297,21 @@ async def async_system_resolve(host: str, port: int) -> list[str]:
 
 
 def _check_all(url: str, host: str, addresses: Sequence[str], policy: SsrfPolicy) -> tuple[str, ...]:
+    """Every address of `host` must pass. For a host name the refusal names the address's range, not the address
+    (a tenant must not learn what an internal name resolves to); the log says which address was refused."""
     if not addresses:
         raise _forbidden(f"destination host {host!r} has no addresses", url, host=host)
+    named = not _is_ip_literal(host)
     for a in addresses:
-        check_address(a, policy, url=url)
+        try:
+            check_address(a, policy, url=url)
+        except DestinationForbiddenError as exc:
+            if not named:
+                raise
+            log.info("destination host %r refused: %s", host, exc.message)
+            category = str(exc.details.get("category", "blocked"))
+            raise _forbidden(f"destination host {host!r} resolves to a {category.replace('_', ' ')} address", url,
+                             host=host, category=category) from None
     return tuple(addresses)
 
 
