@@ -148,10 +148,18 @@ def test_legacy_helpers(settlement: dict[str, Any]) -> None:
     assert exc.value.code == "WEBHOOK_HEADER_MISSING"
 
 
-def test_artifact_filename_is_safe() -> None:
+def test_artifact_filename_is_safe_and_never_shared() -> None:
+    """A plain id is its own file name; any other id a readable prefix and a hash. Before, `cert_job:1_evt` and
+    `cert_job_1_evt` (job ids `job:1` and `job_1`) shared one file, so the second artifact was answered accepted
+    and never stored; and an id of two 200-character ids was a file name too long to create (the receiver failed
+    every delivery of it). Found by a reviewer."""
     assert artifact_filename("cert_job_1_evt_2") == "cert_job_1_evt_2.json"
-    assert artifact_filename("../../etc/passwd") == "_.._.._etc_passwd.json"
-    assert artifact_filename(".hidden") == "_.hidden.json"
+    for odd in ("../../etc/passwd", ".hidden", "cert_job:1_evt", "", "a/b", "é", "x" * 401):
+        name = artifact_filename(odd)
+        assert "/" not in name and not name.startswith(".") and len(name.encode()) <= 255, name
+        assert "~" in name and name.endswith(".json")
+    names = {artifact_filename(i) for i in ("cert_job:1_evt", "cert_job_1_evt", "cert_job/1_evt", "x" * 401, "x" * 402)}
+    assert len(names) == 5
 
 
 # --- server -------------------------------------------------------------------------------------------------

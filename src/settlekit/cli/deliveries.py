@@ -543,7 +543,9 @@ def receive_command(
     secret_file: Path | None = typer.Option(
         None, "--secret-file", exists=True, dir_okay=False, help="File with one secret per line."
     ),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Directory to store <artifactId>.json files."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Directory to store <artifactId>.json files (an id that"
+                                     " is not a plain file name: a readable prefix, ~ and 16 hex digits of its"
+                                     " sha256)."),
     tolerance: int = typer.Option(300, "--tolerance", help="Allowed timestamp skew in seconds."),
     legacy: bool = typer.Option(False, "--accept-legacy", help="Also accept settld x-proxy-* signatures."),
     no_artifact_check: bool = typer.Option(

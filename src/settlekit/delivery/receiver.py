@@ -8,6 +8,7 @@ server (keep-alive) that verifies, dedupes by webhook-id and stores each artifac
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import json
 import os
@@ -176,12 +177,18 @@ class ReceivedRequest:
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
+_MAX_PLAIN_NAME = 200  # characters of an id kept as the file name as it is (file systems allow 255 bytes)
+
+
 def artifact_filename(artifact_id: str) -> str:
-    """File name `<artifactId>.json` with characters outside [A-Za-z0-9._-] replaced by `_`."""
-    name = _SAFE_NAME.sub("_", artifact_id) or "_"
-    if name.startswith("."):
-        name = "_" + name
-    return name + ".json"
+    """`<artifactId>.json` when the id is a plain file name (only [A-Za-z0-9._-], not starting with `.`, at most 200
+    characters). Any other id gets a readable prefix (those characters, others as `_`, at most 100) and `~` with
+    16 hex digits of its sha256: `~` never occurs in a plain name, so two ids never share a file."""
+    if artifact_id and len(artifact_id) <= _MAX_PLAIN_NAME and not artifact_id.startswith(".") \
+            and not _SAFE_NAME.search(artifact_id):
+        return artifact_id + ".json"
+    prefix = _SAFE_NAME.sub("_", artifact_id)[:100].lstrip(".")
+    return f"{prefix}~{hashlib.sha256(artifact_id.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}.json"
 
 
 class _Handler(BaseHTTPRequestHandler):
