@@ -71,6 +71,16 @@ def _settled_job(job_id: str, operator_contract_hash: str | None) -> list[dict]:
     return b.events
 
 
+def _appender_with_signers(db: Database) -> tuple[Any, dict[str, Signer]]:
+    """A job appender without access planning (the test streams are core-valid only) and a registered key for each
+    signer kind."""
+    store = job_appender(db, server_rules=False)
+    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
+    for kind, signer in signers.items():
+        store.signer_keys.register(T, signer.public_key_pem, kind)
+    return store, signers
+
+
 def _signed(events: list[dict], signers: dict[str, Signer]) -> list[dict]:
     """Re-chain the builder's unsigned events, each signed by the key of its actor's kind."""
     out, prev = [], None
@@ -87,10 +97,7 @@ def test_split_plan_allocations_from_a_registered_contract(db: Database) -> None
     digest = put_contract(db, T, DOC)
     assert digest == contract_hash(DOC) and put_contract(db, T, DOC) == digest
     assert get_contract(db, T, digest) == DOC and get_contract(db, "other", digest) is None
-    store = job_appender(db, server_rules=False)  # the test streams skip access planning (core-valid only)
-    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
-    for kind, signer in signers.items():
-        store.signer_keys.register(T, signer.public_key_pem, kind)
+    store, signers = _appender_with_signers(db)
     for job_id, pinned in (("job_plan", digest), ("job_plain", None)):
         for event in _signed(_settled_job(job_id, pinned), signers):
             store.append(T, job_id, [event])
@@ -136,10 +143,7 @@ def test_a_document_stored_before_the_stricter_validator_keeps_working(db: Datab
         put_contract(db, T, LENIENT)
     assert get_contract(db, T, digest) == LENIENT
     assert resolve_contract({"operatorContractHash": digest}, lambda h: get_contract(db, T, h)) == LENIENT
-    store = job_appender(db, server_rules=False)
-    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
-    for kind, signer in signers.items():
-        store.signer_keys.register(T, signer.public_key_pem, kind)
+    store, signers = _appender_with_signers(db)
     for event in _signed(_settled_job("job_lenient", digest), signers):
         store.append(T, "job_lenient", [event])
     owner = [a for a in ledger_rows.allocations_for_job(db, T, "job_lenient") if a["accountId"] == "acct_owner_payable"]
@@ -176,10 +180,7 @@ def test_contracts_are_read_off_the_event_loop(db: Database, monkeypatch: pytest
         return real(*args)
 
     monkeypatch.setattr(contracts_store, "get_contract", spy)
-    store = job_appender(db, server_rules=False)
-    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
-    for kind, signer in signers.items():
-        store.signer_keys.register(T, signer.public_key_pem, kind)
+    store, signers = _appender_with_signers(db)
 
     async def run() -> None:
         for job_id, pinned in (("job_async", digest), ("job_unregistered", "f" * 64)):
@@ -252,10 +253,7 @@ def test_migration_0016_rekeys_documents_and_old_pins_still_resolve(db: Database
     assert db.migrate() == []
 
     # a job that pinned the old hash gets its allocations from the document's split plan, as before
-    store = job_appender(db, server_rules=False)
-    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
-    for kind, signer in signers.items():
-        store.signer_keys.register(T, signer.public_key_pem, kind)
+    store, signers = _appender_with_signers(db)
     for job_id, pinned in (("job_old_pin", old["doc"]), ("job_new_pin", new["doc"])):
         for event in _signed(_settled_job(job_id, pinned), signers):
             store.append(T, job_id, [event])
@@ -303,10 +301,7 @@ def test_a_split_plan_giving_one_party_two_roles(db: Database, monkeypatch: pyte
     doc = {**DOC, "connect": {"enabled": True, "splitPlan": plan}}
     monkeypatch.setattr(sys.modules[__name__], "DOC", doc)  # _settled_job pins this document's policy hash
     digest = put_contract(db, T, doc)
-    store = job_appender(db, server_rules=False)
-    signers = {"server": Signer.generate(), "robot": Signer.generate(), "operator": Signer.generate()}
-    for kind, signer in signers.items():
-        store.signer_keys.register(T, signer.public_key_pem, kind)
+    store, signers = _appender_with_signers(db)
     for event in _signed(_settled_job("job_same", digest), signers):
         store.append(T, "job_same", [event])
     owner = [a for a in ledger_rows.allocations_for_job(db, T, "job_same") if a["accountId"] == "acct_owner_payable"]
