@@ -12,6 +12,8 @@ import pytest
 
 from conftest import load_vector
 from settlekit.api.guards import MAX_BODY_DEPTH
+from settlekit.events.canonical import parse_json
+from settlekit.events.envelope import compute_payload_hash
 from settlekit.store.db import Database, connect
 from support.api import TENANT_A, client, key_for, make_app
 from support.asgi_raw import asgi_request
@@ -83,3 +85,18 @@ def test_integral_numbers_written_with_a_fraction_are_the_integers_settld_reads(
         assert floats >= spelled_as_float
         balances.append(api.get("/v1/ledger/balances").json()["balances"])
     assert balances[0] == balances[1] and balances[0]
+
+
+def test_a_job_created_with_python_numbers_reads_them_as_javascript_does(db: Database) -> None:
+    """POST /v1/jobs reads its body with FastAPI (Python's numbers): an integer beyond 2^53 in the payload was
+    refused (SCHEMA_INVALID, outside the JS safe range) and `2.0` stayed a float, where settld's JSON.parse gives a
+    double and the integer 2. The payload now holds what JSON.parse gives, as on the events route."""
+    api = client(make_app(db), key_for(db, TENANT_A))
+    body = b'{"jobId": "job_1", "payload": {"templateId": "reset_lite", "x": 2.0, "big": 12345678901234567890}}'
+    r = api.post("/v1/jobs", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 201, r.text
+    [event] = api.get("/v1/jobs/job_1/export").json()
+    payload = event["payload"]
+    assert payload["x"] == 2 and type(payload["x"]) is int
+    assert payload["big"] == float(12345678901234567890)
+    assert event["payloadHash"] == compute_payload_hash(parse_json(json.dumps(event)))

@@ -39,6 +39,7 @@ from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, Job
 from settlekit.append import AppendResult, Idempotency
 from settlekit.append.appender import AppendOptions, StreamPrecondition, named_key_ids
 from settlekit.errors import CATALOGUE, ConflictError, SettlekitError, ValidationError
+from settlekit.events.canonical import js_numbers
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.metrics import PerRegistry
 from settlekit.store import streams
@@ -182,7 +183,7 @@ async def create_job(body: CreateJob, request: Request, key: ApiKey = require("j
 async def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendResult:
     ctx = context(request)
     job_id = body.jobId or f"job_{uuid.uuid4()}"
-    payload = dict(body.payload)
+    payload = js_numbers(dict(body.payload))  # FastAPI read the body with Python's numbers; settld reads JavaScript's
     payload.setdefault("tenantId", key.tenant_id)
     _require_own_tenant(key, payload)
     actor = body.actor.model_dump() if body.actor is not None else dict(DEFAULT_ACTOR)
