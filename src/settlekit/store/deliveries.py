@@ -548,11 +548,14 @@ def requeue(
 
 
 def cleanup_expired(tx: Tx, *, now: datetime, limit: int = 10000) -> int:
-    """Delete delivered/failed rows past their retention (attempt logs cascade)."""
+    """Delete delivered/failed rows past their retention (attempt logs cascade). The expiry is checked again on
+    the row deleted: a row a concurrent requeue made pending meanwhile is re-read by PostgreSQL after its lock,
+    and only the outer condition is checked on that newer version."""
+    cutoff = db_time(tx, now)
     return tx.execute(
         "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE expires_at IS NOT NULL"
-        " AND expires_at < ? LIMIT ?)",
-        (db_time(tx, now), limit),
+        " AND expires_at < ? LIMIT ?) AND expires_at IS NOT NULL AND expires_at < ?",
+        (cutoff, limit, cutoff),
     )
 
 
