@@ -391,7 +391,7 @@ class Appender:
             unsigned += not check_signer(event, i, keys, required, policy)
             link = event["chainHash"]
         result = yield from self._commit(request, events, None, prev=prev, expected_version=expected_version,
-                                         head=head, snapshot=snapshot)
+                                         head=head, snapshot=snapshot, client_finalized=True)
         if not policy.is_live and not result.already_exists:
             result.unsigned = unsigned
             result.lone_surrogates = sum(find_lone_surrogate(e["payload"]) is not None for e in events)
@@ -478,10 +478,11 @@ class Appender:
 
     def _commit(self, request: _Request, events: list[Event], jsons: list[str] | None, *, prev: str | None,
                 expected_version: int | None, head: StreamHead | None,
-                snapshot: dict[str, Any] | None) -> _Flow:
+                snapshot: dict[str, Any] | None, client_finalized: bool = False) -> _Flow:
         """The domain step on top of the stream's `head` and `snapshot`, then one CommitBatch for the recorder
         (`events` link to `prev`; `jsons`: their stored text, when already made). A lost race is a 409 with the
-        current head."""
+        current head, unless the race was lost to the same client-finalized events (a resend that met the first
+        send committing in another process): that is alreadyExists, as before the commit."""
         stream_type = head.stream_type if head else self.domain.stream_type(events[0]["type"], request.stream_id)
         first_seq = (head.seq if head else 0) + 1
         outcome = yield from self._domain_step(request, snapshot, events, first_seq)
@@ -490,8 +491,11 @@ class Appender:
         try:
             committed: Outcome = yield _Commit(batch, self._in_transaction(request, events, outcome, built))
         except DuplicateKey as exc:
-            return (yield from self._answer_duplicate(request, events, prev, exc))
+            return (yield from self._answer_duplicate(request, events, prev, exc, client_finalized))
         if isinstance(committed, HeadMismatch):
+            existing = (yield from self._find_existing(request.tenant_id, events)) if client_finalized else None
+            if existing is not None:
+                return existing
             raise _head_moved(prev, expected_version, committed)
         if built:
             return built[0]
@@ -530,7 +534,7 @@ class Appender:
         return after
 
     def _answer_duplicate(self, request: _Request, events: list[Event], prev: str | None,
-                          exc: DuplicateKey) -> _Flow:
+                          exc: DuplicateKey, client_finalized: bool = False) -> _Flow:
         """The insert broke a uniqueness rule (nothing was written): the idempotency key was recorded concurrently
         (_IdempotencyRace), an event id is already stored (the same events: alreadyExists, else
         EVENT_ID_CONFLICT), or a concurrent append took the stream position (PREV_CHAIN_HASH_MISMATCH)."""
@@ -544,6 +548,10 @@ class Appender:
                 return existing
             raise ConflictError("an event with this id already exists with different content",
                                 code="EVENT_ID_CONFLICT") from None
+        if client_finalized:
+            existing = yield from self._find_existing(request.tenant_id, events)
+            if existing is not None:
+                return existing
         current = yield _Read(functools.partial(self.streams.head, request.tenant_id, request.stream_id))
         raise _hash_conflict(prev, current.chain_hash if current else None) from None
 
