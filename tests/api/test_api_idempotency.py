@@ -207,3 +207,45 @@ def test_a_failed_action_releases_the_key(env: tuple[Database, Any, str], monkey
     monkeypatch.setattr(service, "save_destination", real)
     r = api.post("/v1/destinations", json=body, headers=h)
     assert r.status_code == 201 and "idempotent-replayed" not in r.headers
+
+
+def test_a_keyed_skip_whose_answer_could_not_be_stored_skips_one_event_however_often_it_is_retried(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The skip and its stored answer were two transactions: when the database went away between them (503), the
+    retry with the same Idempotency-Key found the key free once its lease ran out and skipped a second, healthy
+    event. Now the answer is stored in the skip's own transaction: the failure rolls the skip back, and the
+    retries skip exactly one event, then replay its answer. Found by a reviewer."""
+    from prometheus_client import CollectorRegistry
+
+    from settlekit.append import Appender
+    from settlekit.dispatch import Consumer, Dispatcher
+    from settlekit.errors import DatabaseUnavailableError
+
+    store = Appender(db)
+    for i in range(3):  # three events the consumer has not delivered yet
+        head = store.streams.head("t1", "s1")
+        store.append("t1", "s1", [{"type": "T", "actor": {"type": "system", "id": "test"}, "payload": {"i": i}}],
+                     expected_version=head.seq if head else 0)
+    Dispatcher(db, [Consumer("c", lambda e, ctx: None)], registry=CollectorRegistry(),
+               listen=False).ensure_registered()
+    api = client(make_app(db), key_for(db, "system"), raise_server_exceptions=False)
+    real_complete_in = keys.complete_in
+    failures = [1]
+
+    def lost_before_commit(*args: Any, **kwargs: Any) -> bool:
+        if failures[0]:
+            failures[0] -= 1
+            raise DatabaseUnavailableError(cause="OperationalError")
+        return real_complete_in(*args, **kwargs)
+
+    monkeypatch.setattr(keys, "complete_in", lost_before_commit)
+    headers = {"Idempotency-Key": "skip-1"}
+    assert api.post("/v1/ops/consumers/c/skip", headers=headers).status_code == 503
+    answers = [api.post("/v1/ops/consumers/c/skip", headers=headers) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
+    assert [a.headers.get("idempotent-replayed") for a in answers] == [None, "true", "true"]
+    assert {a.json()["skippedPosition"] for a in answers} == {answers[0].json()["skippedPosition"]}
+    with db.read() as tx:
+        dead = [int(r[0]) for r in tx.fetchall(
+            "SELECT position FROM consumer_dead_letters WHERE consumer_name = 'c' ORDER BY id")]
+    assert len(dead) == 1 and dead[0] == answers[0].json()["skippedPosition"]

@@ -1,6 +1,7 @@
 """`Idempotency-Key` on every API write, through `settlekit.store.idempotency` (the one implementation):
-appends reserve the key inside their event transaction (routes/jobs.py), every other write runs `write` (reserve,
-act, complete). A replay returns the stored status and body with `Idempotent-Replayed: true`."""
+appends reserve the key inside their event transaction (routes/jobs.py), the writes that are not idempotent by
+themselves store their answer in their own transaction (`write_in_transaction`), every other write runs `write`
+(reserve, act, complete). A replay returns the stored status and body with `Idempotent-Replayed: true`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, idempotency_key
 from settlekit.api.responses import JsonResponse, dumps
 from settlekit.store import idempotency as keys
-from settlekit.store.db import Database
+from settlekit.store.db import Database, Tx
 
 request_hash = keys.request_hash
 
@@ -39,6 +40,25 @@ def run(db: Database, *, tenant_id: str, principal_id: str, method: str, path: s
     hashed = keys.request_hash(method, path, body)
     status, out, was_replayed = keys.run(db, scope, hashed, action, lambda v: dumps(v).decode("utf-8"),
                                          wait_seconds=wait_seconds)
+    return replayed(status, out) if was_replayed else JsonResponse(out, status_code=status)
+
+
+def write_in_transaction(request: Request, key: ApiKey, body: Any,
+                         action: Callable[[Tx], tuple[int, Any]]) -> JsonResponse:
+    """`write` for an action whose writes are one transaction: with an Idempotency-Key, the answer is stored in that
+    transaction (an action that is not idempotent by itself, such as skipping a consumer's poison event or
+    replaying deliveries, then never runs twice for one key)."""
+    ctx = context(request)
+    idem = idempotency_key(request)
+    if idem is None:
+        with ctx.db.transaction() as tx:
+            status, out = action(tx)
+        return JsonResponse(out, status_code=status)
+    path = request_target(request)
+    scope = keys.KeyScope(key.tenant_id, key.key_id, f"{request.method} {path.partition('?')[0]}", idem)
+    status, out, was_replayed = keys.run_in_transaction(
+        ctx.db, scope, keys.request_hash(request.method, path, body), action, lambda v: dumps(v).decode("utf-8"),
+        wait_seconds=ctx.idempotency_wait)
     return replayed(status, out) if was_replayed else JsonResponse(out, status_code=status)
 
 

@@ -27,8 +27,9 @@ from settlekit.delivery.message import PreparedRequest
 from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
 from settlekit.delivery.service import DestinationPolicy, get_destination
 from settlekit.delivery.signing import delivery_headers
-from settlekit.errors import ValidationError
+from settlekit.errors import NotFoundError, ValidationError
 from settlekit.events.canonical import canonical_bytes, iso_millis, sha256_hex
+from settlekit.store import deliveries as deliveries_store
 from settlekit.store import delivery_recovery as store
 from settlekit.store.db import Database, Tx
 
@@ -85,16 +86,21 @@ class Replay:
 
 def replay_destination(db: Database, tenant_id: str, destination_id: str, *, since: datetime,
                        until: datetime | None = None, actor: str | None = None,
-                       now: datetime | None = None) -> Replay:
+                       now: datetime | None = None, tx: Tx | None = None) -> Replay:
     """Send again every delivered or failed delivery of the destination created in [since, until) (default
-    until now). NOT_FOUND for an unknown destination; DELIVERY_WINDOW_INVALID for a bad window."""
+    until now). NOT_FOUND for an unknown destination; DELIVERY_WINDOW_INVALID for a bad window. In `tx` when
+    given (the caller commits), else in a transaction of its own."""
+    if tx is None:
+        with db.transaction() as own:
+            return replay_destination(db, tenant_id, destination_id, since=since, until=until, actor=actor,
+                                      now=now, tx=own)
     at = _now(now)
-    get_destination(db, tenant_id, destination_id)
+    if deliveries_store.get_destination(tx, tenant_id, destination_id) is None:
+        raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
     since = _utc(since) or at
     end = _utc(until) or at
     check_window(since, end)
-    with db.transaction() as tx:
-        replayed, pending = store.replay(tx, tenant_id, destination_id, since=since, until=end, now=at)
+    replayed, pending = store.replay(tx, tenant_id, destination_id, since=since, until=end, now=at)
     audit.info("deliveries replayed", extra={"tenant_id": tenant_id, "destination_id": destination_id,
                                              "since": _iso(since), "until": _iso(end), "replayed": replayed,
                                              "actor": actor})

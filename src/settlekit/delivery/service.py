@@ -457,12 +457,15 @@ def get_delivery(db: Database, tenant_id: str, delivery_id: int) -> DeliveryDeta
 
 
 def requeue_delivery(
-    db: Database, tenant_id: str, delivery_id: int, *, actor: str | None = None, now: datetime | None = None
+    db: Database, tenant_id: str, delivery_id: int, *, actor: str | None = None, now: datetime | None = None,
+    tx: Tx | None = None,
 ) -> int:
     """failed → pending with attempts reset, due now, same message id. NotFoundError / ConflictError
-    (`state` in details) when it is unknown or not failed. Returns 1."""
-    with db.transaction() as tx:
-        n = store.requeue(tx, tenant_id, delivery_id=delivery_id, now=_now(now))
+    (`state` in details) when it is unknown or not failed. Returns 1. In `tx` when given, else its own."""
+    if tx is None:
+        with db.transaction() as own:
+            return requeue_delivery(db, tenant_id, delivery_id, actor=actor, now=now, tx=own)
+    n = store.requeue(tx, tenant_id, delivery_id=delivery_id, now=_now(now))
     audit.info(
         "delivery requeued", extra={"tenant_id": tenant_id, "delivery_id": delivery_id, "actor": actor}
     )
@@ -470,13 +473,17 @@ def requeue_delivery(
 
 
 def requeue_destination(
-    db: Database, tenant_id: str, destination_id: str, *, actor: str | None = None, now: datetime | None = None
+    db: Database, tenant_id: str, destination_id: str, *, actor: str | None = None, now: datetime | None = None,
+    tx: Tx | None = None,
 ) -> int:
-    """Requeue every failed delivery of a destination; returns how many (0 is not an error)."""
-    with db.transaction() as tx:
-        if store.get_destination(tx, tenant_id, destination_id) is None:
-            raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
-        n = store.requeue(tx, tenant_id, destination_id=destination_id, now=_now(now))
+    """Requeue every failed delivery of a destination; returns how many (0 is not an error). In `tx` when given,
+    else in a transaction of its own."""
+    if tx is None:
+        with db.transaction() as own:
+            return requeue_destination(db, tenant_id, destination_id, actor=actor, now=now, tx=own)
+    if store.get_destination(tx, tenant_id, destination_id) is None:
+        raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
+    n = store.requeue(tx, tenant_id, destination_id=destination_id, now=_now(now))
     audit.info(
         "deliveries requeued",
         extra={"tenant_id": tenant_id, "destination_id": destination_id, "count": n, "actor": actor},

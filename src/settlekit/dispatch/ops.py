@@ -201,40 +201,42 @@ def enable_consumer(db: Database, name: str, instance_id: str = SHARED_INSTANCE)
     return _reset(db, name, instance_id, "idle", _only_from(name, "disabled", ConsumerNotDisabled, rule))
 
 
-def skip_poison(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> SkipResult:
+def skip_poison(db: Database, name: str, instance_id: str = SHARED_INSTANCE, *, tx: Tx | None = None) -> SkipResult:
     """Skip the event blocking the consumer: the one its last handler failure was on, while that one is still
     to be delivered (a pending gap or past the cursor); else the lowest visible pending-gap position
     (halt-on-poison walks gaps first), else the next visible position after the cursor. A gap position that
     became visible after the failure is not the poison: it is delivered by the next turn. Writes an
-    `operator_skip` dead letter."""
+    `operator_skip` dead letter. In `tx` when given (the caller commits), else in a transaction of its own."""
+    if tx is None:
+        with db.transaction() as own:
+            return skip_poison(db, name, instance_id, tx=own)
     repo = ConsumerRepository(db)
-    with db.transaction() as tx:
-        state = _locked(repo, tx, name, instance_id)
-        position = _poison(state)
+    state = _locked(repo, tx, name, instance_id)
+    position = _poison(state)
+    if position is None:
+        position = repo.smallest_visible_in(tx, state.pending_gaps)
+    if position is not None and position <= state.cursor:
+        gaps = remove_position(state.pending_gaps, position)
+        cursor = state.cursor
+    else:
         if position is None:
-            position = repo.smallest_visible_in(tx, state.pending_gaps)
-        if position is not None and position <= state.cursor:
-            gaps = remove_position(state.pending_gaps, position)
-            cursor = state.cursor
-        else:
-            if position is None:
-                position = repo.next_position_after(tx, state.cursor)
-            if position is None:
-                return SkipResult(state, None)
-            gaps = list(state.pending_gaps)
-            if repo.commits_out_of_order and position > state.cursor + 1:
-                # Positions between the cursor and the skipped event may belong to writers still in flight.
-                gaps = merge([*gaps, Gap(state.cursor + 1, position - 1, repo.observation_xid(), time.time())])
-            cursor = position
-        error = state.last_error
-        repo.insert_dead_letter(
-            tx, name, instance_id, position, "operator_skip", error.split(":", 1)[0] if error else None, error
-        )
-        status = "disabled" if state.status == "disabled" else "idle"
-        state.status, state.cursor, state.pending_gaps = status, cursor, gaps
-        state.attempts, state.last_error, state.rearm_count = 0, None, 0
-        repo.write_state(tx, state, skipped=1)
-        return SkipResult(_reread(repo, tx, name, instance_id), position)
+            position = repo.next_position_after(tx, state.cursor)
+        if position is None:
+            return SkipResult(state, None)
+        gaps = list(state.pending_gaps)
+        if repo.commits_out_of_order and position > state.cursor + 1:
+            # Positions between the cursor and the skipped event may belong to writers still in flight.
+            gaps = merge([*gaps, Gap(state.cursor + 1, position - 1, repo.observation_xid(), time.time())])
+        cursor = position
+    error = state.last_error
+    repo.insert_dead_letter(
+        tx, name, instance_id, position, "operator_skip", error.split(":", 1)[0] if error else None, error
+    )
+    status = "disabled" if state.status == "disabled" else "idle"
+    state.status, state.cursor, state.pending_gaps = status, cursor, gaps
+    state.attempts, state.last_error, state.rearm_count = 0, None, 0
+    repo.write_state(tx, state, skipped=1)
+    return SkipResult(_reread(repo, tx, name, instance_id), position)
 
 
 def _poison(state: ConsumerState) -> int | None:

@@ -177,16 +177,20 @@ def _take(db: Database, scope: KeyScope, hashed: str, lease: timedelta, now: dat
 def complete(db: Database, reservation: Reservation, status: int, response_json: str, *,
              now: datetime | None = None) -> None:
     """Store the answer of a reserved request (only while this reservation still holds the key)."""
-    now = now or datetime.now(UTC)
-    scope = reservation.scope
     with db.transaction() as tx:
-        done = tx.execute("UPDATE idempotency_keys SET status_code = ?, response_json = ?, expires_at = ?"
-                          + _KEY_WHERE + " AND status_code = ? AND response_json = ?",
-                          (status, response_json, _expires(tx, now + timedelta(days=TTL_DAYS)), *scope.params,
-                           PENDING, reservation.token))
+        done = complete_in(tx, reservation, status, response_json, now=now or datetime.now(UTC))
     if not done:
+        scope = reservation.scope
         log.warning("idempotency reservation was taken over before the request completed",
                     extra={"tenant_id": scope.tenant_id, "endpoint": scope.endpoint})
+
+
+def complete_in(tx: Tx, reservation: Reservation, status: int, response_json: str, *, now: datetime) -> bool:
+    """`complete` inside the caller's transaction; False when the reservation no longer holds the key."""
+    return bool(tx.execute("UPDATE idempotency_keys SET status_code = ?, response_json = ?, expires_at = ?"
+                           + _KEY_WHERE + " AND status_code = ? AND response_json = ?",
+                           (status, response_json, _expires(tx, now + timedelta(days=TTL_DAYS)),
+                            *reservation.scope.params, PENDING, reservation.token)))
 
 
 def release(db: Database, reservation: Reservation) -> None:
@@ -212,6 +216,32 @@ def run(db: Database, scope: KeyScope, hashed: str, action: Callable[[], tuple[i
             log.exception("could not release an idempotency reservation")
         raise
     complete(db, taken, status, dumps(body))
+    return status, body, False
+
+
+def run_in_transaction(db: Database, scope: KeyScope, hashed: str, action: Callable[[Tx], tuple[int, Any]],
+                       dumps: Callable[[Any], str], *,
+                       wait_seconds: float = DEFAULT_WAIT_SECONDS) -> tuple[int, Any, bool]:
+    """`run` for an action whose writes are one transaction (given to it): its answer is stored in that same
+    transaction, so the action and the record commit together. A crash or an outage between them can no longer
+    leave the action done and the key free, which made a retry with the key run it again once the reservation's
+    lease ran out. When the reservation was taken over meanwhile, the action is rolled back (IDEMPOTENCY_IN_PROGRESS:
+    the request that took it over runs it)."""
+    taken = reserve(db, scope, hashed, wait_seconds=wait_seconds)
+    if isinstance(taken, Stored):
+        return taken.status, taken.body, True
+    try:
+        with db.transaction() as tx:
+            status, body = action(tx)
+            if not complete_in(tx, taken, status, dumps(body), now=datetime.now(UTC)):
+                raise InProgressError("another request with this idempotency key took it over; retry later",
+                                      idempotencyKey=scope.key, retryAfterSeconds=1)
+    except BaseException:
+        try:
+            release(db, taken)
+        except Exception:  # the action's error is the one to report; the lease frees the key later
+            log.exception("could not release an idempotency reservation")
+        raise
     return status, body, False
 
 

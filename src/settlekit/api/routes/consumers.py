@@ -17,7 +17,7 @@ from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Consumers, DeadLetters, Skipped
 from settlekit.store.consumers import ConsumerState
-from settlekit.store.db import Database
+from settlekit.store.db import Database, Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 
@@ -72,11 +72,11 @@ def skip_consumer(name: TextIdPath, request: Request, key: ApiKey = require("adm
                   instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
     db = context(request).db
 
-    def action() -> tuple[int, Any]:
-        result = dispatch.skip_poison(db, name, instanceId)
+    def action(tx: Tx) -> tuple[int, Any]:
+        result = dispatch.skip_poison(db, name, instanceId, tx=tx)
         return 200, {"consumer": result.state.to_json(), "skippedPosition": result.skipped_position}
 
-    return idempotency.write(request, key, {"instanceId": instanceId}, action)
+    return idempotency.write_in_transaction(request, key, {"instanceId": instanceId}, action)
 
 
 @router.post("/ops/consumers/{name}/reset", summary="Move a consumer's cursor (0 = replay all, 'now')",

@@ -15,6 +15,7 @@ from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Deliveries, DeliveriesBackfilled, DeliveryDetail, DeliveryRequeued
 from settlekit.delivery import service as delivery
+from settlekit.store.db import Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 
@@ -68,8 +69,8 @@ def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = requir
 def requeue_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 
-    def action() -> tuple[int, Any]:
-        delivery.requeue_delivery(ctx.db, key.tenant_id, delivery_id, actor=key.key_id)
+    def action(tx: Tx) -> tuple[int, Any]:
+        delivery.requeue_delivery(ctx.db, key.tenant_id, delivery_id, actor=key.key_id, tx=tx)
         return 200, {"deliveryId": delivery_id, "requeued": 1}
 
-    return idempotency.write(request, key, None, action)
+    return idempotency.write_in_transaction(request, key, None, action)

@@ -16,6 +16,7 @@ from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.delivery import recovery
 from settlekit.delivery.sender import SenderConfig
+from settlekit.store.db import Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 TEST_TIMEOUT = 10.0  # seconds a test send may take
@@ -99,12 +100,12 @@ def replay_destination(destination_id: DestinationIdPath, body: ReplayIn, reques
                        key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 
-    def action() -> tuple[int, Any]:
+    def action(tx: Tx) -> tuple[int, Any]:
         report = recovery.replay_destination(ctx.db, key.tenant_id, destination_id, since=body.since,
-                                             until=body.until, actor=key.key_id)
+                                             until=body.until, actor=key.key_id, tx=tx)
         return 200, report.to_json()
 
-    return idempotency.write(request, key, body.model_dump(mode="json"), action)
+    return idempotency.write_in_transaction(request, key, body.model_dump(mode="json"), action)
 
 
 @router.post("/destinations/{destination_id}/test", summary="Send a destination a signed test message now",

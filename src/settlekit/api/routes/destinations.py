@@ -19,6 +19,7 @@ from settlekit.delivery import service as delivery
 from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of
 from settlekit.errors import ValidationError
 from settlekit.store import deliveries as delivery_store
+from settlekit.store.db import Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 MAX_GRACE_SECONDS = 30 * 24 * 3600
@@ -208,8 +209,8 @@ def requeue_destination(destination_id: DestinationIdPath, request: Request,
                         key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 
-    def action() -> tuple[int, Any]:
-        n = delivery.requeue_destination(ctx.db, key.tenant_id, destination_id, actor=key.key_id)
+    def action(tx: Tx) -> tuple[int, Any]:
+        n = delivery.requeue_destination(ctx.db, key.tenant_id, destination_id, actor=key.key_id, tx=tx)
         return 200, {"destinationId": destination_id, "requeued": n}
 
-    return idempotency.write(request, key, None, action)
+    return idempotency.write_in_transaction(request, key, None, action)
