@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -142,8 +142,13 @@ def save_destination(
     now: datetime | None = None,
     secret_value: str | None = None,
     rotation_grace: timedelta = DEFAULT_ROTATION_GRACE,
+    changes: Callable[[store.Destination], store.Destination] | None = None,
 ) -> store.Destination:
-    """Create (or with `replace`, overwrite) a destination after `check_destination`.
+    """Create (or with `replace`, overwrite) a destination after `check_destination`. With `changes` (a PATCH:
+    the changes applied to a stored destination), `dest` is what was checked, and what is written is `changes`
+    applied to the row as it is once locked in the save's transaction: what another request changed meanwhile
+    (a secret rotation, a 410's disable) is kept. When that moves what was checked (the URL, the signing, the
+    private-network opt-in), the save is a 409 CONFLICT: the caller retries.
 
     Nothing is written unless every check passed; the secret (when given by value), the destination and the
     clean-up of the tenant's unused secrets commit in one transaction. Replacing the secret of an existing
@@ -155,11 +160,20 @@ def save_destination(
     vetted = check_destination(dest, pol, secret_value=secret_value)
     ts = _now(now)
     with db.transaction() as tx:
-        existing = store.get_destination(tx, dest.tenant_id, dest.destination_id)
+        existing = store.get_destination(tx, dest.tenant_id, dest.destination_id, lock=changes is not None)
         if existing is not None and not replace:
             raise ConflictError(
                 "destination already exists", tenant_id=dest.tenant_id, destination_id=dest.destination_id
             )
+        if changes is not None:
+            if existing is None:
+                raise NotFoundError("destination not found", tenant_id=dest.tenant_id,
+                                    destination_id=dest.destination_id)
+            merged = changes(existing)
+            if _checked_fields(merged) != _checked_fields(dest):
+                raise ConflictError("the destination was changed by another request meanwhile; retry",
+                                    tenant_id=dest.tenant_id, destination_id=dest.destination_id)
+            dest = merged
         ref = _secret_ref_to_store(tx, dest, pol, secret_value)
         previous, until = _previous_secret(existing, ref, ts, rotation_grace)
         if previous is not None and not _can_sign(tx, pol, dest, previous):
@@ -174,6 +188,11 @@ def save_destination(
     rotated = previous is not None and existing is not None and existing.secret_ref != saved.secret_ref
     _audit_saved(dest, vetted, replaced=existing is not None, secret_rotated=rotated, actor=actor)
     return saved
+
+
+def _checked_fields(dest: store.Destination) -> tuple[object, ...]:
+    """What `check_destination` vetted before the save's transaction (a stored secret is checked in it)."""
+    return dest.url, dest.signing, dest.allow_private_network
 
 
 def _secret_ref_to_store(

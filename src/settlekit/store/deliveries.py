@@ -232,9 +232,11 @@ def put_destination(tx: Tx, dest: Destination, *, now: datetime) -> None:
     )
 
 
-def get_destination(tx: Tx, tenant_id: str, destination_id: str) -> Destination | None:
+def get_destination(tx: Tx, tenant_id: str, destination_id: str, *, lock: bool = False) -> Destination | None:
+    """The destination; with `lock`, its row stays locked until the transaction ends (PostgreSQL)."""
     row = tx.fetchone(
-        f"SELECT {_DEST_COLS} FROM destinations WHERE tenant_id = ? AND destination_id = ?",
+        f"SELECT {_DEST_COLS} FROM destinations WHERE tenant_id = ? AND destination_id = ?"
+        + (f" {fragment(tx.dialect, 'row_lock')}" if lock else ""),
         (tenant_id, destination_id),
     )
     return _dest(row) if row else None

@@ -3,6 +3,7 @@ a grace period), disable, enable (with an optional backfill), requeue their fail
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -146,18 +147,20 @@ def update_destination(destination_id: DestinationIdPath, body: DestinationUpdat
     grace = timedelta(seconds=body.secretGraceSeconds) if body.secretGraceSeconds is not None \
         else delivery.DEFAULT_ROTATION_GRACE
 
-    def action() -> tuple[int, Any]:
-        current = delivery.get_destination(ctx.db, key.tenant_id, destination_id)
+    def patched(current: delivery_store.Destination) -> delivery_store.Destination:
+        """The PATCH's fields over `current`; the others (status and disabledReason included) as they are."""
         types = current.artifact_types if body.artifactTypes is None else (tuple(body.artifactTypes) or None)
-        updated = delivery_store.Destination(
-            tenant_id=key.tenant_id, destination_id=destination_id, url=body.url or current.url,
-            secret_ref=ref or current.secret_ref, signing=body.signing or current.signing, artifact_types=types,
-            ordering=body.ordering or current.ordering,
+        return dataclasses.replace(
+            current, url=body.url or current.url, secret_ref=ref or current.secret_ref,
+            signing=body.signing or current.signing, artifact_types=types, ordering=body.ordering or current.ordering,
             allow_private_network=current.allow_private_network if body.allowPrivateNetwork is None
-            else body.allowPrivateNetwork,
-            status=current.status, disabled_reason=current.disabled_reason, kind=current.kind)
-        saved = delivery.save_destination(ctx.db, updated, policy=ctx.destination_policy, replace=True,
-                                          actor=key.key_id, secret_value=value, rotation_grace=grace)
+            else body.allowPrivateNetwork)
+
+    def action() -> tuple[int, Any]:
+        checked = patched(delivery.get_destination(ctx.db, key.tenant_id, destination_id))
+        saved = delivery.save_destination(ctx.db, checked, policy=ctx.destination_policy, replace=True,
+                                          actor=key.key_id, secret_value=value, rotation_grace=grace,
+                                          changes=patched)
         return 200, _destination_json(saved)
 
     return idempotency.write(request, key, body.model_dump(), action)
