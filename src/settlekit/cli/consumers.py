@@ -131,7 +131,8 @@ def reset(
     instance_id: InstanceOption = SHARED_INSTANCE,
     as_json: JsonOption = False,
 ) -> None:
-    """Move the cursor; refused while the consumer is in a turn."""
+    """Move the cursor; refused while the consumer is in a turn. `now` skips every event committed so far; an
+    append still in flight then (among the last 10,000 positions) is delivered once it commits."""
     if to == "now":
         target: int | str = "now"
     else:

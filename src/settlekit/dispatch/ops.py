@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from settlekit.dispatch.gaps import merge, remove_position
+from settlekit.dispatch.gaps import holes, merge, remove_position
 from settlekit.dispatch.model import (
     SHARED_INSTANCE,
     ConsumerNotDead,
@@ -252,8 +252,9 @@ def _poison(state: ConsumerState) -> int | None:
 def reset_consumer(
     db: Database, name: str, to: int | Literal["now"], instance_id: str = SHARED_INSTANCE
 ) -> ConsumerState:
-    """Move the cursor to a position (0 = replay everything) or `now` (the high-water mark); clears gaps,
-    attempts and errors. Refused while a turn holds the row."""
+    """Move the cursor to a position (0 = replay everything) or `now` (the high-water mark); clears attempts and
+    errors, and the gaps (with `now`, the positions below the mark not visible yet become the pending gaps: an
+    append in flight is delivered once it commits). Refused while a turn holds the row."""
     repo = ConsumerRepository(db)
     if repo.turn_in_process(name, instance_id):
         # Checked before the transaction, which would otherwise just wait for the turn to commit (SQLite).
@@ -261,8 +262,10 @@ def reset_consumer(
     with db.transaction() as tx:
         state = _locked(repo, tx, name, instance_id, nowait=True)
         hwm = repo.high_water_mark(tx)
+        gaps: list[Gap] = []
         if to == "now":
             position = hwm
+            gaps = _in_flight_holes(repo, tx, state.cursor, hwm)
         elif isinstance(to, int) and not isinstance(to, bool) and 0 <= to <= hwm:
             position = to
         else:
@@ -279,12 +282,29 @@ def reset_consumer(
             state,
             status=status,
             cursor=position,
-            pending_gaps=[],
+            pending_gaps=gaps,
             attempts=0,
             last_error=None,
             rearm_count=0,
         )
         return _reread(repo, tx, name, instance_id)
+
+
+RESET_HOLE_WINDOW = 10_000  # the last positions a reset to `now` looks at for appends still in flight
+
+
+def _in_flight_holes(repo: ConsumerRepository, tx: Tx, cursor: int, hwm: int) -> list[Gap]:
+    """The positions below the high-water mark that are not visible yet, among the last RESET_HOLE_WINDOW: an
+    append in flight may still commit there, after the reset, and must still be delivered (pending gaps, retired
+    once every writer that drew a position before now has ended). Only where positions commit out of order."""
+    if not repo.commits_out_of_order or hwm <= cursor:
+        return []
+    low = max(cursor, hwm - RESET_HOLE_WINDOW)
+    ranges = holes(low, hwm, repo.positions_between(tx, low, hwm))
+    if not ranges:
+        return []
+    xid, seen = repo.observation_xid(), time.time()
+    return merge(Gap(lo, hi, xid, seen) for lo, hi in ranges)
 
 
 def wait_for(

@@ -391,6 +391,10 @@ class ConsumerRepository:
         value = tx.scalar(self._sql["next_position_after"], (cursor,))
         return None if value is None else int(value)
 
+    def positions_between(self, tx: Tx, after: int, upto: int) -> list[int]:
+        """The visible positions in (after, upto], ascending."""
+        return [int(r[0]) for r in tx.fetchall(self._sql["positions_between"], (after, upto))]
+
     # ------------------------------------------------------------------ consumer_dead_letters
 
     def insert_dead_letter(

@@ -53,6 +53,9 @@ SELECT (SELECT COALESCE(MAX(position), 0) FROM events),
 -- name: next_position_after
 SELECT MIN(position) FROM events WHERE position > ?
 
+-- name: positions_between
+SELECT position FROM events WHERE position > ? AND position <= ? ORDER BY position
+
 -- name: insert_dead_letter
 INSERT INTO consumer_dead_letters (consumer_name, instance_id, position, event_id, tenant_id, stream_id,
     event_type, reason, error_class, error_message, event_json)
