@@ -121,3 +121,19 @@ def test_a_job_created_with_python_numbers_reads_them_as_javascript_does(db: Dat
     assert payload["x"] == 2 and type(payload["x"]) is int
     assert payload["big"] == float(12345678901234567890)
     assert event["payloadHash"] == compute_payload_hash(parse_json(json.dumps(event)))
+
+
+def test_a_proto_key_in_an_appended_payload_is_400(db: Database) -> None:
+    """settld's hash leaves a "__proto__" key out: the live path takes none (README, deliberate differences)."""
+    app = make_app(db)
+    key = key_for(db, TENANT_A)
+    head = client(app, key).post("/v1/jobs", json={"jobId": "job_1", "payload": {"templateId": "reset_lite"}}
+                                 ).json()["headChainHash"]
+    body = b'{"type":"QUOTE_PROPOSED","actor":{"type":"p","id":"p"},"payload":{"amountCents":1,"currency":"USD",' \
+           b'"breakdown":{"\\u005f_proto__":1}}}'
+    got = asgi_request(app, "POST", "/v1/jobs/job_1/events",
+                       [(b"authorization", f"Bearer {key}".encode()), (b"content-type", b"application/json"),
+                        (b"x-expected-prev-chain-hash", head.encode())], body)
+    problem = json.loads(got["body"])
+    assert (got["status"], problem["code"]) == (400, "SCHEMA_INVALID"), problem
+    assert "__proto__" in problem["detail"]
