@@ -39,6 +39,27 @@ def test_a_payload_nested_deeper_than_the_limit_is_400_at_every_depth(db: Databa
     assert set(answers.values()) == {(400, "JSON_INVALID")}, answers
 
 
+@pytest.mark.parametrize(("around", "encoding", "answer"), [
+    (("\ufeff\u00a0", "\u2028\u3000\x0b"), "utf-8", (201, None)),  # JavaScript's trim takes these, as settld does
+    (("\x0c", "\r\n"), "utf-8", (201, None)),
+    (("", ""), "utf-16", (400, "JSON_INVALID")),  # settld reads every body as UTF-8
+    (("", ""), "latin-1", (400, "JSON_INVALID")),  # not UTF-8: refused on purpose (settld reads U+FFFD)
+])
+def test_an_append_body_is_read_as_settld_reads_it(db: Database, around: tuple[str, str], encoding: str,
+                                                  answer: tuple[int, str | None]) -> None:
+    app = make_app(db)
+    key = key_for(db, TENANT_A)
+    head = client(app, key).post("/v1/jobs", json={"jobId": "job_1", "payload": {"templateId": "reset_lite"}}
+                                 ).json()["headChainHash"]
+    text = '{"type":"QUOTE_PROPOSED","actor":{"type":"p","id":"p"},"payload":{"amountCents":1,"currency":"USD",' \
+           '"note":"café"}}'
+    body = (around[0] + text + around[1]).encode(encoding)
+    got = asgi_request(app, "POST", "/v1/jobs/job_1/events",
+                       [(b"authorization", f"Bearer {key}".encode()), (b"content-type", b"application/json"),
+                        (b"x-expected-prev-chain-hash", head.encode())], body)
+    assert (got["status"], json.loads(got["body"]).get("code")) == answer, got["body"]
+
+
 def test_a_last_event_id_digit_that_is_not_ascii_is_400(db: Database) -> None:
     app = make_app(db)
     key = key_for(db, TENANT_A, ["jobs:read"])
@@ -100,3 +121,19 @@ def test_a_job_created_with_python_numbers_reads_them_as_javascript_does(db: Dat
     assert payload["x"] == 2 and type(payload["x"]) is int
     assert payload["big"] == float(12345678901234567890)
     assert event["payloadHash"] == compute_payload_hash(parse_json(json.dumps(event)))
+
+
+def test_a_proto_key_in_an_appended_payload_is_400(db: Database) -> None:
+    """settld's hash leaves a "__proto__" key out: the live path takes none (README, deliberate differences)."""
+    app = make_app(db)
+    key = key_for(db, TENANT_A)
+    head = client(app, key).post("/v1/jobs", json={"jobId": "job_1", "payload": {"templateId": "reset_lite"}}
+                                 ).json()["headChainHash"]
+    body = b'{"type":"QUOTE_PROPOSED","actor":{"type":"p","id":"p"},"payload":{"amountCents":1,"currency":"USD",' \
+           b'"breakdown":{"\\u005f_proto__":1}}}'
+    got = asgi_request(app, "POST", "/v1/jobs/job_1/events",
+                       [(b"authorization", f"Bearer {key}".encode()), (b"content-type", b"application/json"),
+                        (b"x-expected-prev-chain-hash", head.encode())], body)
+    problem = json.loads(got["body"])
+    assert (got["status"], problem["code"]) == (400, "SCHEMA_INVALID"), problem
+    assert "__proto__" in problem["detail"]

@@ -11,7 +11,12 @@ tests/vectors/reference_runs/).
 
     python tests/reference/mutation_campaign.py SETTLD_DIR [--streams 500] [--seed 1] [--out /tmp/mutations]
         [--shapes 0.0..1.0: the share of streams that get payload-shape mutations instead] [--replay]
-        [--names STREAM...] [--focus EVENT_TYPE...]
+        [--names STREAM...] [--focus EVENT_TYPE...] [--spell 0.0..1.0]
+
+With `--spell RATE`, the streams file both sides read is written as clients' JSON writers spell JSON
+(`json_spellings.ClientWriter`, RATE the share of tokens spelled unusually: numbers with fractions and exponents,
+escapes, white space, reordered and duplicate keys), and settlekit reads its streams from that text
+(`parse_json`) as the reference does (JSON.parse).
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from json_spellings import ClientWriter  # noqa: E402
+
 from conftest import differential_corpus  # noqa: E402
 from settlekit.artifacts.build import build_all, derive_outbox  # noqa: E402
 from settlekit.errors import SettlekitError  # noqa: E402
@@ -182,9 +190,11 @@ def _shifted(at: str, seconds: int) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
-def _reference(settld: str, streams: list[list[dict[str, Any]]], work: Path) -> tuple[list[Any], list[Any]]:
+def _reference(settld: str, streams: list[list[dict[str, Any]]], work: Path, spelled: str | None = None
+               ) -> tuple[list[Any], list[Any]]:
     source, answer = work / "streams.json", work / "artifacts.json"
-    source.write_text(json.dumps(streams), encoding="utf-8")  # ASCII escapes keep lone surrogates
+    # ASCII escapes keep lone surrogates (the spelled text escapes them too)
+    source.write_text(spelled if spelled is not None else json.dumps(streams), encoding="utf-8")
     ledger = subprocess.run(["node", str(HERE / "ledger_xcheck.mjs"), settld, str(source)], capture_output=True,
                             text=True, check=True)
     (work / "ledger.json").write_text(ledger.stdout, encoding="utf-8")
@@ -251,6 +261,8 @@ def main() -> int:
                         help="judge settlekit again on the streams and reference answers a run left in --out")
     parser.add_argument("--names", nargs="*", default=[], help="these corpus streams only")
     parser.add_argument("--focus", nargs="*", default=[], help="event types the shape mutations pick")
+    parser.add_argument("--spell", type=float, default=0.0,
+                        help="write the streams as client JSON writers spell them, this share of tokens unusually")
     args = parser.parse_args()
     rnd = random.Random(args.seed)
     names = args.names or list(differential_corpus())
@@ -263,7 +275,11 @@ def main() -> int:
         for _ in range(args.streams):
             events = load_differential(rnd.choice(names))["events"]
             streams.append(mutator.shape(events) if rnd.random() < args.shapes else mutator.stream(events))
-        ledgers, artifacts = _reference(args.settld, streams, args.out)
+        spelled = None
+        if args.spell:
+            spelled = ClientWriter(random.Random(args.seed), args.spell).write(streams)
+            streams = parse_json(spelled)  # settlekit reads what the reference reads
+        ledgers, artifacts = _reference(args.settld, streams, args.out, spelled)
     tally: Counter[str] = Counter()
     for n, (events, ledger, built) in enumerate(zip(streams, ledgers, artifacts, strict=True)):
         theirs = ledger["reduceError"]["index"] if ledger["reduceError"] else None

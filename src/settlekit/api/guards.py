@@ -11,6 +11,7 @@ from starlette.types import Scope
 
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.canonical import js_float, js_int
+from settlekit.events.js import js_trim
 
 
 def _no_constant(name: str) -> Any:
@@ -18,10 +19,17 @@ def _no_constant(name: str) -> Any:
 
 
 def parse_body(raw: bytes) -> Any:
-    """A request body parsed like JavaScript JSON.parse (unsafe integers become doubles; NaN/Infinity refused).
-    Strings holding U+0000 or a lone surrogate are refused (INPUT_INVALID), as everywhere in a request."""
+    """A request body read as settld reads one: the bytes as UTF-8 (no other encoding is guessed), white space
+    JavaScript's `trim` removes taken off both ends (a BOM, U+00A0, U+2028, …, not only JSON's own), then parsed like
+    JavaScript JSON.parse (unsafe integers become doubles; NaN/Infinity refused). Bytes that are not UTF-8 are
+    refused (settld would read them as U+FFFD). Strings holding U+0000 or a lone surrogate are refused
+    (SCHEMA_INVALID), as everywhere in a request."""
     try:
-        value = json.loads(raw, parse_int=js_int, parse_float=js_float, parse_constant=_no_constant)
+        text = js_trim(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SettlekitError("the request body is not valid UTF-8", code="JSON_INVALID", status=400) from exc
+    try:
+        value = json.loads(text, parse_int=js_int, parse_float=js_float, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise SettlekitError("the request body is not valid JSON", code="JSON_INVALID", status=400) from exc
     if raw.count(b"[") + raw.count(b"{") > MAX_BODY_DEPTH and _deeper_than(value, MAX_BODY_DEPTH):

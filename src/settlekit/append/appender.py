@@ -626,8 +626,8 @@ def _check_items(tenant_id: str, stream_id: str, items: Sequence[Mapping[str, An
         # fields the store keeps in columns (ids, type, at, actor, signer)
         if policy.allow_lone_surrogates and isinstance(item, Mapping):
             require_well_formed({k: v for k, v in item.items() if k != "payload"}, f"$[{i}]")
-        else:
-            require_well_formed(item, f"$[{i}]")
+        else:  # a live append refuses a "__proto__" key too: the hash would not cover it (README)
+            require_well_formed(item, f"$[{i}]", hashed_keys=policy.is_live)
     client_finalized = any(not _FINALIZED_FIELDS.isdisjoint(item) for item in items)
     if not policy.is_live and not client_finalized:
         raise ValidationError("a history append takes client-finalized envelopes only", code="SCHEMA_INVALID")

@@ -23,6 +23,9 @@ import orjson
 from settlekit.errors import CanonicalJsonError
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
+# JavaScript assigns each key of a canonical copy with `out[key] = …`; for "__proto__" that sets the copy's prototype
+# (or does nothing), so settld's canonical JSON leaves the key out whatever its value.
+PROTO_KEY: Final = "__proto__"
 _ARRAY_INDEX_LIMIT: Final = 2**32 - 1
 
 
@@ -129,7 +132,7 @@ def _fast_ok(x: Any) -> bool:
         for k, v in x.items():
             if type(k) is not str:
                 return False
-            if k and (k[0] in _DIGITS or (not k.isascii() and max(k) > "\uffff")):
+            if k and (k[0] in _DIGITS or k == PROTO_KEY or (not k.isascii() and max(k) > "\uffff")):
                 return False
             tv = type(v)
             if tv is str or v is None or tv is bool:
@@ -247,17 +250,46 @@ def find_lone_surrogate(x: Any, path: str = "$") -> str | None:
     return None
 
 
-def require_well_formed(x: Any, path: str = "$") -> None:
+def require_well_formed(x: Any, path: str = "$", *, hashed_keys: bool = False) -> None:
     """Refuse a value holding a lone surrogate (SCHEMA_INVALID naming the path): settlekit's live append path
-    takes only well-formed Unicode in new input, although the offline tools reproduce such streams."""
+    takes only well-formed Unicode in new input, although the offline tools reproduce such streams.
+
+    With `hashed_keys`, refuse a "__proto__" key too: settld's canonical JSON leaves it out, so neither an event's
+    hash nor its signature would cover it (settld stores it from a client-finalized event, drops it from a server
+    draft, and fails on a draft whose value for it is an object). The offline tools hash such a stream as settld
+    does."""
     try:
-        orjson.dumps(x)  # refuses any lone surrogate (and big integers, non-string keys: then look)
-        return
+        # refuses any lone surrogate (and big integers, non-string keys: then look)
+        text: bytes | None = orjson.dumps(x)
     except (TypeError, orjson.JSONEncodeError):
-        pass  # a surrogate, or not JSON for another reason (left to the checks that own it)
-    found = find_lone_surrogate(x, path)
-    if found is not None:
-        raise CanonicalJsonError(f"lone surrogate in string at {found}", path=found)
+        text = None  # a surrogate, or not JSON for another reason (left to the checks that own it)
+    if text is None:
+        found = find_lone_surrogate(x, path)
+        if found is not None:
+            raise CanonicalJsonError(f"lone surrogate in string at {found}", path=found)
+    if hashed_keys and (text is None or b'"__proto__":' in text):
+        found = _find_proto_key(x, path)
+        if found is not None:
+            raise CanonicalJsonError(f"the key __proto__ is not allowed (settld's hash leaves it out) at {found}",
+                                     path=found)
+
+
+def _find_proto_key(x: Any, path: str) -> str | None:
+    t = type(x)
+    if t is dict:
+        for k, v in x.items():
+            where = _path_join(path, k) if type(k) is str else path
+            if k == PROTO_KEY:
+                return where
+            found = _find_proto_key(v, where)
+            if found is not None:
+                return found
+    elif t is list or t is tuple:
+        for i, v in enumerate(x):
+            found = _find_proto_key(v, _path_join(path, i))
+            if found is not None:
+                return found
+    return None
 
 
 def _write_slow(x: Any, path: str, out: list[str]) -> None:
@@ -292,9 +324,14 @@ def _write_slow(x: Any, path: str, out: list[str]) -> None:
             if type(k) is not str:
                 raise CanonicalJsonError(f"non-string key {k!r} at {path}", path=path)
         out.append("{")
-        for i, k in enumerate(ordered_keys(list(x))):
-            if i:
+        first = True
+        for k in ordered_keys(list(x)):
+            if k == PROTO_KEY:  # left out, its value still checked (as settld's canonicalize walks it)
+                _write_slow(x[k], _path_join(path, k), [])
+                continue
+            if not first:
                 out.append(",")
+            first = False
             out.append(quote_string(k))
             out.append(":")
             _write_slow(x[k], _path_join(path, k), out)
