@@ -348,6 +348,19 @@ class Backfill:
         }
 
 
+# How far before a destination's disable its backfill looks for artifacts without a delivery to it: an artifact
+# is stamped with the start of the dispatcher turn that built it, and a turn already running when the destination
+# was disabled (or a clock of the API host behind the database's) stamps a time before `disabled_at`. Only
+# artifacts that have no delivery to the destination count, and never one from before the destination existed.
+BACKFILL_MARGIN: Final = timedelta(minutes=5)
+
+
+def _backfill_start(tx: Tx, tenant_id: str, destination_id: str, disabled_at: datetime) -> datetime:
+    created = store.destination_created_at(tx, tenant_id, destination_id)
+    start = disabled_at - BACKFILL_MARGIN
+    return start if created is None else max(start, created)
+
+
 def enable_destination(
     db: Database,
     tenant_id: str,
@@ -389,11 +402,12 @@ def enable_destination_with_backfill(
         assert dest is not None
         report = Backfill(since)
         if since is not None:
-            missing = store.count_missing(tx, dest, since=since)
+            start = _backfill_start(tx, tenant_id, destination_id, since)
+            missing = store.count_missing(tx, dest, since=start)
             report = Backfill(since, missing)
             if backfill:
-                report = Backfill(since, missing, enqueue.backfill(tx, dest, since=since, now=ts),
-                                  store.requeue_gone(tx, tenant_id, destination_id, since=since, now=ts))
+                report = Backfill(since, missing, enqueue.backfill(tx, dest, since=start, now=ts),
+                                  store.requeue_gone(tx, tenant_id, destination_id, since=start, now=ts))
     audit.info(
         "destination enabled",
         extra={"tenant_id": tenant_id, "destination_id": destination_id, "actor": actor, "backfill": report.to_json()},

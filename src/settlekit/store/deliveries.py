@@ -610,6 +610,16 @@ def destination_disabled_at(tx: Tx, tenant_id: str, destination_id: str) -> date
     )
 
 
+def destination_created_at(tx: Tx, tenant_id: str, destination_id: str) -> datetime | None:
+    """When the destination was first saved (None when unknown)."""
+    return from_timestamp(
+        tx.scalar(
+            "SELECT created_at FROM destinations WHERE tenant_id = ? AND destination_id = ?",
+            (tenant_id, destination_id),
+        )
+    )
+
+
 def _missing_sql(dest: Destination) -> tuple[str, list[Any]]:
     """Artifacts of `dest`'s tenant created at or after a bound parameter (first `?`) that the destination
     accepts and has no delivery row for (the dedupe key, `tenant:destination:type:id:hash` as
