@@ -401,10 +401,14 @@ def js_numbers(value: Any) -> Any:
     return value
 
 
-# A number token with a fraction or an exponent, between the characters that may surround a value (a string that
-# looks like one only costs the slower parser). Timestamps such as "…T11:00:00.000Z" do not match.
-_FRACTION_OR_EXPONENT: Final = re.compile(
-    rb"(?:\A|[:\[,])\s*-?[0-9]+(?:\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)(?=\s*(?:[,\]}]|\Z))")
+# The end of a number token with a fraction or an exponent: the fraction or the exponent, then what may follow a
+# value (a string that looks like one only costs the slower parser). Timestamps such as "…T11:00:00.000Z" do not
+# match. Each pattern starts with a literal ('.', 'e', 'E'), which the regular expression engine scans for fast.
+_NUMBER_ENDS: Final = tuple(re.compile(pattern) for pattern in (
+    rb"\.[0-9]+(?:[eE][+-]?[0-9]+)?(?=[ \t\n\r,\]}]|\Z)",
+    rb"e(?<=[0-9]e)[+-]?[0-9]+(?=[ \t\n\r,\]}]|\Z)",
+    rb"E(?<=[0-9]E)[+-]?[0-9]+(?=[ \t\n\r,\]}]|\Z)",
+))
 
 
 # A JSON text without a run of 16 digits holds no integer beyond the safe range (2**53 has 16 digits). The
@@ -452,7 +456,7 @@ def parse_json(text: str | bytes) -> Any:
 
 
 def _has_fraction_or_exponent(data: bytes) -> bool:
-    return _FRACTION_OR_EXPONENT.search(data) is not None
+    return any(pattern.search(data) is not None for pattern in _NUMBER_ENDS)
 
 
 def canonical_bytes(x: Any) -> bytes:
