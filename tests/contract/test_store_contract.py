@@ -357,3 +357,16 @@ def test_hot_json_columns_compress_with_lz4_where_the_server_has_it(pg_url: str)
                      " head_event_id, snapshot_json) VALUES ('t', 's', 'job', 1, 'h', 'e', %s)", (snapshot,))
         stored = conn.execute("SELECT snapshot_json, pg_column_compression(snapshot_json) FROM streams").fetchone()
         assert stored == (snapshot, "lz4")
+
+
+def test_after_commit_callbacks_run_once_committed_and_never_on_rollback(db: Database) -> None:
+    ran: list[str] = []
+    with db.transaction() as tx:
+        tx.after_commit(lambda: ran.append("first"))
+        tx.after_commit(lambda: ran.append("second"))
+        assert ran == []  # not before the commit
+    assert ran == ["first", "second"]
+    with pytest.raises(RuntimeError), db.transaction() as tx:
+        tx.after_commit(lambda: ran.append("rolled back"))
+        raise RuntimeError("the transaction fails")
+    assert ran == ["first", "second"]

@@ -101,9 +101,9 @@ def replay_destination(db: Database, tenant_id: str, destination_id: str, *, sin
     end = _utc(until) or at
     check_window(since, end)
     replayed, pending = store.replay(tx, tenant_id, destination_id, since=since, until=end, now=at)
-    audit.info("deliveries replayed", extra={"tenant_id": tenant_id, "destination_id": destination_id,
-                                             "since": _iso(since), "until": _iso(end), "replayed": replayed,
-                                             "actor": actor})
+    tx.after_commit(lambda: audit.info(
+        "deliveries replayed", extra={"tenant_id": tenant_id, "destination_id": destination_id, "since": _iso(since),
+                                      "until": _iso(end), "replayed": replayed, "actor": actor}))
     return Replay(destination_id, since, end, replayed, pending)
 
 

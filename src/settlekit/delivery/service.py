@@ -499,9 +499,8 @@ def requeue_delivery(
         with db.transaction() as own:
             return requeue_delivery(db, tenant_id, delivery_id, actor=actor, now=now, tx=own)
     n = store.requeue(tx, tenant_id, delivery_id=delivery_id, now=_now(now))
-    audit.info(
-        "delivery requeued", extra={"tenant_id": tenant_id, "delivery_id": delivery_id, "actor": actor}
-    )
+    tx.after_commit(lambda: audit.info(
+        "delivery requeued", extra={"tenant_id": tenant_id, "delivery_id": delivery_id, "actor": actor}))
     return n
 
 
@@ -517,8 +516,7 @@ def requeue_destination(
     if store.get_destination(tx, tenant_id, destination_id) is None:
         raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
     n = store.requeue(tx, tenant_id, destination_id=destination_id, now=_now(now))
-    audit.info(
+    tx.after_commit(lambda: audit.info(
         "deliveries requeued",
-        extra={"tenant_id": tenant_id, "destination_id": destination_id, "count": n, "actor": actor},
-    )
+        extra={"tenant_id": tenant_id, "destination_id": destination_id, "count": n, "actor": actor}))
     return n

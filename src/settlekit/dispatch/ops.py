@@ -265,7 +265,7 @@ def reset_consumer(
         gaps: list[Gap] = []
         if to == "now":
             position = hwm
-            gaps = _in_flight_holes(repo, tx, state.cursor, hwm)
+            gaps = _in_flight_holes(repo, tx, state.pending_gaps, hwm)
         elif isinstance(to, int) and not isinstance(to, bool) and 0 <= to <= hwm:
             position = to
         else:
@@ -293,14 +293,19 @@ def reset_consumer(
 RESET_HOLE_WINDOW = 10_000  # the last positions a reset to `now` looks at for appends still in flight
 
 
-def _in_flight_holes(repo: ConsumerRepository, tx: Tx, cursor: int, hwm: int) -> list[Gap]:
-    """The positions below the high-water mark that are not visible yet, among the last RESET_HOLE_WINDOW: an
-    append in flight may still commit there, after the reset, and must still be delivered (pending gaps, retired
-    once every writer that drew a position before now has ended). Only where positions commit out of order."""
-    if not repo.commits_out_of_order or hwm <= cursor:
+def _in_flight_holes(repo: ConsumerRepository, tx: Tx, pending: Sequence[Gap], hwm: int) -> list[Gap]:
+    """The positions below the high-water mark that are not visible yet: those among the last RESET_HOLE_WINDOW and
+    those of the consumer's pending gaps (below its cursor). An append in flight may still commit there, after the
+    reset, and must still be delivered (pending gaps, retired once every writer that drew a position before now
+    has ended). Only where positions commit out of order."""
+    if not repo.commits_out_of_order:
         return []
-    low = max(cursor, hwm - RESET_HOLE_WINDOW)
+    low = max(0, hwm - RESET_HOLE_WINDOW)
     ranges = holes(low, hwm, repo.positions_between(tx, low, hwm))
+    for gap in pending:
+        if gap.lo <= low:
+            top = min(gap.hi, low)
+            ranges += holes(gap.lo - 1, top + 1, [*repo.positions_between(tx, gap.lo - 1, top), top + 1])
     if not ranges:
         return []
     xid, seen = repo.observation_xid(), time.time()

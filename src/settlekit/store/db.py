@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import importlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any, Literal
 
@@ -61,6 +61,20 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     def savepoint(self) -> contextlib.AbstractContextManager[None]:
         """A nested savepoint: rolled back alone when the block raises."""
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once this transaction (a `Database.transaction()`) has committed; never when it rolls
+        back. For what must not be said of a write that did not happen (an audit line)."""
+        callbacks: list[Callable[[], None]] | None = getattr(self, "_after_commit", None)
+        if callbacks is None:
+            callbacks = []
+            self._after_commit = callbacks
+        callbacks.append(callback)
+
+    def run_after_commit(self) -> None:
+        """Called by the backend once the transaction has committed."""
+        for callback in getattr(self, "_after_commit", None) or ():
+            callback()
 
     @property
     @abc.abstractmethod

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from settlekit.store.db import Row, Tx
@@ -39,6 +39,9 @@ class ScopedTx(Tx):
     def savepoint(self) -> contextlib.AbstractContextManager[None]:
         self._enter()
         return self._tx.savepoint()
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        self._tx.after_commit(callback)  # the enclosing transaction's commit
 
     @property
     def raw(self) -> Any:

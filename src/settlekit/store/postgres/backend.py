@@ -209,8 +209,11 @@ class PostgresDatabase(Database):
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[PostgresTx]:
-        with self._available(), self.pool.connection() as conn, conn.transaction():
-            yield PostgresTx(conn)
+        with self._available(), self.pool.connection() as conn:
+            with conn.transaction():
+                tx = PostgresTx(conn)
+                yield tx
+            tx.run_after_commit()
 
     @contextlib.contextmanager
     def query(self) -> Iterator[PostgresTx]:

@@ -272,6 +272,7 @@ class SqliteDatabase(Database):
                     conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
+        tx.run_after_commit()
         if tx.wants_notify:
             with self._wake:
                 self._wake.notify_all()
