@@ -137,3 +137,39 @@ def test_a_proto_key_in_an_appended_payload_is_400(db: Database) -> None:
     problem = json.loads(got["body"])
     assert (got["status"], problem["code"]) == (400, "SCHEMA_INVALID"), problem
     assert "__proto__" in problem["detail"]
+
+
+_ACTOR = {"type": "system", "id": "ops"}
+
+
+@pytest.mark.parametrize("at", ["20260115T120000.000Z", "2026-W03-4T12:00:00.000Z", "2026-015T12:00:00.000Z"])
+def test_an_event_at_in_a_basic_week_or_ordinal_form_is_refused(db: Database, at: str) -> None:
+    """Python's fromisoformat reads ISO's basic, week and ordinal forms, which settld's Date.parse does not; the live
+    path took them, and the month close (placing entries by their text a day or more from a bound) counted such
+    an entry in no month. Now 400 SCHEMA_INVALID naming `at`, nothing stored. Found by a reviewer."""
+    api = client(make_app(db), key_for(db, TENANT_A))
+    r = api.post("/v1/jobs/job_w/events", json={"type": "JOB_CREATED", "actor": _ACTOR,
+                                                "payload": {"templateId": "t"}, "at": at},
+                 headers={"x-expected-prev-chain-hash": ""})
+    assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID", r.text
+    assert r.json()["details"]["field"] == "at"
+    assert api.get("/v1/jobs/job_w").status_code == 404
+
+
+def test_a_booking_at_an_instant_just_before_year_1_is_stored(db: Database) -> None:
+    """`0001-01-01T00:00:00.000+00:01` is an instant of year 0 (settld's Date.parse reads it): the BOOKED's ledger
+    entry could not be placed on the timeline (OverflowError, a 500). Found by a reviewer."""
+    api = client(make_app(db), key_for(db, "tenant_y"), raise_server_exceptions=False)
+    at, path = "0001-01-01T00:00:00.000+00:01", "/v1/jobs/job_y/events"
+    head = ""
+    booked = load_vector("settle_completed.json")["events"][2]["payload"]
+    lean = {k: v for k, v in booked.items() if k not in ("policySnapshot", "policyHash", "creditPolicy",
+                                                         "evidencePolicy")}
+    for event in ({"type": "JOB_CREATED", "actor": _ACTOR, "payload": {"templateId": "t"}},
+                  {"type": "QUOTE_PROPOSED", "actor": {"type": "pricing", "id": "p1"},
+                   "payload": {"amountCents": 6500, "currency": "USD"}},
+                  {"type": "BOOKED", "actor": _ACTOR, "payload": lean}):
+        r = api.post(path, json={**event, "at": at}, headers={"x-expected-prev-chain-hash": head})
+        assert r.status_code == 201, (r.status_code, r.text)
+        head = r.json()["headChainHash"]
+    assert api.get("/v1/ledger/balances").json()["balances"]["acct_cash"] == 6500

@@ -398,3 +398,15 @@ def test_year_zero_is_no_month(db: Database) -> None:
     with pytest.raises(SettlekitError) as refused:
         _close(db, _tenant(), "0000-01")
     assert refused.value.code == "FINANCE_MONTH_INVALID"
+
+
+def test_a_carried_entry_with_an_offset_names_the_month_of_its_instant(db: Database) -> None:
+    """A late entry at 2026-02-01T00:30+01:00 (a January instant) is carried into February, whose `carriedIn`
+    named its `originalPeriod` 2026-02 (the first seven characters of its text). Found by a reviewer."""
+    tenant = _tenant()
+    _post(db, tenant, "job_a", "e_0", "2026-01-10T00:00:00.000Z", 1)
+    _close(db, tenant, "2026-01")
+    _post(db, tenant, "job_a", "e_jan", "2026-02-01T00:30:00.000+01:00", 7)
+    feb = _close(db, tenant, "2026-02")
+    assert feb["statement"]["carriedIn"] == [{"entryId": "e_jan", "sourceEventId": "evt_e_jan",
+                                              "originalPeriod": "2026-01"}]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -114,12 +115,20 @@ def _purpose_for_actor(actor_type: str) -> str:
     return actor_type if actor_type in ("robot", "operator") else "server"
 
 
+# An instant in the extended calendar form (YYYY-MM-DD, then the time): Python also reads ISO's basic, week and
+# ordinal forms (20260115T…, 2026-W03-4T…, 2026-015T…), which settld's Date.parse does not, and which the month
+# close, placing entries by their text a day or more from a bound, would put in the wrong month.
+_CALENDAR_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ]|\Z)", re.ASCII)
+
+
 def _parse_at(at: str, index: int) -> datetime:
     try:
+        if not _CALENDAR_DATE.match(at):
+            raise ValueError("not the extended calendar form")
         parsed = datetime.fromisoformat(at)
     except ValueError as exc:
-        raise ValidationError(f"event {index}: at {at!r} is not an ISO-8601 instant", code="SCHEMA_INVALID",
-                              index=index, field="at") from exc
+        raise ValidationError(f"event {index}: at {at!r} is not an ISO-8601 instant (YYYY-MM-DDTHH:MM:SS.sssZ)",
+                              code="SCHEMA_INVALID", index=index, field="at") from exc
     if parsed.tzinfo is None:
         raise ValidationError(f"event {index}: at {at!r} has no time zone", code="SCHEMA_INVALID", index=index,
                               field="at")

@@ -17,7 +17,7 @@ from settlekit.events.canonical import canonical_bytes, canonical_hash, iso_mill
 from settlekit.events.envelope import Signer, key_id_for_public_pem, load_public_key, verify_signature
 from settlekit.ledger import accounts as A
 from settlekit.ledger import merkle
-from settlekit.ledger.timeline import epoch_millis
+from settlekit.ledger.timeline import epoch_millis, millis_to_iso
 
 MONTH_CLOSE: Final = "MonthClose.v1"
 _MONTH = re.compile(r"^([0-9]{4})-(0[1-9]|1[0-2])$")
@@ -63,8 +63,12 @@ def instant_before(at: str, bound: str) -> bool:
 
 
 def month_of(at: str) -> str:
-    """The period an ISO UTC time falls in (its first seven characters)."""
-    return at[:7]
+    """The period (YYYY-MM) of an entry time's UTC instant; a time that is no ISO-8601 instant, by its first seven
+    characters, as it was stored."""
+    try:
+        return millis_to_iso(epoch_millis(at))[:7]
+    except (ValueError, OverflowError):
+        return at[:7]
 
 
 @dataclass(frozen=True)

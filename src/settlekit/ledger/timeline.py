@@ -79,14 +79,23 @@ def parse_instant(text: str) -> int | None:
         return None
     if moment.tzinfo is None:
         return None
-    try:
-        return _millis(moment)
-    except OverflowError:  # a local time whose UTC instant lies outside years 1 to 9999
-        return None
+    millis = _millis(moment)
+    return millis if _YEAR_1_MS <= millis <= _YEAR_9999_END_MS else None  # a UTC instant in years 1 to 9999
+
+
+_YEAR_1_MS: Final = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
+_YEAR_9999_END_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 def _millis(moment: datetime) -> int:
-    delta = moment.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+    """Epoch milliseconds of an aware datetime, also when its UTC instant lies just outside years 1 to 9999 (the
+    local time `0001-01-01T00:00+00:01` is an instant of year 0, which settld's Date.parse reads)."""
+    offset = moment.utcoffset() or timedelta(0)
+    delta = moment.replace(tzinfo=None) - datetime(1970, 1, 1)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000 - _whole_millis(offset)
+
+
+def _whole_millis(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
