@@ -80,6 +80,10 @@ def verify(
 ) -> None:
     """Verify a stream offline (hashes, chain links, signatures); exit 1 naming the first bad index. Also checks a
     MonthClose.v1 (hash, server signature, journal bytes) and the tenant log's inclusion and consistency proofs."""
+    if stream is not None and ((artifact is not None and _is_month_close(artifact))
+                               or (proof is not None and _is_consistency_proof(proof))):
+        fail(ValidationError("a MonthClose.v1 or a consistency proof is checked without a stream (its keys are the "
+                             "server's): verify the stream in a call of its own", code="SCHEMA_INVALID"), 2)
     if proof is not None or (artifact is not None and (stream is None or _is_month_close(artifact))):
         _verify_finance(stream, keys, artifact, proof, journal)
         return
@@ -111,6 +115,13 @@ def _is_month_close(path: Path) -> bool:
 
     doc = read_json(path)
     return isinstance(doc, dict) and doc.get("artifactType") == MONTH_CLOSE
+
+
+def _is_consistency_proof(path: Path) -> bool:
+    from settlekit.ledger.close import CONSISTENCY_PROOF
+
+    doc = read_json(path)
+    return isinstance(doc, dict) and doc.get("proofType") == CONSISTENCY_PROOF
 
 
 def _verify_finance(stream: Path | None, keys: Path | None, artifact: Path | None, proof: Path | None,
@@ -149,9 +160,12 @@ def _leaf_in_stream(leaf: Mapping[str, Any], events: Any) -> dict[str, Any]:
     ok = isinstance(events, list) and type(count) is int and 0 < count <= len(events)
     prev = None
     for event in events[:count] if ok else []:
-        ok = ok and isinstance(event, dict) and event.get("streamId") == leaf.get("streamId") \
-            and event.get("prevChainHash") == prev and event.get("payloadHash") == compute_payload_hash(event) \
-            and event.get("chainHash") == compute_chain_hash(prev, event["payloadHash"])
+        try:
+            ok = ok and isinstance(event, dict) and event.get("streamId") == leaf.get("streamId") \
+                and event.get("prevChainHash") == prev and event.get("payloadHash") == compute_payload_hash(event) \
+                and event.get("chainHash") == compute_chain_hash(prev, event["payloadHash"])
+        except (KeyError, TypeError, ValueError, SettlekitError):  # not an event envelope: not the stream's head
+            ok = False
         prev = event.get("chainHash") if isinstance(event, dict) else None
     ok = ok and prev == leaf.get("headChainHash")
     return {"ok": ok, "streamMatches": ok}

@@ -83,7 +83,8 @@ def balances(
     db: DbOption = None,
     tenant: str | None = typer.Option(None, "--tenant", help="only this tenant"),
     as_of: str | None = typer.Option(None, "--as-of", help="as of this instant (ISO-8601 with an offset)"),
-    position: int | None = typer.Option(None, "--position", min=0, help="as of this event-store position"),
+    position: int | None = typer.Option(None, "--position", min=0, max=2**63 - 1,
+                                        help="as of this event-store position"),
     party: str | None = typer.Option(None, "--party", help="this party's allocations instead of the accounts"),
 ) -> None:
     """Print balances per tenant and account as JSON lines; the last line per tenant is its total (0 for the

@@ -328,6 +328,11 @@ def verify_inclusion_proof(proof: Any, keys: Mapping[str, str] | None = None) ->
         proof.get("leafIndex")
     if tree is None or path is None or type(index) is not int or not isinstance(leaf, Mapping):
         return _failed(report, "the proof is missing a field")
+    signed = proof["close"]
+    period = signed.get("period")
+    if (proof.get("tenantId"), proof.get("month"), proof.get("treeSize")) != (
+            signed.get("tenantId"), period.get("month") if isinstance(period, Mapping) else None, tree[0]):
+        return _failed(report, "the proof's tenantId, month or treeSize is not the signed close's")
     try:
         data = StreamLeaf(leaf["streamId"], leaf["headChainHash"], leaf["eventCount"])
     except KeyError:
