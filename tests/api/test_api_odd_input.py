@@ -173,3 +173,16 @@ def test_a_booking_at_an_instant_just_before_year_1_is_stored(db: Database) -> N
         assert r.status_code == 201, (r.status_code, r.text)
         head = r.json()["headChainHash"]
     assert api.get("/v1/ledger/balances").json()["balances"]["acct_cash"] == 6500
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_a_job_create_body_that_is_not_utf8_is_refused(db: Database, encoding: str) -> None:
+    """POST /v1/jobs read its body with FastAPI's parser, which detects UTF-16 and UTF-32 (settld refuses them, as
+    the events route does): now 400 JSON_INVALID, nothing created. Found by a reviewer."""
+    app = make_app(db)
+    key = key_for(db, TENANT_A)
+    body = '{"jobId":"job_u16","payload":{"templateId":"reset_lite"}}'.encode(encoding)
+    got = asgi_request(app, "POST", "/v1/jobs", [(b"authorization", f"Bearer {key}".encode()),
+                                                (b"content-type", b"application/json")], body)
+    assert (got["status"], json.loads(got["body"]).get("code")) == (400, "JSON_INVALID"), got["body"]
+    assert client(app, key).get("/v1/jobs/job_u16").status_code == 404

@@ -386,21 +386,6 @@ def js_float(text: str) -> int | float:
     return value
 
 
-def js_numbers(value: Any) -> Any:
-    """`value` (parsed by a Python JSON parser) with its numbers as JavaScript's JSON.parse gives them: an integer
-    outside the safe range becomes a double, a float whose value is a safe integer becomes that integer."""
-    if type(value) is dict:
-        return {k: js_numbers(v) for k, v in value.items()}
-    if type(value) is list:
-        return [js_numbers(v) for v in value]
-    if type(value) is int and not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-        return js_int(str(value))
-    if type(value) is float and value.is_integer() and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER \
-            and (value or math.copysign(1.0, value) > 0):
-        return int(value)
-    return value
-
-
 # The end of a number token with a fraction or an exponent: the fraction or the exponent, then what may follow a
 # value (a string that looks like one only costs the slower parser). Timestamps such as "…T11:00:00.000Z" do not
 # match. Each pattern starts with a literal ('.', 'e', 'E'), which the regular expression engine scans for fast.

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
 from starlette.responses import Response
 
 from settlekit.api.auth import ApiKey
@@ -39,7 +40,6 @@ from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, Job
 from settlekit.append import AppendResult, Idempotency
 from settlekit.append.appender import AppendOptions, StreamPrecondition, named_key_ids
 from settlekit.errors import CATALOGUE, ConflictError, SettlekitError, ValidationError
-from settlekit.events.canonical import js_numbers
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.metrics import PerRegistry
 from settlekit.store import streams
@@ -177,13 +177,19 @@ async def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, i
              responses={200: ALREADY_THERE, **problems("JOB_ALREADY_EXISTS", *APPEND_CODES)},
              openapi_extra=IDEMPOTENT)
 async def create_job(body: CreateJob, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
+    # FastAPI checked the body's shape; it is read again as settld reads a body (UTF-8 only, JavaScript's trim and
+    # numbers), so the payload holds what JSON.parse gives
+    try:
+        body = CreateJob.model_validate(parse_body(await request.body()))
+    except PydanticValidationError as exc:  # what FastAPI's reading of the same bytes let through
+        raise ValidationError(f"body: {exc.errors()[0]['msg']}", code="SCHEMA_INVALID", field="body") from None
     return await _measured(context(request), _create_job(body, request, key))
 
 
 async def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendResult:
     ctx = context(request)
     job_id = body.jobId or f"job_{uuid.uuid4()}"
-    payload = js_numbers(dict(body.payload))  # FastAPI read the body with Python's numbers; settld reads JavaScript's
+    payload = dict(body.payload)
     payload.setdefault("tenantId", key.tenant_id)
     _require_own_tenant(key, payload)
     actor = body.actor.model_dump() if body.actor is not None else dict(DEFAULT_ACTOR)
