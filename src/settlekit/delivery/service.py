@@ -351,14 +351,15 @@ class Backfill:
 # How far before a destination's disable its backfill looks for artifacts without a delivery to it: an artifact
 # is stamped with the start of the dispatcher turn that built it, and a turn already running when the destination
 # was disabled (or a clock of the API host behind the database's) stamps a time before `disabled_at`. Only
-# artifacts that have no delivery to the destination count, and never one from before the destination existed.
+# artifacts that have no delivery to the destination count, never one from before it was last enabled (an
+# earlier disabled period whose backfill was declined) or first saved.
 BACKFILL_MARGIN: Final = timedelta(minutes=5)
 
 
 def _backfill_start(tx: Tx, tenant_id: str, destination_id: str, disabled_at: datetime) -> datetime:
-    created = store.destination_created_at(tx, tenant_id, destination_id)
+    active_since = store.destination_active_since(tx, tenant_id, destination_id)
     start = disabled_at - BACKFILL_MARGIN
-    return start if created is None else max(start, created)
+    return start if active_since is None else max(start, active_since)
 
 
 def enable_destination(
@@ -397,12 +398,12 @@ def enable_destination_with_backfill(
     ts = _now(now)
     with db.transaction() as tx:
         since = store.destination_disabled_at(tx, tenant_id, destination_id) if current.status == "disabled" else None
+        start = None if since is None else _backfill_start(tx, tenant_id, destination_id, since)
         store.set_destination_status(tx, tenant_id, destination_id, status="active", reason=None, now=ts)
         dest = store.get_destination(tx, tenant_id, destination_id)
         assert dest is not None
         report = Backfill(since)
-        if since is not None:
-            start = _backfill_start(tx, tenant_id, destination_id, since)
+        if since is not None and start is not None:
             missing = store.count_missing(tx, dest, since=start)
             report = Backfill(since, missing)
             if backfill:

@@ -254,11 +254,12 @@ def set_destination_status(
 ) -> None:
     ts = db_time(tx, now)
     # enabling also forgets the failure streak, so an auto-disabled destination starts afresh
-    streak = ", failure_streak = 0, failing_since = NULL" if status == "active" else ""
+    streak = ", failure_streak = 0, failing_since = NULL, enabled_at = ?" if status == "active" else ""
     n = tx.execute(
         f"UPDATE destinations SET status = ?, disabled_reason = ?, disabled_at = ?, updated_at = ?{streak}"
         " WHERE tenant_id = ? AND destination_id = ?",
-        (status, reason, ts if status == "disabled" else None, ts, tenant_id, destination_id),
+        (status, reason, ts if status == "disabled" else None, ts, *([ts] if status == "active" else []),
+         tenant_id, destination_id),
     )
     if n == 0:
         raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
@@ -610,14 +611,11 @@ def destination_disabled_at(tx: Tx, tenant_id: str, destination_id: str) -> date
     )
 
 
-def destination_created_at(tx: Tx, tenant_id: str, destination_id: str) -> datetime | None:
-    """When the destination was first saved (None when unknown)."""
-    return from_timestamp(
-        tx.scalar(
-            "SELECT created_at FROM destinations WHERE tenant_id = ? AND destination_id = ?",
-            (tenant_id, destination_id),
-        )
-    )
+def destination_active_since(tx: Tx, tenant_id: str, destination_id: str) -> datetime | None:
+    """When the destination was last enabled, else first saved (None when unknown)."""
+    row = tx.fetchone("SELECT enabled_at, created_at FROM destinations WHERE tenant_id = ? AND destination_id = ?",
+                      (tenant_id, destination_id))
+    return None if row is None else from_timestamp(row[0] if row[0] is not None else row[1])
 
 
 def _missing_sql(dest: Destination) -> tuple[str, list[Any]]:
