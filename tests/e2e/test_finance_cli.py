@@ -54,8 +54,11 @@ def test_close_show_export_and_verify_offline(closed: tuple[str, Path]) -> None:
     code, out = _run("verify", "--artifact", str(tmp / "close.json"), "--journal", str(tmp / "j.csv"))
     assert code == 0 and json.loads(out)["journalValid"], out
     _run("export", "--stream", "job_0001", "--db", url, "--out", str(tmp / "stream.json"))
-    code, out = _run("verify", str(tmp / "stream.json"), "--artifact", str(tmp / "close.json"))
+    code, out = _run("verify", "--artifact", str(tmp / "close.json"))
     assert code == 0 and json.loads(out)["signatureValid"], out
+    # a stream beside a close would not be checked: the combination is refused (a usage error)
+    code, out = _run("verify", str(tmp / "stream.json"), "--artifact", str(tmp / "close.json"))
+    assert code == 2, out
     if shutil.which("sha256sum"):
         digest = subprocess.run(["sha256sum", str(tmp / "j.csv")], capture_output=True, text=True, check=True)
         assert digest.stdout.split()[0] == json.loads((tmp / "close.json").read_text())["journal"]["sha256"]
