@@ -18,7 +18,7 @@ import httpx
 from settlekit.client.errors import ApiUnreachableError, error_from_response
 from settlekit.client.operations import UNSET, Json, Operations
 from settlekit.client.retry import RetryPolicy
-from settlekit.client.sse import ServerSentEvent, aparse, parse
+from settlekit.client.sse import ServerSentEvent, aparse, asse_lines, parse, sse_lines
 from settlekit.errors import SettlekitError
 
 _PARAM = re.compile(r"\{([a-z_]+)\}")
@@ -133,7 +133,7 @@ class Client(Operations[Json, Iterator[ServerSentEvent]]):
                 if response.status_code >= 400:
                     response.read()
                     decode(response)
-                yield from parse(response.iter_lines())
+                yield from parse(sse_lines(response.iter_text()))
         except httpx.TransportError as exc:
             raise _unreachable(request, exc) from exc
 
@@ -191,7 +191,7 @@ class AsyncClient(Operations[Awaitable[Json], AsyncIterator[ServerSentEvent]]):
                 if response.status_code >= 400:
                     await response.aread()
                     decode(response)
-                async for event in aparse(response.aiter_lines()):
+                async for event in aparse(asse_lines(response.aiter_text())):
                     yield event
         except httpx.TransportError as exc:
             raise _unreachable(request, exc) from exc

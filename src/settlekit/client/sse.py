@@ -5,6 +5,7 @@ server's heartbeats)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,45 @@ class _Builder:
         out = ServerSentEvent("\n".join(self.data), self.event or "message", self.id, self.retry)
         self.data, self.event = [], None
         return out
+
+
+def sse_lines(chunks: Iterable[str]) -> Iterator[str]:
+    """The lines of an event stream given as text chunks, split where SSE splits them: at CR LF, CR or LF only.
+    (httpx's iter_lines splits like str.splitlines, also at U+2028, U+0085, …, which a JSON string may hold: a
+    payload could then forge an `id:` line.)"""
+    pending = ""
+    for chunk in chunks:
+        pending += chunk
+        lines, pending = _complete_lines(pending)
+        yield from lines
+    if pending:
+        yield pending
+
+
+async def asse_lines(chunks: AsyncIterable[str]) -> AsyncIterator[str]:
+    pending = ""
+    async for chunk in chunks:
+        pending += chunk
+        lines, pending = _complete_lines(pending)
+        for line in lines:
+            yield line
+    if pending:
+        yield pending
+
+
+def _complete_lines(text: str) -> tuple[list[str], str]:
+    """(the complete lines of `text`, what is left): a line ended by a CR at the very end is kept back, as its LF
+    may come in the next chunk (CR LF is one line end)."""
+    held = ""
+    if text.endswith("\r"):
+        start = max(text.rfind("\n", 0, len(text) - 1), text.rfind("\r", 0, len(text) - 1)) + 1
+        text, held = text[:start], text[start:]
+    parts = _LINE_END.split(text)
+    rest = parts.pop()
+    return parts, rest + held
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def parse(lines: Iterable[str]) -> Iterator[ServerSentEvent]:
