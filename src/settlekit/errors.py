@@ -348,6 +348,7 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     # --- the client SDK (settlekit.client): its own failures; the API's answers keep the server's code
     "API_UNREACHABLE": ErrorSpec(503, "the client got no answer from the API (refused, dropped or timed out)"),
     "SPOOL_INVALID": ErrorSpec(400, "the client's spool file is not a settlekit spool, or an event cannot be spooled"),
+    "SPOOL_STREAM_NOT_BLOCKED": ErrorSpec(409, "only a blocked stream's waiting events can be discarded"),
     "SPOOL_STREAM_BLOCKED": ErrorSpec(409, "the API refused the stream's spooled events; its spool is stopped until "
                                            "they are discarded (`settlekit spool status` shows why)"),
     "SPOOL_HEAD_UNKNOWN": ErrorSpec(503, "the API is unreachable and the spool has never seen the stream, so the "

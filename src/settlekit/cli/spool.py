@@ -29,7 +29,7 @@ SpoolOption = Annotated[Path, typer.Option("--spool", envvar="SETTLEKIT_SPOOL",
 UrlOption = Annotated[str, typer.Option("--url", envvar="SETTLEKIT_URL",
                                         help="the API's base URL [env SETTLEKIT_URL]")]
 KeyOption = Annotated[str, typer.Option("--api-key", envvar="SETTLEKIT_API_KEY",
-                                        help="an API key with jobs:write [env SETTLEKIT_API_KEY]")]
+                                        help="an API key with jobs:read and jobs:write [env SETTLEKIT_API_KEY]")]
 
 
 @spool_app.callback()

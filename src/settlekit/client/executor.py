@@ -19,7 +19,7 @@ from settlekit.client.http import Client, prepare
 from settlekit.client.operations import UNSET
 from settlekit.client.retry import NO_RETRY, RetryPolicy, is_transient
 from settlekit.client.spool import Spool
-from settlekit.errors import SettlekitError
+from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.canonical import require_well_formed
 from settlekit.events.envelope import Event, Signer, finalize, make_draft, now_iso
 
@@ -74,8 +74,11 @@ class Executor:
         sync to disk) and sent together."""
         if not events:
             return []
-        for _, payload, _ in events:
-            require_well_formed(payload, "$.payload")
+        for _, payload, _ in events:  # what the API always refuses would block the stream once spooled
+            require_well_formed(payload, "$.payload", hashed_keys=True)
+            if _holds_nul(payload):
+                raise ValidationError("the payload holds U+0000, which the API refuses in every string",
+                                      code="SCHEMA_INVALID", field="payload")
         spooled = self._spool(job_id, events)
         if not wait:
             self.flusher.wake()
@@ -132,6 +135,13 @@ class Executor:
             return [Receipt(e, "spooled", exc) for e in events]
         if job_id in report.blocked:
             raise report.blocked[job_id]
+        known = self.spool.head(job_id)
+        if known.blocked_code is not None:  # blocked by a background pass in between: these were never sent
+            raise SpoolError(f"stream {job_id} is blocked by {known.blocked_code}", code="SPOOL_STREAM_BLOCKED",
+                             status=409, streamId=job_id, blockedCode=known.blocked_code)
+        if known.pending:  # still waiting (say, a batch another thread holds): not known to be sent
+            self.flusher.wake()
+            return [Receipt(e, "spooled") for e in events]
         return [Receipt(e, "sent") for e in events]
 
     def follow(self, job_id: str, head_chain_hash: str | None) -> None:
@@ -180,3 +190,19 @@ def discard_blocked(client: Client, spool: Spool, job_id: str) -> int:
     except ApiNotFoundError:
         head = None
     return spool.discard(job_id, head)
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a key or string of a JSON value holds U+0000."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -13,14 +13,15 @@ import threading
 from dataclasses import dataclass, field
 
 from settlekit import failpoints
-from settlekit.client.errors import ApiError
+from settlekit.client.errors import ApiError, ApiUnreachableError
 from settlekit.client.http import Client, Prepared
 from settlekit.client.retry import RetryPolicy, is_transient
 from settlekit.client.spool import DEFAULT_BATCH_EVENTS, Batch, Spool
 from settlekit.errors import SettlekitError
 
 log = logging.getLogger("settlekit.client.spool")
-_STOP_PASS_STATUSES = frozenset({401, 403})
+# answers about the key itself, not about one stream's events: every stream would get them, so the pass stops
+_KEY_REFUSALS = frozenset({"UNAUTHENTICATED", "API_KEY_INVALID", "FORBIDDEN", "RATE_LIMITED"})
 
 
 @dataclass
@@ -83,7 +84,8 @@ class Flusher:
             try:
                 answer = self.client.send(append_request(batch), retry)
             except ApiError as exc:
-                if is_transient(exc) or exc.status in _STOP_PASS_STATUSES:
+                # a 5xx says nothing about the events (the batch may even have committed): keep it pending
+                if is_transient(exc) or exc.status >= 500 or exc.status == 401 or exc.code in _KEY_REFUSALS:
                     raise
                 self.spool.block(stream_id, exc.code, str(exc), exc.problem)
                 report.blocked[stream_id] = exc
@@ -91,7 +93,11 @@ class Flusher:
                 return report
             failpoints.hit("spool.answered", stream_id)
             positions = answer.get("positions") if isinstance(answer, dict) else None
-            self.spool.mark_sent(batch, positions if isinstance(positions, list) else None)
+            if not isinstance(positions, list) or len(positions) != len(batch.seqs):
+                # not the API's append answer (a proxy's page): nothing is known to be stored, the batch stays
+                raise ApiUnreachableError("the answer to an append is not the API's (no positions of the batch's"
+                                          " events)")
+            self.spool.mark_sent(batch, positions)
             failpoints.hit("spool.marked", stream_id)
             report.sent[stream_id] = report.sent.get(stream_id, 0) + len(batch.seqs)
         return report

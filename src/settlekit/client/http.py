@@ -64,9 +64,15 @@ def _query_value(value: Any) -> Any:
 
 
 def decode(response: httpx.Response) -> Json:
-    """The answer's data, or its typed error. JSON answers are decoded; others (metrics) come back as text."""
+    """The answer's data, or its typed error. JSON answers are decoded; others (metrics) come back as text. A
+    redirect is not the API's answer (the client follows none: a proxy sent it), so it is ApiUnreachableError:
+    the request may be retried unchanged once the URL is right."""
     if response.status_code >= 400:
         raise error_from_response(response.status_code, response.content, response.headers)
+    if not 200 <= response.status_code < 300:
+        raise ApiUnreachableError(f"the API's URL answered {response.status_code} (a redirect to "
+                                  f"{response.headers.get('location', 'nowhere')!r}), not the API itself",
+                                  answerStatus=response.status_code)
     if "json" in response.headers.get("content-type", ""):
         return response.json()
     return response.text

@@ -277,6 +277,10 @@ class Spool:
         """Give up the waiting events of a blocked stream (kept in the file, marked discarded) and unblock it,
         following the API's head `head_chain_hash` from now on. Returns how many were discarded."""
         with self._write() as conn:
+            row = conn.execute("SELECT blocked_code FROM spool_streams WHERE stream_id = ?", (stream_id,)).fetchone()
+            if row is None or row[0] is None:  # its waiting events would still be sent: never given up
+                raise SpoolError(f"stream {stream_id} is not blocked: nothing to discard",
+                                 code="SPOOL_STREAM_NOT_BLOCKED", streamId=stream_id)
             cur = conn.execute(f"UPDATE spool_events SET discarded_at = ? WHERE stream_id = ? AND {_PENDING}",
                                (_now(), stream_id))
             conn.execute("UPDATE spool_streams SET blocked_code = NULL, blocked_message = NULL, "
