@@ -121,6 +121,27 @@ def pg_url(pg_template: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg(pg_url: str) -> Iterator[Database]:
+    """A migrated PostgreSQL database of its own (PostgreSQL-only tests)."""
+    database = connect(pg_url)
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+@pytest.fixture
+def sqlite_db(sqlite_url: str) -> Iterator[Database]:
+    """A migrated SQLite database of its own (SQLite-only tests)."""
+    database = connect(sqlite_url)
+    database.migrate()
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+@pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'settlekit.db'}"
 

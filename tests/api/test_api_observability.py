@@ -16,18 +16,8 @@ from prometheus_client import CollectorRegistry
 from conftest import load_vector
 from settlekit.api.ratelimit import Quota, RateLimiter
 from settlekit.runtime.logging import configure_logging, reset_logging
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from support.api import TENANT_A, client, key_for, make_app
-
-
-@pytest.fixture
-def sqlite_db(sqlite_url: str) -> Iterator[Database]:
-    db = connect(sqlite_url)
-    db.migrate()
-    try:
-        yield db
-    finally:
-        db.close()
 
 
 @pytest.fixture

@@ -13,22 +13,13 @@ import pytest
 from settlekit.client import Client, RetryPolicy
 from settlekit.client.executor import Executor
 from settlekit.events.envelope import Signer
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from support.api import TENANT_A, key_for, make_app
 from support.http_server import FaultyTransport, is_append, serve
 from support.sdk import dispatched_job, heartbeat, start_events
 
 ROBOT = "rob_1"
 
-
-@pytest.fixture
-def sqlite_db(sqlite_url: str) -> Iterator[Database]:
-    database = connect(sqlite_url)
-    database.migrate()
-    try:
-        yield database
-    finally:
-        database.close()
 
 
 class Answer500(FaultyTransport):

@@ -5,26 +5,15 @@ reviewer."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
 from settlekit.client import Client
 from settlekit.client.sse import parse
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 from support.api import TENANT_A, key_for, make_app
 from support.http_server import serve
 from support.sdk import dispatched_job
-
-
-@pytest.fixture
-def sqlite_db(sqlite_url: str) -> Iterator[Database]:
-    database = connect(sqlite_url)
-    database.migrate()
-    try:
-        yield database
-    finally:
-        database.close()
 
 
 @pytest.mark.parametrize("odd", ["\u2028", "\u0085"], ids=["U+2028", "U+0085"])

@@ -3,7 +3,6 @@ resend is answered alreadyExists (README), not 409 PREV_CHAIN_HASH_MISMATCH, whi
 Found by a reviewer."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,18 +10,10 @@ import pytest
 from settlekit.append import Appender
 from settlekit.errors import ConflictError
 from settlekit.events.envelope import finalize, make_draft
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database
 
 ACTOR = {"type": "system", "id": "test"}
 
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[Database]:
-    db = connect(pg_url)
-    try:
-        yield db
-    finally:
-        db.close()
 
 
 def test_concurrent_resend_of_the_same_signed_event_is_already_exists_not_409(pg: Database) -> None:

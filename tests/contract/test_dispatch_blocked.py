@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -21,16 +20,7 @@ from test_dispatch_pg import append, holder
 from settlekit.dispatch import SHARED_INSTANCE, Consumer, Dispatcher, get_state
 from settlekit.dispatch.gaps import merge, oldest_seen_at, settle
 from settlekit.store.consumers import Gap, dump_gaps, parse_gaps
-from settlekit.store.db import Database, connect
-
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[Database]:
-    db = connect(pg_url)
-    try:
-        yield db
-    finally:
-        db.close()
+from settlekit.store.db import Database
 
 
 def burn(pg_url: str) -> None:

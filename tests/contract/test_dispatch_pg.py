@@ -7,7 +7,7 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -30,14 +30,6 @@ from settlekit.store.db import Database, Tx, connect
 
 ACTOR = {"type": "system", "id": "test"}
 
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[Database]:
-    db = connect(pg_url)
-    try:
-        yield db
-    finally:
-        db.close()
 
 
 class _Rollback(Exception):

@@ -7,13 +7,13 @@ import threading
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from test_dispatch_reset_race import HoldingDomain, append, pg  # noqa: F401
+from test_dispatch_reset_race import HoldingDomain, append
 
 from settlekit.dispatch import Consumer, Dispatcher, reset_consumer
 from settlekit.store.db import Database, Tx
 
 
-def test_pending_gap_below_the_cursor_survives_reset_to_now(pg: Database) -> None:  # noqa: F811
+def test_pending_gap_below_the_cursor_survives_reset_to_now(pg: Database) -> None:
     seen: list[int] = []
     d = Dispatcher(pg, [Consumer("c", lambda e, ctx: seen.append(e.position))], registry=CollectorRegistry(),
                    listen=False)

@@ -4,15 +4,13 @@ now records the holes below the high-water mark as pending gaps. Found by a revi
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from settlekit.append import Appender, DomainOutcome, PassThroughDomain
 from settlekit.dispatch import Consumer, Dispatcher, reset_consumer
-from settlekit.store.db import Database, Tx, connect
+from settlekit.store.db import Database, Tx
 
 ACTOR = {"type": "system", "id": "test"}
 
@@ -32,14 +30,6 @@ def append(db: Database, stream: str, domain: Any = None) -> list[int]:
     return store.append("t1", stream, [{"type": "T", "actor": ACTOR, "payload": {}}],
                         expected_version=head.seq if head else 0).positions
 
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[Database]:
-    db = connect(pg_url)
-    try:
-        yield db
-    finally:
-        db.close()
 
 
 def test_event_in_flight_during_reset_to_now_is_delivered_once_committed(pg: Database) -> None:
