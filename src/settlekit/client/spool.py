@@ -280,7 +280,7 @@ class Spool:
             row = conn.execute("SELECT blocked_code FROM spool_streams WHERE stream_id = ?", (stream_id,)).fetchone()
             if row is None or row[0] is None:  # its waiting events would still be sent: never given up
                 raise SpoolError(f"stream {stream_id} is not blocked: nothing to discard",
-                                 code="SPOOL_STREAM_NOT_BLOCKED", streamId=stream_id)
+                                 code="SPOOL_STREAM_NOT_BLOCKED", status=409, streamId=stream_id)
             cur = conn.execute(f"UPDATE spool_events SET discarded_at = ? WHERE stream_id = ? AND {_PENDING}",
                                (_now(), stream_id))
             conn.execute("UPDATE spool_streams SET blocked_code = NULL, blocked_message = NULL, "

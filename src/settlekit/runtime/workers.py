@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -52,9 +53,20 @@ def load_server_signer(path: str | None) -> Signer:
         return Signer.from_pem(file.read_text(encoding="ascii"))
     signer = Signer.generate()
     file.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(signer.private_key_pem())
+    # written whole under another name (mode 0600), then linked in: processes starting at once all end up with
+    # the one key that was linked first, and none reads a file half written
+    fd, temporary = tempfile.mkstemp(dir=file.parent, prefix=".server-key-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(signer.private_key_pem())
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temporary, file)
+        except FileExistsError:
+            return Signer.from_pem(file.read_text(encoding="ascii"))
+    finally:
+        os.unlink(temporary)
     return signer
 
 
