@@ -217,3 +217,49 @@ def test_an_answer_that_is_not_the_apis_append_answer_does_not_mark_the_batch_se
         admin.close()
         assert receipt.event["id"] in stored or (receipt.state != "sent" and state == ["pending"]), (
             f"receipt {receipt.state}, spool says {state}, yet the API does not hold the event")
+
+
+def test_a_stale_server_head_read_is_not_used_over_the_spools_newer_head(sqlite_db: Database, tmp_path: Path) -> None:
+    """Spool: 'safe to share between the threads of a process (and between processes)'. Executor B reads the
+    job's head from the API (pending == 0); before B spools, executor A on the same file appends and sends E1.
+    B's add_many still sees pending == 0 and links its event to the head B read (now stale) instead of E1:
+    the API refused it with 409 and the stream was blocked, though nobody else appended. Now the spool's head,
+    moved since B read it, wins over B's server head. Found by a reviewer."""
+    app = make_app(sqlite_db)
+    with serve(app) as url:
+        key = key_for(sqlite_db, TENANT_A)
+        admin = Client(url, key)
+        signer = Signer.generate()
+        path = str(tmp_path / "spool.db")
+        a = Executor(Client(url, key, retry=RetryPolicy(attempts=2, base_delay=0.01)), signer,
+                     actor_type="robot", actor_id=ROBOT, spool=path)
+        a.register_key()
+        b_client = Client(url, key, retry=RetryPolicy(attempts=2, base_delay=0.01))
+        b = Executor(b_client, signer, actor_type="robot", actor_id=ROBOT, spool=path)
+        dispatched_job(admin, "job_r", ROBOT)
+        for event_type, payload in start_events("job_r"):
+            assert a.append("job_r", event_type, payload).state == "sent"
+
+        real_send = b_client.send
+        fired = []
+
+        def send(request: Any, retry: Any = None) -> Any:
+            answer = real_send(request, retry)
+            if request.method == "GET" and request.path == "/v1/jobs/job_r" and not fired:
+                fired.append(1)
+                t, p, at = heartbeat("job_r", ROBOT, 10)
+                assert a.append("job_r", t, p, at=at).state == "sent"  # the other process, meanwhile
+            return answer
+
+        b_client.send = send  # type: ignore[method-assign]
+        t, p, at = heartbeat("job_r", ROBOT, 20)
+        try:
+            receipt = b.append("job_r", t, p, at=at)
+            state = receipt.state
+        except Exception as exc:  # noqa: BLE001
+            state = f"{type(exc).__name__}: {exc}"
+        blocked = b.spool.head("job_r").blocked_code
+        a.close()
+        b.close()
+        admin.close()
+        assert fired and state == "sent" and blocked is None, f"append: {state}; stream blocked by {blocked}"

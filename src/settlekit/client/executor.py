@@ -103,7 +103,7 @@ class Executor:
             return build
 
         return self.spool.add_many(job_id, [builder(*e) for e in events], server_head=server_head,
-                                   use_server_head=fresh)
+                                   use_server_head=fresh, seen_head=known)
 
     def _server_head(self, job_id: str, event_type: str, known: bool) -> tuple[str | None, bool]:
         """The job's head as the API reports it now, (None, True) for no job yet; (None, False) when the API

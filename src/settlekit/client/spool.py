@@ -192,8 +192,12 @@ class Spool:
         return self.add_many(stream_id, [build], server_head=server_head, use_server_head=use_server_head)[0]
 
     def add_many(self, stream_id: str, builds: Sequence[Callable[[str | None], Event]], *,
-                 server_head: str | None = None, use_server_head: bool = False) -> list[Event]:
-        """`add` for several events of one stream, chained in order, in one transaction (one sync to disk)."""
+                 server_head: str | None = None, use_server_head: bool = False,
+                 seen_head: StreamHead | None = None) -> list[Event]:
+        """`add` for several events of one stream, chained in order, in one transaction (one sync to disk). With
+        `use_server_head`, the events link to `server_head` (read from the API) when no event waits, unless the
+        spool's head moved since `seen_head` was read before it: another executor on this file appended meanwhile,
+        and the server head read may be older than what it sent."""
         with self._write() as conn:
             row = conn.execute("SELECT head_chain_hash, blocked_code, blocked_message FROM spool_streams "
                                "WHERE stream_id = ?", (stream_id,)).fetchone()
@@ -201,7 +205,8 @@ class Spool:
                 raise SpoolError(f"stream {stream_id} is blocked by {row[1]}: {row[2]}", code="SPOOL_STREAM_BLOCKED",
                                  status=409, streamId=stream_id, blockedCode=row[1])
             prev = row[0] if row is not None else None
-            if use_server_head and self._pending_count(stream_id) == 0:
+            moved = seen_head is not None and (seen_head.known != (row is not None) or seen_head.chain_hash != prev)
+            if use_server_head and not moved and self._pending_count(stream_id) == 0:
                 prev = server_head
             events = []
             for build in builds:
