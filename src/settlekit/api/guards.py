@@ -9,8 +9,8 @@ from typing import Any
 
 from starlette.types import Scope
 
-from settlekit.errors import SettlekitError, ValidationError
-from settlekit.events.canonical import js_float, js_int
+from settlekit.errors import SettlekitError
+from settlekit.events.canonical import check_json_strings, js_float, js_int
 from settlekit.events.js import js_trim
 
 
@@ -86,31 +86,6 @@ def check_text(value: str, field: str) -> str:
     except UnicodeEncodeError:
         raise InputError(f"{field} must not contain a lone surrogate", field=field) from None
     return value
-
-
-def _check_json_string(value: str, path: str) -> None:
-    if "\x00" in value:
-        raise ValidationError(f"U+0000 in string at {path}", code="SCHEMA_INVALID", path=path)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationError(f"lone surrogate in string at {path}", code="SCHEMA_INVALID", path=path) from None
-
-
-def check_json_strings(value: Any, path: str = "$") -> None:
-    """Every key and string of a parsed JSON body is text both backends store: no U+0000, no lone surrogate
-    (SCHEMA_INVALID naming the JSON path, as the append path words it). Iterative: depth is no concern."""
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, str):
-            _check_json_string(item, where)
-        elif isinstance(item, dict):
-            for k, v in item.items():
-                _check_json_string(k, f"{where}.<key>")
-                stack.append((v, f"{where}.{k}"))
-        elif isinstance(item, list):
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
 
 
 def check_request_head(scope: Scope) -> None:

@@ -19,8 +19,8 @@ from settlekit.client.http import Client, prepare
 from settlekit.client.operations import UNSET
 from settlekit.client.retry import NO_RETRY, RetryPolicy, is_transient
 from settlekit.client.spool import Spool
-from settlekit.errors import SettlekitError, ValidationError
-from settlekit.events.canonical import require_well_formed
+from settlekit.errors import SettlekitError
+from settlekit.events.canonical import check_json_strings, require_well_formed
 from settlekit.events.envelope import Event, Signer, finalize, make_draft, now_iso
 
 # `append` tries the API briefly and otherwise leaves the event to the background flusher (`start`), so a robot
@@ -76,9 +76,7 @@ class Executor:
             return []
         for _, payload, _ in events:  # what the API always refuses would block the stream once spooled
             require_well_formed(payload, "$.payload", hashed_keys=True)
-            if _holds_nul(payload):
-                raise ValidationError("the payload holds U+0000, which the API refuses in every string",
-                                      code="SCHEMA_INVALID", field="payload")
+            check_json_strings(payload, "$.payload")  # U+0000 too, as the API checks a body
         spooled = self._spool(job_id, events)
         if not wait:
             self.flusher.wake()
@@ -191,18 +189,3 @@ def discard_blocked(client: Client, spool: Spool, job_id: str) -> int:
         head = None
     return spool.discard(job_id, head)
 
-
-def _holds_nul(value: Any) -> bool:
-    """Whether a key or string of a JSON value holds U+0000."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False

@@ -20,7 +20,7 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
-from settlekit.errors import CanonicalJsonError
+from settlekit.errors import CanonicalJsonError, ValidationError
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 # JavaScript assigns each key of a canonical copy with `out[key] = …`; for "__proto__" that sets the copy's prototype
@@ -248,6 +248,31 @@ def find_lone_surrogate(x: Any, path: str = "$") -> str | None:
             if found is not None:
                 return found
     return None
+
+
+def _check_json_string(value: str, path: str) -> None:
+    if "\x00" in value:
+        raise ValidationError(f"U+0000 in string at {path}", code="SCHEMA_INVALID", path=path)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(f"lone surrogate in string at {path}", code="SCHEMA_INVALID", path=path) from None
+
+
+def check_json_strings(value: Any, path: str = "$") -> None:
+    """Every key and string of a parsed JSON body is text both backends store: no U+0000, no lone surrogate
+    (SCHEMA_INVALID naming the JSON path, as the append path words it). Iterative: depth is no concern."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            _check_json_string(item, where)
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                _check_json_string(k, f"{where}.<key>")
+                stack.append((v, f"{where}.{k}"))
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
 
 
 def require_well_formed(x: Any, path: str = "$", *, hashed_keys: bool = False) -> None:
