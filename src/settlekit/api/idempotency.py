@@ -36,11 +36,20 @@ def run(db: Database, *, tenant_id: str, principal_id: str, method: str, path: s
     if key is None:
         status, out = action()
         return JsonResponse(out, status_code=status)
-    scope = keys.KeyScope(tenant_id, principal_id, f"{method} {path.partition('?')[0]}", key)
-    hashed = keys.request_hash(method, path, body)
-    status, out, was_replayed = keys.run(db, scope, hashed, action, lambda v: dumps(v).decode("utf-8"),
-                                         wait_seconds=wait_seconds)
+    status, out, was_replayed = keys.run(db, *_scope(tenant_id, principal_id, method, path, key, body), action,
+                                         _stored, wait_seconds=wait_seconds)
     return replayed(status, out) if was_replayed else JsonResponse(out, status_code=status)
+
+
+def _scope(tenant_id: str, principal_id: str, method: str, path: str, key: str,
+           body: Any) -> tuple[keys.KeyScope, str]:
+    """What a key stands for ("METHOD path", the query left out) and the hash of the request it was given with."""
+    return (keys.KeyScope(tenant_id, principal_id, f"{method} {path.partition('?')[0]}", key),
+            keys.request_hash(method, path, body))
+
+
+def _stored(body: Any) -> str:
+    return dumps(body).decode("utf-8")
 
 
 def write_in_transaction(request: Request, key: ApiKey, body: Any,
@@ -54,11 +63,9 @@ def write_in_transaction(request: Request, key: ApiKey, body: Any,
         with ctx.db.transaction() as tx:
             status, out = action(tx)
         return JsonResponse(out, status_code=status)
-    path = request_target(request)
-    scope = keys.KeyScope(key.tenant_id, key.key_id, f"{request.method} {path.partition('?')[0]}", idem)
-    status, out, was_replayed = keys.run_in_transaction(
-        ctx.db, scope, keys.request_hash(request.method, path, body), action, lambda v: dumps(v).decode("utf-8"),
-        wait_seconds=ctx.idempotency_wait)
+    scope = _scope(key.tenant_id, key.key_id, request.method, request_target(request), idem, body)
+    status, out, was_replayed = keys.run_in_transaction(ctx.db, *scope, action, _stored,
+                                                        wait_seconds=ctx.idempotency_wait)
     return replayed(status, out) if was_replayed else JsonResponse(out, status_code=status)
 
 

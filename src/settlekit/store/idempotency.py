@@ -17,10 +17,11 @@ IDEMPOTENCY_CONFLICT. Only successful answers are stored; a replay carries `Idem
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -207,16 +208,23 @@ def run(db: Database, scope: KeyScope, hashed: str, action: Callable[[], tuple[i
     taken = reserve(db, scope, hashed, wait_seconds=wait_seconds)
     if isinstance(taken, Stored):
         return taken.status, taken.body, True
-    try:
+    with _released_on_failure(db, taken):
         status, body = action()
+    complete(db, taken, status, dumps(body))
+    return status, body, False
+
+
+@contextlib.contextmanager
+def _released_on_failure(db: Database, reservation: Reservation) -> Iterator[None]:
+    """Give the key back when the block raises (nothing is stored for a failed request); the error propagates."""
+    try:
+        yield
     except BaseException:
         try:
-            release(db, taken)
+            release(db, reservation)
         except Exception:  # the action's error is the one to report; the lease frees the key later
             log.exception("could not release an idempotency reservation")
         raise
-    complete(db, taken, status, dumps(body))
-    return status, body, False
 
 
 def run_in_transaction(db: Database, scope: KeyScope, hashed: str, action: Callable[[Tx], tuple[int, Any]],
@@ -230,18 +238,11 @@ def run_in_transaction(db: Database, scope: KeyScope, hashed: str, action: Calla
     taken = reserve(db, scope, hashed, wait_seconds=wait_seconds)
     if isinstance(taken, Stored):
         return taken.status, taken.body, True
-    try:
-        with db.transaction() as tx:
-            status, body = action(tx)
-            if not complete_in(tx, taken, status, dumps(body), now=datetime.now(UTC)):
-                raise InProgressError("another request with this idempotency key took it over; retry later",
-                                      idempotencyKey=scope.key, retryAfterSeconds=1)
-    except BaseException:
-        try:
-            release(db, taken)
-        except Exception:  # the action's error is the one to report; the lease frees the key later
-            log.exception("could not release an idempotency reservation")
-        raise
+    with _released_on_failure(db, taken), db.transaction() as tx:
+        status, body = action(tx)
+        if not complete_in(tx, taken, status, dumps(body), now=datetime.now(UTC)):
+            raise InProgressError("another request with this idempotency key took it over; retry later",
+                                  idempotencyKey=scope.key, retryAfterSeconds=1)
     return status, body, False
 
 
