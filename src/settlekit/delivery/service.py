@@ -202,24 +202,28 @@ def _secret_ref_to_store(
     secret it names must be the tenant's own (and a valid webhook secret when it signs the standard way)."""
     if secret_value is not None:
         return store_secret(tx, dest.tenant_id, secret_value)
-    ref = dest.secret_ref
+    _check_stored_secret(tx, policy, dest, dest.secret_ref)
+    return dest.secret_ref
+
+
+def _check_stored_secret(tx: Tx, policy: DestinationPolicy, dest: store.Destination, ref: str) -> None:
+    """A stored secret (`secret:<id>`) must be the tenant's own, and a valid webhook secret when the destination
+    signs the standard way (SECRET_NOT_FOUND, WEBHOOK_SECRET_INVALID); other references are checked elsewhere."""
     if secret_id_of(ref) is not None:
         values = policy.secrets().resolve(ref, tx=tx, tenant_id=dest.tenant_id)  # the tenant's own only
         if dest.signing in ("standard", "both"):
             for v in values:
                 _check_whsec(v)
-    return ref
 
 
 def _can_sign(tx: Tx, policy: DestinationPolicy, dest: store.Destination, ref: str) -> bool:
     """Whether a stored secret can sign the way the destination now signs: Standard Webhooks needs `whsec_`
     secrets. A secret that cannot would make every delivery fail before sending for its whole rotation grace."""
-    if secret_id_of(ref) is None or dest.signing not in ("standard", "both"):
+    if dest.signing not in ("standard", "both"):
         return True
     try:
-        for value in policy.secrets().resolve(ref, tx=tx, tenant_id=dest.tenant_id):
-            decode_secret(value)
-    except (WebhookSecretError, SecretRefError):
+        _check_stored_secret(tx, policy, dest, ref)
+    except (ValidationError, SecretRefError):
         return False
     return True
 
