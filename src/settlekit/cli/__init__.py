@@ -80,11 +80,11 @@ def verify(
 ) -> None:
     """Verify a stream offline (hashes, chain links, signatures); exit 1 naming the first bad index. Also checks a
     MonthClose.v1 (hash, server signature, journal bytes) and the tenant log's inclusion and consistency proofs."""
-    if stream is not None and ((artifact is not None and _is_month_close(artifact))
-                               or (proof is not None and _is_consistency_proof(proof))):
+    close_given = artifact is not None and _is_month_close(artifact)
+    if stream is not None and (close_given or (proof is not None and _is_consistency_proof(proof))):
         fail(ValidationError("a MonthClose.v1 or a consistency proof is checked without a stream (its keys are the "
                              "server's): verify the stream in a call of its own", code="SCHEMA_INVALID"), 2)
-    if proof is not None or (artifact is not None and (stream is None or _is_month_close(artifact))):
+    if proof is not None or (artifact is not None and (stream is None or close_given)):
         _verify_finance(stream, keys, artifact, proof, journal)
         return
     if stream is None:
