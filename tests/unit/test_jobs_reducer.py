@@ -9,7 +9,6 @@ import pytest
 
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json
-from settlekit.jobs.reducer import check_transition
 from settlekit.jobs import (
     InvalidJobTransition,
     JobState,
@@ -23,6 +22,7 @@ from settlekit.jobs import (
     settlement_proof_ref_for,
     validate_payload,
 )
+from settlekit.jobs.reducer import check_transition
 from support.streams import (
     OPERATOR_ACTOR,
     ROBOT_ACTOR,

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from settlekit.errors import ValidationError
-from settlekit.events.js import js_nonblank, truthy as js_truthy
+from settlekit.events.js import js_nonblank
+from settlekit.events.js import truthy as js_truthy
 from settlekit.jobs.errors import InvalidJobTransition
 from settlekit.jobs.proof_fields import list_or_empty, proof_hashes
 from settlekit.jobs.types import (
