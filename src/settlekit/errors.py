@@ -124,6 +124,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "METHOD_NOT_ALLOWED": ErrorSpec(405, "the route exists but not for this HTTP method"),
     "UNSUPPORTED_MEDIA_TYPE": ErrorSpec(415, "the request body has a content type the route does not take"),
     "PAYLOAD_TOO_LARGE": ErrorSpec(413, "the request body or an event payload is over its size limit"),
+    "REQUEST_HEAD_TOO_LARGE": ErrorSpec(431, "the request line and headers are over the limit (`max_header_bytes`); "
+                                             "the connection is closed"),
     "PRECONDITION_REQUIRED": ErrorSpec(428, "a server-draft append needs the expected previous chain hash or version"),
     "VERIFICATION_FAILED": ErrorSpec(400, "a stream or event failed verification"),
     "CONFIGURATION_INVALID": ErrorSpec(500, "the deployment's configuration is not usable"),

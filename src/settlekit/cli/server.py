@@ -25,7 +25,8 @@ WORKER_SETTINGS = (
     "dispatch_max_attempts", "rearm_cooldown", "max_rearm_count", "cleanup_interval", "log_level",
 )
 API_SETTINGS = (
-    "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes", "max_queued_appends",
+    "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes", "max_header_bytes",
+    "max_queued_appends",
     "max_routed_requests", "rate_limit_per_second", "rate_limit_burst", "auth_failure_rate_per_second",
     "auth_failure_burst", "operator_tenant", "feed_max_streams_per_tenant", "feed_poll_interval",
     "feed_heartbeat_interval", "settld_compat_at_root",
@@ -160,11 +161,14 @@ def _serve(flags: dict[str, Any], settings: Any, processes: int, no_workers: boo
 def _uvicorn_config(app: Any, settings: Any, **options: Any) -> Any:
     import uvicorn
 
+    from settlekit.api.http_protocol import BoundedHttpToolsProtocol
     from settlekit.runtime.workers import uvicorn_options
 
-    # uvicorn logs through the JSON handler; the API logs one line per request itself (no access log)
+    # uvicorn logs through the JSON handler; the API logs one line per request itself (no access log). The HTTP
+    # protocol: httptools with a bound on the request head (api/http_protocol.py says why not h11)
+    http: Any = functools.partial(BoundedHttpToolsProtocol, max_head_bytes=settings.max_header_bytes)
     return uvicorn.Config(app, log_level=settings.log_level.lower(), log_config=None, access_log=False,
-                          timeout_graceful_shutdown=20, **uvicorn_options(settings), **options)
+                          timeout_graceful_shutdown=20, http=http, **uvicorn_options(settings), **options)
 
 
 def _serve_one(database: Any, settings: Any) -> None:

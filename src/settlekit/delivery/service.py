@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from settlekit.delivery import enqueue
 from settlekit.delivery.errors import WebhookSecretError
-from settlekit.delivery.metrics import metrics_for
+from settlekit.delivery.metrics import OPERATOR, metrics_for
 from settlekit.delivery.secrets import SecretRefError, SecretResolver, delete_unreferenced, secret_id_of, store_secret
 from settlekit.delivery.signing import SIGNING_MODES, decode_secret
 from settlekit.delivery.ssrf import Resolver, SsrfPolicy, VettedDestination, vet_url
@@ -316,14 +316,15 @@ def disable_destination(
     now: datetime | None = None,
     registry: CollectorRegistry | None = None,
 ) -> store.Destination:
-    """Stop deliveries to a destination; its pending deliveries wait (not claimed) until it is enabled."""
+    """Stop deliveries to a destination; its pending deliveries wait (not claimed) until it is enabled. `reason`
+    is stored as its disabledReason; the metric counts it under the fixed label `operator`."""
     with db.transaction() as tx:
         store.set_destination_status(
             tx, tenant_id, destination_id, status="disabled", reason=reason, now=_now(now)
         )
         dest = store.get_destination(tx, tenant_id, destination_id)
     assert dest is not None
-    metrics_for(registry).disabled.labels(reason).inc()
+    metrics_for(registry).disabled.labels(OPERATOR).inc()
     audit.info(
         "destination disabled",
         extra={"tenant_id": tenant_id, "destination_id": destination_id, "reason": reason, "actor": actor},

@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     delivery_concurrency: int = Field(16, ge=1, description="concurrent webhook senders per worker")
     dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
     max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
+    max_header_bytes: int = Field(
+        32_768, ge=1024, description="API request line and headers together, at most (bytes); a longer request "
+        "head is answered 431 `REQUEST_HEAD_TOO_LARGE` and its connection closed")
     max_queued_appends: int = Field(
         MAX_QUEUED_APPENDS, ge=1, description="appends an API process holds at most while they wait for the "
         "database (its authentication queue and its group commit's, each); one more is answered 503 `OVERLOADED` "

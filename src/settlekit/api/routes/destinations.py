@@ -175,7 +175,8 @@ def disable_destination(destination_id: DestinationIdPath, request: Request, bod
 
     def action() -> tuple[int, Any]:
         return 200, _destination_json(delivery.disable_destination(ctx.db, key.tenant_id, destination_id,
-                                                                   reason=reason, actor=key.key_id))
+                                                                   reason=reason, actor=key.key_id,
+                                                                   registry=ctx.registry))
 
     return idempotency.write(request, key, {"reason": reason}, action)
 
