@@ -274,6 +274,15 @@ def test_at_the_root_only_when_asked(db: Database) -> None:
     job_id = created.json()["job"]["id"]
     assert rooted.get(f"/jobs/{job_id}").json() == rooted.get(f"{P}/jobs/{job_id}").json()
     _error(rooted.get("/jobs/job_missing"), 404, "job not found", "NOT_FOUND")
+    # one resource under either path: an idempotency key used at the root replays under the prefix
+    head = created.json()["job"]["lastChainHash"]
+    quote = {"type": "QUOTE_PROPOSED", "actor": BACK_OFFICE,
+             "payload": {"amountCents": 6500, "currency": "USD", "breakdown": {"coverageFeeCents": 0,
+                                                                               "totalCents": 6500}}}
+    headers = {"x-proxy-expected-prev-chain-hash": head, "x-idempotency-key": "quote-1"}
+    first = rooted.post(f"/jobs/{job_id}/events", json=quote, headers=headers)
+    again = rooted.post(f"{P}/jobs/{job_id}/events", json=quote, headers=headers)
+    assert first.status_code == again.status_code == 201 and first.json() == again.json(), again.text
     assert rooted.get(f"/v1/jobs/{job_id}").status_code == 200  # settlekit's own routes unchanged
 
 

@@ -291,9 +291,9 @@ class SettldErrors:
             return
         path: str = scope["path"]
         if self.at_root and any(path == p or path.startswith(f"{p}/") for p in ROOT_PATHS):
-            raw = scope.get("raw_path")
-            scope = {**scope, "path": PREFIX + path,
-                     "raw_path": PREFIX.encode() + raw if isinstance(raw, bytes) else None}
+            scope = {**scope, "path": PREFIX + path}
+            if isinstance(scope.get("raw_path"), bytes):
+                scope["raw_path"] = PREFIX.encode() + scope["raw_path"]
         elif not (path == PREFIX or path.startswith(f"{PREFIX}/")):
             await self.app(scope, receive, send)
             return
