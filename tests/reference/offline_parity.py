@@ -1,6 +1,7 @@
 """Streams settld 0.1.0 accepts that the earlier corpora never hold, with settld's own offline answers (a tool).
 
-Takes differential-corpus streams (of 30 events at most, to keep the vectors small) and varies them along dimensions of their own, each chosen at random per stream:
+Takes differential-corpus streams (of 30 events at most, to keep the vectors small) and varies them along
+dimensions of their own, each chosen at random per stream:
 
 - `restart`: a JOB_CREATED again mid-stream (its payload the first one's, edited, or not an object), followed by a
   second lifecycle (the stream's own events again, under new ids);

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from settlekit.errors import CanonicalJsonError
 from settlekit.events.canonical import (
     _write_slow,
     canonical_json,
@@ -48,9 +49,10 @@ def test_the_iterative_parser_reads_as_the_standard_one(value: Any) -> None:
 def test_the_iterative_writer_writes_as_the_fast_path(value: Any) -> None:
     try:
         expected = canonical_json(value)
-    except ValueError:
-        with pytest.raises(ValueError):
+    except CanonicalJsonError as exc:
+        with pytest.raises(CanonicalJsonError) as again:
             _write_slow(value)
+        assert again.value.message == exc.message
         return
     assert _write_slow(value) == expected
 

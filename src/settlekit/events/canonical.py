@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final, NoReturn, TypeGuard
 
@@ -525,15 +526,21 @@ def parse_json(text: str | bytes) -> Any:
 
 _JSON_BLANKS: Final = re.compile(r"[ \t\n\r]*")
 _JSON_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_scan_string = json.decoder.scanstring
+# json's own string scanner (C): escapes, lone surrogates kept, control characters refused
+_scan_string: Final[Callable[[str, int, bool], tuple[str, int]]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 def parse_json_deep(s: str) -> Any:
     """JSON text read without recursion, any depth, as `parse_json` reads it (JavaScript's numbers, lone surrogate
     escapes kept, a repeated key's last value in its first place); raises ValueError (json.JSONDecodeError) for
     what JSON.parse refuses, NaN and Infinity included. The slow path of `parse_json` for deeply nested text."""
-    blanks, number, scan = _JSON_BLANKS.match, _JSON_NUMBER.match, _scan_string
+    number, scan = _JSON_NUMBER.match, _scan_string
     end = len(s)
+
+    def blanks(i: int) -> int:  # past JSON's white space from i
+        m = _JSON_BLANKS.match(s, i)
+        assert m is not None  # the pattern matches the empty string
+        return m.end()
 
     def fail(message: str, at: int) -> NoReturn:
         raise json.JSONDecodeError(message, s, min(at, end))
@@ -542,21 +549,21 @@ def parse_json_deep(s: str) -> Any:
         if i >= end or s[i] != '"':
             fail("Expecting property name enclosed in double quotes", i)
         key, i = scan(s, i + 1, True)
-        i = blanks(s, i).end()
+        i = blanks(i)
         if i >= end or s[i] != ":":
             fail("Expecting ':' delimiter", i)
-        return key, blanks(s, i + 1).end()
+        return key, blanks(i + 1)
 
     open_: list[Any] = []  # the containers being filled, innermost last
     keys: list[str | None] = []  # the key each open object fills next
-    i = blanks(s, 0).end()
+    i = blanks(0)
     while True:
         if i >= end:
             fail("Expecting value", i)
         c = s[i]
         value: Any
         if c == "{" or c == "[":
-            i = blanks(s, i + 1).end()
+            i = blanks(i + 1)
             if i < end and s[i] == ("}" if c == "{" else "]"):
                 value, i = ({} if c == "{" else []), i + 1
             else:
@@ -583,7 +590,7 @@ def parse_json_deep(s: str) -> Any:
             fail("Expecting value", i)
         while True:  # put the value in place; close the containers that end after it
             if not open_:
-                i = blanks(s, i).end()
+                i = blanks(i)
                 if i != end:
                     fail("Extra data", i)
                 return value
@@ -592,9 +599,9 @@ def parse_json_deep(s: str) -> Any:
                 top.append(value)
             else:
                 top[keys[-1]] = value
-            i = blanks(s, i).end()
+            i = blanks(i)
             if i < end and s[i] == ",":
-                i = blanks(s, i + 1).end()
+                i = blanks(i + 1)
                 if type(top) is dict:
                     keys[-1], i = key_at(i)
                 break
