@@ -35,7 +35,7 @@ DELIVERY_STATES: Final = ("pending", "delivered", "failed")
 DESTINATION_STATUSES: Final = ("active", "disabled")
 ORDERINGS: Final = ("best_effort", "strict_scope")
 DEFAULT_ROTATION_GRACE: Final = timedelta(hours=24)  # as Svix: the old secret keeps signing for a day
-_ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # no ':' (dedupe_key separator)
+_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # no ':' (dedupe_key separator)
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def _now(now: datetime | None) -> datetime:
 
 
 def _check_id(value: str, field: str) -> None:
-    if not _ID_RE.match(value):
+    if not _ID_RE.fullmatch(value):
         raise ValidationError(
             f"{field} must be 1-64 characters of [A-Za-z0-9._-], starting with a letter or digit", field=field
         )

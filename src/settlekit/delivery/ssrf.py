@@ -243,7 +243,7 @@ def check_url(url: str, policy: SsrfPolicy) -> ParsedDestination:
     if not host:
         raise _forbidden("destination URL has no host", url)
     port = u.port or (443 if scheme == "https" else 80)
-    if _NUMERIC_HOST.match(host) and not _is_ip_literal(host):
+    if _NUMERIC_HOST.fullmatch(host) and not _is_ip_literal(host):
         # inet_aton shorthands (0x7f000001, 2130706433, 127.1, 0177.0.0.1) resolve to addresses the
         # static check cannot see; refuse them instead of trusting the resolver to agree with us
         raise _forbidden("numeric host is not a dotted-quad IPv4 address", url, host=host)
@@ -252,7 +252,7 @@ def check_url(url: str, policy: SsrfPolicy) -> ParsedDestination:
     return ParsedDestination(url=url, scheme=scheme, host=host, port=port)
 
 
-_NUMERIC_HOST: Final = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}\.?$", re.IGNORECASE)
+_NUMERIC_HOST: Final = re.compile(r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}\.?", re.IGNORECASE)
 
 
 def _is_ip_literal(host: str) -> bool:

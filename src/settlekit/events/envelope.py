@@ -25,7 +25,7 @@ ENVELOPE_FIELDS: Final = (
     "payloadHash", "prevChainHash", "chainHash", "signature", "signerKeyId",
 )
 HASH_FIELDS: Final = ("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 _NO_WS = re.compile(r"\s")
 
 Event = dict[str, Any]
@@ -302,10 +302,10 @@ def check_envelope_shape(event: Any, index: int | None = None) -> None:
     if not _is_str(actor["type"]) or not actor["type"] or not _is_str(actor["id"]) or not actor["id"]:
         raise bad("actor", "type and id must be non-empty strings")
     for field in ("payloadHash", "chainHash"):
-        if not _is_str(event[field]) or not _HEX64.match(event[field]):
+        if not _is_str(event[field]) or not _HEX64.fullmatch(event[field]):
             raise bad(field, "must be 64 lower-case hex characters")
     prev = event["prevChainHash"]
-    if prev is not None and (not _is_str(prev) or not _HEX64.match(prev)):
+    if prev is not None and (not _is_str(prev) or not _HEX64.fullmatch(prev)):
         raise bad("prevChainHash", "must be null or 64 lower-case hex characters")
     for field in ("signature", "signerKeyId"):
         if event[field] is not None and (not _is_str(event[field]) or not event[field]):

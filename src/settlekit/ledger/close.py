@@ -20,14 +20,14 @@ from settlekit.ledger import merkle
 from settlekit.ledger.timeline import epoch_millis, millis_to_iso
 
 MONTH_CLOSE: Final = "MonthClose.v1"
-_MONTH = re.compile(r"^([0-9]{4})-(0[1-9]|1[0-2])$")
+_MONTH = re.compile(r"([0-9]{4})-(0[1-9]|1[0-2])")
 _RECEIVABLE_ACCOUNTS: Final = frozenset({A.INSURER_RECEIVABLE, A.OPERATOR_CHARGEBACK_RECEIVABLE})
 _UNSIGNED_FIELDS: Final = ("artifactHash", "signature")
 
 
 def require_month(value: str) -> str:
     """`YYYY-MM` of the years 0001 to 9999; FINANCE_MONTH_INVALID otherwise."""
-    if not isinstance(value, str) or not _MONTH.match(value) or value.startswith("0000"):
+    if not isinstance(value, str) or not _MONTH.fullmatch(value) or value.startswith("0000"):
         raise ValidationError(f"month must be YYYY-MM, got {value!r}", code="FINANCE_MONTH_INVALID", month=value)
     return value
 

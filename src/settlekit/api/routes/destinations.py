@@ -100,7 +100,7 @@ def _secret_input(secret: str | None, secret_ref: str | None) -> tuple[str | Non
         raise ValidationError("give secret or secretRef, not both", code="SCHEMA_INVALID", field="secret")
     if secret_ref is None:
         return secret, None
-    if not SECRET_ID_RE.match(secret_ref):
+    if not SECRET_ID_RE.fullmatch(secret_ref):
         raise ValidationError("secretRef must be the id of a secret this tenant stored (sec_…); paths and other "
                               "references are not accepted", code="SECRET_REF_FORBIDDEN", field="secretRef")
     return None, db_ref(secret_ref)
