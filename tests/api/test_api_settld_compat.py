@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from settlekit.events.envelope import Signer, finalize, make_draft, verify_chain
 from settlekit.store.db import Database
@@ -238,8 +239,8 @@ def test_refusals_in_settlds_shape(env: dict[str, Any]) -> None:
     jid = job["id"]
     _error(api.post(f"{P}/jobs/{jid}/events", json={"actor": BACK_OFFICE}), 400, "type is required",
            "SCHEMA_INVALID")
-    _error(api.post(f"{P}/jobs/{jid}/events", content=b"{", headers={"content-type": "application/json"}), 400,
-           "invalid JSON body", "SCHEMA_INVALID")
+    assert _error(api.post(f"{P}/jobs/{jid}/events", content=b"{", headers={"content-type": "application/json"}),
+                  400, "invalid JSON body", "SCHEMA_INVALID") == "left out"
     early = _signed(job, "EXECUTION_COMPLETED", {}, robot)
     details = _error(api.post(f"{P}/jobs/{jid}/events", json=early), 400, "job transition rejected",
                      "TRANSITION_ILLEGAL")
@@ -262,7 +263,8 @@ def test_refusals_in_settlds_shape(env: dict[str, Any]) -> None:
 def test_a_body_over_the_limit(db: Database) -> None:
     app = make_app(db, max_body_bytes=64)
     api = client(app, key_for(db, TENANT_A))
-    _error(api.post(f"{P}/jobs", json={"templateId": "x" * 100}), 413, "request body too large", "BODY_TOO_LARGE")
+    r = api.post(f"{P}/jobs", json={"templateId": "x" * 100})
+    assert _error(r, 413, "request body too large", "BODY_TOO_LARGE") == "left out"
 
 
 def test_at_the_root_only_when_asked(db: Database) -> None:
@@ -293,3 +295,34 @@ def test_not_in_the_openapi_document(db: Database) -> None:
     paths = client(make_app(db)).get("/openapi.json").json()["paths"]
     assert paths and not [p for p in paths if not p.startswith("/v1/") and "jobs" in p]
     assert not [p for p in paths if p.startswith(P)]
+
+
+def test_rate_limit_and_metrics_as_on_v1(db: Database) -> None:
+    """The key's token bucket and the append metrics are the API's own: a 429 in settld's shape keeps Retry-After,
+    and appends through settld's routes are counted by outcome."""
+    registry = CollectorRegistry()
+    app = make_app(db, rate_limit_per_second=0.01, rate_limit_burst=2, registry=registry)
+    api = client(app, key_for(db, TENANT_A))
+    assert api.post(f"{P}/jobs", json={"templateId": "reset_lite"}).status_code == 201
+    assert registry.get_sample_value("settlekit_append_total", {"outcome": "created"}) == 1
+    assert api.post(f"{P}/jobs", json={}).status_code == 400
+    assert registry.get_sample_value("settlekit_append_total", {"outcome": "refused"}) == 1
+    r = api.get(f"{P}/jobs/job_missing")
+    assert _error(r, 429, "rate limit exceeded", "RATE_LIMITED") is None
+    assert int(r.headers["retry-after"]) > 0
+
+
+def test_an_unexpected_failure_is_settlds_500(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from settlekit.store import ledger
+
+    def broken(*args: Any) -> list[str]:
+        raise RuntimeError("disk on fire")
+
+    job = _create(env["api"])
+    monkeypatch.setattr(ledger, "entry_ids_for_event", broken)
+    api = client(env["app"], env["key"], raise_server_exceptions=False)
+    r = _draft(api, job["id"], "QUOTE_PROPOSED", {"amountCents": 6500, "currency": "USD",
+                                                  "breakdown": {"coverageFeeCents": 0, "totalCents": 6500}},
+               job["lastChainHash"])
+    details = _error(r, 500, "internal error", "INTERNAL")
+    assert "disk on fire" not in r.text and details == {"message": "internal server error"}

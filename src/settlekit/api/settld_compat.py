@@ -245,12 +245,14 @@ _SETTLD_ERRORS: dict[str, tuple[int, str, str | None]] = {
     "ENVELOPE_VERSION_UNSUPPORTED": (400, _ENVELOPE, "SCHEMA_INVALID"),
     "STREAM_MISMATCH": (400, _ENVELOPE, "SCHEMA_INVALID"),
     "LEDGER_POSTING_INVALID": (400, "ledger posting rejected", None),
+    "INTERNAL": (500, "internal error", None),
 }
 # settld's own details of a refusal, where it gives a sentence
-# (None: settld's body has no `details` at all)
-_SETTLD_DETAILS: dict[str, str | None] = {
+_LEFT_OUT: Any = object()  # settld's body has no `details` at all
+_SETTLD_DETAILS: dict[str, Any] = {
     "IDEMPOTENCY_CONFLICT": "request differs from initial use of this key",
-    "PRECONDITION_REQUIRED": f"{EXPECTED_HEADER} is required", "JOB_NOT_FOUND": None, "NOT_FOUND": None}
+    "PRECONDITION_REQUIRED": f"{EXPECTED_HEADER} is required", "JOB_NOT_FOUND": _LEFT_OUT, "NOT_FOUND": _LEFT_OUT,
+    "PAYLOAD_TOO_LARGE": _LEFT_OUT, "JSON_INVALID": _LEFT_OUT, "RATE_LIMITED": None}
 # messages settld gives as they are (the route's own), by code
 _OWN_MESSAGES = {"templateId is required", "type is required"}
 
@@ -271,7 +273,7 @@ def settld_error(status: int, code: str, message: str, details: Any = None, *, a
         body: dict[str, Any] = {"error": error, "code": settld_code or code}
         if code not in _SETTLD_DETAILS:
             body["details"] = {"message": message, **extra}
-        elif _SETTLD_DETAILS[code] is not None:
+        elif _SETTLD_DETAILS[code] is not _LEFT_OUT:
             body["details"] = _SETTLD_DETAILS[code]
         return settld_status, body
     if message in _OWN_MESSAGES:  # what settld's route says in so many words, without details
