@@ -29,7 +29,7 @@ API_SETTINGS = (
     "max_destinations_per_tenant", "max_queued_appends",
     "max_routed_requests", "rate_limit_per_second", "rate_limit_burst", "auth_failure_rate_per_second",
     "auth_failure_burst", "operator_tenant", "feed_max_streams_per_tenant", "feed_poll_interval",
-    "feed_heartbeat_interval",
+    "feed_heartbeat_interval", "settld_compat_at_root",
 )
 METRICS_SETTINGS = ("metrics_host", "metrics_port")
 HEALTHCHECK_TIMEOUT_SECONDS = 60  # `serve --workers N`: a process silent this long is replaced

@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     auth_failure_burst: int = Field(20, ge=1, description="burst of failed authentications per client address")
     operator_tenant: str = Field("system", min_length=1,
                                  description="tenant whose admin keys may use the cross-tenant ops routes")
+    settld_compat_at_root: bool = Field(
+        False, description="serve settld's job routes for its own clients (`/compat/settld/jobs…`) at the origin's "
+        "`/jobs…` as well: settld's API SDK drops a base URL's path")
     proxy_headers: bool = Field(
         True, description="`serve` behind a reverse proxy: take the client address from `X-Forwarded-For` when "
         "the connection comes from a trusted proxy (uvicorn's `--proxy-headers`)")
