@@ -2,8 +2,9 @@
 (`vectors/reference_runs/offline_parity.json.gz`, made by `tests/reference/offline_parity.py`, README there): a
 JOB_CREATED again mid-stream, unknown and other streams' event types, signatures in every base64 spelling node
 reads (and empty ones), "__proto__" and integer-like keys, payloads nested thousands of levels deep, `at` spellings
-`Date.parse` reads, ids and envelopes the live path refuses. For each: `verify`'s verdict, the ledger entries and posting errors, the reduced job, the outbox
-and every artifact, byte for byte (own "__proto__" keys included, as settld's JSON.stringify writes them)."""
+`Date.parse` reads, ids and envelopes the live path refuses. For each: `verify`'s verdict, the ledger entries and
+posting errors, the reduced job, the outbox and every artifact, byte for byte (own "__proto__" keys included, as
+settld's JSON.stringify writes them)."""
 
 from __future__ import annotations
 
