@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from settlekit.events.envelope import Signer, finalize, make_draft, verify_chain
 from settlekit.store.db import Database
@@ -131,8 +132,8 @@ def _error(r: Any, status: int, error: str, code: str) -> Any:
     assert r.headers["content-type"] == "application/json; charset=utf-8"
     assert r.headers["x-request-id"] and r.headers["x-settld-protocol"] == "1.0"
     body = r.json()
-    assert set(body) == {"error", "code", "details"} and (body["error"], body["code"]) == (error, code), body
-    return body["details"]
+    assert set(body) - {"details"} == {"error", "code"} and (body["error"], body["code"]) == (error, code), body
+    return body.get("details", "left out")
 
 
 def test_chain_conflicts_answer_settlds_409(env: dict[str, Any]) -> None:
@@ -199,8 +200,9 @@ def test_tenant_header_must_be_the_keys_tenant(env: dict[str, Any]) -> None:
     _error(other.get(f"{P}/jobs/{job['id']}"), 403, "forbidden", "FORBIDDEN")
     _error(other.get(f"{P}/jobs/{job['id']}", headers={"x-proxy-tenant-id": TENANT_B}), 404, "job not found",
            "NOT_FOUND")
-    _error(other.post(f"{P}/jobs", json={"templateId": "t"}, headers={"x-proxy-tenant-id": "x" * 201}), 400,
-           "invalid tenant", "SCHEMA_INVALID")
+    details = _error(other.post(f"{P}/jobs", json={"templateId": "t"}, headers={"x-proxy-tenant-id": "x" * 201}),
+                     400, "invalid tenant", "SCHEMA_INVALID")
+    assert details == {"message": "tenantId must be at most 200 characters without newlines"}
     r = other.post(f"{P}/jobs", json={"templateId": "t"}, headers={"x-proxy-tenant-id": f" {TENANT_B} "})
     assert r.status_code == 201 and r.json()["job"]["tenantId"] == TENANT_B, r.text
 
@@ -224,8 +226,10 @@ def test_keys_and_scopes_refused_as_settld_does(env: dict[str, Any]) -> None:
 
 def test_refusals_in_settlds_shape(env: dict[str, Any]) -> None:
     api, robot = env["api"], env["robot"]
-    _error(api.get(f"{P}/jobs/job_missing"), 404, "job not found", "NOT_FOUND")
+    # settld's bodies leave `details` out here
+    assert api.get(f"{P}/jobs/job_missing").json() == {"error": "job not found", "code": "NOT_FOUND"}
     _error(api.get(f"{P}/jobs/job_missing/events"), 404, "job not found", "NOT_FOUND")
+    assert api.post(f"{P}/jobs", json={}).json() == {"error": "templateId is required", "code": "SCHEMA_INVALID"}
     # settld appends to existing jobs only: JOB_CREATED comes from POST /jobs
     r = _draft(api, "job_new", "JOB_CREATED", {"templateId": "t"}, None)
     _error(r, 404, "job not found", "NOT_FOUND")
@@ -235,8 +239,8 @@ def test_refusals_in_settlds_shape(env: dict[str, Any]) -> None:
     jid = job["id"]
     _error(api.post(f"{P}/jobs/{jid}/events", json={"actor": BACK_OFFICE}), 400, "type is required",
            "SCHEMA_INVALID")
-    _error(api.post(f"{P}/jobs/{jid}/events", content=b"{", headers={"content-type": "application/json"}), 400,
-           "invalid JSON body", "SCHEMA_INVALID")
+    assert _error(api.post(f"{P}/jobs/{jid}/events", content=b"{", headers={"content-type": "application/json"}),
+                  400, "invalid JSON body", "SCHEMA_INVALID") == "left out"
     early = _signed(job, "EXECUTION_COMPLETED", {}, robot)
     details = _error(api.post(f"{P}/jobs/{jid}/events", json=early), 400, "job transition rejected",
                      "TRANSITION_ILLEGAL")
@@ -259,7 +263,8 @@ def test_refusals_in_settlds_shape(env: dict[str, Any]) -> None:
 def test_a_body_over_the_limit(db: Database) -> None:
     app = make_app(db, max_body_bytes=64)
     api = client(app, key_for(db, TENANT_A))
-    _error(api.post(f"{P}/jobs", json={"templateId": "x" * 100}), 413, "request body too large", "BODY_TOO_LARGE")
+    r = api.post(f"{P}/jobs", json={"templateId": "x" * 100})
+    assert _error(r, 413, "request body too large", "BODY_TOO_LARGE") == "left out"
 
 
 def test_at_the_root_only_when_asked(db: Database) -> None:
@@ -274,6 +279,15 @@ def test_at_the_root_only_when_asked(db: Database) -> None:
     job_id = created.json()["job"]["id"]
     assert rooted.get(f"/jobs/{job_id}").json() == rooted.get(f"{P}/jobs/{job_id}").json()
     _error(rooted.get("/jobs/job_missing"), 404, "job not found", "NOT_FOUND")
+    # one resource under either path: an idempotency key used at the root replays under the prefix
+    head = created.json()["job"]["lastChainHash"]
+    quote = {"type": "QUOTE_PROPOSED", "actor": BACK_OFFICE,
+             "payload": {"amountCents": 6500, "currency": "USD", "breakdown": {"coverageFeeCents": 0,
+                                                                               "totalCents": 6500}}}
+    headers = {"x-proxy-expected-prev-chain-hash": head, "x-idempotency-key": "quote-1"}
+    first = rooted.post(f"/jobs/{job_id}/events", json=quote, headers=headers)
+    again = rooted.post(f"{P}/jobs/{job_id}/events", json=quote, headers=headers)
+    assert first.status_code == again.status_code == 201 and first.json() == again.json(), again.text
     assert rooted.get(f"/v1/jobs/{job_id}").status_code == 200  # settlekit's own routes unchanged
 
 
@@ -281,3 +295,34 @@ def test_not_in_the_openapi_document(db: Database) -> None:
     paths = client(make_app(db)).get("/openapi.json").json()["paths"]
     assert paths and not [p for p in paths if not p.startswith("/v1/") and "jobs" in p]
     assert not [p for p in paths if p.startswith(P)]
+
+
+def test_rate_limit_and_metrics_as_on_v1(db: Database) -> None:
+    """The key's token bucket and the append metrics are the API's own: a 429 in settld's shape keeps Retry-After,
+    and appends through settld's routes are counted by outcome."""
+    registry = CollectorRegistry()
+    app = make_app(db, rate_limit_per_second=0.01, rate_limit_burst=2, registry=registry)
+    api = client(app, key_for(db, TENANT_A))
+    assert api.post(f"{P}/jobs", json={"templateId": "reset_lite"}).status_code == 201
+    assert registry.get_sample_value("settlekit_append_total", {"outcome": "created"}) == 1
+    assert api.post(f"{P}/jobs", json={}).status_code == 400
+    assert registry.get_sample_value("settlekit_append_total", {"outcome": "refused"}) == 1
+    r = api.get(f"{P}/jobs/job_missing")
+    assert _error(r, 429, "rate limit exceeded", "RATE_LIMITED") is None
+    assert int(r.headers["retry-after"]) > 0
+
+
+def test_an_unexpected_failure_is_settlds_500(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from settlekit.store import ledger
+
+    def broken(*args: Any) -> list[str]:
+        raise RuntimeError("disk on fire")
+
+    job = _create(env["api"])
+    monkeypatch.setattr(ledger, "entry_ids_for_event", broken)
+    api = client(env["app"], env["key"], raise_server_exceptions=False)
+    r = _draft(api, job["id"], "QUOTE_PROPOSED", {"amountCents": 6500, "currency": "USD",
+                                                  "breakdown": {"coverageFeeCents": 0, "totalCents": 6500}},
+               job["lastChainHash"])
+    details = _error(r, 500, "internal error", "INTERNAL")
+    assert "disk on fire" not in r.text and details == {"message": "internal server error"}

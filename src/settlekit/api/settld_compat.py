@@ -90,7 +90,8 @@ def _own_tenant(scope: str) -> Any:
         raw = request.headers.get(TENANT_HEADER)
         tenant = js_trim(raw) if raw is not None else ""
         if "\n" in tenant or "\r" in tenant or len(tenant) > MAX_TENANT_LENGTH:
-            raise ValidationError("invalid tenant", code="SCHEMA_INVALID", field=TENANT_HEADER)
+            raise ValidationError("invalid tenant", code="SCHEMA_INVALID", field=TENANT_HEADER,
+                                  reason="tenantId must be at most 200 characters without newlines")
         if (tenant or DEFAULT_TENANT_ID) != key.tenant_id:
             raise ForbiddenError(f"{TENANT_HEADER} names a tenant this API key does not belong to",
                                  code="FORBIDDEN")
@@ -244,17 +245,22 @@ _SETTLD_ERRORS: dict[str, tuple[int, str, str | None]] = {
     "ENVELOPE_VERSION_UNSUPPORTED": (400, _ENVELOPE, "SCHEMA_INVALID"),
     "STREAM_MISMATCH": (400, _ENVELOPE, "SCHEMA_INVALID"),
     "LEDGER_POSTING_INVALID": (400, "ledger posting rejected", None),
+    "INTERNAL": (500, "internal error", None),
 }
 # settld's own details of a refusal, where it gives a sentence
-_SETTLD_DETAILS = {"IDEMPOTENCY_CONFLICT": "request differs from initial use of this key",
-                   "PRECONDITION_REQUIRED": f"{EXPECTED_HEADER} is required"}
+_LEFT_OUT: Any = object()  # settld's body has no `details` at all
+_SETTLD_DETAILS: dict[str, Any] = {
+    "IDEMPOTENCY_CONFLICT": "request differs from initial use of this key",
+    "PRECONDITION_REQUIRED": f"{EXPECTED_HEADER} is required", "JOB_NOT_FOUND": _LEFT_OUT, "NOT_FOUND": _LEFT_OUT,
+    "PAYLOAD_TOO_LARGE": _LEFT_OUT, "JSON_INVALID": _LEFT_OUT, "RATE_LIMITED": None}
 # messages settld gives as they are (the route's own), by code
-_OWN_MESSAGES = {"templateId is required", "type is required", "invalid tenant"}
+_OWN_MESSAGES = {"templateId is required", "type is required"}
 
 
 def settld_error(status: int, code: str, message: str, details: Any = None, *, append: bool = False
                  ) -> tuple[int, dict[str, Any]]:
-    """settld's status and body `{error, code, details}` for a refusal settlekit answers with `status`, `code`,
+    """settld's status and body `{error, code, details}` (`details` left out where settld leaves it out) for a
+    refusal settlekit answers with `status`, `code`,
     `message` and `details` (its problem's); `append`: the request was a write of an event (POST)."""
     if status in (401, 403):  # settld: any key it cannot use for the tenant, or a missing scope
         return 403, {"error": "forbidden", "code": "FORBIDDEN", "details": None}
@@ -264,10 +270,16 @@ def settld_error(status: int, code: str, message: str, details: Any = None, *, a
     extra = details if isinstance(details, dict) else {}
     if known is not None:
         settld_status, error, settld_code = known
-        said = _SETTLD_DETAILS.get(code, {"message": message, **extra})
-        return settld_status, {"error": error, "code": settld_code or code, "details": said}
-    if message in _OWN_MESSAGES:
-        return status, {"error": message, "code": code, "details": extra or None}
+        body: dict[str, Any] = {"error": error, "code": settld_code or code}
+        if code not in _SETTLD_DETAILS:
+            body["details"] = {"message": message, **extra}
+        elif _SETTLD_DETAILS[code] is not _LEFT_OUT:
+            body["details"] = _SETTLD_DETAILS[code]
+        return settld_status, body
+    if message in _OWN_MESSAGES:  # what settld's route says in so many words, without details
+        return status, {"error": message, "code": code}
+    if message == "invalid tenant":
+        return status, {"error": message, "code": code, "details": {"message": extra.get("reason")}}
     if append and status == 400 and code == "SCHEMA_INVALID":
         return 400, {"error": _ENVELOPE, "code": code, "details": {"message": message, **extra}}
     if append and status == 400 and code in APPEND_CODES:
@@ -291,9 +303,9 @@ class SettldErrors:
             return
         path: str = scope["path"]
         if self.at_root and any(path == p or path.startswith(f"{p}/") for p in ROOT_PATHS):
-            raw = scope.get("raw_path")
-            scope = {**scope, "path": PREFIX + path,
-                     "raw_path": PREFIX.encode() + raw if isinstance(raw, bytes) else None}
+            scope = {**scope, "path": PREFIX + path}
+            if isinstance(scope.get("raw_path"), bytes):
+                scope["raw_path"] = PREFIX.encode() + scope["raw_path"]
         elif not (path == PREFIX or path.startswith(f"{PREFIX}/")):
             await self.app(scope, receive, send)
             return
