@@ -381,18 +381,20 @@ def _write_slow(x: Any, keep_proto: bool = False) -> str:
     while stack:
         frame = stack[-1]
         it, is_dict, node, muted, count, _ = frame
-        item = next(it, _END)
+        item: Any = next(it, _END)
         if item is _END:
             stack.pop()
             if not muted:
                 write("}" if is_dict else "]")
             continue
         frame[4] = count + 1
+        key: str | int
+        child: Any
         if is_dict:
             key, child = item
             child_muted = muted or (key == PROTO_KEY and not keep_proto)
             if not child_muted:
-                write(("," if frame[5] else "") + quote_string(key) + ":")
+                write(("," if frame[5] else "") + quote_string(item[0]) + ":")
                 frame[5] += 1
         else:
             key, child = count, item
