@@ -123,6 +123,13 @@ def test_the_commands_print_what_settld_computes(run: dict[str, Any], tmp_path: 
     assert built.stdout == _text(run["artifacts"]) + "\n"
     outbox = runner.invoke(app, ["artifacts", "outbox", "--events", str(stream)])
     assert parse_json(outbox.stdout) == run["outbox"]
+    if run["verify"]["ok"] and run["artifacts"]:  # settld's artifacts check against the stream, as built
+        for artifact in (run["artifacts"][0], run["artifacts"][-1]):
+            path = tmp_path / "artifact.json"
+            path.write_text(_text(artifact), encoding="utf-8")
+            checked = runner.invoke(app, ["verify", str(stream), "--keys", str(keys), "--artifact", str(path)])
+            assert checked.exit_code == 0, checked.output
+            assert json.loads(checked.stdout)["ok"] is True
     postings = runner.invoke(app, ["ledger", "postings", "--events", str(stream)])
     assert postings.exit_code == 0, postings.output
     lines = [parse_json(line) for line in postings.stdout.splitlines()]
