@@ -314,6 +314,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "ARTIFACT_ROW_INVALID": ErrorSpec(500, "an artifact row the delivery sink read is unusable"),
     # --- webhook destinations, secrets and deliveries
     "DESTINATION_URL_FORBIDDEN": ErrorSpec(400, "the SSRF guard refused the destination URL or its addresses"),
+    "DESTINATION_LIMIT_REACHED": ErrorSpec(409, "the tenant has as many destinations as the deployment allows "
+                                                "(`max_destinations_per_tenant`); change one of them instead"),
     "TENANT_QUOTA_EXCEEDED": ErrorSpec(429, "the tenant's pending-delivery quota is spent"),
     "WEBHOOK_SECRET_INVALID": ErrorSpec(400, "a signing secret is not whsec_<base64> or is empty"),
     "SECRET_REF_INVALID": ErrorSpec(400, "the secret reference is malformed or not one this server issued"),

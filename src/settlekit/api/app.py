@@ -113,7 +113,8 @@ def _destination_policy(settings: Settings) -> DestinationPolicy:
         allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
         allow_loopback=settings.allow_loopback_webhooks,
         allow_private_network=settings.allow_private_webhooks,
-        allowed_networks=settings.allowed_webhook_networks)
+        allowed_networks=settings.allowed_webhook_networks,
+        max_destinations_per_tenant=settings.max_destinations_per_tenant)
 
 
 def _lifespan_closing(ctx: ApiContext, database: Database | None

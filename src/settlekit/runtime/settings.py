@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     delivery_concurrency: int = Field(16, ge=1, description="concurrent webhook senders per worker")
     dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
     max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
+    max_destinations_per_tenant: int = Field(
+        100, ge=1, description="webhook destinations a tenant may create through the API; one more is 409 "
+        "`DESTINATION_LIMIT_REACHED` (the CLI's operator is not bound)")
     max_header_bytes: int = Field(
         32_768, ge=1024, description="API request line and headers together, at most (bytes); a longer request "
         "head is answered 431 `REQUEST_HEAD_TOO_LARGE` and its connection closed")
