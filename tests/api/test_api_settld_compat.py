@@ -247,12 +247,15 @@ def test_refusals_in_settlds_shape(env: dict[str, Any]) -> None:
     assert details["fromStatus"] == "RESERVED" and details["eventType"] == "EXECUTION_COMPLETED"
     forged = _signed(job, "EN_ROUTE", {"etaSeconds": 1}, robot)
     forged["signature"] = Signer.generate().sign_payload_hash(forged["payloadHash"])
-    _error(api.post(f"{P}/jobs/{jid}/events", json=forged), 400, "event chain verification failed", "SIG_INVALID")
+    # settld's details: a sentence naming the event's index in the stream (six events are stored)
+    assert _error(api.post(f"{P}/jobs/{jid}/events", json=forged), 400, "event chain verification failed",
+                  "SIG_INVALID") == "signature invalid at index 6"
     unknown = _signed(job, "EN_ROUTE", {"etaSeconds": 1}, Signer.generate())
-    _error(api.post(f"{P}/jobs/{jid}/events", json=unknown), 400, "event chain verification failed",
-           "SIGNER_UNKNOWN")
+    assert _error(api.post(f"{P}/jobs/{jid}/events", json=unknown), 400, "event chain verification failed",
+                  "SIGNER_UNKNOWN") == "unknown signerKeyId at index 6"
     tampered = dict(_signed(job, "EN_ROUTE", {"etaSeconds": 1}, robot), payload={"etaSeconds": 2})
-    _error(api.post(f"{P}/jobs/{jid}/events", json=tampered), 400, "event chain verification failed", "CHAIN_BREAK")
+    assert _error(api.post(f"{P}/jobs/{jid}/events", json=tampered), 400, "event chain verification failed",
+                  "CHAIN_BREAK") == "payloadHash mismatch at index 6"
     r = api.post(f"{P}/jobs/{jid}/events", json={"type": "EN_ROUTE", "actor": ROBOT, "payload": None},
                  headers={"x-proxy-expected-prev-chain-hash": job["lastChainHash"]})
     _error(r, 400, "signature policy rejected", "SIGNATURE_POLICY")

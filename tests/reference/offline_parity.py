@@ -13,7 +13,10 @@ dimensions of their own, each chosen at random per stream:
 - `keys`: "__proto__" keys (object, string and null values) and integer-like keys in payloads, the booking's credit
   policy among them (copied into the CoverageCertificate);
 - `deep`: a payload value nested 1,100 to 2,000 arrays and objects deep (node's default stack hashes about 2,200);
-- `at`: event times in other spellings `Date.parse` reads (no milliseconds, an offset, lower case, a date alone).
+- `at`: event times in other spellings `Date.parse` reads (no milliseconds, more digits, an offset, lower case, a
+  date alone, an expanded year, RFC 1123, a blank for the `T`);
+- `envelope`: event ids with white space, beyond 200 characters or non-ASCII, actors with more keys than type and
+  id, fields beside the envelope's (`schemaVersion`, others).
 
 Re-chains every stream, runs settld's reducer, posting rules, chain verification and artifact worker on it under
 node (`offline_parity.mjs`), and compares settlekit's offline tools with those answers. With `--vendor` it writes
@@ -34,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +54,7 @@ from settlekit.events.envelope import Signer, finalize  # noqa: E402
 GENERATED_AT = "2026-02-01T00:00:00.000Z"
 OUT = HERE.parent / "vectors" / "reference_runs" / "offline_parity.json.gz"
 DRAFT_FIELDS = ("v", "id", "at", "streamId", "type", "actor", "payload")
-DIMENSIONS = ("restart", "foreign", "signatures", "keys", "deep", "at")
+DIMENSIONS = ("restart", "foreign", "signatures", "keys", "deep", "at", "envelope")
 FOREIGN_TYPES = ["NOTE_ADDED", "ROBOT_HEARTBEAT", "ROBOT_REGISTERED", "ROBOT_STATUS_CHANGED", "OPERATOR_SHIFT_OPENED",
                  "MONTH_CLOSED", "SERVER_SIGNER_KEY_ROTATED", "SETTLED ", "settled", "BOOKED\n", " EN_ROUTE",
                  "INSURER_REIMBURSEMENT_RECORDED", "CUSTOM_EVENT_V2"]
@@ -140,13 +144,30 @@ class Varier:
         out[self.pick(candidates)]["payload"]["deep"] = value
         return out
 
+    def envelope(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for n, e in enumerate(events):
+            e = dict(e)
+            roll = self.rng.random()
+            if roll < 0.15:
+                e["id"] = self.pick([f"evt {n} with blanks", f"evt_{n}_" + "x" * 240, f"évènement_{n}_\u2028",
+                                     f"\tevt_{n}"])
+            elif roll < 0.25:
+                e["actor"] = {**e["actor"], "name": "Extra Actor Key", "meta": {"k": [1]}}
+            elif roll < 0.35:
+                e["schemaVersion"] = self.pick(["1", 1, "v1"])
+                e["extraField"] = {"kept": "by the file, outside every hash"}
+            out.append(e)
+        return out
+
     def at(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
         for e in events:
             e = dict(e)
             text = e["at"]
             if self.rng.random() < 0.3 and text.endswith(".000Z"):
-                kind = self.rng.randrange(5)
+                kind = self.rng.randrange(10)
+                day, time = text[:10], text[11:19]
                 if kind == 0:
                     text = text[:-5] + "Z"
                 elif kind == 1:
@@ -155,8 +176,18 @@ class Varier:
                     text = text.replace("T", "t").replace("Z", "z")
                 elif kind == 3:
                     text = text[:-5] + ".5Z"
-                else:
+                elif kind == 4:
                     text = text[:-1] + "+01:00"
+                elif kind == 5:
+                    text = day  # a date alone: midnight UTC
+                elif kind == 6:
+                    text = "+00" + text  # the expanded year
+                elif kind == 7:  # RFC 1123, as Date.prototype.toUTCString writes it
+                    text = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.000Z").strftime("%a, %d %b %Y %H:%M:%S GMT")
+                elif kind == 8:
+                    text = f"{day} {time}Z"
+                else:
+                    text = text[:-5] + ".123456Z"
             e["at"] = text
             out.append(e)
         return out
@@ -191,6 +222,7 @@ def chain(rng: random.Random, events: list[dict[str, Any]], signed: bool) -> lis
     out, prev = [], None
     for e in events:
         event = finalize({k: e[k] for k in DRAFT_FIELDS}, prev, SIGNERS[_role(e)] if signed else None)
+        event.update({k: v for k, v in e.items() if k not in event})  # extra envelope fields, outside the hashes
         prev = event["chainHash"]
         if signed:
             roll = rng.random()
@@ -224,7 +256,7 @@ def make_streams(seed: int, count: int) -> list[dict[str, Any]]:
             chosen = [DIMENSIONS[n]]  # each dimension alone at least once
         if not chosen:
             chosen = [rng.choice(DIMENSIONS)]
-        for d in ("restart", "foreign", "keys", "deep", "at"):
+        for d in ("restart", "foreign", "keys", "deep", "at", "envelope"):
             if d in chosen:
                 events = getattr(varier, d)(events)
         stream = chain(rng, events, "signatures" in chosen)

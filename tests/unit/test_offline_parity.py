@@ -2,8 +2,9 @@
 (`vectors/reference_runs/offline_parity.json.gz`, made by `tests/reference/offline_parity.py`, README there): a
 JOB_CREATED again mid-stream, unknown and other streams' event types, signatures in every base64 spelling node
 reads (and empty ones), "__proto__" and integer-like keys, payloads nested thousands of levels deep, `at` spellings
-`Date.parse` reads. For each: `verify`'s verdict, the ledger entries and posting errors, the reduced job, the outbox
-and every artifact, byte for byte (own "__proto__" keys included, as settld's JSON.stringify writes them)."""
+`Date.parse` reads, ids and envelopes the live path refuses. For each: `verify`'s verdict, the ledger entries and
+posting errors, the reduced job, the outbox and every artifact, byte for byte (own "__proto__" keys included, as
+settld's JSON.stringify writes them)."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ RUNS = _runs()
 
 def test_every_dimension_is_there() -> None:
     assert len(RUNS) >= 100
-    for dimension in ("restart", "foreign", "signatures", "keys", "deep", "at"):
+    for dimension in ("restart", "foreign", "signatures", "keys", "deep", "at", "envelope"):
         assert sum(dimension in run["dimensions"] for run in RUNS) >= 10, dimension
     assert any(not run["verify"]["ok"] for run in RUNS)  # a broken signature now and then
 
@@ -122,6 +123,13 @@ def test_the_commands_print_what_settld_computes(run: dict[str, Any], tmp_path: 
     assert built.stdout == _text(run["artifacts"]) + "\n"
     outbox = runner.invoke(app, ["artifacts", "outbox", "--events", str(stream)])
     assert parse_json(outbox.stdout) == run["outbox"]
+    if run["verify"]["ok"] and run["artifacts"]:  # settld's artifacts check against the stream, as built
+        for artifact in (run["artifacts"][0], run["artifacts"][-1]):
+            path = tmp_path / "artifact.json"
+            path.write_text(_text(artifact), encoding="utf-8")
+            checked = runner.invoke(app, ["verify", str(stream), "--keys", str(keys), "--artifact", str(path)])
+            assert checked.exit_code == 0, checked.output
+            assert json.loads(checked.stdout)["ok"] is True
     postings = runner.invoke(app, ["ledger", "postings", "--events", str(stream)])
     assert postings.exit_code == 0, postings.output
     lines = [parse_json(line) for line in postings.stdout.splitlines()]

@@ -168,6 +168,14 @@ async def _append_event(ctx: ApiContext, job_id: str, request: Request, key: Api
         got = "gotPrevChainHash" if finalized else "gotExpectedPrevChainHash"
         raise ConflictError(exc.message, code=exc.code, expectedPrevChainHash=exc.details.get("currentPrevChainHash"),
                             **{got: exc.details.get("expectedPrevChainHash")}) from None
+    except SettlekitError as exc:
+        said = _CHAIN_SENTENCES.get(exc.code)
+        if said is None:
+            raise
+        # settld's details of a chain failure: a sentence naming the event's index in the whole stream
+        head, _ = await run_in_threadpool(ctx.store.streams.head_and_snapshot, key.tenant_id, job_id)
+        raise SettlekitError(exc.message, code=exc.code, status=exc.status,
+                             settldDetails=f"{said} at index {head.seq if head is not None else 0}") from None
 
 
 def _existing_job(job_id: str) -> Any:
@@ -219,6 +227,10 @@ def compat_app(ctx: ApiContext) -> FastAPI:
 
 # settlekit code -> (settld's status, settld's message, settld's code; None: settlekit's)
 _CHAIN = "event chain verification failed"
+# what settld's chain check says of the failure, by settlekit's code
+_CHAIN_SENTENCES = {"CHAIN_BREAK": "prevChainHash mismatch", "PAYLOAD_HASH_MISMATCH": "payloadHash mismatch",
+                    "CHAIN_HASH_MISMATCH": "chainHash mismatch", "SIGNER_KEY_ID_REQUIRED": "missing signerKeyId",
+                    "SIGNER_UNKNOWN": "unknown signerKeyId", "SIG_INVALID": "signature invalid"}
 _POLICY = "signature policy rejected"
 _ENVELOPE = "invalid event envelope"
 _SETTLD_ERRORS: dict[str, tuple[int, str, str | None]] = {
@@ -271,7 +283,9 @@ def settld_error(status: int, code: str, message: str, details: Any = None, *, a
     if known is not None:
         settld_status, error, settld_code = known
         body: dict[str, Any] = {"error": error, "code": settld_code or code}
-        if code not in _SETTLD_DETAILS:
+        if "settldDetails" in extra:  # the route said it as settld does
+            body["details"] = extra["settldDetails"]
+        elif code not in _SETTLD_DETAILS:
             body["details"] = {"message": message, **extra}
         elif _SETTLD_DETAILS[code] is not _LEFT_OUT:
             body["details"] = _SETTLD_DETAILS[code]

@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, Final, NoReturn, TypeGuard
 
@@ -318,9 +318,6 @@ def _find_proto_key(x: Any, path: str) -> str | None:
     return None
 
 
-# Markers on the writer's work stack: output between them is checked but not written (a "__proto__" value).
-_MUTE: Final = object()
-_UNMUTE: Final = object()
 PathNode = tuple[Any, str | int] | None  # (parent node, key or index); None is the root, "$"
 
 
@@ -337,12 +334,12 @@ def _render_path(node: PathNode, root: str = "$") -> str:
 
 def _write_scalar(x: Any, node: PathNode) -> str:
     t = type(x)
+    if t is str:
+        return quote_string(x)
     if x is None:
         return "null"
     if t is bool:
         return "true" if x else "false"
-    if t is str:
-        return quote_string(x)
     if t is int:
         if not -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER:
             path = _render_path(node)
@@ -359,67 +356,66 @@ def _write_scalar(x: Any, node: PathNode) -> str:
     raise CanonicalJsonError(f"type {t.__name__} is not canonical JSON at {path}", path=path)
 
 
+def _dict_items(value: dict[Any, Any], node: PathNode) -> Iterator[tuple[str, Any]]:
+    for k in value:
+        if type(k) is not str:
+            path = _render_path(node)
+            raise CanonicalJsonError(f"non-string key {k!r} at {path}", path=path)
+    return ((k, value[k]) for k in ordered_keys(list(value)))
+
+
 def _write_slow(x: Any, keep_proto: bool = False) -> str:
-    """Canonical JSON without recursion (any depth): a work stack of texts to write and values to expand.
+    """Canonical JSON without recursion (any depth): a stack of the open arrays and objects, each with the iterator
+    over what it has left to write.
 
     A "__proto__" key is left out, its value still checked, as settld's canonicalize walks it; with
     `keep_proto` it is written in its place like any other key (the text of a value JSON.stringify writes with
     its own "__proto__" property, keys sorted)."""
-    out: list[str] = []
-    muted = 0
-    work: list[Any] = [(x, None)]
-    pop, push = work.pop, work.append
-    while work:
-        item = pop()
-        if type(item) is str:
+    t = type(x)
+    if t is not list and t is not dict:
+        return _write_scalar(x, None)
+    out: list[str] = ["[" if t is list else "{"]
+    write = out.append
+    # frames: [iterator, is_dict, node, muted, items taken, keys written (objects)]
+    stack: list[list[Any]] = [[iter(x) if t is list else _dict_items(x, None), t is dict, None, False, 0, 0]]
+    while stack:
+        frame = stack[-1]
+        it, is_dict, node, muted, count, _ = frame
+        item: Any = next(it, _END)
+        if item is _END:
+            stack.pop()
             if not muted:
-                out.append(item)
+                write("}" if is_dict else "]")
             continue
-        if item is _MUTE:
-            muted += 1
-            continue
-        if item is _UNMUTE:
-            muted -= 1
-            continue
-        value, node = item
-        t = type(value)
-        if t is list:
-            if not value:
-                if not muted:
-                    out.append("[]")
-                continue
-            if not muted:
-                out.append("[")
-            push("]")
-            for i in range(len(value) - 1, -1, -1):
-                push((value[i], (node, i)))
-                if i:
-                    push(",")
-        elif t is dict:
-            for k in value:
-                if type(k) is not str:
-                    path = _render_path(node)
-                    raise CanonicalJsonError(f"non-string key {k!r} at {path}", path=path)
-            if not muted:
-                out.append("{")
-            entries: list[Any] = []
-            first = True
-            for k in ordered_keys(list(value)):
-                if k == PROTO_KEY and not keep_proto:
-                    entries.append((_MUTE, (value[k], (node, k)), _UNMUTE))
-                    continue
-                entries.append(((quote_string(k) + ":") if first else ("," + quote_string(k) + ":"),
-                                (value[k], (node, k))))
-                first = False
-            push("}")
-            for group in reversed(entries):
-                for part in reversed(group):
-                    push(part)
-        elif not muted:
-            out.append(_write_scalar(value, node))
+        frame[4] = count + 1
+        key: str | int
+        child: Any
+        if is_dict:
+            key, child = item
+            child_muted = muted or (key == PROTO_KEY and not keep_proto)
+            if not child_muted:
+                write(("," if frame[5] else "") + quote_string(item[0]) + ":")
+                frame[5] += 1
         else:
-            _write_scalar(value, node)
+            key, child = count, item
+            child_muted = muted
+            if count and not muted:
+                write(",")
+        tc = type(child)
+        if tc is list or tc is dict:
+            child_node = (node, key)
+            if not child_muted:
+                write("[" if tc is list else "{")
+            stack.append([iter(child) if tc is list else _dict_items(child, child_node), tc is dict, child_node,
+                          child_muted, 0, 0])
+        elif child_muted:
+            _write_scalar(child, (node, key))
+        else:
+            write(_write_scalar(child, (node, key)))
     return "".join(out)
+
+
+_END: Final = object()  # an exhausted iterator's answer
 
 
 def canonical_json(x: Any, *, keep_proto: bool = False) -> str:
