@@ -94,7 +94,7 @@ class Varier:
         elif kind == 3:
             payload = self.pick([None, {}, "restart", [1, 2]])
         elif kind == 4:
-            payload = {**payload, "contractId": "ctr_2"}
+            payload = {**payload, "contractId": "ctr_2", "tenantId": self.pick(["tenant_other", None, ""])}
         restart = {**first, "id": f"{first['id']}_restart{at}", "payload": payload}
         again = [{**copy.deepcopy(e), "id": f"{e['id']}_again"} for e in events[1:rng.randrange(1, len(events) + 1)]]
         return events[:at] + [restart] + again
