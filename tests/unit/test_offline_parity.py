@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from conftest import VECTORS, differential_corpus
@@ -23,7 +25,7 @@ from settlekit.artifacts.build import build_all, derive_outbox
 from settlekit.cli import app
 from settlekit.errors import VerificationError
 from settlekit.events.canonical import canonical_json, parse_json
-from settlekit.events.envelope import verify_chain
+from settlekit.events.envelope import finalize, verify_chain
 from settlekit.jobs import process_job_events
 from support.huge_streams import corpus_stream, huge_stream, stream_digest
 
@@ -146,3 +148,38 @@ def test_the_commands_print_what_settld_computes(run: dict[str, Any], tmp_path: 
     lines = [parse_json(line) for line in postings.stdout.splitlines()]
     assert [(x["eventId"], x["entry"]) for x in lines if "entry" in x] == [
         (x["eventId"], x["entry"]) for x in run["entries"]]
+
+
+_CORPUS_NAMES = sorted(differential_corpus())
+_MOVING = ("revision", "updatedAt", "lastChainHash", "lastEventId")
+
+
+def _rechained(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out, prev = [], None
+    for e in events:
+        out.append(finalize({k: e[k] for k in ("v", "id", "at", "streamId", "type", "actor", "payload")}, prev))
+        prev = out[-1]["chainHash"]
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(_CORPUS_NAMES), st.lists(st.tuples(st.floats(0, 1), st.sampled_from(
+    ["NOTE_ADDED", "ROBOT_HEARTBEAT", "SETTLED ", "settled", "MONTH_CLOSED"])), min_size=1, max_size=6))
+def test_an_unknown_type_anywhere_changes_nothing_but_the_revision(name: str, notes: list[tuple[float, str]]) -> None:
+    """settld's reducer counts an event outside its transition table as a revision and nothing else: inserted
+    anywhere after the JOB_CREATED, such events leave the ledger, the posting errors, the outbox's sources and the
+    job (but its revision and head) as they were."""
+    base = parse_json(differential_corpus()[name])["events"]
+    events = list(base)
+    for n, (where, t) in enumerate(notes):
+        i = 1 + int(where * (len(events) - 1))
+        events.insert(i, {**events[i - 1], "id": f"evt_note_{n}", "type": t, "payload": {"note": n}})
+    before, after = process_job_events(None, _rechained(base)), process_job_events(None, _rechained(events))
+    assert [(x["eventId"], x["entry"]) for x in after.ledger_entries] == [
+        (x["eventId"], x["entry"]) for x in before.ledger_entries]
+    assert after.ledger_errors == before.ledger_errors
+    assert {k: v for k, v in after.snapshot.items() if k not in _MOVING} == {
+        k: v for k, v in before.snapshot.items() if k not in _MOVING}
+    assert after.snapshot["revision"] == before.snapshot["revision"] + len(notes)
+    sources = [(m["sourceEventId"], m["artifactTypes"]) for m in derive_outbox(_rechained(base))]
+    assert [(m["sourceEventId"], m["artifactTypes"]) for m in derive_outbox(_rechained(events))] == sources
