@@ -144,7 +144,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     # --- jobs and appends
     "JOB_NOT_FOUND": ErrorSpec(404, "no job with this id for the tenant"),
     "JOB_ALREADY_EXISTS": ErrorSpec(409, "a job with this id already exists"),
-    "JOB_TENANT_MISMATCH": ErrorSpec(403, "a JOB_CREATED payload names a tenant other than the API key's"),
+    "JOB_TENANT_MISMATCH": ErrorSpec(403, "a JOB_CREATED payload names a tenant other than the API key's (or than "
+                                          "`import --tenant`, without `--retenant`)"),
     "CURSOR_INVALID": ErrorSpec(400, "the page cursor is malformed or does not belong to this listing"),
     "IDEMPOTENCY_CONFLICT": ErrorSpec(409, "the Idempotency-Key was used with a different request"),
     "IDEMPOTENCY_KEY_REUSED": ErrorSpec(409, "the append's idempotency key was used with a different append"),
