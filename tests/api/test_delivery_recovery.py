@@ -110,8 +110,12 @@ def test_replay_sends_the_window_again_with_the_same_webhook_id(env: Env) -> Non
                        (_stored_time(env.db, datetime.now(UTC) - timedelta(days=2)), old))
         since = _iso(datetime.now(UTC) - timedelta(hours=1))
         r = env.a.post("/v1/destinations/d1/replay", json={"since": since})
-        assert r.status_code == 200, r.text
-        assert r.json()["replayed"] == 2 and r.json()["alreadyPending"] == 0
+        assert r.status_code == 202, r.text
+        replay = r.json()
+        assert (replay["replayed"], replay["alreadyPending"], replay["total"]) == (2, 0, 2)
+        assert replay["status"] == "done" and replay["finishedAt"]  # a window within one burst is done at once
+        assert r.headers["location"] == f"/v1/destinations/d1/replays/{replay['replayId']}"
+        assert env.a.get(r.headers["location"]).json() == {k: v for k, v in replay.items() if k != "alreadyPending"}
         after = env.rows(TENANT_A)
         for i, row in a_before.items():
             replayed = i in d1 and i != old

@@ -78,7 +78,7 @@ def create(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime, unti
     total, pending = store.window_counts(tx, tenant_id, destination_id, since=since, until=until)
     if total > policy.max_deliveries:
         raise ValidationError(f"the window holds {total} deliveries to replay, more than {policy.max_deliveries}; "
-                              "replay a shorter window", code="REPLAY_TOO_LARGE", total=total,
+                              "replay a shorter window", code="REPLAY_TOO_LARGE", status=422, total=total,
                               limit=policy.max_deliveries)
     row = ReplayRow(f"rpl_{uuid.uuid4().hex}", tenant_id, destination_id, since, until, RUNNING, total, 0, 0, 0,
                     actor, now, now, None)

@@ -155,13 +155,15 @@ def get_replay(destination_id: DestinationIdPath, replay_id: ReplayIdPath, reque
 
 @router.post("/destinations/{destination_id}/replays/{replay_id}/cancel", summary="Cancel a running replay",
              description="What the replay has requeued stays queued; the rest of its window is not sent again.",
-             response_model=ReplayOut, responses=problems("NOT_FOUND", "REPLAY_NOT_RUNNING"))
+             response_model=ReplayOut, responses=problems("NOT_FOUND", "REPLAY_NOT_RUNNING"),
+             openapi_extra=IDEMPOTENT)
 def cancel_replay(destination_id: DestinationIdPath, replay_id: ReplayIdPath, request: Request,
                   key: ApiKey = require("ops")) -> JsonResponse:
-    ctx = context(request)
-    with ctx.db.transaction() as tx:
+    def action(tx: Tx) -> tuple[int, Any]:
         row = replays.cancel(tx, key.tenant_id, destination_id, replay_id, actor=key.key_id, now=datetime.now(UTC))
-    return JsonResponse(replays.to_json(row))
+        return 200, replays.to_json(row)
+
+    return idempotency.write_in_transaction(request, key, None, action)
 
 
 @router.post("/destinations/{destination_id}/test", summary="Send a destination a signed test message now",
