@@ -124,6 +124,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "METHOD_NOT_ALLOWED": ErrorSpec(405, "the route exists but not for this HTTP method"),
     "UNSUPPORTED_MEDIA_TYPE": ErrorSpec(415, "the request body has a content type the route does not take"),
     "PAYLOAD_TOO_LARGE": ErrorSpec(413, "the request body or an event payload is over its size limit"),
+    "REQUEST_HEAD_TOO_LARGE": ErrorSpec(431, "the request line and headers are over the limit (`max_header_bytes`); "
+                                             "the connection is closed"),
     "PRECONDITION_REQUIRED": ErrorSpec(428, "a server-draft append needs the expected previous chain hash or version"),
     "VERIFICATION_FAILED": ErrorSpec(400, "a stream or event failed verification"),
     "CONFIGURATION_INVALID": ErrorSpec(500, "the deployment's configuration is not usable"),
@@ -312,6 +314,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "ARTIFACT_ROW_INVALID": ErrorSpec(500, "an artifact row the delivery sink read is unusable"),
     # --- webhook destinations, secrets and deliveries
     "DESTINATION_URL_FORBIDDEN": ErrorSpec(400, "the SSRF guard refused the destination URL or its addresses"),
+    "DESTINATION_LIMIT_REACHED": ErrorSpec(409, "the tenant has as many destinations as the deployment allows "
+                                                "(`max_destinations_per_tenant`); change one of them instead"),
     "TENANT_QUOTA_EXCEEDED": ErrorSpec(429, "the tenant's pending-delivery quota is spent"),
     "WEBHOOK_SECRET_INVALID": ErrorSpec(400, "a signing secret is not whsec_<base64> or is empty"),
     "SECRET_REF_INVALID": ErrorSpec(400, "the secret reference is malformed or not one this server issued"),

@@ -130,3 +130,33 @@ def test_only_the_documented_bearer_key_authenticates(db: Database) -> None:
     assert spec["paths"]["/healthz"]["get"]["security"] == []
     assert "security" not in spec["paths"]["/v1/jobs"]["get"] or spec["paths"]["/v1/jobs"]["get"]["security"]
     assert "x-api-key" not in anon.get("/openapi.json").text.lower()
+
+
+def test_a_key_that_works_is_not_locked_out_by_bad_keys_from_its_address(db: Database) -> None:
+    """Clients behind one address (a NAT, a proxy): one presenting bad keys uses up the address's failed-
+    authentication budget, and the others, whose keys authenticated within the hour, keep working; a key not seen
+    working yet waits like a guess, a revoked one stops at once, and a guess never gets past the limit."""
+    from settlekit.api.auth import revoke_api_key
+    from settlekit.api.ratelimit import RecentKeys
+
+    app = make_app(db)
+    now = [0.0]
+    app.state.settlekit.auth_failures = RateLimiter(1.0, 20, clock=lambda: now[0], max_entries=1000)
+    app.state.settlekit.recent_keys = RecentKeys(ttl=3600.0, clock=lambda: now[0])
+    nat = ("203.0.113.7", 4000)
+    working, idle = key_for(db, TENANT_A), key_for(db, TENANT_A)
+    assert client(app, working, client=nat).get("/v1/jobs").status_code == 200
+    attacker = client(app, "sk_0123456789abcdef_wrong", client=nat)
+    assert [attacker.get("/v1/jobs").status_code for _ in range(22)] == [401] * 20 + [429] * 2
+    for _ in range(5):
+        assert client(app, working, client=nat).get("/v1/jobs").status_code == 200
+    assert client(app, idle, client=nat).get("/v1/jobs").status_code == 429  # not seen working: waits
+    guess = working[:-1] + ("A" if working[-1] != "A" else "B")
+    assert client(app, guess, client=nat).get("/v1/jobs").status_code == 429  # a guess at a working key
+    now[0] += 3601.0  # an hour without a request: no longer known, the address's budget refilled meanwhile
+    assert client(app, working, client=nat).get("/v1/jobs").status_code == 200
+    assert [attacker.get("/v1/jobs").status_code for _ in range(21)] == [401] * 20 + [429]
+    revoke_api_key(db, working.split("_")[1])
+    assert client(app, working, client=nat).get("/v1/jobs").status_code == 401  # revoked: looked up, refused
+    assert working not in app.state.settlekit.recent_keys
+    assert client(app, working, client=nat).get("/v1/jobs").status_code == 429

@@ -410,3 +410,31 @@ def test_an_integer_parameter_is_decimal_digits_only(env: tuple[Database, Any, A
         if where == "query" and not template.endswith("/stream"):  # written plainly, it is accepted
             r = caller.request(method, path, params={name: "1"}, json={})
             assert r.status_code != 400 or r.json()["code"] != "SCHEMA_INVALID", f"{method} {template}: {r.text}"
+
+
+def test_a_trailing_newline_is_not_part_of_an_id(env: tuple[Database, Any, Any, str]) -> None:
+    """Python's `$` matches before a final newline: ids checked with it took "x\n" (a destination stored so, whose
+    deliveries then failed forever). Every id, reference, hash and month check refuses it now."""
+    from settlekit.api.auth import check_tenant_id
+    from settlekit.errors import ValidationError
+    from settlekit.events.envelope import check_envelope_shape
+    from settlekit.ledger.close import require_month
+
+    db, api, _, _ = env
+    secret = generate_secret()
+    r = api.post("/v1/destinations", json={"destinationId": "dst_nl\n", "url": "http://127.0.0.1:9/x",
+                                          "secret": secret})
+    assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID", r.text
+    r = api.post("/v1/destinations", json={"destinationId": "dst_nl", "url": "http://127.0.0.1:9/x",
+                                          "secretRef": "sec_" + "0" * 32 + "\n"})
+    assert r.status_code == 400 and r.json()["code"] == "SECRET_REF_FORBIDDEN", r.text
+    assert api.get("/v1/destinations").json()["destinations"] == []
+    with pytest.raises(ValidationError):
+        check_tenant_id("tenant_x\n")
+    with pytest.raises(ValidationError):
+        require_month("2026-01\n")
+    event = {"v": 1, "id": "evt_1", "at": "2026-01-01T00:00:00.000Z", "streamId": "job_1", "type": "JOB_CREATED",
+             "actor": {"type": "system", "id": "x"}, "payload": {}, "payloadHash": "a" * 64,
+             "prevChainHash": None, "chainHash": "b" * 64 + "\n", "signature": None, "signerKeyId": None}
+    with pytest.raises(ValidationError, match="chainHash"):
+        check_envelope_shape(event)

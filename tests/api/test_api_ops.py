@@ -56,6 +56,22 @@ def test_destinations_secret_is_write_only(seeded_env: tuple[Database, Any, Seed
     assert api.get("/v1/destinations/dst_3").status_code == 404
 
 
+def test_disable_reasons_are_not_metric_labels(db: Database) -> None:
+    """A disable's free text is its disabledReason, never a label value: 30 reasons, one series on /metrics."""
+    app = make_app(db)
+    api = client(app, key_for(db, TENANT_A))
+    r = api.post("/v1/destinations", json={"destinationId": "dst_m", "url": "http://127.0.0.1:9/m",
+                                          "secret": generate_secret()})
+    assert r.status_code == 201, r.text
+    for i in range(30):
+        r = api.post("/v1/destinations/dst_m/disable", json={"reason": f"tenant text {i}"})
+        assert r.status_code == 200 and r.json()["disabledReason"] == f"tenant text {i}", r.text
+    text = client(app, key_for(db, "system", ["ops"])).get("/metrics").text
+    series = [line for line in text.splitlines() if line.startswith("settlekit_destinations_disabled_total")]
+    assert series == ['settlekit_destinations_disabled_total{reason="operator"} 30.0']
+    assert "tenant text" not in text
+
+
 def test_deliveries_and_requeue(seeded_env: tuple[Database, Any, Seeded]) -> None:
     db, api, seeded = seeded_env
     pending = api.get("/v1/deliveries", params={"state": "pending"}).json()["deliveries"]

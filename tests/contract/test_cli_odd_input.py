@@ -1,5 +1,5 @@
 """CLI commands given odd files or instants: one error line and exit 2 (or 1), never a traceback. Before, a file
-nested too deeply to parse, a list of non-objects, a broken `ledger postings` file, a close that is not an
+nested deeper than Python's parsers go, a list of non-objects, a broken `ledger postings` file, a close that is not an
 object, a missing journal file and instants outside years 1 to 9999 each ended in an exception."""
 
 from __future__ import annotations
@@ -21,16 +21,31 @@ def _run(*args: str) -> Result:
     return result
 
 
-@pytest.mark.parametrize("command", [
+COMMANDS = [
     ["verify", "{f}"],
     ["artifacts", "build", "--events", "{f}", "--type", "WorkCertificate.v1"],
     ["ledger", "postings", "--events", "{f}"],
     ["import", "{f}", "--db", "sqlite:///{d}/x.db", "--keys", "{f}"],
-])
-def test_a_file_nested_too_deeply_to_parse(tmp_path: Path, command: list[str]) -> None:
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_file_nested_deeper_than_pythons_parsers_go(tmp_path: Path, command: list[str]) -> None:
+    """Node reads JSON at any depth, and so do the commands: the file is read, then refused as what it holds (an
+    array of arrays, not of events), as `[[1]]` would be: `verify` reports event 0 (exit 1), the others exit 2."""
     deep = tmp_path / "deep.json"
     deep.write_text(DEEP)
-    assert _run(*[a.format(f=deep, d=tmp_path) for a in command]).exit_code == 2
+    result = _run(*[a.format(f=deep, d=tmp_path) for a in command])
+    assert result.exit_code == (1 if command[0] == "verify" else 2), result.output
+    assert "JSON_INVALID" not in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_deep_file_that_is_not_json(tmp_path: Path, command: list[str]) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text(DEEP[:-1])
+    result = _run(*[a.format(f=deep, d=tmp_path) for a in command])
+    assert result.exit_code == 2 and "JSON_INVALID" in result.output
 
 
 @pytest.mark.parametrize("content", ["[1, 2, 3]", '[{"type": "JOB_CREATED"}, 7]', "[{"])

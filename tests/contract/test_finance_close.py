@@ -216,6 +216,8 @@ def test_the_log_grows_by_changed_streams_with_inclusion_and_consistency_proofs(
     bad = FIN.consistency_proof(db, tenant, "2026-01", "2026-02")
     bad["proof"] = [bad["proof"][0][::-1], *bad["proof"][1:]]
     assert not verify_consistency_proof(bad)["ok"]
+    other = {**FIN.consistency_proof(db, tenant, "2026-01", "2026-02"), "tenantId": "tenant_other"}
+    assert verify_consistency_proof(other)["error"]["message"] == "the proof's tenantId is not the signed closes'"
 
 
 def test_a_close_is_delivered_to_destinations_that_subscribe_to_it(db: Database) -> None:

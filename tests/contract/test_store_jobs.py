@@ -84,6 +84,35 @@ def test_illegal_transition_stores_nothing(db: Database) -> None:
     assert store.streams.read_stream(T, "job_y") == []
 
 
+def test_the_live_path_keeps_its_rules_where_the_offline_tools_take_settlds(db: Database) -> None:
+    """What `settlekit verify` and the offline tools take as settld does (a signature in a base64 spelling node
+    reads, a second JOB_CREATED, a foreign type) the live path refuses, with nothing written (README)."""
+    client = Signer.generate()
+    store = job_appender(db, clock=lambda: NOW)
+    store.signer_keys.register(T, client.public_key_pem, "server")
+    actor = {"type": "system", "id": "proxy"}
+
+    def event(n: int, t: str, prev: str | None) -> dict:
+        draft = make_draft(stream_id="job_l", type=t, actor=actor, payload={"templateId": "t", "tenantId": T},
+                           at=f"2026-02-01T00:00:0{n}.000Z", id=f"evt_l_{n}")
+        return finalize(draft, prev, client)
+
+    first = event(1, "JOB_CREATED", None)
+    unpadded = {**first, "signature": first["signature"].rstrip("=")}
+    verify_chain([unpadded], {client.key_id: client.public_key_pem})  # settld reads it, so does verify
+    with pytest.raises(SettlekitError) as err:
+        store.append(T, "job_l", [unpadded])
+    assert err.value.code == "SIG_INVALID"
+    assert store.streams.read_stream(T, "job_l") == []
+    store.append(T, "job_l", [first])
+    for t, code in (("JOB_CREATED", "INVALID_TRANSITION"), ("NOTE_ADDED", "EVENT_TYPE_UNKNOWN"),
+                    ("MONTH_CLOSED", "EVENT_TYPE_NOT_ALLOWED")):
+        with pytest.raises(SettlekitError) as err:
+            store.append(T, "job_l", [event(2, t, first["chainHash"])])
+        assert err.value.code == code, (t, err.value.code)
+    assert store.streams.read_stream(T, "job_l") == [first]
+
+
 def test_robot_types_need_robot_signature(db: Database) -> None:
     store, vector = _loaded(db, "settle_completed.json")
     robot_event = next(e for e in vector["events"] if e["actor"]["type"] == "robot")

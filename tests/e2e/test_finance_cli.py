@@ -88,6 +88,12 @@ def test_inclusion_and_consistency_proofs_export_and_verify(closed: tuple[str, P
     (tmp / "cons.json").write_text(out, encoding="utf-8")
     code, out = _run("verify", "--proof", str(tmp / "cons.json"))
     assert code == 0 and json.loads(out)["consistent"]
+    # a consistency proof's tenantId is checked against its signed closes, as an inclusion proof's is
+    for tenant in ("tenant_other", None):
+        forged = {**json.loads((tmp / "cons.json").read_text()), "tenantId": tenant}
+        (tmp / "forged.json").write_text(json.dumps(forged), encoding="utf-8")
+        code, out = _run("verify", "--proof", str(tmp / "forged.json"))
+        assert code == 1 and json.loads(out)["error"]["message"] == "the proof's tenantId is not the signed closes'"
 
 
 def test_gl_mapping_and_batch(closed: tuple[str, Path]) -> None:

@@ -52,6 +52,9 @@ BLOCKED = {
     "::ffff:127.0.0.1": "loopback",
     "::ffff:10.0.0.1": "private",
     "::ffff:169.254.169.254": "metadata",
+    "::ffff:0:10.0.0.1": "private",  # IPv4-translated (RFC 2765)
+    "::ffff:0:127.0.0.1": "loopback",
+    "::ffff:0:a9fe:a9fe": "metadata",
     "64:ff9b::a9fe:a9fe": "metadata",
     "64:ff9b::7f00:1": "loopback",
     "64:ff9b:1::1": "nat64_local",
@@ -150,11 +153,15 @@ def test_policy_is_hashable() -> None:
         "https://127.1/",
         "https://0177.0.0.1/",
         "https://0x7f.0.0.1./",
+        "http://[::ffff:0:10.0.0.1]/",
+        "https://hooks.example.com:0/",
+        "https://hooks.example.com:65536/",
+        "https://93.184.216.34:99999/",
     ],
 )
 def test_check_url_refuses(url: str) -> None:
     with pytest.raises(DestinationForbiddenError):
-        check_url(url, SsrfPolicy())
+        check_url(url, SsrfPolicy(allow_insecure_http=url.startswith("http://[")))
 
 
 def test_check_url_accepts() -> None:
@@ -162,6 +169,8 @@ def test_check_url_accepts() -> None:
     assert (d.scheme, d.host, d.port) == ("https", "hooks.example.com", 443)
     d = check_url("http://127.0.0.1:8080/", SsrfPolicy.for_local_testing())
     assert (d.host, d.port) == ("127.0.0.1", 8080)
+    assert check_url("https://hooks.example.com:65535/", SsrfPolicy()).port == 65535
+    assert check_url("https://hooks.example.com:1/", SsrfPolicy()).port == 1
 
 
 def fake_resolver(table: dict[str, Sequence[str]]):  # type: ignore[no-untyped-def]
@@ -188,10 +197,30 @@ def test_vet_url_requires_every_address_to_pass() -> None:
     vet_url("https://mixed.example/hook", SsrfPolicy(allow_private_network=True), resolver=resolver)
 
 
+def test_a_host_name_is_refused_alike_whatever_it_resolves_to() -> None:
+    """A name that does not resolve, has no addresses, or resolves to a private, loopback or metadata address gets
+    one refusal: the tenant cannot map the deployment's internal DNS."""
+    def resolver(host: str, port: int) -> Sequence[str]:
+        return {"db.internal": ["10.1.2.3"], "lo.internal": ["127.0.0.1"], "meta.internal": ["169.254.169.254"],
+                "empty.internal": []}[host]
+
+    refusals = set()
+    for host in ("db.internal", "lo.internal", "meta.internal", "empty.internal"):
+        with pytest.raises(DestinationForbiddenError) as exc:
+            vet_url(f"https://{host}/hook", SsrfPolicy(), resolver=resolver)
+        refusals.add((exc.value.code, exc.value.message.replace(host, "H"), tuple(sorted(exc.value.details))))
+    with pytest.raises(DestinationForbiddenError) as exc:
+        vet_url("https://no-such-name.invalid/hook", SsrfPolicy())  # the system resolver: does not resolve
+    refusals.add((exc.value.code, exc.value.message.replace("no-such-name.invalid", "H"),
+                  tuple(sorted(exc.value.details))))
+    assert refusals == {("DESTINATION_URL_FORBIDDEN", "destination host 'H' does not resolve to addresses deliveries "
+                         "may reach", ("host", "reason", "url"))}
+
+
 def test_localhost_resolves_to_loopback_and_is_refused() -> None:
     with pytest.raises(DestinationForbiddenError) as exc:
         vet_url("https://localhost/hook", SsrfPolicy())
-    assert exc.value.details["category"] == "loopback"
+    assert exc.value.message == "destination host 'localhost' does not resolve to addresses deliveries may reach"
     assert vet_url("http://localhost:9/", SsrfPolicy.for_local_testing()).addresses
 
 
@@ -203,4 +232,4 @@ def test_async_vet_url() -> None:
         asyncio.run(
             avet_url("https://meta.example/", SsrfPolicy(allow_private_network=True), resolver=resolver)
         )
-    assert exc.value.details["category"] == "metadata"
+    assert exc.value.details == {"host": "meta.example", "url": "https://meta.example/", "reason": "ssrf_blocked"}

@@ -22,6 +22,7 @@ from settlekit.jobs import (
     settlement_proof_ref_for,
     validate_payload,
 )
+from settlekit.jobs.reducer import check_transition
 from support.streams import (
     OPERATOR_ACTOR,
     ROBOT_ACTOR,
@@ -50,10 +51,24 @@ def test_genesis_must_be_job_created() -> None:
     assert exc.value.code == "EVENT_TYPE_UNKNOWN"
 
 
-def test_job_created_only_once() -> None:
+def test_a_second_job_created_restarts_the_job_as_settlds_core_does() -> None:
+    """Offline (settld's core): the job starts again at CREATED from the new JOB_CREATED, revision 0, keeping the
+    lists its reducer collects over the whole stream. The live path refuses it (`check_transition`)."""
     b, state = _executing()
+    b.add("INCIDENT_REPORTED", {"jobId": "job_test", "incidentId": "inc_1", "type": "DAMAGE_PROPERTY",
+                                "severity": 2, "summary": "s", "reportedBy": "ops"})
+    state = reduce(b.events)
+    restart = b.add("JOB_CREATED", {"templateId": "second", "customerId": "cust_2"})
+    after = apply(state, restart)
+    snap = after.snapshot
+    assert (snap["status"], snap["revision"], snap["templateId"], snap["customerId"]) == (
+        "CREATED", 0, "second", "cust_2")
+    assert snap["createdAt"] == restart["at"] and snap["lastEventId"] == restart["id"]
+    assert snap["booking"] is None and snap["quote"] is None and snap["execution"]["startedAt"] is None
+    assert [i["incidentId"] for i in snap["incidents"]] == ["inc_1"]
+    assert after.facts["completedSeen"] == state.facts["completedSeen"]
     with pytest.raises(InvalidJobTransition) as exc:
-        apply(state, b.draft("JOB_CREATED", {"templateId": "x"}))
+        check_transition(state, restart)
     assert exc.value.code == "INVALID_TRANSITION" and exc.value.status == 409
 
 
@@ -68,14 +83,23 @@ def test_illegal_transition_names_status_and_type_and_leaves_state_untouched() -
     assert _frozen(state) == before
 
 
-def test_unknown_and_foreign_types_are_rejected() -> None:
+@pytest.mark.parametrize(("event_type", "actor"), [
+    ("MADE_UP", None), ("NOTE_ADDED", None), ("ROBOT_HEARTBEAT", ROBOT_ACTOR), ("SETTLED ", None), ("settled", None),
+])
+def test_unknown_and_foreign_types_only_count_offline_and_are_refused_live(event_type: str, actor: Any) -> None:
+    """settld's reducer takes any type: one outside its transition table is a revision and nothing else. The live
+    path refuses it (EVENT_TYPE_UNKNOWN, or EVENT_TYPE_NOT_ALLOWED for another stream's type)."""
     b, state = _executing()
+    event = b.draft(event_type, {"jobId": "job_test"}, actor or OPERATOR_ACTOR)
+    after = apply(state, event)
+    assert after.snapshot["status"] == "EXECUTING" and after.snapshot["revision"] == state.snapshot["revision"] + 1
+    assert {k: v for k, v in after.snapshot.items() if k not in ("revision", "updatedAt", "lastChainHash",
+                                                                  "lastEventId")} == {
+        k: v for k, v in state.snapshot.items() if k not in ("revision", "updatedAt", "lastChainHash",
+                                                             "lastEventId")}
     with pytest.raises(SettlekitError) as exc:
-        apply(state, b.draft("MADE_UP", {}))
-    assert exc.value.code == "EVENT_TYPE_UNKNOWN" and exc.value.status == 400
-    with pytest.raises(SettlekitError) as exc:
-        apply(state, b.draft("ROBOT_HEARTBEAT", {}, ROBOT_ACTOR))
-    assert exc.value.code == "EVENT_TYPE_NOT_ALLOWED"
+        check_transition(state, event)
+    assert exc.value.code == ("EVENT_TYPE_NOT_ALLOWED" if event_type == "ROBOT_HEARTBEAT" else "EVENT_TYPE_UNKNOWN")
 
 
 @pytest.mark.parametrize(

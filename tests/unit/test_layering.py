@@ -109,3 +109,25 @@ def test_sql_lives_only_in_store() -> None:
         if not rel.startswith(("store/postgres/", "store/sqlite/")) and re.search(r"dialect\s*==", text):
             offenders.append(f"{rel}: branches on the dialect")
     assert offenders == []
+
+
+def test_no_pattern_ends_with_a_dollar() -> None:
+    """Python's `$` also matches before a final newline: `re.compile("^[a-z]+$").match("x\\n")` accepts "x\\n" (an id
+    stored with a newline). Checks use `fullmatch` (or `\\Z`); a `$` is left only where MULTILINE means "end of line".
+    pydantic's `pattern=` runs Rust's regex engine, whose `$` is the end of the text, so it is not concerned."""
+    offenders = []
+    package = ROOT / "src" / "settlekit"
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"
+                    and node.func.attr in ("compile", "match", "search") and node.args):
+                continue
+            pattern = node.args[0]
+            flags = ast.unparse(node.args[1]) if len(node.args) > 1 else ""
+            flags += "".join(ast.unparse(k.value) for k in node.keywords if k.arg == "flags")
+            if (isinstance(pattern, ast.Constant) and isinstance(pattern.value, str)
+                    and re.search(r"(?<!\\)\$$", pattern.value) and "MULTILINE" not in flags):
+                offenders.append(f"{rel}:{node.lineno}: {pattern.value!r}")
+    assert offenders == []

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 from starlette.types import Scope
 
 from settlekit.api.admission import OutboundSlots
@@ -35,6 +35,8 @@ from settlekit.api.problems import (
 from settlekit.api.ratelimit import RateLimiter
 from settlekit.api.routes import ROUTERS
 from settlekit.api.routes.jobs import DIRECT_HANDLERS, DIRECT_PREFETCH, append_metrics_for
+from settlekit.api.settld_compat import PREFIX as SETTLD_PREFIX
+from settlekit.api.settld_compat import SettldErrors, compat_app
 from settlekit.append import job_appender
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.dispatch.feed import FeedReader
@@ -101,6 +103,8 @@ def create_app(
     _add_error_handlers(app)
     # Routes are added flat (not include_router) so `app.routes` lists every APIRoute with its full path.
     app.router.routes.extend(route for router in ROUTERS for route in router.routes)
+    # settld's clients (api.settld_compat): a sub-application, outside the OpenAPI document
+    app.router.routes.append(Mount(SETTLD_PREFIX, app=compat_app(ctx)))
     add_docs(app)
     document(app, OPEN_PATHS, UNBOUNDED_PATHS)
     _add_middleware(app, ctx, settings)
@@ -113,7 +117,8 @@ def _destination_policy(settings: Settings) -> DestinationPolicy:
         allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
         allow_loopback=settings.allow_loopback_webhooks,
         allow_private_network=settings.allow_private_webhooks,
-        allowed_networks=settings.allowed_webhook_networks)
+        allowed_networks=settings.allowed_webhook_networks,
+        max_destinations_per_tenant=settings.max_destinations_per_tenant)
 
 
 def _lifespan_closing(ctx: ApiContext, database: Database | None
@@ -150,6 +155,8 @@ def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
     app.add_middleware(ApiMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
                        routed=_routed_by(app), max_body_bytes=settings.max_body_bytes, direct=direct,
                        max_routed_requests=settings.max_routed_requests, unbounded_paths=UNBOUNDED_PATHS)
+    # outermost: settld's error shape for every answer under its prefix, the middleware's refusals included
+    app.add_middleware(SettldErrors, at_root=settings.settld_compat_at_root)
     append_metrics_for(ctx.registry)  # registered now: every append outcome is exported (at 0) before the first
 
 

@@ -19,8 +19,8 @@ from settlekit.store.db import Database
 
 SCOPES = ("jobs:read", "jobs:write", "finance:write", "ops", "admin")
 KEY_PREFIX = "sk_"
-_KEY_ID_RE = re.compile(r"^[0-9a-f]{16}$")
-_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+_KEY_ID_RE = re.compile(r"[0-9a-f]{16}")
+_TENANT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 
 
 class AuthError(SettlekitError):
@@ -69,7 +69,7 @@ def _hash_secret(secret: str) -> str:
 def check_tenant_id(tenant: object) -> None:
     """A tenant id an API key can be bound to: 1..200 characters of [A-Za-z0-9._:-], a letter or digit first
     (SCHEMA_INVALID otherwise)."""
-    if not isinstance(tenant, str) or not _TENANT_RE.match(tenant):
+    if not isinstance(tenant, str) or not _TENANT_RE.fullmatch(tenant):
         raise ValidationError("tenant must be 1..200 characters of [A-Za-z0-9._:-]", code="SCHEMA_INVALID",
                               field="tenant")
 
@@ -113,7 +113,7 @@ def authenticate(db: Database, token: str | None,
     if not token.startswith(KEY_PREFIX):
         raise bad
     key_id, sep, secret = token[len(KEY_PREFIX):].partition("_")
-    if not sep or not secret or not _KEY_ID_RE.match(key_id):
+    if not sep or not secret or not _KEY_ID_RE.fullmatch(key_id):
         raise bad
     found = lookup(key_id) if lookup is not None else api_keys.find(db, key_id)
     if found is None or not hmac.compare_digest(found.secret_hash, _hash_secret(secret)) or found.status != "active":

@@ -18,7 +18,7 @@ from settlekit.api.admission import BoundedThreadPool, OutboundSlots
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
-from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, retry_after_seconds
+from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
 from settlekit.append import Appender
 from settlekit.delivery.replays import ReplayPolicy
 from settlekit.delivery.service import DestinationPolicy
@@ -70,6 +70,7 @@ class ApiContext:
     exposed_registry: Any = None  # what /metrics renders, when not `registry` (serve --workers N: every process's)
     idempotency_wait: float = 15.0  # seconds a request waits for a concurrent one holding its idempotency key
     auth_failures: RateLimiter = field(default_factory=lambda: RateLimiter(1.0, 20, max_entries=50_000))
+    recent_keys: RecentKeys = field(default_factory=RecentKeys)  # let through an address over `auth_failures`
     # /readyz runs on threads of its own, so it answers even when every API thread waits on the database
     ready_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     feed: FeedStreams | None = None  # the event feed's reader and open streams
@@ -152,17 +153,23 @@ def authenticate_with_quota(ctx: ApiContext, headers: Headers, client: str | Non
                             ) -> tuple[ApiKey, Quota | None]:
     """The request's key (AuthError otherwise) and its rate-limit bucket after taking a token (None when rate
     limiting is off); RateLimitedError when the bucket is empty. Failed authentications are rate-limited per client
-    address: an address that keeps presenting bad keys gets 429 before its keys are even looked up."""
+    address: an address that keeps presenting bad keys gets 429 before its keys are even looked up, except for a
+    key that authenticated in this process within the last hour (`RecentKeys`)."""
     address = client or "unknown"
+    token = _token(headers)
     wait = ctx.auth_failures.peek(address)
-    if wait > 0:
+    if wait > 0 and token not in ctx.recent_keys:
         raise SettlekitError("too many failed authentications from this address", code="RATE_LIMITED", status=429,
                              retryAfterSeconds=retry_after_seconds(wait))
     try:
-        key = authenticate(ctx.db, _token(headers), lookup)
+        key = authenticate(ctx.db, token, lookup)
     except AuthError:
         ctx.auth_failures.take(address)
+        if token is not None:
+            ctx.recent_keys.discard(token)
         raise
+    if token is not None:  # always (no token is UNAUTHENTICATED)
+        ctx.recent_keys.add(token)
     quota = ctx.limiter.acquire(key.key_id)
     if quota is not None and quota.wait > 0:
         raise RateLimitedError("rate limit exceeded for this API key", quota)

@@ -12,7 +12,9 @@
 4. The raw body of a write, up to the limit (413 PAYLOAD_TOO_LARGE beyond, Content-Length checked first); a JSON
    body's strings must be storable (400 SCHEMA_INVALID).
 
-Afterwards: one log line per request (request_log) and the request counter and duration histogram. One layer
+Afterwards: one log line per request (request_log) and the request counter and duration histogram; a request whose
+connection ended during its body (the client left, or uvicorn refused its framing with a 400 of its own) counts as
+status 499, not as a server error. One layer
 and one `send` wrapper instead of a stack of five: each layer costs a call chain and a closure per request.
 
 A direct route (`DirectRoute`: the event append, the hot path) is served here without FastAPI's routing and
@@ -53,6 +55,9 @@ from settlekit.store.api_keys import StoredApiKey
 
 _REQUEST_ID = HEADER.encode()
 _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
+# the status logged and counted for a request that got no answer because its connection ended during its body
+# (nginx's code for it; never sent)
+CLIENT_CLOSED_REQUEST = 499
 
 
 class ApiMetrics:
@@ -99,11 +104,12 @@ class DirectRoute:
 class _Exchange:
     """What the middleware learns about one request while it runs."""
 
-    __slots__ = ("extra_headers", "problem", "request_id", "status")
+    __slots__ = ("client_left", "extra_headers", "problem", "request_id", "status")
 
     def __init__(self, request_id: str):
         self.request_id = request_id
         self.status = 500
+        self.client_left = False  # the body's receive ended in a disconnect, before any answer
         self.problem: bytearray | None = None
         self.extra_headers: list[tuple[bytes, bytes]] = []
 
@@ -154,7 +160,14 @@ class ApiMiddleware:
     def _finish(self, scope: Scope, exchange: _Exchange, started: float, failed: bool) -> None:
         seconds = time.perf_counter() - started
         route = getattr(scope.get("route"), "path", None)
-        status = 500 if failed else exchange.status
+        if failed:
+            status = 500
+        elif exchange.client_left:
+            # no answer: the client left during its body, or uvicorn refused its framing (a bad chunk size, an
+            # unknown Transfer-Encoding) with its own 400 and closed; either way not a server error
+            status = CLIENT_CLOSED_REQUEST
+        else:
+            status = exchange.status
         self.metrics.observe(scope["method"], route or "unmatched", status, seconds)
         code = "INTERNAL" if failed else error_code(exchange.problem)
         log_request(scope, exchange.request_id, status, seconds, route, code)
@@ -195,7 +208,7 @@ class ApiMiddleware:
             await self.app(scope, receive, slot.released_on_answer(send))
             return
         slot.release()
-        body = await self._read_body(scope, receive, send)
+        body = await self._read_body(scope, receive, send, exchange)
         if body is None:
             return
         if not slot.take():
@@ -244,7 +257,8 @@ class ApiMiddleware:
             return False
         body = await _read_whole(receive)
         if body is None:
-            return True  # the client left
+            exchange.client_left = True
+            return True
         scope.update(child_scope)
         request = Request(scope, receive)
         client = scope.get("client")
@@ -298,8 +312,9 @@ class ApiMiddleware:
         request.scope.setdefault("state", {})["api_key"] = key
         return None, key, quota, prefetched[0]
 
-    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
-        """The whole raw body within the limit, or None once a refusal (413, 400) was sent (or the client left)."""
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send, exchange: _Exchange) -> bytes | None:
+        """The whole raw body within the limit, or None once a refusal (413, 400) was sent (or the client left:
+        `exchange.client_left`)."""
         limit = self.max_body_bytes
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -313,6 +328,7 @@ class ApiMiddleware:
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":
+                exchange.client_left = True
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)

@@ -4,6 +4,7 @@ HTTP", the separate-header form) describing a key's bucket."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
@@ -105,6 +106,51 @@ class RateLimiter:
 
     def __len__(self) -> int:
         return len(self._buckets)
+
+
+class RecentKeys:
+    """The API keys (digests of the whole token) that authenticated in this process within `ttl` seconds, at most
+    `max_entries` (least recently used dropped first). An address over its failed-authentication limit is refused
+    before any lookup, except for these: one client presenting bad keys behind a shared address (a NAT, a proxy)
+    does not lock out the clients there that are already working, and a guess never gets past the limit, since
+    only a key that authenticated is ever added."""
+
+    def __init__(self, ttl: float = 3600.0, max_entries: int = 50_000, clock: Any = time.monotonic):
+        self.ttl = ttl
+        self.max_entries = max(1, int(max_entries))
+        self.clock = clock
+        self._seen: OrderedDict[bytes, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _digest(token: str) -> bytes:
+        return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+    def add(self, token: str) -> None:
+        digest = self._digest(token)
+        with self._lock:
+            self._seen[digest] = self.clock()
+            self._seen.move_to_end(digest)
+            while len(self._seen) > self.max_entries:
+                self._seen.popitem(last=False)
+
+    def discard(self, token: str) -> None:
+        with self._lock:
+            self._seen.pop(self._digest(token), None)
+
+    def __contains__(self, token: object) -> bool:
+        if not isinstance(token, str):
+            return False
+        digest = self._digest(token)
+        with self._lock:
+            seen = self._seen.get(digest)
+            if seen is not None and self.clock() - seen > self.ttl:
+                del self._seen[digest]
+                seen = None
+        return seen is not None
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 def retry_after_seconds(wait: float) -> int:

@@ -46,7 +46,8 @@ def tasks_for_event(
 ) -> list[BuildTask]:
     """Build tasks triggered by one event. `risk_anchor`: for BOOKED, the chain hash of the first RISK_SCORED
     in the same append batch whose `payload.sourceEventId` is the booking's id (it re-anchors the certificate)."""
-    types = T.TRIGGERS.get(event.get("type"))  # type: ignore[arg-type]
+    t: Any = event.get("type")
+    types = T.TRIGGERS.get(t) if type(t) is str else None
     if not types:
         return []
     if event.get("type") == "BOOKED" and not booking_wants_coverage(event.get("payload")):
@@ -96,7 +97,7 @@ def derive_tasks(
     tasks: list[BuildTask] = []
     seen: set[tuple[str, str, Any, str]] = set()
     for i, e in enumerate(events):
-        if e.get("type") not in T.TRIGGERS:
+        if type(e.get("type")) is not str or e["type"] not in T.TRIGGERS:
             continue
         risk = None
         if e.get("type") == "BOOKED" and type(e.get("id")) is str:

@@ -153,7 +153,8 @@ def match_key(*parts: str) -> str:
 
 def _postings(job: JobState, event: Event) -> list[dict[str, Any]]:
     """Entries of `event` from the state before it; a posting that raises contributes nothing (§9.1)."""
-    rule = JOB_POSTING_RULES.get(event.get("type"))  # type: ignore[arg-type]
+    t: Any = event.get("type")
+    rule = JOB_POSTING_RULES.get(t) if type(t) is str else None
     if rule is None:
         return []
     try:

@@ -25,29 +25,32 @@ def artifact_hash_valid(artifact: Mapping[str, Any]) -> tuple[bool, str | None]:
 
 
 def diff(expected: Any, actual: Any, path: str = "", out: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Leaf-level differences between two JSON values; paths look like `settlement.partyRollups[1].payoutCents`."""
+    """Leaf-level differences between two JSON values; paths look like `settlement.partyRollups[1].payoutCents`.
+    Walked without recursion (an artifact may copy a payload nested thousands of levels deep)."""
     out = [] if out is None else out
-    if type(expected) is dict and type(actual) is dict:
-        for key in list(expected) + [k for k in actual if k not in expected]:
-            sub = f"{path}.{key}" if path else str(key)
-            diff(expected.get(key, _MISSING), actual.get(key, _MISSING), sub, out)
-        return out
-    if type(expected) is list and type(actual) is list:
-        for i in range(max(len(expected), len(actual))):
-            diff(expected[i] if i < len(expected) else _MISSING, actual[i] if i < len(actual) else _MISSING,
-                 f"{path}[{i}]", out)
-        return out
-    if expected is _MISSING or actual is _MISSING or canonical_json(expected) != canonical_json(actual):
-        row: dict[str, Any] = {
-            "path": path or "$",
-            "expected": None if expected is _MISSING else expected,
-            "actual": None if actual is _MISSING else actual,
-        }
-        if expected is _MISSING:
-            row["missing"] = "expected"
-        elif actual is _MISSING:
-            row["missing"] = "actual"
-        out.append(row)
+    work: list[tuple[Any, Any, str]] = [(expected, actual, path)]
+    while work:
+        exp, act, where = work.pop()
+        if type(exp) is dict and type(act) is dict:
+            keys = list(exp) + [k for k in act if k not in exp]
+            work.extend((exp.get(k, _MISSING), act.get(k, _MISSING), f"{where}.{k}" if where else str(k))
+                        for k in reversed(keys))
+            continue
+        if type(exp) is list and type(act) is list:
+            work.extend((exp[i] if i < len(exp) else _MISSING, act[i] if i < len(act) else _MISSING, f"{where}[{i}]")
+                        for i in reversed(range(max(len(exp), len(act)))))
+            continue
+        if exp is _MISSING or act is _MISSING or canonical_json(exp) != canonical_json(act):
+            row: dict[str, Any] = {
+                "path": where or "$",
+                "expected": None if exp is _MISSING else exp,
+                "actual": None if act is _MISSING else act,
+            }
+            if exp is _MISSING:
+                row["missing"] = "expected"
+            elif act is _MISSING:
+                row["missing"] = "actual"
+            out.append(row)
     return out
 
 

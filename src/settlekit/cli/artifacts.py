@@ -34,7 +34,9 @@ def load_events(path: Path) -> list[Any]:
 
 
 def _print(value: Any) -> None:
-    sys.stdout.write(canonical_json(value) + "\n")
+    """The canonical JSON of an artifact (or a list), with the own "__proto__" keys its payload values hold: settld's
+    artifact body keeps them (JSON.parse made them own keys), though its hash, like settlekit's, leaves them out."""
+    sys.stdout.write(canonical_json(value, keep_proto=True) + "\n")
 
 
 @artifacts_app.command("build")

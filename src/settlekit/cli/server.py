@@ -22,14 +22,16 @@ WORKER_SETTINGS = (
     "delivery_concurrency", "delivery_lease", "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts",
     "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims", "delivery_destination_concurrency",
     "delivery_tenant_concurrency", "delivery_circuit_threshold", "delivery_circuit_probe", "delivery_circuit_probe_max",
-    "replay_rate", "replay_max_deliveries", "replay_max_window_hours", "destination_disable_after_failures", "destination_disable_after_hours", "dispatch_batch_size",
+    "replay_rate", "replay_max_deliveries", "replay_max_window_hours", "destination_disable_after_failures",
+    "destination_disable_after_hours", "dispatch_batch_size",
     "dispatch_max_attempts", "rearm_cooldown", "max_rearm_count", "cleanup_interval", "log_level",
 )
 API_SETTINGS = (
-    "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes", "max_queued_appends",
+    "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes", "max_header_bytes",
+    "max_destinations_per_tenant", "max_queued_appends",
     "max_routed_requests", "rate_limit_per_second", "rate_limit_burst", "auth_failure_rate_per_second",
     "auth_failure_burst", "operator_tenant", "feed_max_streams_per_tenant", "feed_poll_interval",
-    "feed_heartbeat_interval", "test_send_concurrency", "test_send_timeout",
+    "feed_heartbeat_interval", "settld_compat_at_root", "test_send_concurrency", "test_send_timeout",
 )
 METRICS_SETTINGS = ("metrics_host", "metrics_port")
 HEALTHCHECK_TIMEOUT_SECONDS = 60  # `serve --workers N`: a process silent this long is replaced
@@ -161,11 +163,14 @@ def _serve(flags: dict[str, Any], settings: Any, processes: int, no_workers: boo
 def _uvicorn_config(app: Any, settings: Any, **options: Any) -> Any:
     import uvicorn
 
+    from settlekit.api.http_protocol import BoundedHttpToolsProtocol
     from settlekit.runtime.workers import uvicorn_options
 
-    # uvicorn logs through the JSON handler; the API logs one line per request itself (no access log)
+    # uvicorn logs through the JSON handler; the API logs one line per request itself (no access log). The HTTP
+    # protocol: httptools with a bound on the request head (api/http_protocol.py says why not h11)
+    http: Any = functools.partial(BoundedHttpToolsProtocol, max_head_bytes=settings.max_header_bytes)
     return uvicorn.Config(app, log_level=settings.log_level.lower(), log_config=None, access_log=False,
-                          timeout_graceful_shutdown=20, **uvicorn_options(settings), **options)
+                          timeout_graceful_shutdown=20, http=http, **uvicorn_options(settings), **options)
 
 
 def _serve_one(database: Any, settings: Any) -> None:

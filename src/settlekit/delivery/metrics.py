@@ -26,6 +26,10 @@ GONE = "gone"  # 410: delivery failed and destination disabled
 LEASE_LOST = "lease_lost"  # another worker owns the row now; this result was discarded
 HELD = "held"  # answered while its destination was already disabled: stays pending until it is enabled
 OUTCOMES = (DELIVERED, RETRIED, FAILED, GONE, LEASE_LOST, HELD)
+# reason label of `settlekit_destinations_disabled_total` for a disable by the API or the CLI, whatever text the
+# operator gave (that text is the destination's disabledReason and in the audit log, never a label value: free
+# text would make one series per call)
+OPERATOR = "operator"
 
 
 class DeliveryMetrics:
@@ -54,7 +58,8 @@ class DeliveryMetrics:
         )
         self.disabled = Counter(
             "settlekit_destinations_disabled",
-            "Destinations disabled, by reason (gone, operator)",
+            "Destinations disabled, by reason: gone, secret_file_refused, failing (by the worker), operator (by the "
+            "API or the CLI, whatever reason text it gave)",
             ["reason"],
             registry=r,
         )

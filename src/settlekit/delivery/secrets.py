@@ -27,7 +27,7 @@ from settlekit.errors import SettlekitError
 from settlekit.store import deliveries, webhook_secrets
 from settlekit.store.db import Tx
 
-SECRET_ID_RE: Final = re.compile(r"^sec_[0-9a-f]{32}$")
+SECRET_ID_RE: Final = re.compile(r"sec_[0-9a-f]{32}")
 FILE_REFUSED_MESSAGE: Final = (
     "file: secret references are no longer read; import them with `settlekit deliveries secrets migrate`"
 )
@@ -62,7 +62,7 @@ def secret_id_of(ref: str | None) -> str | None:
     if ref is None:
         return None
     scheme, _, rest = ref.partition(":")
-    return rest if scheme == DB_SCHEME and SECRET_ID_RE.match(rest) else None
+    return rest if scheme == DB_SCHEME and SECRET_ID_RE.fullmatch(rest) else None
 
 
 def store_secret(tx: Tx, tenant_id: str, value: str) -> str:
@@ -105,7 +105,7 @@ class SecretResolver:
             raise SecretRefError("secret_ref must be secret:<id> or env:NAME",
                                  reason="secret_ref_invalid")
         if scheme == DB_SCHEME:
-            if not SECRET_ID_RE.match(rest):
+            if not SECRET_ID_RE.fullmatch(rest):
                 raise SecretRefError("secret id is not one this server issued", reason="secret_ref_invalid")
         elif scheme == "file":  # legacy: refused on save and never read
             raise SecretRefError(FILE_REFUSED_MESSAGE, reason="secret_file_refused")

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from settlekit.delivery import enqueue
 from settlekit.delivery.errors import WebhookSecretError
-from settlekit.delivery.metrics import metrics_for
+from settlekit.delivery.metrics import OPERATOR, metrics_for
 from settlekit.delivery.secrets import SecretRefError, SecretResolver, delete_unreferenced, secret_id_of, store_secret
 from settlekit.delivery.signing import SIGNING_MODES, decode_secret
 from settlekit.delivery.ssrf import Resolver, SsrfPolicy, VettedDestination, vet_url
@@ -35,7 +35,9 @@ DELIVERY_STATES: Final = ("pending", "delivered", "failed")
 DESTINATION_STATUSES: Final = ("active", "disabled")
 ORDERINGS: Final = ("best_effort", "strict_scope")
 DEFAULT_ROTATION_GRACE: Final = timedelta(hours=24)  # as Svix: the old secret keeps signing for a day
-_ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # no ':' (dedupe_key separator)
+_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # no ':' (dedupe_key separator)
+MAX_ARTIFACT_TYPES: Final = 32  # names in a destination's artifact_types (there are fewer kinds of artifact)
+MAX_ARTIFACT_TYPE_LENGTH: Final = 100
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class DestinationPolicy:
     allow_inline_secrets: bool = False
     check_secret: bool = True  # read the secret on save and check its form (a missing file is refused)
     resolver: Resolver | None = None  # DNS resolver override (tests)
+    max_destinations_per_tenant: int | None = None  # a new one beyond: DESTINATION_LIMIT_REACHED (None: no bound)
 
     @classmethod
     def local(cls) -> DestinationPolicy:
@@ -75,7 +78,7 @@ def _now(now: datetime | None) -> datetime:
 
 
 def _check_id(value: str, field: str) -> None:
-    if not _ID_RE.match(value):
+    if not _ID_RE.fullmatch(value):
         raise ValidationError(
             f"{field} must be 1-64 characters of [A-Za-z0-9._-], starting with a letter or digit", field=field
         )
@@ -114,9 +117,13 @@ def check_destination(dest: store.Destination, policy: DestinationPolicy, *,
         raise ValidationError(f"unknown signing mode {dest.signing!r}", field="signing")
     if dest.ordering not in ORDERINGS:
         raise ValidationError(f"unknown ordering {dest.ordering!r}", field="ordering")
-    for t in dest.artifact_types or ():
-        if not t or not isinstance(t, str):
-            raise ValidationError("artifact_types must be non-empty strings", field="artifact_types")
+    types = dest.artifact_types or ()
+    if len(types) > MAX_ARTIFACT_TYPES:
+        raise ValidationError(f"artifact_types holds at most {MAX_ARTIFACT_TYPES} names", field="artifact_types")
+    for t in types:
+        if not t or not isinstance(t, str) or len(t) > MAX_ARTIFACT_TYPE_LENGTH:
+            raise ValidationError(f"artifact_types must be non-empty strings of at most {MAX_ARTIFACT_TYPE_LENGTH} "
+                                  "characters", field="artifact_types")
     if secret_value is not None:
         check_secret_value(secret_value, dest.signing)
     else:
@@ -165,6 +172,8 @@ def save_destination(
             raise ConflictError(
                 "destination already exists", tenant_id=dest.tenant_id, destination_id=dest.destination_id
             )
+        if existing is None and pol.max_destinations_per_tenant is not None:
+            _check_destination_count(tx, dest.tenant_id, pol.max_destinations_per_tenant)
         if changes is not None:
             if existing is None:
                 raise NotFoundError("destination not found", tenant_id=dest.tenant_id,
@@ -188,6 +197,19 @@ def save_destination(
     rotated = previous is not None and existing is not None and existing.secret_ref != saved.secret_ref
     _audit_saved(dest, vetted, replaced=existing is not None, secret_rotated=rotated, actor=actor)
     return saved
+
+
+def _check_destination_count(tx: Tx, tenant_id: str, limit: int) -> None:
+    """A new destination must not take the tenant beyond `limit`. Near the limit the tenant's rows are locked and
+    counted again, so two creates there take turns and the second counts the first's row (SQLite's writers take
+    turns anyway); only a tenant with no destination yet has no row to lock."""
+    names = [d.destination_id for d in store.list_destinations(tx, tenant_id)]
+    if len(names) + 1 < limit:
+        return
+    store.lock_destinations(tx, [(tenant_id, name) for name in names])
+    if len(store.list_destinations(tx, tenant_id)) >= limit:
+        raise ConflictError(f"the tenant has {limit} destinations, as many as this deployment allows; change one "
+                            "of them instead", code="DESTINATION_LIMIT_REACHED", limit=limit)
 
 
 def _checked_fields(dest: store.Destination) -> tuple[object, ...]:
@@ -316,14 +338,15 @@ def disable_destination(
     now: datetime | None = None,
     registry: CollectorRegistry | None = None,
 ) -> store.Destination:
-    """Stop deliveries to a destination; its pending deliveries wait (not claimed) until it is enabled."""
+    """Stop deliveries to a destination; its pending deliveries wait (not claimed) until it is enabled. `reason`
+    is stored as its disabledReason; the metric counts it under the fixed label `operator`."""
     with db.transaction() as tx:
         store.set_destination_status(
             tx, tenant_id, destination_id, status="disabled", reason=reason, now=_now(now)
         )
         dest = store.get_destination(tx, tenant_id, destination_id)
     assert dest is not None
-    metrics_for(registry).disabled.labels(reason).inc()
+    metrics_for(registry).disabled.labels(OPERATOR).inc()
     audit.info(
         "destination disabled",
         extra={"tenant_id": tenant_id, "destination_id": destination_id, "reason": reason, "actor": actor},

@@ -1,8 +1,10 @@
 """SSRF guard for webhook destinations (spec 06 §9).
 
-A URL passes when its scheme is https (http only with `allow_insecure_http`), it has no userinfo, and
-**every** address its host resolves to is outside the blocked ranges. IPv4-mapped, IPv4-compatible, NAT64
-and 6to4 IPv6 forms are judged by the IPv4 address they embed. What the deployment may lift:
+A URL passes when its scheme is https (http only with `allow_insecure_http`), it has no userinfo, its port (if
+given) is 1 to 65535, and **every** address its host resolves to is outside the blocked ranges. IPv4-mapped,
+IPv4-translated, IPv4-compatible, NAT64 and 6to4 IPv6 forms are judged by the IPv4 address they embed. The refusal
+of a host name is the same whether it does not resolve or resolves to a blocked address (the log says which): a
+tenant learns nothing of the deployment's internal names. What the deployment may lift:
 
 - `allow_private_network` (deployment `SETTLEKIT_ALLOW_PRIVATE_WEBHOOKS` and the destination's own opt-in):
   private, unique-local, shared and other special-purpose unicast ranges; not loopback, not link-local;
@@ -99,6 +101,7 @@ NEVER_ALLOWED: Final = frozenset({"metadata", "unspecified", "multicast", "broad
 _NOT_BY_PRIVATE_FLAG: Final = frozenset({"loopback", "link_local"})
 
 _MAPPED: Final = _V6("::ffff:0:0/96")
+_TRANSLATED: Final = _V6("::ffff:0:0:0/96")  # RFC 2765 (SIIT) IPv4-translated
 _COMPAT: Final = _V6("::/96")
 _NAT64: Final = _V6("64:ff9b::/96")
 _SIX_TO_FOUR: Final = _V6("2002::/16")
@@ -139,11 +142,12 @@ class SsrfPolicy:
 
 
 def embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address carried by an IPv4-mapped, IPv4-compatible, NAT64 or 6to4 IPv6 address."""
+    """The IPv4 address carried by an IPv4-mapped, IPv4-translated, IPv4-compatible, NAT64 or 6to4 IPv6
+    address."""
     if not isinstance(ip, ipaddress.IPv6Address):
         return None
     n = int(ip)
-    if ip in _MAPPED or ip in _NAT64:
+    if ip in _MAPPED or ip in _TRANSLATED or ip in _NAT64:
         return ipaddress.IPv4Address(n & 0xFFFFFFFF)
     if ip in _COMPAT and n > 1:
         return ipaddress.IPv4Address(n & 0xFFFFFFFF)
@@ -231,6 +235,7 @@ def check_url(url: str, policy: SsrfPolicy) -> ParsedDestination:
     try:
         u = httpx.URL(url)
         host = u.host  # decodes an `xn--` label: a bad one raises here (idna.IDNAError is a ValueError)
+        given_port = u.port
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
         raise _forbidden("destination URL is not valid", url) from exc
     scheme = u.scheme
@@ -242,8 +247,10 @@ def check_url(url: str, policy: SsrfPolicy) -> ParsedDestination:
         raise _forbidden("destination URL must not contain userinfo", url)
     if not host:
         raise _forbidden("destination URL has no host", url)
-    port = u.port or (443 if scheme == "https" else 80)
-    if _NUMERIC_HOST.match(host) and not _is_ip_literal(host):
+    if given_port is not None and not 1 <= given_port <= 65535:
+        raise _forbidden("destination port must be 1 to 65535", url, port=given_port)
+    port = given_port or (443 if scheme == "https" else 80)
+    if _NUMERIC_HOST.fullmatch(host) and not _is_ip_literal(host):
         # inet_aton shorthands (0x7f000001, 2130706433, 127.1, 0177.0.0.1) resolve to addresses the
         # static check cannot see; refuse them instead of trusting the resolver to agree with us
         raise _forbidden("numeric host is not a dotted-quad IPv4 address", url, host=host)
@@ -252,7 +259,7 @@ def check_url(url: str, policy: SsrfPolicy) -> ParsedDestination:
     return ParsedDestination(url=url, scheme=scheme, host=host, port=port)
 
 
-_NUMERIC_HOST: Final = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}\.?$", re.IGNORECASE)
+_NUMERIC_HOST: Final = re.compile(r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}\.?", re.IGNORECASE)
 
 
 def _is_ip_literal(host: str) -> bool:
@@ -279,13 +286,14 @@ def _addresses_from_getaddrinfo(infos: Iterable[tuple[object, ...]]) -> list[str
 
 
 def system_resolve(host: str, port: int) -> list[str]:
-    """All A/AAAA addresses of `host` (blocking)."""
+    """All A/AAAA addresses of `host` (blocking); none when it does not resolve (logged)."""
     if _is_ip_literal(host):
         return [host]
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:  # UnicodeError: a label the resolver cannot encode (empty, long)
-        raise _forbidden(f"cannot resolve host {host!r}", host, host=host, error=str(exc)) from exc
+        log.info("destination host %r does not resolve: %s", host, exc)
+        return []
     return _addresses_from_getaddrinfo(infos)
 
 
@@ -296,12 +304,19 @@ async def async_system_resolve(host: str, port: int) -> list[str]:
     return _addresses_from_getaddrinfo(infos)
 
 
+def _unreachable_name(url: str, host: str) -> DestinationForbiddenError:
+    """The one refusal of a host name, whatever the reason: it does not resolve, has no addresses, or resolves to a
+    blocked one. A tenant must not learn what an internal name resolves to, nor whether it resolves at all."""
+    return _forbidden(f"destination host {host!r} does not resolve to addresses deliveries may reach", url,
+                      host=host)
+
+
 def _check_all(url: str, host: str, addresses: Sequence[str], policy: SsrfPolicy) -> tuple[str, ...]:
-    """Every address of `host` must pass. For a host name the refusal names the address's range, not the address
-    (a tenant must not learn what an internal name resolves to); the log says which address was refused."""
-    if not addresses:
-        raise _forbidden(f"destination host {host!r} has no addresses", url, host=host)
+    """Every address of `host` must pass. A host name is refused with `_unreachable_name`; the log says why."""
     named = not _is_ip_literal(host)
+    if not addresses:
+        log.info("destination host %r refused: no addresses", host)
+        raise _unreachable_name(url, host)
     for a in addresses:
         try:
             check_address(a, policy, url=url)
@@ -309,9 +324,7 @@ def _check_all(url: str, host: str, addresses: Sequence[str], policy: SsrfPolicy
             if not named:
                 raise
             log.info("destination host %r refused: %s", host, exc.message)
-            category = str(exc.details.get("category", "blocked"))
-            raise _forbidden(f"destination host {host!r} resolves to a {category.replace('_', ' ')} address", url,
-                             host=host, category=category) from None
+            raise _unreachable_name(url, host) from None
     return tuple(addresses)
 
 
@@ -326,7 +339,11 @@ async def avet_url(
     url: str, policy: SsrfPolicy, *, resolver: AsyncResolver | None = None
 ) -> VettedDestination:
     d = check_url(url, policy)
-    addresses = await (resolver or async_system_resolve)(d.host, d.port)
+    try:
+        addresses = await (resolver or async_system_resolve)(d.host, d.port)
+    except (OSError, UnicodeError) as exc:
+        log.info("destination host %r does not resolve: %s", d.host, exc)
+        addresses = []
     return VettedDestination(url, d.host, d.port, _check_all(url, d.host, addresses, policy))
 
 

@@ -26,7 +26,7 @@ Handler = Callable[[DispatchedEvent, "ConsumerContext"], None]
 BatchHandler = Callable[[Sequence[DispatchedEvent], "ConsumerContext"], None]
 
 
-_FAILED_AT = re.compile(r" \(position ([0-9]+)\)$")
+_FAILED_AT = re.compile(r" \(position ([0-9]+)\)\Z")
 
 
 def failure_text(error_class: str, message: str, position: int) -> str:

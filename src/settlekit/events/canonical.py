@@ -15,8 +15,9 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any, Final, TypeGuard
+from typing import Any, Final, NoReturn, TypeGuard
 
 import orjson
 
@@ -317,74 +318,125 @@ def _find_proto_key(x: Any, path: str) -> str | None:
     return None
 
 
-def _write_slow(x: Any, path: str, out: list[str]) -> None:
+PathNode = tuple[Any, str | int] | None  # (parent node, key or index); None is the root, "$"
+
+
+def _render_path(node: PathNode, root: str = "$") -> str:
+    keys: list[str | int] = []
+    while node is not None:
+        node, key = node
+        keys.append(key)
+    path = root
+    for key in reversed(keys):
+        path = _path_join(path, key)
+    return path
+
+
+def _write_scalar(x: Any, node: PathNode) -> str:
     t = type(x)
+    if t is str:
+        return quote_string(x)
     if x is None:
-        out.append("null")
-    elif t is bool:
-        out.append("true" if x else "false")
-    elif t is str:
-        out.append(quote_string(x))
-    elif t is int:
+        return "null"
+    if t is bool:
+        return "true" if x else "false"
+    if t is int:
         if not -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER:
+            path = _render_path(node)
             raise CanonicalJsonError(f"integer outside the JS safe range at {path}", path=path)
-        out.append(str(x))
-    elif t is float:
-        if x != x:
-            raise CanonicalJsonError(f"NaN is not JSON at {path}", path=path)
-        if x in (math.inf, -math.inf):
-            raise CanonicalJsonError(f"Infinity is not JSON at {path}", path=path)
-        if x == 0 and math.copysign(1.0, x) < 0:
-            raise CanonicalJsonError(f"negative zero is not allowed at {path}", path=path)
-        out.append(js_number(x))
-    elif t is list:
-        out.append("[")
-        for i, v in enumerate(x):
-            if i:
-                out.append(",")
-            _write_slow(v, _path_join(path, i), out)
-        out.append("]")
-    elif t is dict:
-        for k in x:
-            if type(k) is not str:
-                raise CanonicalJsonError(f"non-string key {k!r} at {path}", path=path)
-        out.append("{")
-        first = True
-        for k in ordered_keys(list(x)):
-            if k == PROTO_KEY:  # left out, its value still checked (as settld's canonicalize walks it)
-                _write_slow(x[k], _path_join(path, k), [])
-                continue
-            if not first:
-                out.append(",")
-            first = False
-            out.append(quote_string(k))
-            out.append(":")
-            _write_slow(x[k], _path_join(path, k), out)
-        out.append("}")
-    else:
-        raise CanonicalJsonError(f"type {t.__name__} is not canonical JSON at {path}", path=path)
+        return str(x)
+    if t is float:
+        if x != x or x in (math.inf, -math.inf) or (x == 0 and math.copysign(1.0, x) < 0):
+            path = _render_path(node)
+            what = "NaN is not JSON" if x != x else (
+                "negative zero is not allowed" if x == 0 else "Infinity is not JSON")
+            raise CanonicalJsonError(f"{what} at {path}", path=path)
+        return js_number(x)
+    path = _render_path(node)
+    raise CanonicalJsonError(f"type {t.__name__} is not canonical JSON at {path}", path=path)
 
 
-def canonical_json(x: Any) -> str:
-    """Canonical JSON text of `x`; raises CanonicalJsonError naming the JSON path of a bad value."""
-    if not _fast_ok(x):
-        return _slow(x)
+def _dict_items(value: dict[Any, Any], node: PathNode) -> Iterator[tuple[str, Any]]:
+    for k in value:
+        if type(k) is not str:
+            path = _render_path(node)
+            raise CanonicalJsonError(f"non-string key {k!r} at {path}", path=path)
+    return ((k, value[k]) for k in ordered_keys(list(value)))
+
+
+def _write_slow(x: Any, keep_proto: bool = False) -> str:
+    """Canonical JSON without recursion (any depth): a stack of the open arrays and objects, each with the iterator
+    over what it has left to write.
+
+    A "__proto__" key is left out, its value still checked, as settld's canonicalize walks it; with
+    `keep_proto` it is written in its place like any other key (the text of a value JSON.stringify writes with
+    its own "__proto__" property, keys sorted)."""
+    t = type(x)
+    if t is not list and t is not dict:
+        return _write_scalar(x, None)
+    out: list[str] = ["[" if t is list else "{"]
+    write = out.append
+    # frames: [iterator, is_dict, node, muted, items taken, keys written (objects)]
+    stack: list[list[Any]] = [[iter(x) if t is list else _dict_items(x, None), t is dict, None, False, 0, 0]]
+    while stack:
+        frame = stack[-1]
+        it, is_dict, node, muted, count, _ = frame
+        item: Any = next(it, _END)
+        if item is _END:
+            stack.pop()
+            if not muted:
+                write("}" if is_dict else "]")
+            continue
+        frame[4] = count + 1
+        key: str | int
+        child: Any
+        if is_dict:
+            key, child = item
+            child_muted = muted or (key == PROTO_KEY and not keep_proto)
+            if not child_muted:
+                write(("," if frame[5] else "") + quote_string(item[0]) + ":")
+                frame[5] += 1
+        else:
+            key, child = count, item
+            child_muted = muted
+            if count and not muted:
+                write(",")
+        tc = type(child)
+        if tc is list or tc is dict:
+            child_node = (node, key)
+            if not child_muted:
+                write("[" if tc is list else "{")
+            stack.append([iter(child) if tc is list else _dict_items(child, child_node), tc is dict, child_node,
+                          child_muted, 0, 0])
+        elif child_muted:
+            _write_scalar(child, (node, key))
+        else:
+            write(_write_scalar(child, (node, key)))
+    return "".join(out)
+
+
+_END: Final = object()  # an exhausted iterator's answer
+
+
+def canonical_json(x: Any, *, keep_proto: bool = False) -> str:
+    """Canonical JSON text of `x`; raises CanonicalJsonError naming the JSON path of a bad value. Any depth.
+
+    `keep_proto`: write "__proto__" keys too (settld's canonical JSON, hence every hash, leaves them out; a value
+    JSON.parse read holds them as own keys, which settld's JSON.stringify of an artifact or a job writes)."""
+    if keep_proto:
+        return _write_slow(x, keep_proto=True)
     try:
+        if not _fast_ok(x):
+            return _write_slow(x)
         text = _encode_sorted(x)
-    except ValueError:
-        return _slow(x)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the C encoder goes
+        return _write_slow(x)
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            return _slow(x)
+            return _write_slow(x)
     return text
-
-
-def _slow(x: Any) -> str:
-    out: list[str] = []
-    _write_slow(x, "$", out)
-    return "".join(out)
 
 
 def js_int(text: str) -> int | float:
@@ -462,7 +514,98 @@ def parse_json(text: str | bytes) -> Any:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(text, parse_int=js_int, parse_float=js_float)
+    try:
+        return json.loads(text, parse_int=js_int, parse_float=js_float)
+    except RecursionError:  # nested deeper than the recursive parsers go (orjson stops at 1024 levels)
+        return parse_json_deep(text if isinstance(text, str) else text.decode(json.detect_encoding(text)))
+
+
+_JSON_BLANKS: Final = re.compile(r"[ \t\n\r]*")
+_JSON_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+# json's own string scanner (C): escapes, lone surrogates kept, control characters refused
+_scan_string: Final[Callable[[str, int, bool], tuple[str, int]]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def parse_json_deep(s: str) -> Any:
+    """JSON text read without recursion, any depth, as `parse_json` reads it (JavaScript's numbers, lone surrogate
+    escapes kept, a repeated key's last value in its first place); raises ValueError (json.JSONDecodeError) for
+    what JSON.parse refuses, NaN and Infinity included. The slow path of `parse_json` for deeply nested text."""
+    number, scan = _JSON_NUMBER.match, _scan_string
+    end = len(s)
+
+    def blanks(i: int) -> int:  # past JSON's white space from i
+        m = _JSON_BLANKS.match(s, i)
+        assert m is not None  # the pattern matches the empty string
+        return m.end()
+
+    def fail(message: str, at: int) -> NoReturn:
+        raise json.JSONDecodeError(message, s, min(at, end))
+
+    def key_at(i: int) -> tuple[str, int]:
+        if i >= end or s[i] != '"':
+            fail("Expecting property name enclosed in double quotes", i)
+        key, i = scan(s, i + 1, True)
+        i = blanks(i)
+        if i >= end or s[i] != ":":
+            fail("Expecting ':' delimiter", i)
+        return key, blanks(i + 1)
+
+    open_: list[Any] = []  # the containers being filled, innermost last
+    keys: list[str | None] = []  # the key each open object fills next
+    i = blanks(0)
+    while True:
+        if i >= end:
+            fail("Expecting value", i)
+        c = s[i]
+        value: Any
+        if c == "{" or c == "[":
+            i = blanks(i + 1)
+            if i < end and s[i] == ("}" if c == "{" else "]"):
+                value, i = ({} if c == "{" else []), i + 1
+            else:
+                if c == "{":
+                    key, i = key_at(i)
+                    open_.append({})
+                    keys.append(key)
+                else:
+                    open_.append([])
+                    keys.append(None)
+                continue
+        elif c == '"':
+            value, i = scan(s, i + 1, True)
+        elif (m := number(s, i)) is not None:
+            value = js_float(m.group()) if m.group(1) or m.group(2) else js_int(m.group())
+            i = m.end()
+        elif s.startswith("null", i):
+            value, i = None, i + 4
+        elif s.startswith("true", i):
+            value, i = True, i + 4
+        elif s.startswith("false", i):
+            value, i = False, i + 5
+        else:
+            fail("Expecting value", i)
+        while True:  # put the value in place; close the containers that end after it
+            if not open_:
+                i = blanks(i)
+                if i != end:
+                    fail("Extra data", i)
+                return value
+            top = open_[-1]
+            if type(top) is list:
+                top.append(value)
+            else:
+                top[keys[-1]] = value
+            i = blanks(i)
+            if i < end and s[i] == ",":
+                i = blanks(i + 1)
+                if type(top) is dict:
+                    keys[-1], i = key_at(i)
+                break
+            if i >= end or s[i] != ("]" if type(top) is list else "}"):
+                fail("Expecting ',' delimiter", i)
+            i += 1
+            value = open_.pop()
+            keys.pop()
 
 
 def _has_fraction_or_exponent(data: bytes) -> bool:

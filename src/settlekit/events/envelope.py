@@ -25,7 +25,7 @@ ENVELOPE_FIELDS: Final = (
     "payloadHash", "prevChainHash", "chainHash", "signature", "signerKeyId",
 )
 HASH_FIELDS: Final = ("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 _NO_WS = re.compile(r"\s")
 
 Event = dict[str, Any]
@@ -96,9 +96,41 @@ def load_public_key(public_key_pem: str) -> Ed25519PublicKey:
     return key
 
 
-def verify_signature(public_key: Ed25519PublicKey, payload_hash: str, signature_b64: str) -> bool:
+# Node's base64 alphabet, both spellings: '+' and '-' are 62, '/' and '_' are 63.
+_NODE_BASE64_VALUES: Final = {c: i for i, c in enumerate(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")} | {ord("-"): 62, ord("_"): 63}
+
+
+def node_base64_decode(text: str) -> bytes:
+    """The bytes Node's `Buffer.from(text, "base64")` gives (node 20).
+
+    Node reads the string's UTF-16 code units, each cut to its low byte (U+0144 reads as 'D', U+013D and the
+    low byte of many astral characters as '='). It skips every byte outside both base64 alphabets (white space,
+    line breaks, '.', U+0000, …), stops at the first '=', and turns what it read into bytes 4 characters to 3;
+    a last group of 2 or 3 characters gives 1 or 2 bytes, a last lone character none. Padding is optional."""
+    units = text.encode("utf-16-le", "surrogatepass")[::2]  # the low byte of each UTF-16 code unit
+    stop = units.find(b"=")
+    if stop >= 0:
+        units = units[:stop]
+    values = [v for v in map(_NODE_BASE64_VALUES.get, units) if v is not None]
+    out = bytearray()
+    for i in range(0, len(values) - len(values) % 4, 4):
+        a, b, c, d = values[i:i + 4]
+        n = (a << 18) | (b << 12) | (c << 6) | d
+        out += bytes((n >> 16, (n >> 8) & 0xFF, n & 0xFF))
+    rest = values[len(values) - len(values) % 4:]
+    if len(rest) >= 2:
+        n = (rest[0] << 18) | (rest[1] << 12) | ((rest[2] << 6) if len(rest) == 3 else 0)
+        out += bytes((n >> 16, (n >> 8) & 0xFF))[: len(rest) - 1]
+    return bytes(out)
+
+
+def verify_signature(public_key: Ed25519PublicKey, payload_hash: str, signature_b64: str, *,
+                     node_base64: bool = False) -> bool:
+    """Whether `signature_b64` is `public_key`'s Ed25519 signature of the payload hash's bytes. The signature is
+    strict base64, or with `node_base64` any spelling settld reads (`node_base64_decode`)."""
     try:
-        raw = base64.b64decode(signature_b64, validate=True)
+        raw = node_base64_decode(signature_b64) if node_base64 else base64.b64decode(signature_b64, validate=True)
         public_key.verify(raw, bytes.fromhex(payload_hash))
     except (InvalidSignature, ValueError):
         return False
@@ -270,10 +302,10 @@ def check_envelope_shape(event: Any, index: int | None = None) -> None:
     if not _is_str(actor["type"]) or not actor["type"] or not _is_str(actor["id"]) or not actor["id"]:
         raise bad("actor", "type and id must be non-empty strings")
     for field in ("payloadHash", "chainHash"):
-        if not _is_str(event[field]) or not _HEX64.match(event[field]):
+        if not _is_str(event[field]) or not _HEX64.fullmatch(event[field]):
             raise bad(field, "must be 64 lower-case hex characters")
     prev = event["prevChainHash"]
-    if prev is not None and (not _is_str(prev) or not _HEX64.match(prev)):
+    if prev is not None and (not _is_str(prev) or not _HEX64.fullmatch(prev)):
         raise bad("prevChainHash", "must be null or 64 lower-case hex characters")
     for field in ("signature", "signerKeyId"):
         if event[field] is not None and (not _is_str(event[field]) or not event[field]):
@@ -303,9 +335,21 @@ def _lookup_from(keys: Mapping[str, Any] | PublicKeyLookup | None) -> PublicKeyL
     return lookup
 
 
+def _js_truthy(value: Any) -> bool:
+    """JavaScript's truthiness of a JSON value (null, false, 0, -0 and "" are falsy; objects and arrays are not)."""
+    if value is None or value is False or value == "":
+        return False
+    return not (type(value) in (int, float) and value == 0)
+
+
 def verify_link(event: Mapping[str, Any], prev_chain_hash: str | None, index: int,
-                lookup: PublicKeyLookup) -> None:
-    """Verify one event against the chain hash before it (§5, steps 1-5)."""
+                lookup: PublicKeyLookup, *, node_base64: bool = False) -> None:
+    """Verify one event against the chain hash before it (§5, steps 1-5).
+
+    An event is signed when its `signature` is truthy as settld reads it (`if (event.signature)`): an empty
+    string, like null, is no signature; a signed event's `signerKeyId` must be truthy too. `node_base64`: read
+    the signature as node's `Buffer.from(s, "base64")` does (no padding, the URL-safe alphabet, white space and
+    other bytes skipped, the end at the first '='), as settld verifies it; otherwise it must be strict base64."""
     if event.get("v") != ENVELOPE_VERSION:
         raise VerificationError(f"event {index}: envelope version {event.get('v')!r} is not supported",
                                 code="ENVELOPE_VERSION_UNSUPPORTED", index=index)
@@ -323,29 +367,31 @@ def verify_link(event: Mapping[str, Any], prev_chain_hash: str | None, index: in
         raise VerificationError(f"event {index}: chainHash does not match", code="CHAIN_HASH_MISMATCH",
                                 index=index)
     signature = event.get("signature")
-    if signature is not None:
+    if _js_truthy(signature):
         key_id = event.get("signerKeyId")
-        if not key_id:
+        if not _js_truthy(key_id):
             raise VerificationError(f"event {index}: signed but signerKeyId is missing",
                                     code="SIGNER_KEY_ID_REQUIRED", index=index)
-        key = lookup(key_id)
+        key = lookup(key_id) if type(key_id) is str else None
         if key is None:
             raise VerificationError(f"event {index}: signer key {key_id} is unknown",
                                     code="SIGNER_UNKNOWN", index=index, signerKeyId=key_id)
-        if not verify_signature(key, payload_hash, signature):
+        if type(signature) is not str or not verify_signature(key, payload_hash, signature,
+                                                              node_base64=node_base64):
             raise VerificationError(f"event {index}: signature is not valid", code="SIG_INVALID", index=index)
 
 
 def verify_chain(events: Sequence[Mapping[str, Any]],
                  public_keys: Mapping[str, Any] | PublicKeyLookup | None = None) -> None:
-    """Verify a whole stream in order; raises VerificationError at the first bad index."""
+    """Verify a whole stream in order, as settld's `verifyChainedEvents` does (signatures in any base64 spelling
+    node reads, an empty signature as none); raises VerificationError at the first bad index."""
     lookup = _lookup_from(public_keys)
     prev: str | None = None
     for i, event in enumerate(events):
         if not isinstance(event, Mapping):
             raise VerificationError(f"event {i} is not an object", code="SCHEMA_INVALID", index=i)
         try:
-            verify_link(event, prev, i, lookup)
+            verify_link(event, prev, i, lookup, node_base64=True)
         except KeyError as exc:
             raise VerificationError(f"event {i}: missing field {exc}", code="SCHEMA_INVALID", index=i) from exc
         prev = event.get("chainHash")

@@ -168,7 +168,7 @@ def process_job_events(
             to_status = check_transition(state, event)
         else:
             to_status = check_event(state, event)
-        rule = rules.get(event["type"])
+        rule = rules.get(event["type"]) if type(event["type"]) is str else None
         entries = _post_event(rule, state, event, ledger_errors) if rule is not None else None
         state = _step(state, event, to_status)
         server_rules.observe(rule_facts, event)

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from settlekit.errors import ValidationError
 from settlekit.events.js import js_nonblank
+from settlekit.events.js import truthy as js_truthy
 from settlekit.jobs.errors import InvalidJobTransition
 from settlekit.jobs.proof_fields import list_or_empty, proof_hashes
 from settlekit.jobs.types import (
@@ -954,17 +955,39 @@ HANDLERS: Final[dict[str, Handler]] = {
     "DISPUTE_OPENED": _dispute_opened,
     "DISPUTE_CLOSED": _dispute_closed,
 }
-_SKIP = frozenset(JOB_EVENT_TYPES - set(HANDLERS) - {JOB_CREATED})
 
 
 def check_event(state: JobState, event: Event) -> str | None:
-    """Everything `apply` checks, without changing anything: what settld's core checks (`check_transition`).
-    Payloads are not judged here: settld's reducer reads any value, so the offline tools take every payload the
-    reference takes; the live path validates them first (`api_payloads`, `validate.validate_payload`).
+    """Everything `apply` checks, without changing anything: what settld's core checks. Payloads are not judged
+    here: settld's reducer reads any value, so the offline tools take every payload the reference takes; the live
+    path validates them first (`api_payloads`, `validate.validate_payload`) and checks the event's type and the
+    transition with `check_transition`, which refuses what the core takes.
+
+    As settld's reducer: a JOB_CREATED restarts the job at CREATED (see `_restart`); a type outside the transition
+    table (an unknown one, another stream's, "SETTLED " with a space) only counts as a revision; a transition type
+    must fit the status; an event whose streamId is set and is not the job's is refused.
 
     Returns the status after the event, or None when the type does not change the status.
     """
-    return check_transition(state, event)
+    t: Any = event.get("type")
+    snapshot = state.snapshot
+    if t == JOB_CREATED:
+        return CREATED
+    stream_id: Any = event.get("streamId")
+    if js_truthy(stream_id) and stream_id != snapshot["id"]:
+        raise ValidationError(
+            "event.streamId does not match the job id",
+            code="STREAM_MISMATCH",
+            streamId=stream_id,
+            jobId=snapshot["id"],
+        )
+    row = TRANSITIONS.get(t) if type(t) is str else None
+    if row is None:
+        return None
+    to_status = row.get(snapshot["status"])
+    if to_status is None:
+        raise InvalidJobTransition(snapshot["status"], t, snapshot["id"])
+    return to_status
 
 
 def check_transition(state: JobState, event: Event) -> str | None:
@@ -1001,6 +1024,9 @@ def check_transition(state: JobState, event: Event) -> str | None:
 
 def _step(state: JobState, event: Event, to_status: str | None) -> JobState:
     """Reducer step for an event that passed `check_event`."""
+    t: Any = event["type"]
+    if t == JOB_CREATED:
+        return _restart(state, event)
     s = state.snapshot.copy()
     f = state.facts.copy()
     if to_status is not None:
@@ -1009,14 +1035,39 @@ def _step(state: JobState, event: Event, to_status: str | None) -> JobState:
     s["updatedAt"] = event["at"]
     s["lastChainHash"] = event.get("chainHash")
     s["lastEventId"] = event["id"]
-    t = event["type"]
-    if t not in _SKIP:
+    handler = HANDLERS.get(t) if type(t) is str else None
+    if handler is not None:
         p = event.get("payload")
-        HANDLERS[t](s, f, event, p if type(p) is dict else {})
+        handler(s, f, event, p if type(p) is dict else {})
     sig: Any = event.get("signature")
     if sig is not None or event.get("signerKeyId") is not None:
         _track_signature(f, event)
     return JobState(s, f)
+
+
+# What settld's reducer keeps across a JOB_CREATED that is not the first event: it builds a new job from that
+# event, but the lists and latest values it collects over the whole stream (its local maps and variables) are
+# merged into the job after the loop, so they carry on.
+_KEPT_ACROSS_RESTART: Final = (
+    "proof", "settlement", "settlementHold", "dispute", "skillLicenses", "skillUses", "operatorCosts",
+    "slaBreaches", "slaCredits", "riskScores", "incidents", "evidence", "claims",
+)
+
+
+def _restart(state: JobState, event: Event) -> JobState:
+    """A JOB_CREATED after the first event, as settld's reducer takes it: the job starts again at CREATED from
+    this event's payload (revision 0, its id the event's streamId), keeping what `_KEPT_ACROSS_RESTART` names.
+    The facts (what the postings and artifacts read from earlier events: completions, proofs, assists, coverage,
+    signatures, keyed lists) all carry on, as settld reads them from the events before."""
+    p = event.get("payload")
+    snapshot = _genesis_snapshot(event, p if type(p) is dict else {})
+    for key in _KEPT_ACROSS_RESTART:
+        snapshot[key] = state.snapshot[key]
+    facts = state.facts.copy()
+    sig: Any = event.get("signature")
+    if sig is not None or event.get("signerKeyId") is not None:
+        _track_signature(facts, event)
+    return JobState(snapshot, facts)
 
 
 def validate_and_apply(state: JobState, event: Event) -> JobState:

@@ -20,14 +20,14 @@ from settlekit.ledger import merkle
 from settlekit.ledger.timeline import epoch_millis, millis_to_iso
 
 MONTH_CLOSE: Final = "MonthClose.v1"
-_MONTH = re.compile(r"^([0-9]{4})-(0[1-9]|1[0-2])$")
+_MONTH = re.compile(r"([0-9]{4})-(0[1-9]|1[0-2])")
 _RECEIVABLE_ACCOUNTS: Final = frozenset({A.INSURER_RECEIVABLE, A.OPERATOR_CHARGEBACK_RECEIVABLE})
 _UNSIGNED_FIELDS: Final = ("artifactHash", "signature")
 
 
 def require_month(value: str) -> str:
     """`YYYY-MM` of the years 0001 to 9999; FINANCE_MONTH_INVALID otherwise."""
-    if not isinstance(value, str) or not _MONTH.match(value) or value.startswith("0000"):
+    if not isinstance(value, str) or not _MONTH.fullmatch(value) or value.startswith("0000"):
         raise ValidationError(f"month must be YYYY-MM, got {value!r}", code="FINANCE_MONTH_INVALID", month=value)
     return value
 
@@ -345,8 +345,8 @@ def verify_inclusion_proof(proof: Any, keys: Mapping[str, str] | None = None) ->
 
 
 def verify_consistency_proof(proof: Any, keys: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """`{ok, old, new, consistent, error}`: both close documents verify, belong to one tenant, and the newer
-    tree extends the older one."""
+    """`{ok, old, new, consistent, error}`: both close documents verify, belong to the proof's tenant, and the
+    newer tree extends the older one."""
     if not isinstance(proof, Mapping) or proof.get("proofType") != CONSISTENCY_PROOF:
         return _failed({}, f"not a {CONSISTENCY_PROOF}")
     old, new = verify_close_document(proof.get("old"), keys), verify_close_document(proof.get("new"), keys)
@@ -355,6 +355,8 @@ def verify_consistency_proof(proof: Any, keys: Mapping[str, str] | None = None) 
         return _failed(report, "a close document does not verify")
     if proof["old"].get("tenantId") != proof["new"].get("tenantId"):
         return _failed(report, "the close documents are of different tenants")
+    if proof.get("tenantId") != proof["old"].get("tenantId"):
+        return _failed(report, "the proof's tenantId is not the signed closes'")
     a, b, path = _tree_of(proof["old"]), _tree_of(proof["new"]), _hashes(proof.get("proof"))
     if a is None or b is None or path is None:
         return _failed(report, "the proof is missing a field")

@@ -96,6 +96,12 @@ class Settings(BaseSettings):
     test_send_timeout: float = Field(10.0, gt=0, le=60, description="whole-request deadline of a test send (s)")
     dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
     max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
+    max_destinations_per_tenant: int = Field(
+        100, ge=1, description="webhook destinations a tenant may create through the API; one more is 409 "
+        "`DESTINATION_LIMIT_REACHED` (the CLI's operator is not bound)")
+    max_header_bytes: int = Field(
+        32_768, ge=1024, description="API request line and headers together, at most (bytes); a longer request "
+        "head is answered 431 `REQUEST_HEAD_TOO_LARGE` and its connection closed")
     max_queued_appends: int = Field(
         MAX_QUEUED_APPENDS, ge=1, description="appends an API process holds at most while they wait for the "
         "database (its authentication queue and its group commit's, each); one more is answered 503 `OVERLOADED` "
@@ -111,6 +117,9 @@ class Settings(BaseSettings):
     auth_failure_burst: int = Field(20, ge=1, description="burst of failed authentications per client address")
     operator_tenant: str = Field("system", min_length=1,
                                  description="tenant whose admin keys may use the cross-tenant ops routes")
+    settld_compat_at_root: bool = Field(
+        False, description="serve settld's job routes for its own clients (`/compat/settld/jobs…`) at the origin's "
+        "`/jobs…` as well: settld's API SDK drops a base URL's path")
     proxy_headers: bool = Field(
         True, description="`serve` behind a reverse proxy: take the client address from `X-Forwarded-For` when "
         "the connection comes from a trusted proxy (uvicorn's `--proxy-headers`)")

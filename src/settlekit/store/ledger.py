@@ -86,6 +86,14 @@ def entries_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[str,
     return [{"eventId": r[0], "eventType": r[1], "entry": parse_json(r[2])} for r in rows]
 
 
+def entry_ids_for_event(db: Database, tenant_id: str, job_id: str, event_id: str) -> list[str]:
+    """The ids of the journal entries an event of the job posted, in posting order."""
+    with db.read() as tx:
+        rows = tx.fetchall("SELECT entry_id FROM ledger_entries WHERE tenant_id = ? AND job_id = ?"
+                           " AND source_event_id = ? ORDER BY entry_index", (tenant_id, job_id, event_id))
+    return [str(r[0]) for r in rows]
+
+
 def allocations_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[str, Any]]:
     with db.read() as tx:
         rows = tx.fetchall(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,6 +35,8 @@ SECRET_FIELD = Field(default=None, min_length=1, max_length=4096,
 SECRET_REF_FIELD = Field(default=None, min_length=1, max_length=4096,
                          description="The id (sec_…) of a secret this tenant stored earlier, as returned in "
                                      "`secretRef`. Paths and other references are refused.")
+ArtifactTypeName = Annotated[str, Field(min_length=1, max_length=delivery.MAX_ARTIFACT_TYPE_LENGTH)]
+ArtifactTypes = Annotated[list[ArtifactTypeName] | None, Field(min_length=1, max_length=delivery.MAX_ARTIFACT_TYPES)]
 
 
 class DestinationIn(BaseModel):
@@ -47,14 +49,16 @@ class DestinationIn(BaseModel):
     secret: str | None = SECRET_FIELD
     secretRef: str | None = SECRET_REF_FIELD
     signing: Literal["standard", "settld_legacy", "both"] = "standard"
-    artifactTypes: list[str] | None = None
+    artifactTypes: ArtifactTypes = Field(default=None, description="The artifact types delivered to it (e.g. "
+                                         "`SettlementStatement.v1`); omitted or null: every type")
     ordering: Literal["best_effort", "strict_scope"] = "best_effort"
     allowPrivateNetwork: bool = False
 
 
 class DestinationUpdate(BaseModel):
-    """Omitted fields are kept. A new `secret`/`secretRef` is a rotation: the old secret keeps signing (two
-    signatures per delivery) for `secretGraceSeconds` (default 86400; 0 ends it at once)."""
+    """Omitted fields are kept (`artifactTypes: null` means every type). A new `secret`/`secretRef` is a rotation:
+    the old secret keeps signing (two signatures per delivery) for `secretGraceSeconds` (default 86400; 0 ends it
+    at once)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     url: str | None = Field(default=None, min_length=1, max_length=2048)
@@ -62,7 +66,8 @@ class DestinationUpdate(BaseModel):
     secretRef: str | None = SECRET_REF_FIELD
     secretGraceSeconds: int | None = Field(default=None, ge=0, le=MAX_GRACE_SECONDS)
     signing: Literal["standard", "settld_legacy", "both"] | None = None
-    artifactTypes: list[str] | None = None
+    artifactTypes: ArtifactTypes = Field(default=None, description="The artifact types delivered to it; omitted: "
+                                         "kept; null: every type")
     ordering: Literal["best_effort", "strict_scope"] | None = None
     allowPrivateNetwork: bool | None = None
 
@@ -102,14 +107,14 @@ def _secret_input(secret: str | None, secret_ref: str | None) -> tuple[str | Non
         raise ValidationError("give secret or secretRef, not both", code="SCHEMA_INVALID", field="secret")
     if secret_ref is None:
         return secret, None
-    if not SECRET_ID_RE.match(secret_ref):
+    if not SECRET_ID_RE.fullmatch(secret_ref):
         raise ValidationError("secretRef must be the id of a secret this tenant stored (sec_…); paths and other "
                               "references are not accepted", code="SECRET_REF_FORBIDDEN", field="secretRef")
     return None, db_ref(secret_ref)
 
 
 @router.post("/destinations", status_code=201, summary="Create a webhook destination", response_model=Destination,
-             responses=problems("CONFLICT", *_CHECKS), openapi_extra=IDEMPOTENT)
+             responses=problems("CONFLICT", "DESTINATION_LIMIT_REACHED", *_CHECKS), openapi_extra=IDEMPOTENT)
 def create_destination(body: DestinationIn, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
     value, ref = _secret_input(body.secret, body.secretRef)
@@ -151,7 +156,8 @@ def update_destination(destination_id: DestinationIdPath, body: DestinationUpdat
 
     def patched(current: delivery_store.Destination) -> delivery_store.Destination:
         """The PATCH's fields over `current`; the others (status and disabledReason included) as they are."""
-        types = current.artifact_types if body.artifactTypes is None else (tuple(body.artifactTypes) or None)
+        types = current.artifact_types if "artifactTypes" not in body.model_fields_set else (
+            None if body.artifactTypes is None else tuple(body.artifactTypes))
         return dataclasses.replace(
             current, url=body.url or current.url, secret_ref=ref or current.secret_ref,
             signing=body.signing or current.signing, artifact_types=types, ordering=body.ordering or current.ordering,
@@ -165,7 +171,8 @@ def update_destination(destination_id: DestinationIdPath, body: DestinationUpdat
                                           changes=patched)
         return 200, _destination_json(saved)
 
-    return idempotency.write(request, key, body.model_dump(), action)
+    # the fields given, not their defaults: an omitted artifactTypes (kept) and a null one (every type) differ
+    return idempotency.write(request, key, body.model_dump(exclude_unset=True), action)
 
 
 @router.post("/destinations/{destination_id}/disable", summary="Disable a destination", response_model=Destination,
@@ -177,7 +184,8 @@ def disable_destination(destination_id: DestinationIdPath, request: Request, bod
 
     def action() -> tuple[int, Any]:
         return 200, _destination_json(delivery.disable_destination(ctx.db, key.tenant_id, destination_id,
-                                                                   reason=reason, actor=key.key_id))
+                                                                   reason=reason, actor=key.key_id,
+                                                                   registry=ctx.registry))
 
     return idempotency.write(request, key, {"reason": reason}, action)
 

@@ -21,7 +21,7 @@ from settlekit.errors import ConfigurationError, ValidationError
 router = APIRouter(prefix="/v1", tags=["events"])
 
 MAX_TYPES = 50
-_TYPE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 TypesQuery = Annotated[str | None, Query(max_length=5000, description="event types to include, comma separated "
                                                                        "(default: every type)")]
 
@@ -57,7 +57,7 @@ def parse_types(value: str | None) -> tuple[str, ...]:
     if value is None:
         return ()
     types = tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
-    if len(types) > MAX_TYPES or not all(_TYPE.match(t) for t in types):
+    if len(types) > MAX_TYPES or not all(_TYPE.fullmatch(t) for t in types):
         raise ValidationError(f"types must be at most {MAX_TYPES} comma-separated event type names",
                               code="SCHEMA_INVALID", field="types")
     return types

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -96,14 +96,20 @@ class _AppendMetrics:
 append_metrics_for: PerRegistry[_AppendMetrics] = PerRegistry(_AppendMetrics)
 
 
-async def _measured(ctx: ApiContext, appending: Awaitable[AppendResult]) -> JsonResponse:
-    """The answer to an append request (`appending` runs it), counted and timed by outcome."""
+async def measured_append(ctx: ApiContext, appending: Awaitable[AppendResult],
+                          respond: Callable[[AppendResult], Awaitable[Response] | Response] | None = None
+                          ) -> Response:
+    """The answer to an append request (`appending` runs it; `respond` makes the answer of its result, by default
+    this API's), counted and timed by outcome."""
     started = time.perf_counter()
     outcome = "error"
     try:
         result = await appending
         outcome = "replayed" if result.replayed else "existing" if result.already_exists else "created"
-        return _append_response(result)
+        if respond is None:
+            return _append_response(result)
+        answer = respond(result)
+        return answer if isinstance(answer, Response) else await answer
     except SettlekitError as exc:
         outcome = "conflict" if exc.status == 409 else "refused" if exc.status < 500 else "error"
         raise
@@ -145,7 +151,7 @@ def _append_response(result: AppendResult) -> JsonResponse:
     return JsonResponse(_append_body(result), status_code=status, headers=headers)
 
 
-async def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
+async def append_with_key(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
                   expected: Any, idem_key: str | None, body: Any, *, expected_given: bool,
                   precondition: StreamPrecondition | None = None, prefetched: StreamRead | None = None,
                   finalized: bool = False) -> AppendResult:
@@ -176,14 +182,14 @@ async def _append(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, i
 @router.post("/jobs", status_code=201, summary="Create a job (server-draft JOB_CREATED)", response_model=Appended,
              responses={200: ALREADY_THERE, **problems("JOB_ALREADY_EXISTS", *APPEND_CODES)},
              openapi_extra=IDEMPOTENT)
-async def create_job(body: CreateJob, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
+async def create_job(body: CreateJob, request: Request, key: ApiKey = require("jobs:write")) -> Response:
     # FastAPI checked the body's shape; it is read again as settld reads a body (UTF-8 only, JavaScript's trim and
     # numbers), so the payload holds what JSON.parse gives
     try:
         body = CreateJob.model_validate(parse_body(await request.body()))
     except PydanticValidationError as exc:  # what FastAPI's reading of the same bytes let through
         raise ValidationError(f"body: {exc.errors()[0]['msg']}", code="SCHEMA_INVALID", field="body") from None
-    return await _measured(context(request), _create_job(body, request, key))
+    return await measured_append(context(request), _create_job(body, request, key))
 
 
 async def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendResult:
@@ -195,7 +201,7 @@ async def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendR
     actor = body.actor.model_dump() if body.actor is not None else dict(DEFAULT_ACTOR)
     draft = {"type": "JOB_CREATED", "actor": actor, "payload": payload}
     try:
-        return await _append(ctx, key, request, job_id, [draft], None, idempotency_key(request),
+        return await append_with_key(ctx, key, request, job_id, [draft], None, idempotency_key(request),
                              body.model_dump(exclude_none=True), expected_given=True)
     except ConflictError as exc:
         if exc.code == "PREV_CHAIN_HASH_MISMATCH":
@@ -203,7 +209,7 @@ async def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendR
         raise
 
 
-_FINALIZED_KEYS = ("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash")
+FINALIZED_KEYS = ("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash")
 
 _EVENTS_BODY = {
     "requestBody": {
@@ -227,10 +233,10 @@ _EVENTS_BODY = {
              response_model=Appended,
              responses={200: ALREADY_THERE, **problems("JOB_NOT_FOUND", "PRECONDITION_REQUIRED", *APPEND_CODES)},
              openapi_extra={**_EVENTS_BODY, **request_headers(*IDEMPOTENCY_HEADERS, *CHAIN_HEADERS)})
-async def append_events(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:write")) -> JsonResponse:
+async def append_events(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:write")) -> Response:
     raw = await request.body()
     ctx = context(request)
-    return await _measured(ctx, _append_events(ctx, job_id, request, key, raw))
+    return await measured_append(ctx, _append_events(ctx, job_id, request, key, raw))
 
 
 @dataclass(frozen=True)
@@ -266,7 +272,7 @@ async def append_events_direct(ctx: ApiContext, request: Request, key: ApiKey, r
     alongside), its raw body read and checked."""
     require_scopes(key, ["jobs:write"])
     job_id: str = request.path_params["job_id"]
-    return await _measured(ctx, _append_events(ctx, job_id, request, key, raw, prefetched))
+    return await measured_append(ctx, _append_events(ctx, job_id, request, key, raw, prefetched))
 
 
 # routes api.middleware serves directly, by path: the hot path of appends (FastAPI keeps them for the schema)
@@ -284,7 +290,7 @@ async def _append_events(ctx: ApiContext, job_id: str, request: Request, key: Ap
     finance = sorted({i.get("type") for i in items if is_finance_type(i.get("type"))})
     if finance:
         require_scopes(key, ["finance:write"])
-    finalized = any(k in i for i in items for k in _FINALIZED_KEYS)
+    finalized = any(k in i for i in items for k in FINALIZED_KEYS)
     items = [_with_own_tenant(key, item, finalized) for item in items]
     expected: Any = None
     given = False
@@ -295,7 +301,7 @@ async def _append_events(ctx: ApiContext, job_id: str, request: Request, key: Ap
             given = True
             expected = None if value.strip() in ("", "null") else value.strip()
             break
-    return await _append(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
+    return await append_with_key(ctx, key, request, job_id, items, expected, idempotency_key(request), body,
                          expected_given=given, precondition=_job_stream(job_id, items),
                          prefetched=prefetched.stream if prefetched is not None else None, finalized=finalized)
 
