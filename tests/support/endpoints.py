@@ -4,6 +4,7 @@ answers) and a resetter (accepts, then resets the connection)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -94,10 +95,8 @@ class _RawServer:
         self._stop.set()
         self._sock.close()
         for conn in list(self._conns):
-            try:
+            with contextlib.suppress(OSError):
                 conn.close()
-            except OSError:
-                pass
         self._thread.join(5)
 
     def _accept(self) -> None:
