@@ -106,6 +106,9 @@ def advance(db: Database, policy: ReplayPolicy, now: datetime) -> int:
     """Requeue the next deliveries of every running replay, `rate` per second since it last moved; returns how
     many were requeued."""
     requeued = 0
+    with db.read() as tx:
+        if not store.any_running_replay(tx):
+            return 0
     with db.transaction() as tx:
         for row in store.lock_running_replays(tx, limit=ADVANCE_BATCH):
             allowed = math.floor(policy.rate * max(0.0, (now - row.updated_at).total_seconds()))

@@ -1,11 +1,13 @@
 """Async webhook sender: posts prepared requests and reports structured outcomes; never decides retries.
 
-One `httpx.AsyncClient` (keep-alive pool, timeouts, limits) per SSRF policy — in practice one per process,
-since destinations rarely differ in policy. Connections go through `GuardedBackend`, so every new connection
-is resolved, vetted and pinned; redirects are not followed and environment proxies are ignored.
+One `httpx.AsyncClient` (keep-alive pool, timeouts, limits) per destination origin and SSRF policy. Connections go
+through `GuardedBackend`, so every new connection is resolved, vetted and pinned; redirects are not followed and
+environment proxies are ignored. Every attempt has one deadline, connect to last byte read, and reads at most
+`max_response_bytes` of the answer.
 
-The delivery worker calls `send_batch(requests)`: requests sharing a `group` (the scope key) run sequentially
-in list order, groups run concurrently on at most `concurrency` worker tasks.
+The delivery worker calls `send(request)` for each delivery as its slot allows (`delivery.worker`);
+`send_batch(requests)` sends a list: requests sharing a `group` run sequentially in list order, groups run
+concurrently on at most `concurrency` tasks (the CLI and tests).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import importlib.util
 import ssl
 import sys
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
@@ -73,13 +77,9 @@ class Outcome:
 class _GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx transport whose connection pool connects through GuardedBackend."""
 
-    def __init__(self, policy: SsrfPolicy, config: SenderConfig, resolver: AsyncResolver | None):
-        super().__init__(verify=config.verify, trust_env=False)
-        ctx = (
-            config.verify
-            if isinstance(config.verify, ssl.SSLContext)
-            else httpx.create_ssl_context(verify=config.verify, trust_env=False)
-        )
+    def __init__(self, policy: SsrfPolicy, config: SenderConfig, resolver: AsyncResolver | None,
+                 ctx: ssl.SSLContext):
+        super().__init__(verify=ctx, trust_env=False)
         # replace the default pool by an identical one with the guarded network backend
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=ctx,
@@ -102,12 +102,22 @@ class _NoCookies(http.cookiejar.CookieJar):
 
 
 class WebhookSender:
-    """Use as `async with WebhookSender(config) as sender: outcomes = await sender.send_batch(requests)`."""
+    """Use as `async with WebhookSender(config) as sender: outcomes = await sender.send_batch(requests)`.
+
+    One keep-alive pool per destination origin (scheme, host, port) and SSRF policy: httpcore looks at every
+    connection of a pool each time it assigns a request, so one pool shared by every destination costs each send
+    time in proportion to all connections open. At most `MAX_POOLS` pools are kept; the least recently used idle
+    one is closed beyond that."""
+
+    MAX_POOLS = 512
 
     def __init__(self, config: SenderConfig | None = None, *, resolver: AsyncResolver | None = None):
         self.config = config or SenderConfig()
         self._resolver = resolver
-        self._clients: dict[SsrfPolicy, httpx.AsyncClient] = {}
+        self._clients: OrderedDict[tuple[SsrfPolicy, str], httpx.AsyncClient] = OrderedDict()
+        self._in_use: Counter[tuple[SsrfPolicy, str]] = Counter()
+        self._contexts: dict[SsrfPolicy, ssl.SSLContext] = {}
+        self._closing: set[asyncio.Future[None]] = set()  # evicted pools being closed
         self._closed = False
 
     async def __aenter__(self) -> WebhookSender:
@@ -118,26 +128,44 @@ class WebhookSender:
 
     async def aclose(self) -> None:
         self._closed = True
-        clients, self._clients = list(self._clients.values()), {}
+        clients, self._clients = list(self._clients.values()), OrderedDict()
         for c in clients:
             await c.aclose()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
-    def _client(self, policy: SsrfPolicy) -> httpx.AsyncClient:
-        client = self._clients.get(policy)
-        if client is None:
-            if self._closed:
-                raise RuntimeError("sender is closed")
-            cfg = self.config
-            client = httpx.AsyncClient(
-                transport=_GuardedTransport(policy, cfg, self._resolver),
-                cookies=_NoCookies(),
-                timeout=httpx.Timeout(cfg.timeout, connect=min(cfg.connect_timeout, cfg.timeout)),
-                follow_redirects=False,
-                trust_env=False,
-                headers={"user-agent": cfg.user_agent},
-            )
-            self._clients[policy] = client
-        return client
+    def _client(self, policy: SsrfPolicy, url: str) -> tuple[tuple[SsrfPolicy, str], httpx.AsyncClient]:
+        parts = urlsplit(url)
+        key = (policy, f"{parts.scheme}://{parts.netloc}".lower())
+        client = self._clients.get(key)
+        if client is not None:
+            self._clients.move_to_end(key)
+            return key, client
+        if self._closed:
+            raise RuntimeError("sender is closed")
+        cfg = self.config
+        ctx = self._contexts.get(policy)
+        if ctx is None:  # building a context loads the CA bundle: once per policy
+            ctx = self._contexts[policy] = (cfg.verify if isinstance(cfg.verify, ssl.SSLContext)
+                                            else httpx.create_ssl_context(verify=cfg.verify, trust_env=False))
+        client = httpx.AsyncClient(
+            transport=_GuardedTransport(policy, cfg, self._resolver, ctx),
+            cookies=_NoCookies(),
+            timeout=httpx.Timeout(cfg.timeout, connect=min(cfg.connect_timeout, cfg.timeout)),
+            follow_redirects=False,
+            trust_env=False,
+            headers={"user-agent": cfg.user_agent},
+        )
+        self._clients[key] = client
+        if len(self._clients) > self.MAX_POOLS:
+            idle = next((k for k in self._clients if not self._in_use[k] and k != key), None)
+            if idle is not None:
+                old = self._clients.pop(idle)
+                self._in_use.pop(idle, None)
+                task = asyncio.ensure_future(old.aclose())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+        return key, client
 
     async def send(self, req: PreparedRequest) -> Outcome:
         """POST one request; every failure becomes an Outcome (cancellation propagates)."""
@@ -153,15 +181,21 @@ class WebhookSender:
         details: dict[str, Any] = {}
         try:
             check_url(req.url, req.policy)
-            client = self._client(req.policy)
+            key, client = self._client(req.policy, req.url)
             timeout = httpx.Timeout(total, connect=min(cfg.connect_timeout, total))
-            async with asyncio.timeout(total):
-                async with client.stream(
-                    "POST", req.url, content=req.body, headers=dict(req.headers), timeout=timeout
-                ) as resp:
-                    status = resp.status_code
-                    retry_after = parse_retry_after(resp.headers.get("retry-after"))
-                    snippet = await _read_snippet(resp, cfg.snippet_bytes, cfg.max_response_bytes)
+            self._in_use[key] += 1
+            try:
+                async with asyncio.timeout(total):
+                    async with client.stream(
+                        "POST", req.url, content=req.body, headers=dict(req.headers), timeout=timeout
+                    ) as resp:
+                        status = resp.status_code
+                        retry_after = parse_retry_after(resp.headers.get("retry-after"))
+                        snippet = await _read_snippet(resp, cfg.snippet_bytes, cfg.max_response_bytes)
+            finally:
+                self._in_use[key] -= 1
+                if self._in_use[key] <= 0:
+                    del self._in_use[key]
         except DestinationForbiddenError as exc:
             error, message, details = SSRF_BLOCKED, exc.message, dict(exc.details)
         except (httpx.TimeoutException, TimeoutError) as exc:

@@ -180,6 +180,7 @@ class DeliveryWorker:
         self._circuits: set[DestinationKey] = set()  # destinations whose circuit may need closing
         self._totals = DeliveryPassResult()
         self._next_replay_tick = 0.0
+        self._low_water = max(1, min(self.config.batch_size, self.config.caps.in_flight) // 4)
         self._error: BaseException | None = None  # the last unexpected error of a send or a record
         self._failed: asyncio.Event | None = None  # set by it (a pass of run_once ends at once)
         self._fail_fast = False  # in a pass of run_once
@@ -233,6 +234,8 @@ class DeliveryWorker:
                 try:
                     await self._advance_replays()
                     wanted = min(self.config.batch_size, self.config.caps.in_flight - len(self._flight))
+                    if self._flight and wanted < self._low_water:
+                        wanted = 0  # a claim for a slot or two costs a transaction each: wait for a few more
                     claimed = await self._fill(wanted) if wanted > 0 else 0
                 except Exception as exc:
                     self.metrics.worker_errors.labels(type(exc).__name__).inc()
@@ -786,8 +789,9 @@ class DeliveryWorker:
             log.warning("could not renew %d delivery leases", len(ids), exc_info=True)
             return
         self.metrics.lease_renewals.inc()
-        if held < len(ids):
-            log.warning("%d of %d delivery leases were lost before renewal", len(ids) - held, len(ids))
+        still = sum(1 for i in ids if i in self._flight) if self._flight else len(ids)
+        if held < still:  # (an outcome recorded meanwhile released its lease: not a loss)
+            log.warning("%d of %d delivery leases were lost before renewal", still - held, still)
 
     def _release(self, ids: list[int]) -> int:
         with self.db.transaction() as tx:

@@ -104,6 +104,10 @@ def list_replays(tx: Tx, tenant_id: str, destination_id: str, *, limit: int) -> 
     return [_replay(r) for r in rows]
 
 
+def any_running_replay(tx: Tx) -> bool:
+    return tx.fetchone("SELECT 1 FROM delivery_replays WHERE status = 'running' LIMIT 1") is not None
+
+
 def lock_running_replays(tx: Tx, *, limit: int) -> list[ReplayRow]:
     """Running replays, least recently advanced first, locked until the transaction ends (PostgreSQL skips the
     ones another worker is advancing)."""
