@@ -1,6 +1,6 @@
 """Async webhook sender: posts prepared requests and reports structured outcomes; never decides retries.
 
-One `httpx.AsyncClient` (keep-alive pool, timeouts, limits) per destination origin and SSRF policy. Connections go
+One `httpx.AsyncClient` (keep-alive pool, timeouts, limits) per destination (its origin and SSRF policy). Connections go
 through `GuardedBackend`, so every new connection is resolved, vetted and pinned; redirects are not followed and
 environment proxies are ignored. Every attempt has one deadline, connect to last byte read, and reads at most
 `max_response_bytes` of the answer.
@@ -13,7 +13,6 @@ concurrently on at most `concurrency` tasks (the CLI and tests).
 from __future__ import annotations
 
 import asyncio
-import http.cookiejar
 import importlib.util
 import ssl
 import sys
@@ -23,7 +22,6 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpcore
 import httpx
@@ -74,50 +72,26 @@ class Outcome:
         return self.status is not None and 200 <= self.status < 300
 
 
-class _GuardedTransport(httpx.AsyncHTTPTransport):
-    """httpx transport whose connection pool connects through GuardedBackend."""
-
-    def __init__(self, policy: SsrfPolicy, config: SenderConfig, resolver: AsyncResolver | None,
-                 ctx: ssl.SSLContext):
-        super().__init__(verify=ctx, trust_env=False)
-        # replace the default pool by an identical one with the guarded network backend
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ctx,
-            max_connections=config.max_connections,
-            max_keepalive_connections=config.max_keepalive_connections,
-            keepalive_expiry=config.keepalive_expiry,
-            network_backend=GuardedBackend(policy, resolver=resolver),
-        )
-
-
-class _NoCookies(http.cookiejar.CookieJar):
-    """A cookie jar that keeps nothing: a receiver's Set-Cookie must not reach the next delivery, whichever
-    tenant's it is (the clients are shared by every destination of a network policy)."""
-
-    def extract_cookies(self, response: Any, request: Any) -> None:
-        return None
-
-    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
-        return None
-
-
 class WebhookSender:
     """Use as `async with WebhookSender(config) as sender: outcomes = await sender.send_batch(requests)`.
 
-    One keep-alive pool per destination origin (scheme, host, port) and SSRF policy: httpcore looks at every
-    connection of a pool each time it assigns a request, so one pool shared by every destination costs each send
-    time in proportion to all connections open. At most `MAX_POOLS` pools are kept; the least recently used idle
-    one is closed beyond that."""
+    Requests go straight to httpcore's connection pools (httpx's client layer, with its cookies, redirects and
+    header merging, cost more than the request itself): one keep-alive pool per request `pool` (the worker's: one
+    per destination), origin (scheme, host, port) and SSRF policy, since httpcore looks at every connection of a
+    pool each time it assigns a request. At most `MAX_POOLS` pools are kept; beyond that the least recently used
+    idle one is closed. Nothing is kept between requests but connections: no cookies, no redirects followed, no
+    proxies from the environment."""
 
     MAX_POOLS = 512
 
     def __init__(self, config: SenderConfig | None = None, *, resolver: AsyncResolver | None = None):
         self.config = config or SenderConfig()
         self._resolver = resolver
-        self._clients: OrderedDict[tuple[SsrfPolicy, str], httpx.AsyncClient] = OrderedDict()
-        self._in_use: Counter[tuple[SsrfPolicy, str]] = Counter()
+        self._pools: OrderedDict[tuple[SsrfPolicy, Hashable], httpcore.AsyncConnectionPool] = OrderedDict()
+        self._in_use: Counter[tuple[SsrfPolicy, Hashable]] = Counter()
         self._contexts: dict[SsrfPolicy, ssl.SSLContext] = {}
         self._closing: set[asyncio.Future[None]] = set()  # evicted pools being closed
+        self._user_agent = self.config.user_agent.encode("latin-1")
         self._closed = False
 
     async def __aenter__(self) -> WebhookSender:
@@ -128,19 +102,19 @@ class WebhookSender:
 
     async def aclose(self) -> None:
         self._closed = True
-        clients, self._clients = list(self._clients.values()), OrderedDict()
-        for c in clients:
-            await c.aclose()
+        pools, self._pools = list(self._pools.values()), OrderedDict()
+        for pool in pools:
+            await pool.aclose()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
-    def _client(self, policy: SsrfPolicy, url: str) -> tuple[tuple[SsrfPolicy, str], httpx.AsyncClient]:
-        parts = urlsplit(url)
-        key = (policy, f"{parts.scheme}://{parts.netloc}".lower())
-        client = self._clients.get(key)
-        if client is not None:
-            self._clients.move_to_end(key)
-            return key, client
+    def _pool(self, policy: SsrfPolicy, url: httpx.URL, pool: Hashable | None
+              ) -> tuple[tuple[SsrfPolicy, Hashable], httpcore.AsyncConnectionPool]:
+        key = (policy, (pool, url.scheme, url.netloc))
+        found = self._pools.get(key)
+        if found is not None:
+            self._pools.move_to_end(key)
+            return key, found
         if self._closed:
             raise RuntimeError("sender is closed")
         cfg = self.config
@@ -148,24 +122,23 @@ class WebhookSender:
         if ctx is None:  # building a context loads the CA bundle: once per policy
             ctx = self._contexts[policy] = (cfg.verify if isinstance(cfg.verify, ssl.SSLContext)
                                             else httpx.create_ssl_context(verify=cfg.verify, trust_env=False))
-        client = httpx.AsyncClient(
-            transport=_GuardedTransport(policy, cfg, self._resolver, ctx),
-            cookies=_NoCookies(),
-            timeout=httpx.Timeout(cfg.timeout, connect=min(cfg.connect_timeout, cfg.timeout)),
-            follow_redirects=False,
-            trust_env=False,
-            headers={"user-agent": cfg.user_agent},
+        created = httpcore.AsyncConnectionPool(
+            ssl_context=ctx,
+            max_connections=cfg.max_connections,
+            max_keepalive_connections=cfg.max_keepalive_connections,
+            keepalive_expiry=cfg.keepalive_expiry,
+            network_backend=GuardedBackend(policy, resolver=self._resolver),
         )
-        self._clients[key] = client
-        if len(self._clients) > self.MAX_POOLS:
-            idle = next((k for k in self._clients if not self._in_use[k] and k != key), None)
+        self._pools[key] = created
+        if len(self._pools) > self.MAX_POOLS:
+            idle = next((k for k in self._pools if not self._in_use[k] and k != key), None)
             if idle is not None:
-                old = self._clients.pop(idle)
+                old = self._pools.pop(idle)
                 self._in_use.pop(idle, None)
                 task = asyncio.ensure_future(old.aclose())
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
-        return key, client
+        return key, created
 
     async def send(self, req: PreparedRequest) -> Outcome:
         """POST one request; every failure becomes an Outcome (cancellation propagates)."""
@@ -181,16 +154,21 @@ class WebhookSender:
         details: dict[str, Any] = {}
         try:
             check_url(req.url, req.policy)
-            key, client = self._client(req.policy, req.url)
-            timeout = httpx.Timeout(total, connect=min(cfg.connect_timeout, total))
+            url = httpx.URL(req.url)
+            key, pool = self._pool(req.policy, url, req.pool)
+            headers = [(b"host", url.netloc), (b"user-agent", self._user_agent),
+                       (b"content-length", str(len(req.body)).encode())]
+            headers.extend((name.encode("latin-1"), value.encode("latin-1")) for name, value in req.headers.items())
+            connect = min(cfg.connect_timeout, total)
+            extensions = {"timeout": {"connect": connect, "read": total, "write": total, "pool": total}}
+            target = httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path)
             self._in_use[key] += 1
             try:
                 async with asyncio.timeout(total):
-                    async with client.stream(
-                        "POST", req.url, content=req.body, headers=dict(req.headers), timeout=timeout
-                    ) as resp:
-                        status = resp.status_code
-                        retry_after = parse_retry_after(resp.headers.get("retry-after"))
+                    async with pool.stream("POST", target, headers=headers, content=req.body,
+                                           extensions=extensions) as resp:
+                        status = resp.status
+                        retry_after = parse_retry_after(_header(resp.headers, b"retry-after"))
                         snippet = await _read_snippet(resp, cfg.snippet_bytes, cfg.max_response_bytes)
             finally:
                 self._in_use[key] -= 1
@@ -198,9 +176,9 @@ class WebhookSender:
                     del self._in_use[key]
         except DestinationForbiddenError as exc:
             error, message, details = SSRF_BLOCKED, exc.message, dict(exc.details)
-        except (httpx.TimeoutException, TimeoutError) as exc:
+        except (httpcore.TimeoutException, TimeoutError) as exc:
             error, message = TIMEOUT, _describe(exc) or f"no complete response within {total:g}s"
-        except httpx.TransportError as exc:
+        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
             error, message = NETWORK_ERROR, _describe(exc)
         except Exception as exc:  # recorded on the delivery as reason `exception`, with its type
             error, message = EXCEPTION, _describe(exc)
@@ -262,9 +240,16 @@ class WebhookSender:
         return [r for r in results if r is not None]
 
 
-async def _read_snippet(resp: httpx.Response, snippet_bytes: int, max_bytes: int) -> str:
+def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _read_snippet(resp: httpcore.Response, snippet_bytes: int, max_bytes: int) -> str:
     buf = bytearray()
-    async for chunk in resp.aiter_raw():
+    async for chunk in resp.aiter_stream():
         if len(buf) < snippet_bytes:
             buf.extend(chunk[: snippet_bytes - len(buf)])
         max_bytes -= len(chunk)

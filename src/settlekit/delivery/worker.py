@@ -561,6 +561,7 @@ class DeliveryWorker:
             tag=d,
             group=(d.tenant_id, d.destination_id, d.scope_key),
             policy=self._policy(dest),
+            pool=(d.tenant_id, d.destination_id),
         )
 
     def _complete(self, outcomes: list[Outcome], *, sent: int) -> DeliveryPassResult:
