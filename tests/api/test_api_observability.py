@@ -175,3 +175,23 @@ def test_httpx_request_lines_are_not_logged_at_info(json_log: io.StringIO) -> No
     assert "s3cret" not in json_log.getvalue()
     reset_logging()
     assert logging.getLogger("httpx").level == logging.NOTSET
+
+
+def test_psycopg_pool_messages_are_throttled(json_log: io.StringIO) -> None:
+    """psycopg's pool logs every failed reconnection: through `configure_logging`, each message template goes out
+    at most once per 30 s, the next one counting those held back."""
+    from settlekit.runtime.logging import Throttle
+
+    pool = logging.getLogger("psycopg.pool")
+    throttle = next(f for f in pool.filters if isinstance(f, Throttle))
+    now = [0.0]
+    throttle.clock = lambda: now[0]
+    for _ in range(10):
+        pool.warning("error connecting in %r: %s", "settlekit", "connection refused")
+        now[0] += 1.0
+    pool.warning("reconnection attempt in pool %r failed after %s sec", "settlekit", 2.0)
+    now[0] += 30.0
+    pool.warning("error connecting in %r: %s", "settlekit", "connection refused")
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    assert [(line["event"].split(" in ")[0], line.get("suppressed")) for line in lines] == [
+        ("error connecting", None), ("reconnection attempt", None), ("error connecting", 9)]

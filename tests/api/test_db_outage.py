@@ -10,6 +10,8 @@ No timed assertions: waits are bounded only as hang guards."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -490,3 +492,53 @@ def test_requests_still_sending_their_body_take_nothing_from_the_routed_bound(db
     finally:
         app.state.settlekit.auth_threads.shutdown(wait=True)
         app.state.settlekit.store.close()
+
+
+def test_an_open_event_stream_ends_cleanly_in_an_outage_and_resumes(
+        proxied: tuple[TcpProxy, Database, Any, Any], pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An open GET /v1/events/stream when the database goes away: the stream ends with a final `event: problem`
+    message (DATABASE_UNAVAILABLE, `retry:` the Retry-After in ms) and a well-formed end of the chunked body,
+    logged as what it is (a 200 stream that ended, a warning), not a 500; resumed with Last-Event-ID once the
+    database is back, it sends the events appended meanwhile. Before, the body broke off mid-chunk and the log
+    said 500 "Caught handled exception, but response already started"."""
+    from support.http_server import serve
+
+    proxy, db, api, _ = proxied
+    app = api.app
+    app.state.settlekit.feed.poll_interval = 0.05
+    direct = connect(pg_url)
+    key = key_for(direct, TENANT_A)
+    assert _new_job(api, "job_feed_1").status_code == 201
+    lines: list[str] = []
+    with caplog.at_level(logging.INFO), serve(app) as base, \
+            httpx.Client(base_url=base, headers={"authorization": f"Bearer {key}"}, timeout=HANG_GUARD) as http:
+        with http.stream("GET", "/v1/events/stream") as stream:
+            assert stream.status_code == 200
+            for line in stream.iter_lines():  # an incomplete chunked body raises here (httpx.RemoteProtocolError)
+                lines.append(line)
+                if line.startswith("id: "):
+                    proxy.cut()
+        ids = [line[4:] for line in lines if line.startswith("id: ")]
+        assert len(ids) == 1
+        final = lines[lines.index("event: problem"):]
+        assert final[1] == "retry: 1000", final
+        problem = json.loads(final[2].removeprefix("data: "))
+        assert problem["code"] == "DATABASE_UNAVAILABLE" and problem["details"]["retryAfterSeconds"] == 1
+        direct_api = client(make_app(direct), key)
+        assert direct_api.post("/v1/jobs/job_feed_2/events", json=_created(),
+                               headers={"x-expected-prev-chain-hash": "null"}).status_code == 201
+        proxy.restore()
+        _until(lambda: http.get("/readyz").status_code == 200, "the database back")
+        with http.stream("GET", "/v1/events/stream", headers={"Last-Event-ID": ids[-1]}) as resumed:
+            for line in resumed.iter_lines():
+                if line.startswith("data: "):
+                    assert json.loads(line[6:])["streamId"] == "job_feed_2"
+                    break
+    direct.close()
+    requests = [r for r in caplog.records if r.name == "settlekit.api.request" and r.getMessage() == "request"
+                and getattr(r, "path", "") == "/v1/events/stream"]
+    assert requests and all(getattr(r, "status", None) == 200 for r in requests)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR and getattr(r, "path", "") != "/readyz"]
+    assert not errors, [(r.name, r.getMessage(), getattr(r, "path", None)) for r in errors]
+    ended = [r for r in caplog.records if r.name == "settlekit.api.feed"]
+    assert [r.getMessage() for r in ended] == ["event stream ended: DATABASE_UNAVAILABLE"]

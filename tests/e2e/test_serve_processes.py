@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -167,3 +168,51 @@ def test_open_event_streams_end_when_serve_with_two_processes_stops(pg_url: str,
         reader.join(10)
     assert len(ended) == len(readers)
     assert serving.stopped_in < 15, f"the open streams held the shutdown for {serving.stopped_in:.1f} s"
+
+
+def _port_is_free(port: int) -> bool:
+    """Whether a new `serve` could listen on `port` (bound as uvicorn binds, with SO_REUSEADDR)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_api_processes_die_with_a_killed_serve(pg_url: str, tmp_path: Path) -> None:
+    """SIGKILL of the `serve --workers 2` parent: its API processes stop too (the kernel's parent-death signal
+    asks them for a graceful stop, which closes the port first) and the port is free for a new `serve`. Before,
+    both kept answering under pid 1 for minutes and a new `serve` exited with "Address already in use"."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "SETTLEKIT_DB": pg_url, "SETTLEKIT_SERVER_KEY_FILE": str(tmp_path / "server.pem")}
+    proc = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--workers", "2", "--port", str(port),
+                             "--no-workers"], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    pids: set[int] = set()
+    try:
+        pids = _answering_pids(f"http://127.0.0.1:{port}", proc, log, 2)
+        assert len(pids) == 2, log.read_text()[-3000:]
+        proc.kill()
+        proc.wait(timeout=30)
+        killed = time.monotonic()
+        deadline = killed + 30  # a hang guard; how long it took is reported below
+        while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in pids) \
+                or not _port_is_free(port):
+            assert time.monotonic() < deadline, f"API processes {pids} outlived their parent: {log.read_text()[-2000:]}"
+            time.sleep(0.05)
+        print(f"port free {time.monotonic() - killed:.2f} s after the SIGKILL")
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        for pid in pids | set(_children(proc.pid)):  # what outlived the test (before, both API processes)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

@@ -18,12 +18,16 @@ dimensions of their own, each chosen at random per stream:
 - `envelope`: event ids with white space, beyond 200 characters or non-ASCII, actors with more keys than type and
   id, fields beside the envelope's (`schemaVersion`, others).
 
+and, with `--huge`, a few long streams (`support.huge_streams`: thousands of heartbeats and unknown notes spread
+over a corpus stream, a second lifecycle in the middle), whose events the vectors do not hold (the test makes them
+again and checks their digest).
+
 Re-chains every stream, runs settld's reducer, posting rules, chain verification and artifact worker on it under
 node (`offline_parity.mjs`), and compares settlekit's offline tools with those answers. With `--vendor` it writes
 the streams and answers to `tests/vectors/reference_runs/offline_parity.json.gz`, which
 `tests/unit/test_offline_parity.py` replays without node:
 
-    python tests/reference/offline_parity.py SETTLD_DIR [--streams 110] [--seed 1] [--vendor] [--keep DIR]
+    python tests/reference/offline_parity.py SETTLD_DIR [--streams 110] [--seed 1] [--huge] [--vendor] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ sys.path.insert(0, str(HERE))
 from conftest import differential_corpus  # noqa: E402
 from settlekit.events.canonical import parse_json  # noqa: E402
 from settlekit.events.envelope import Signer, finalize  # noqa: E402
+from support.huge_streams import corpus_stream, huge_stream, stream_digest  # noqa: E402
 
 GENERATED_AT = "2026-02-01T00:00:00.000Z"
 OUT = HERE.parent / "vectors" / "reference_runs" / "offline_parity.json.gz"
@@ -264,6 +269,20 @@ def make_streams(seed: int, count: int) -> list[dict[str, Any]]:
     return cases
 
 
+HUGE: tuple[tuple[str, int], ...] = (("d057_holds", 2500), ("d156_unicode", 5000))
+
+
+def huge_cases() -> list[dict[str, Any]]:
+    corpus = differential_corpus()
+    cases = []
+    for name, extra in HUGE:
+        events = huge_stream(corpus_stream(corpus, name), extra)
+        cases.append({"description": f"{name}: huge ({len(events)} events)", "dimensions": ["huge"],
+                      "huge": {"base": name, "extra": extra, "eventsSha256": stream_digest(events)},
+                      "events": events})
+    return cases
+
+
 def keys_file() -> dict[str, str]:
     return {s.key_id: s.public_key_pem for s in SIGNERS.values()}
 
@@ -299,8 +318,9 @@ def main() -> int:
     parser.add_argument("--vendor", action="store_true")
     parser.add_argument("--keep", type=Path, help="leave the streams and answers in this directory")
     parser.add_argument("--replay", action="store_true", help="judge again the answers --keep holds (no node)")
+    parser.add_argument("--huge", action="store_true", help="add the long streams of HUGE")
     args = parser.parse_args()
-    cases = make_streams(args.seed, args.streams)
+    cases = make_streams(args.seed, args.streams) + (huge_cases() if args.huge else [])
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -324,6 +344,9 @@ def main() -> int:
     if args.vendor:
         runs = [{**case, **answer} for case, answer in zip(cases, answers, strict=True)
                 if answer["reduceError"] is None and answer["artifactError"] is None]
+        for run in runs:
+            if "huge" in run:
+                del run["events"]  # made again by the test from run["huge"]
         bundle = {"reference": "settld 0.1.0 (commit 7fcd6f0), tests/reference/offline_parity.mjs under node",
                   "seed": args.seed, "generatedAt": GENERATED_AT, "keys": keys_file(), "runs": runs}
         OUT.write_bytes(gzip.compress(_dump(bundle).encode("utf-8"), mtime=0))

@@ -16,15 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import VECTORS
+from conftest import VECTORS, differential_corpus
 from settlekit.artifacts.build import build_all, derive_outbox
 from settlekit.cli import app
 from settlekit.errors import VerificationError
 from settlekit.events.canonical import canonical_json, parse_json
-from settlekit.events.envelope import verify_chain
+from settlekit.events.envelope import finalize, verify_chain
 from settlekit.jobs import process_job_events
+from support.huge_streams import corpus_stream, huge_stream, stream_digest
 
 BUNDLE = VECTORS / "reference_runs" / "offline_parity.json.gz"
 _INDEX = re.compile(r" at index (\d+)$")
@@ -75,7 +78,16 @@ def compare(events: list[dict[str, Any]], answer: dict[str, Any], keys: dict[str
 
 
 def _runs() -> list[dict[str, Any]]:
-    return list(_bundle()["runs"]) if BUNDLE.exists() else []
+    """The vendored runs; a long stream's events are made again (`support.huge_streams`), checked by digest."""
+    runs = []
+    for run in _bundle()["runs"] if BUNDLE.exists() else []:
+        if "huge" in run:
+            recipe = run["huge"]
+            events = huge_stream(corpus_stream(differential_corpus(), recipe["base"]), recipe["extra"])
+            assert stream_digest(events) == recipe["eventsSha256"], "the long stream is not the one answered for"
+            run = {**run, "events": events}
+        runs.append(run)
+    return runs
 
 
 RUNS = _runs()
@@ -85,6 +97,7 @@ def test_every_dimension_is_there() -> None:
     assert len(RUNS) >= 100
     for dimension in ("restart", "foreign", "signatures", "keys", "deep", "at", "envelope"):
         assert sum(dimension in run["dimensions"] for run in RUNS) >= 10, dimension
+    assert [len(run["events"]) for run in RUNS if run["dimensions"] == ["huge"]] >= [2500, 5000]
     assert any(not run["verify"]["ok"] for run in RUNS)  # a broken signature now and then
 
 
@@ -135,3 +148,38 @@ def test_the_commands_print_what_settld_computes(run: dict[str, Any], tmp_path: 
     lines = [parse_json(line) for line in postings.stdout.splitlines()]
     assert [(x["eventId"], x["entry"]) for x in lines if "entry" in x] == [
         (x["eventId"], x["entry"]) for x in run["entries"]]
+
+
+_CORPUS_NAMES = sorted(differential_corpus())
+_MOVING = ("revision", "updatedAt", "lastChainHash", "lastEventId")
+
+
+def _rechained(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out, prev = [], None
+    for e in events:
+        out.append(finalize({k: e[k] for k in ("v", "id", "at", "streamId", "type", "actor", "payload")}, prev))
+        prev = out[-1]["chainHash"]
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(_CORPUS_NAMES), st.lists(st.tuples(st.floats(0, 1), st.sampled_from(
+    ["NOTE_ADDED", "ROBOT_HEARTBEAT", "SETTLED ", "settled", "MONTH_CLOSED"])), min_size=1, max_size=6))
+def test_an_unknown_type_anywhere_changes_nothing_but_the_revision(name: str, notes: list[tuple[float, str]]) -> None:
+    """settld's reducer counts an event outside its transition table as a revision and nothing else: inserted
+    anywhere after the JOB_CREATED, such events leave the ledger, the posting errors, the outbox's sources and the
+    job (but its revision and head) as they were."""
+    base = parse_json(differential_corpus()[name])["events"]
+    events = list(base)
+    for n, (where, t) in enumerate(notes):
+        i = 1 + int(where * (len(events) - 1))
+        events.insert(i, {**events[i - 1], "id": f"evt_note_{n}", "type": t, "payload": {"note": n}})
+    before, after = process_job_events(None, _rechained(base)), process_job_events(None, _rechained(events))
+    assert [(x["eventId"], x["entry"]) for x in after.ledger_entries] == [
+        (x["eventId"], x["entry"]) for x in before.ledger_entries]
+    assert after.ledger_errors == before.ledger_errors
+    assert {k: v for k, v in after.snapshot.items() if k not in _MOVING} == {
+        k: v for k, v in before.snapshot.items() if k not in _MOVING}
+    assert after.snapshot["revision"] == before.snapshot["revision"] + len(notes)
+    sources = [(m["sourceEventId"], m["artifactTypes"]) for m in derive_outbox(_rechained(base))]
+    assert [(m["sourceEventId"], m["artifactTypes"]) for m in derive_outbox(_rechained(events))] == sources

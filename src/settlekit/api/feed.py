@@ -6,6 +6,11 @@ append wake-up of the database (PostgreSQL: a LISTEN session of its own on the d
 behind PgBouncer, apart from the dispatcher's; SQLite: the in-process wake-up) and at least every
 `feed_poll_interval` (a rolled-back hole wakes nobody). `close()` ends every open stream within one poll interval;
 `serve` calls it when it starts to shut down.
+
+A stream that cannot go on (the database unavailable while it reads, or while it checks its key) ends with one
+last message, `event: problem`, whose `data` is the problem body (`code`, `details.retryAfterSeconds`) and whose
+`retry` is that delay in milliseconds, then a well-formed end of the body: the client resumes with the id of the
+last event it received (Last-Event-ID). Once the answer has started, an error cannot become a problem response.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -21,10 +27,13 @@ import anyio.to_thread
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from settlekit.api.responses import dumps
 from settlekit.dispatch.feed import FeedPage, FeedReader
 from settlekit.errors import SettlekitError
 from settlekit.store.db import EventListener
 from settlekit.store.feed import FeedEvent
+
+log = logging.getLogger("settlekit.api.feed")
 
 
 class FeedStreamLimitError(SettlekitError):
@@ -40,6 +49,14 @@ def sse_events(events: Sequence[FeedEvent]) -> bytes:
 
 
 HEARTBEAT = b": heartbeat\n\n"
+
+
+def sse_problem(exc: SettlekitError) -> bytes:
+    """The last message of a stream that ends on `exc`: `event: problem`, the problem body as `data`, and its
+    Retry-After as the client's reconnection delay (`retry`, milliseconds)."""
+    retry = exc.details.get("retryAfterSeconds")
+    head = f"retry: {int(retry) * 1000}\n" if isinstance(retry, int) else ""
+    return b"event: problem\n" + head.encode() + b"data: " + dumps(exc.to_problem()) + b"\n\n"
 
 
 class FeedStreams:
@@ -97,21 +114,37 @@ class FeedStreams:
 
     async def events(self, tenant_id: str, after: int, types: Sequence[str], limit: int,
                      key_active: Callable[[], bool] | None = None) -> AsyncIterator[bytes]:
-        """The stream body: pages of events as they settle, a heartbeat after each quiet interval; it ends when
-        the process closes or, every heartbeat interval, `key_active` says the key was revoked."""
+        """The stream body (`_events`); one that cannot go on ends with `sse_problem` (see the module
+        docstring)."""
+        try:
+            async for chunk in self._events(tenant_id, after, types, limit, key_active):
+                yield chunk
+        except SettlekitError as exc:
+            log.warning("event stream ended: %s", exc.code, extra={"tenant": tenant_id, "error_code": exc.code,
+                                                                   "cause": exc.message})
+            yield sse_problem(exc)
+
+    async def _events(self, tenant_id: str, after: int, types: Sequence[str], limit: int,
+                      key_active: Callable[[], bool] | None = None) -> AsyncIterator[bytes]:
+        """Pages of events as they settle, a heartbeat after each quiet interval; it ends when the process closes
+        or `key_active` says the key was revoked: asked before each page of events is sent (in the page's thread
+        trip), and every heartbeat interval while nothing is sent."""
         position = after
         quiet_since = checked_at = time.monotonic()
         yield b": connected\n\n"
+        read = functools.partial(self._read_page, tenant_id, types=types, limit=limit, key_active=key_active)
         while not self.closing:
             if key_active is not None and time.monotonic() - checked_at >= self.heartbeat_interval:
                 if not await anyio.to_thread.run_sync(key_active):
                     return
                 checked_at = time.monotonic()
             seen = self._bound
-            page: FeedPage = await anyio.to_thread.run_sync(
-                functools.partial(self.reader.read, tenant_id, position, types=types, limit=limit))
+            page, active = await anyio.to_thread.run_sync(read, position)
+            if not active:
+                return
             position = page.next
             if page.events:
+                checked_at = time.monotonic()
                 yield sse_events(page.events)
                 quiet_since = time.monotonic()
                 if len(page.events) >= limit:
@@ -121,6 +154,13 @@ class FeedStreams:
                 quiet_since = time.monotonic()
             wait = min(self.poll_interval, self.heartbeat_interval - (time.monotonic() - quiet_since))
             await self._wait_past(seen, max(wait, 0.0))
+
+    def _read_page(self, tenant_id: str, position: int, *, types: Sequence[str], limit: int,
+                   key_active: Callable[[], bool] | None) -> tuple[FeedPage, bool]:
+        """The next page, and whether its events may be sent: the key is asked again when there are some, so a
+        revoked key receives no event committed after its revocation was."""
+        page = self.reader.read(tenant_id, position, types=types, limit=limit)
+        return page, not page.events or key_active is None or key_active()
 
     async def _wait_past(self, seen: int, timeout: float) -> None:
         """Until the shared settled bound moves past `seen`, or `timeout` seconds."""

@@ -4,9 +4,14 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
+import os
 import signal
+import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Annotated, Any
@@ -62,9 +67,34 @@ def _graceful_server(config: Any, on_exit: Any = None) -> Any:
     return Server(config)
 
 
-def api_process_app(flags: dict[str, Any], server_key_pem: str) -> Any:
+PR_SET_PDEATHSIG = 1  # prctl(2)
+PARENT_WATCH_SECONDS = 0.5  # where there is no prctl: how often an API process checks that its parent lives
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """End this process (SIGTERM: a graceful stop, which closes its listening socket first) when `parent_pid`, the
+    `serve` that started it, dies, even by SIGKILL: otherwise the API processes outlive it under pid 1, answering
+    on the port a new `serve` cannot then bind. On Linux the kernel sends the signal (PR_SET_PDEATHSIG); elsewhere
+    a thread watches the parent's pid. A parent that died before this ran is noticed here too."""
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    else:
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(PARENT_WATCH_SECONDS)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="settlekit-parent-watch", daemon=True).start()
+    if os.getppid() != parent_pid:  # the parent died before the signal was asked for
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def api_process_app(flags: dict[str, Any], server_key_pem: str, parent_pid: int | None = None) -> Any:
     """The app of one API process of `serve --workers N` (a uvicorn factory, run in each child process): its own
-    database pool and logging, the parent's server key, no background workers."""
+    database pool and logging, the parent's server key, no background workers. It ends when `parent_pid` (the
+    `serve` process) dies (`die_with_parent`)."""
     from settlekit.api.app import create_app
     from settlekit.events.envelope import Signer
     from settlekit.metrics import shared_registry
@@ -73,6 +103,8 @@ def api_process_app(flags: dict[str, Any], server_key_pem: str) -> Any:
     from settlekit.runtime.workers import register_queue_gauges
     from settlekit.store.db import connect
 
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     settings = Settings(**flags)
     configure_logging(settings.log_level)
     database = connect(settings.db_url, **settings.database_options())
@@ -191,7 +223,7 @@ def _serve_many(flags: dict[str, Any], settings: Any, processes: int) -> None:
     from settlekit.runtime.workers import load_server_signer
 
     signer = load_server_signer(settings.server_key_file)  # one key for every process (made once if missing)
-    factory = functools.partial(api_process_app, flags, signer.private_key_pem())
+    factory = functools.partial(api_process_app, flags, signer.private_key_pem(), os.getpid())
     # uvicorn pings each process every half second and replaces one that does not answer within the timeout: a
     # process busy under load answers late (its ping thread waits for the interpreter lock), so be patient
     config = _uvicorn_config(factory, settings, factory=True, workers=processes,

@@ -28,7 +28,8 @@ from settlekit.dispatch.model import (
     ErrorPolicy,
     failure_text,
 )
-from settlekit.errors import ConfigurationError
+from settlekit.dispatch.outage import OutageBackoff
+from settlekit.errors import ConfigurationError, DatabaseUnavailableError
 from settlekit.store.consumers import ConsumerRepository, ConsumerState, DispatchedEvent, Gap
 from settlekit.store.db import Database, Tx
 from settlekit.store.scoped_tx import ScopedTx
@@ -111,6 +112,10 @@ class Dispatcher:
     LISTEN/NOTIFY wake-ups), `gap_log_interval` (s, at most one "gap list full" warning per consumer per
     interval), `registry` (prometheus; default global).
 
+    A pass that fails (the database down) is retried with exponential backoff and jitter, and a LISTEN session
+    that fails is opened again the same way while the loop polls (`OutageBackoff`): one log line when it starts
+    failing, one every 30 s while it does, one when it works again.
+
     A turn that made no progress never asks for an immediate follow-up: the loop then waits for a wake-up or
     `poll_interval`, so a consumer blocked behind a long-running transaction costs a turn per poll, not a busy
     loop.
@@ -159,6 +164,9 @@ class Dispatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: BaseException | None = None
+        self.pass_outage = OutageBackoff(self.log, "dispatcher pass")
+        self.listen_outage = OutageBackoff(self.log, "dispatcher LISTEN session")
+        self._listen_retry_at = 0.0  # monotonic time before which a failed LISTEN session is not tried again
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -199,32 +207,36 @@ class Dispatcher:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            more = False
             try:
                 result = self.run_once()
-                more = any(r.more or r.processed for r in result.by_consumer.values())
             except Exception as exc:
                 self.last_error = exc
-                self.log.exception("dispatcher pass failed")
+                self._stop.wait(self.pass_outage.failed(exc))
+                continue
             except BaseException as exc:  # a simulated crash ends the thread like a dying process
                 self.last_error = exc
                 self.log.error("dispatcher thread ended by %s", type(exc).__name__, exc_info=exc)
                 return
-            if not more:
+            self.pass_outage.succeeded()
+            if not any(r.more or r.processed for r in result.by_consumer.values()):
                 self._wait()
 
     def _wait(self) -> None:
-        if not self.listen:
+        """Until a wake-up or `poll_interval`; while the LISTEN session is down, poll (it is tried again after
+        its backoff)."""
+        if not self.listen or time.monotonic() < self._listen_retry_at:
             self._stop.wait(self.poll_interval)
             return
         label = self.instance_id or SHARED_INSTANCE
         try:
             self.db.wait_for_notify(self.poll_interval)
-            self.metrics.listen_connected.labels(label).set(1)
-        except Exception:
+        except Exception as exc:
             self.metrics.listen_connected.labels(label).set(0)
-            self.log.warning("LISTEN connection failed; polling", exc_info=True)
+            self._listen_retry_at = time.monotonic() + self.listen_outage.failed(exc)
             self._stop.wait(self.poll_interval)
+            return
+        self.metrics.listen_connected.labels(label).set(1)
+        self.listen_outage.succeeded()
 
     # ------------------------------------------------------------------ passes
 
@@ -273,6 +285,8 @@ class Dispatcher:
         try:
             with self.db.transaction() as tx, self.repo.turn(name, inst):
                 result = self._turn_in_tx(tx, consumer, inst)
+        except DatabaseUnavailableError:
+            raise  # the database, not the consumer: the pass fails, and is retried with backoff
         except Exception as exc:
             cls, msg = _describe(exc)
             self.metrics.turn_errors.labels(name).inc()

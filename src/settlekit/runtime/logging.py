@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import IO, Any
 
 import orjson
@@ -21,6 +24,37 @@ from settlekit.errors import ConfigurationError
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _HANDLER_NAME = "settlekit-json"
+# libraries that log each retry of an outage themselves (psycopg's pool: every failed reconnection): one record
+# of each message template per interval, the first at once (settlekit's own loops log the outage's state changes)
+THROTTLED_LOGGERS = ("psycopg.pool",)
+THROTTLE_SECONDS = 30.0
+
+
+class Throttle(logging.Filter):
+    """Lets a record through when no record with the same message template (`record.msg`) went through in the
+    last `interval` seconds; the ones held back are counted in the next one let through (`suppressed`)."""
+
+    def __init__(self, interval: float = THROTTLE_SECONDS, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.interval = interval
+        self.clock = clock
+        self._last: dict[str, tuple[float, int]] = {}  # template -> (when one went through, how many held back)
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        template = str(record.msg)
+        now = self.clock()
+        with self._lock:
+            last, held = self._last.get(template, (None, 0))
+            if last is not None and now - last < self.interval:
+                self._last[template] = (last, held + 1)
+                return False
+            self._last[template] = (now, 0)
+            if len(self._last) > 1000:  # templates are few; bound it anyway
+                self._last.clear()
+        if held:
+            record.suppressed = held
+        return True
 
 
 def parse_level(name: str) -> int:
@@ -91,6 +125,8 @@ def configure_logging(level: str | int = "INFO", *, stream: IO[str] | None = Non
     # the delivery worker logs its attempts itself (without the URL)
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(max(number, logging.WARNING))
+    for name in THROTTLED_LOGGERS:
+        logging.getLogger(name).addFilter(Throttle())
     # uvicorn's loggers keep no handlers of their own: their records come out here as JSON too
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
@@ -102,6 +138,10 @@ def reset_logging() -> None:
     """Remove the JSON handler `configure_logging` installed (if any)."""
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.NOTSET)
+    for name in THROTTLED_LOGGERS:
+        for existing in list(logging.getLogger(name).filters):
+            if isinstance(existing, Throttle):
+                logging.getLogger(name).removeFilter(existing)
     root = logging.getLogger()
     for existing in list(root.handlers):
         if existing.get_name() == _HANDLER_NAME:

@@ -92,7 +92,9 @@ def _resume_position(last_event_id: str | None, after: int) -> int:
 
 _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "text/event-stream: one message per event (`id:` its position, `data:` the envelope as "
-                         "stored); comment lines as heartbeats",
+                         "stored); comment lines as heartbeats; a stream that cannot go on (e.g. "
+                         "DATABASE_UNAVAILABLE) ends with one `event: problem` message (`data:` the problem body, "
+                         "`retry:` its Retry-After in ms): resume with Last-Event-ID",
           "content": {"text/event-stream": {"schema": {"type": "string"}}}},
     **_FEED_PROBLEMS,
     429: _problem("FEED_STREAM_LIMIT: the tenant has `feed_max_streams_per_tenant` streams open (Retry-After); "

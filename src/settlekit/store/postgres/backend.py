@@ -251,15 +251,22 @@ class PostgresDatabase(Database):
             return [row[0] for row in tx.fetchall("SELECT name FROM schema_migrations ORDER BY name")]
 
     def wait_for_notify(self, timeout: float) -> bool:
-        with self._listen_lock:
-            if self._listen_conn is None or self._listen_conn.closed:
-                self._listen_conn = psycopg.connect(self.direct_url, autocommit=True, **self._listen_kwargs)
-                self._listen_conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            conn = self._listen_conn
-        woke = False
-        for _ in conn.notifies(timeout=timeout, stop_after=1):
-            woke = True
-        return woke
+        try:
+            with self._listen_lock:
+                if self._listen_conn is None or self._listen_conn.closed:
+                    self._listen_conn = psycopg.connect(self.direct_url, autocommit=True, **self._listen_kwargs)
+                    self._listen_conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                conn = self._listen_conn
+            woke = False
+            for _ in conn.notifies(timeout=timeout, stop_after=1):
+                woke = True
+            return woke
+        except psycopg.Error as exc:  # the session is opened again at the next wait
+            with self._listen_lock:
+                if self._listen_conn is not None:
+                    self._listen_conn.close()
+                    self._listen_conn = None
+            raise DatabaseUnavailableError("the LISTEN session failed", cause=type(exc).__name__) from exc
 
     def event_listener(self) -> EventListener:
         return _Listener(self.direct_url, self._listen_kwargs)
