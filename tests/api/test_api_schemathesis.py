@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import UTC, datetime, timedelta
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
