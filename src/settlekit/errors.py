@@ -325,7 +325,14 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SECRET_NOT_FOUND": ErrorSpec(400, "the referenced secret does not exist or is empty"),
     "SECRET_PROVIDER_FORBIDDEN": ErrorSpec(400, "the secret provider (env:, inline:) is not enabled"),
     "SECRET_FILE_REFUSED": ErrorSpec(400, "file: secret references are no longer read; migrate them"),
-    "DELIVERY_WINDOW_INVALID": ErrorSpec(400, "a replay or statistics window is empty, reversed or over 90 days"),
+    "DELIVERY_WINDOW_INVALID": ErrorSpec(400, "a replay or statistics window is empty, reversed or longer than "
+                                              "allowed (statistics: 90 days; replays: `replay_max_window_hours`)"),
+    "REPLAY_RUNNING": ErrorSpec(409, "a replay of the destination is running; wait for it or cancel it"),
+    "REPLAY_NOT_RUNNING": ErrorSpec(409, "the replay has ended (done or canceled), so it cannot be canceled"),
+    "REPLAY_TOO_LARGE": ErrorSpec(422, "the window holds more deliveries than one replay may send "
+                                       "(`replay_max_deliveries`); replay a shorter window"),
+    "TEST_SEND_BUSY": ErrorSpec(429, "the tenant has as many test sends in flight as allowed; retry after "
+                                     "Retry-After"),
     "DELIVERY_LEASE_TOO_SHORT": ErrorSpec(500, "the delivery lease is not longer than its renewal interval and margin"),
     # --- receiving webhooks (verify_webhook and the reference receiver)
     "WEBHOOK_HEADER_MISSING": ErrorSpec(400, "a required webhook header is missing"),

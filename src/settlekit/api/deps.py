@@ -14,12 +14,13 @@ from pydantic import BeforeValidator
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
-from settlekit.api.admission import BoundedThreadPool
+from settlekit.api.admission import BoundedThreadPool, OutboundSlots
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
 from settlekit.append import Appender
+from settlekit.delivery.replays import ReplayPolicy
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.store.api_keys import StoredApiKey
@@ -73,6 +74,9 @@ class ApiContext:
     # /readyz runs on threads of its own, so it answers even when every API thread waits on the database
     ready_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     feed: FeedStreams | None = None  # the event feed's reader and open streams
+    replay_policy: ReplayPolicy = field(default_factory=ReplayPolicy)
+    # test sends wait on a tenant's URL: a few per tenant, and never more than an eighth of the routed requests
+    test_sends: OutboundSlots = field(default_factory=lambda: OutboundSlots(per_tenant=2, total=32, timeout=10.0))
     # the append route's authentication and prefetch (one short round trip each) run on a few threads of their own:
     # they keep up with the loop, and anyio's default of 40 threads only adds contention for the interpreter lock.
     # Their queue is bounded: a stalled database must not pile up requests (api/admission.py).
