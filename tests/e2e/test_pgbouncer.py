@@ -148,3 +148,74 @@ def test_apis_and_workers_through_pgbouncer_in_transaction_mode(pg_url: str, tmp
     stats = _pooler_stats(pgbouncer_port, urlsplit(pg_url).username or "postgres")
     # the workload's transactions went through the pooler, not around it
     assert stats["total_xact_count"] > 1000, stats
+
+
+def test_prepared_statements_are_found_not_to_survive_the_pooler(pg_url: str, pgbouncer_port: int) -> None:
+    """PgBouncer 1.18 in transaction mode loses what a transaction prepared; a direct connection keeps it; with
+    prepared statements off there is nothing to check."""
+    pooled = _pooled(pg_url, pgbouncer_port)
+    for url, options, survive in ((pooled, {}, False), (pooled, {}, False), (pg_url, {}, True),
+                                  (pooled, {"prepared_statements": False}, True)):
+        db = connect(url, **options)
+        try:
+            assert db.prepared_statements_survive() is survive, (url, options)
+        finally:
+            db.close()
+
+
+def test_serve_turns_prepared_statements_off_behind_the_pooler(pg_url: str, tmp_path: Path,
+                                                              pgbouncer_port: int) -> None:
+    """`serve --workers 2` through PgBouncer 1.18 with prepared statements left on (the default): it says once
+    that it turned them off, and writes succeed in both API processes and the dispatcher's passes. Before, writes
+    answered 500 INTERNAL ("prepared statement _pg3_0 already exists") and dispatcher passes failed."""
+    import signal
+    import sys
+
+    import httpx
+
+    from settlekit.api.auth import create_api_key
+
+    db = connect(pg_url)
+    try:
+        db.migrate()
+        _, key = create_api_key(db, "tenant_default", ["jobs:read", "jobs:write"])
+    finally:
+        db.close()
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SETTLEKIT_")}
+    env.update({"SETTLEKIT_DB": _pooled(pg_url, pgbouncer_port), "SETTLEKIT_DB_DIRECT": pg_url,
+                "SETTLEKIT_SERVER_KEY_FILE": str(tmp_path / "server.pem")})
+    proc = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--workers", "2", "--port", str(port)],
+                            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "serve did not answer within a minute"
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        statuses = []
+        with httpx.Client(base_url=base, headers={"authorization": f"Bearer {key}", "connection": "close"},
+                          timeout=30) as http:
+            for i in range(40):  # fresh connections: both API processes, many server connections
+                r = http.post("/v1/jobs", json={"jobId": f"job_pool_{i}", "payload": {"templateId": "reset_lite"}})
+                statuses.append(r.status_code)
+                if r.status_code == 201:
+                    r = http.get(f"/v1/jobs/job_pool_{i}")
+                    statuses.append(r.status_code)
+        assert set(statuses) == {200, 201}, statuses
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert text.count("prepared statements turned off") == 1, text[-3000:]
+    assert "dispatcher pass failed" not in text and "_pg3_" not in text, text[-3000:]

@@ -151,6 +151,8 @@ class PostgresDatabase(Database):
         self.reachability = Reachability(unavailable_hold, probe_allowance=timeout + max(unavailable_hold, 1.0))
         # LISTEN needs a session that stays one server connection: not a transaction-pooled one
         self.direct_url = direct_url or url
+        self.prepared_statements = prepared_statements
+        self._probe_kwargs: dict[str, Any] = _unset_in(url, {"connect_timeout": connect_timeout})
         # None: psycopg never prepares (every statement is sent with its text, which any pooler routes)
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 2 if prepared_statements else None,
                                   **_unset_in(url, {**DEAD_PEER_DETECTION, "connect_timeout": connect_timeout})}
@@ -190,6 +192,36 @@ class PostgresDatabase(Database):
 
     def check_reachable(self) -> None:
         self.reachability.check()
+
+    def prepared_statements_survive(self) -> bool:
+        """Whether a statement prepared on a connection of the URL runs again in a later transaction. Not through
+        a pooler in transaction mode that gives each transaction another server connection without carrying the
+        statements over (PgBouncer before 1.22, or without `max_prepared_statements`): psycopg's `_pg3_0` is then
+        missing, or another client's, and writes fail. The probe, with two connections of its own: the first
+        prepares a statement in one transaction; the second opens a transaction and asks for its server's
+        process; when that is the process the first ran on (a pooler hands out the most recently released
+        server connection), the first runs its statement again, now elsewhere. True when prepared statements
+        are off, when it ran, or when the second connection did not get that server (nothing to conclude: a
+        direct connection never does)."""
+        if not self.prepared_statements:
+            return True
+        question = "SELECT pg_backend_pid()"
+        try:
+            with psycopg.connect(self.url, autocommit=True, **self._probe_kwargs) as first, \
+                    psycopg.connect(self.url, autocommit=True, **self._probe_kwargs) as second:
+                row = first.execute(question, prepare=True).fetchone()
+                with second.transaction():
+                    other = second.execute(question).fetchone()
+                    if row is None or other is None or other[0] != row[0]:
+                        return True
+                    first.execute(question, prepare=True)
+        except (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement):
+            return False  # missing where it runs now, or another client's of the same name there already
+        except psycopg.Error as exc:
+            if is_unavailable(exc):
+                raise DatabaseUnavailableError(cause=type(exc).__name__) from exc
+            raise
+        return True
 
     def _sweep_idle(self) -> None:
         """Check the pool's idle connections in the background (one sweep at a time), so requests after an
