@@ -26,8 +26,10 @@ WORKER_SETTINGS = (
     "db_pool_timeout", "instance_id", "allow_loopback_webhooks",
     "allow_private_webhooks", "allowed_webhook_networks", "allow_insecure_http", "metrics_per_destination",
     "delivery_concurrency", "delivery_lease", "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts",
-    "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims",
-    "destination_disable_after_failures", "destination_disable_after_hours", "dispatch_batch_size",
+    "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims", "delivery_destination_concurrency",
+    "delivery_tenant_concurrency", "delivery_circuit_threshold", "delivery_circuit_probe", "delivery_circuit_probe_max",
+    "replay_rate", "replay_max_deliveries", "replay_max_window_hours", "destination_disable_after_failures",
+    "destination_disable_after_hours", "dispatch_batch_size",
     "dispatch_max_attempts", "rearm_cooldown", "max_rearm_count", "cleanup_interval", "log_level",
 )
 API_SETTINGS = (
@@ -35,7 +37,7 @@ API_SETTINGS = (
     "max_destinations_per_tenant", "max_queued_appends",
     "max_routed_requests", "rate_limit_per_second", "rate_limit_burst", "auth_failure_rate_per_second",
     "auth_failure_burst", "operator_tenant", "feed_max_streams_per_tenant", "feed_poll_interval",
-    "feed_heartbeat_interval", "settld_compat_at_root",
+    "feed_heartbeat_interval", "settld_compat_at_root", "test_send_concurrency", "test_send_timeout",
 )
 METRICS_SETTINGS = ("metrics_host", "metrics_port")
 HEALTHCHECK_TIMEOUT_SECONDS = 60  # `serve --workers N`: a process silent this long is replaced
