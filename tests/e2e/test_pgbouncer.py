@@ -7,12 +7,6 @@ Without the program it skips, unless SETTLEKIT_REQUIRE_PG is set (CI), where it 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,83 +14,10 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from conftest import PG_ADMIN_URL, REQUIRE_PG
+from conftest import PG_ADMIN_URL
 from settlekit.store.db import connect
-from support.multiprocess import free_port, run_shared_workload
-
-
-def _pgbouncer_program() -> str:
-    found = shutil.which("pgbouncer") or next(
-        (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.access(p, os.X_OK)), None)
-    if found is None:
-        message = "pgbouncer is not installed (Debian: apt-get install pgbouncer)"
-        if REQUIRE_PG:
-            pytest.fail(f"SETTLEKIT_REQUIRE_PG is set but {message}", pytrace=False)
-        pytest.skip(message)
-    return found
-
-
-@contextlib.contextmanager
-def _pgbouncer(target_url: str) -> Iterator[int]:
-    """A pgbouncer in transaction pooling mode in front of the server of `target_url` (any database on it);
-    yields its port."""
-    program = _pgbouncer_program()
-    target = urlsplit(target_url)
-    user = target.username or "postgres"
-    port = free_port()
-    # not under pytest's private tmp_path: pgbouncer drops root to the postgres user, who must read the files
-    folder = Path(tempfile.mkdtemp(prefix="settlekit-pgbouncer-"))
-    folder.chmod(0o755)
-    users = folder / "userlist.txt"
-    users.write_text(f'"{user}" ""\n', encoding="utf-8")
-    config = folder / "pgbouncer.ini"
-    config.write_text("\n".join([
-        "[databases]",
-        f"* = host={target.hostname or '127.0.0.1'} port={target.port or 5432}",
-        "[pgbouncer]",
-        "listen_addr = 127.0.0.1",
-        f"listen_port = {port}",
-        "unix_socket_dir =",
-        "auth_type = trust",
-        f"auth_file = {users}",
-        f"admin_users = {user}",
-        "pool_mode = transaction",
-        # fewer server connections than clients: transactions of different processes share them
-        "default_pool_size = 8",
-        "reserve_pool_size = 4",
-        "max_client_conn = 400",
-        "ignore_startup_parameters = extra_float_digits,options",
-        "",
-    ]), encoding="utf-8")
-    for path in (users, config):
-        path.chmod(0o644)
-    log = folder / "pgbouncer.log"
-    command = [program, *(["-u", "postgres"] if os.geteuid() == 0 else []), str(config)]
-    with log.open("wb") as handle:
-        proc = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"pgbouncer exited at start: {log.read_text(errors='replace')[-2000:]}")
-            try:
-                with psycopg.connect(f"postgresql://{user}@127.0.0.1:{port}/{target.path.lstrip('/') or user}",
-                                     connect_timeout=2, prepare_threshold=None) as conn:
-                    conn.execute("SELECT 1")
-                break
-            except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(folder, ignore_errors=True)
+from support.multiprocess import run_shared_workload
+from support.pgbouncer import pgbouncer, pooled
 
 
 def _pooler_stats(port: int, user: str) -> dict[str, int]:
@@ -115,19 +36,13 @@ def _pooler_stats(port: int, user: str) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def pgbouncer_port(pg_template: str) -> Iterator[int]:
-    with _pgbouncer(PG_ADMIN_URL) as port:
+    with pgbouncer(PG_ADMIN_URL) as port:
         yield port
-
-
-def _pooled(url: str, port: int) -> str:
-    """`url`'s database through the pooler."""
-    target = urlsplit(url)
-    return f"postgresql://{target.username or 'postgres'}@127.0.0.1:{port}{target.path}"
 
 
 def test_listen_on_the_direct_connection_wakes_on_a_commit_through_the_pooler(pg_url: str,
                                                                              pgbouncer_port: int) -> None:
-    db = connect(_pooled(pg_url, pgbouncer_port), direct_url=pg_url, prepared_statements=False)
+    db = connect(pooled(pg_url, pgbouncer_port), direct_url=pg_url, prepared_statements=False)
     try:
         assert db.wait_for_notify(0.01) is False  # LISTEN is in place from here on
         for _ in range(3):  # several transactions: the pooler may run each on another server connection
@@ -141,7 +56,7 @@ def test_listen_on_the_direct_connection_wakes_on_a_commit_through_the_pooler(pg
 def test_apis_and_workers_through_pgbouncer_in_transaction_mode(pg_url: str, tmp_path: Path,
                                                                pgbouncer_port: int) -> None:
     run_shared_workload(pg_url, tmp_path, {
-        "SETTLEKIT_DB": _pooled(pg_url, pgbouncer_port),
+        "SETTLEKIT_DB": pooled(pg_url, pgbouncer_port),
         "SETTLEKIT_DB_DIRECT": pg_url,
         "SETTLEKIT_DB_PREPARED_STATEMENTS": "false",
     })

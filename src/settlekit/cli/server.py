@@ -25,7 +25,8 @@ log = logging.getLogger("settlekit.server")
 
 # the settings of the embedded workers: `worker`, and `serve` unless --no-workers
 WORKER_SETTINGS = (
-    "db_url", "db_direct", "db_prepared_statements", "db_unavailable_hold", "instance_id", "allow_loopback_webhooks",
+    "db_url", "db_direct", "db_prepared_statements", "db_unavailable_hold", "db_statement_timeout",
+    "db_pool_timeout", "instance_id", "allow_loopback_webhooks",
     "allow_private_webhooks", "allowed_webhook_networks", "allow_insecure_http", "metrics_per_destination",
     "delivery_concurrency", "delivery_lease", "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts",
     "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims", "delivery_destination_concurrency",
