@@ -7,6 +7,9 @@ Without the program it skips, unless SETTLEKIT_REQUIRE_PG is set (CI), where it 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -16,7 +19,7 @@ import pytest
 
 from conftest import PG_ADMIN_URL
 from settlekit.store.db import connect
-from support.multiprocess import run_shared_workload
+from support.multiprocess import free_port, run_shared_workload
 from support.pgbouncer import pgbouncer, pooled
 
 
@@ -68,9 +71,9 @@ def test_apis_and_workers_through_pgbouncer_in_transaction_mode(pg_url: str, tmp
 def test_prepared_statements_are_found_not_to_survive_the_pooler(pg_url: str, pgbouncer_port: int) -> None:
     """PgBouncer 1.18 in transaction mode loses what a transaction prepared; a direct connection keeps it; with
     prepared statements off there is nothing to check."""
-    pooled = _pooled(pg_url, pgbouncer_port)
-    for url, options, survive in ((pooled, {}, False), (pooled, {}, False), (pg_url, {}, True),
-                                  (pooled, {"prepared_statements": False}, True)):
+    through = pooled(pg_url, pgbouncer_port)
+    for url, options, survive in ((through, {}, False), (through, {}, False), (pg_url, {}, True),
+                                  (through, {"prepared_statements": False}, True)):
         db = connect(url, **options)
         try:
             assert db.prepared_statements_survive() is survive, (url, options)
@@ -99,7 +102,7 @@ def test_serve_turns_prepared_statements_off_behind_the_pooler(pg_url: str, tmp_
     port = free_port()
     log = tmp_path / "serve.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SETTLEKIT_")}
-    env.update({"SETTLEKIT_DB": _pooled(pg_url, pgbouncer_port), "SETTLEKIT_DB_DIRECT": pg_url,
+    env.update({"SETTLEKIT_DB": pooled(pg_url, pgbouncer_port), "SETTLEKIT_DB_DIRECT": pg_url,
                 "SETTLEKIT_SERVER_KEY_FILE": str(tmp_path / "server.pem")})
     proc = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", "--workers", "2", "--port", str(port)],
                             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
