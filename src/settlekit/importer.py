@@ -6,6 +6,11 @@ present are verified before anything is written. The events then go through the 
 policy (AppendPolicy): a missing signature and lone surrogates in payloads are accepted as
 recorded and counted; `strict=True` applies the rules for new input instead. The import stops at the first event
 the append refuses. A re-run resumes: events already stored, identical, are skipped; the rest are appended.
+
+A JOB_CREATED whose payload names another tenant than the one imported into (settld's default tenant when it names
+none) refuses the file up front (JOB_TENANT_MISMATCH), as the API refuses it: the job would show that tenant under
+this one while its artifacts name this one. `retenant=True` imports such a stream anyway (the events are signed:
+their tenantId cannot be changed), and counts its JOB_CREATED events (`retenanted`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 from settlekit.append import HISTORY, LIVE, Appender, AppendPolicy
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.envelope import Event, key_id_for_public_pem, load_public_key
+from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.store.signer_keys import KEY_PURPOSES
 
 
@@ -48,11 +54,12 @@ class ImportResult:
     refused: Refusal | None = None
     unsigned: int = 0  # appended unsigned events (history mode)
     lone_surrogates: int = 0  # appended events whose payload holds a lone surrogate (history mode)
+    retenanted: int = 0  # appended JOB_CREATED events naming another tenant (`retenant`)
 
     def to_json(self) -> dict[str, Any]:
         return {"appended": self.appended, "skipped": self.skipped,
                 "refused": None if self.refused is None else self.refused.to_json(),
-                "unsigned": self.unsigned, "loneSurrogates": self.lone_surrogates}
+                "unsigned": self.unsigned, "loneSurrogates": self.lone_surrogates, "retenanted": self.retenanted}
 
 
 def parse_import_keys(data: Any) -> list[ImportSigner]:
@@ -116,14 +123,15 @@ def forget_signers(store: Appender, tenant_id: str, key_ids: Sequence[str], resu
 
 
 def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]], *,
-                  strict: bool = False, chunk_size: int = 64,
+                  strict: bool = False, retenant: bool = False, chunk_size: int = 64,
                   progress: Callable[[int], None] | None = None) -> ImportResult:
     """Append `events` in file order to their streams, as event-by-event appends would; stop at the first refused.
 
     First the whole file is verified (`Appender.verify_history`: envelope shapes, each stream's hash chain,
     every signature present against the tenant's keys by role); a failure there refuses that event and nothing
     is written. The appends use the HISTORY policy (the events are recorded history, not new input); `strict`
-    uses the LIVE policy, so an unsigned event or a lone surrogate is refused.
+    uses the LIVE policy, so an unsigned event or a lone surrogate is refused. A JOB_CREATED naming another tenant
+    refuses the file up front (JOB_TENANT_MISMATCH) unless `retenant` (see the module docstring).
 
     An event already stored in its stream, identical (same envelope, signature included), is skipped: a re-run
     resumes. Refusal = a SettlekitError with a 4xx status raised by the append path for that event (nothing of
@@ -136,7 +144,7 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     in turn, the left one first, down to the single refused event. The store checks each event of a batch
     against the state after the ones before it, so the outcome is exactly that of appending one event at a time.
     """
-    result = ImportResult(refused=_check_file(store, tenant_id, events))
+    result = ImportResult(refused=_check_file(store, tenant_id, events, retenant))
     if result.refused is not None:
         return result
     policy = LIVE if strict else HISTORY
@@ -161,12 +169,28 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     return result
 
 
-def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]]) -> Refusal | None:
-    """The checks of the whole file before anything is written: every event names its stream as a string, then
-    `Appender.verify_history`. Returns the refusal of the first event that fails them."""
+def names_other_tenant(event: Mapping[str, Any], tenant_id: str) -> bool:
+    """Whether `event` is a JOB_CREATED whose payload names a tenant other than `tenant_id` (no tenantId: settld's
+    default tenant)."""
+    if event.get("type") != "JOB_CREATED":
+        return False
+    payload = event.get("payload")
+    claimed = payload.get("tenantId") if isinstance(payload, Mapping) else None
+    return (claimed if claimed is not None else DEFAULT_TENANT_ID) != tenant_id
+
+
+def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]],
+                retenant: bool = False) -> Refusal | None:
+    """The checks of the whole file before anything is written: every event names its stream as a string, no
+    JOB_CREATED names another tenant (unless `retenant`), then `Appender.verify_history`. Returns the refusal of
+    the first event that fails them."""
     for i, event in enumerate(events):
         if not isinstance(event.get("streamId"), str):
             return _refusal(i, event, ValidationError("streamId must be a string", code="SCHEMA_INVALID"))
+        if not retenant and names_other_tenant(event, tenant_id):
+            return _refusal(i, event, SettlekitError(
+                f"JOB_CREATED names another tenant than {tenant_id!r}; import it with --tenant set to that tenant, "
+                "or with --retenant to keep it under this one", code="JOB_TENANT_MISMATCH", status=403))
     try:
         store.verify_history(tenant_id, events)
     except SettlekitError as exc:
@@ -200,6 +224,7 @@ def _append_exact(store: Appender, tenant_id: str, stream_id: str, events: Seque
             result.skipped += hi - lo
         else:
             result.appended += hi - lo
+            result.retenanted += sum(names_other_tenant(e, tenant_id) for e in events[lo:hi])
             result.unsigned += appended.unsigned
             result.lone_surrogates += appended.lone_surrogates
         return None
