@@ -18,6 +18,7 @@ from typing import Any
 from settlekit.append import HISTORY, LIVE, Appender, AppendPolicy
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.envelope import Event, key_id_for_public_pem, load_public_key
+from settlekit.events.recorded import recorded_envelope
 from settlekit.store.signer_keys import KEY_PURPOSES
 
 
@@ -136,10 +137,10 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     in turn, the left one first, down to the single refused event. The store checks each event of a batch
     against the state after the ones before it, so the outcome is exactly that of appending one event at a time.
     """
-    result = ImportResult(refused=_check_file(store, tenant_id, events))
+    policy = LIVE if strict else HISTORY
+    result = ImportResult(refused=_check_file(store, tenant_id, events, policy))
     if result.refused is not None:
         return result
-    policy = LIVE if strict else HISTORY
     stored: dict[str, dict[str, Mapping[str, Any]]] = {}
     i = 0
     while i < len(events):
@@ -147,11 +148,11 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
         known = stored.get(stream_id)
         if known is None:
             known = stored[stream_id] = _stored_by_id(store, tenant_id, stream_id)
-        if _already_stored(known, events[i]):
+        if _already_stored(known, events[i], policy):
             result.skipped += 1
             i += 1
         else:
-            j = _chunk_end(events, i, stream_id, known, chunk_size)
+            j = _chunk_end(events, i, stream_id, known, chunk_size, policy)
             result.refused = _append_exact(store, tenant_id, stream_id, events, i, j, result, policy)
             if result.refused is not None:
                 return result
@@ -161,14 +162,16 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     return result
 
 
-def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]]) -> Refusal | None:
+def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]],
+                policy: AppendPolicy) -> Refusal | None:
     """The checks of the whole file before anything is written: every event names its stream as a string, then
-    `Appender.verify_history`. Returns the refusal of the first event that fails them."""
+    `Appender.verify_history` (in history mode up to the first envelope settld's rules refuse: the import stops
+    there, at that event's append). Returns the refusal of the first event that fails them."""
     for i, event in enumerate(events):
         if not isinstance(event.get("streamId"), str):
             return _refusal(i, event, ValidationError("streamId must be a string", code="SCHEMA_INVALID"))
     try:
-        store.verify_history(tenant_id, events)
+        store.verify_history(tenant_id, events, policy=policy)
     except SettlekitError as exc:
         if exc.status >= 500:
             raise
@@ -180,12 +183,12 @@ def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, A
 
 
 def _chunk_end(events: Sequence[Mapping[str, Any]], start: int, stream_id: str,
-               known: Mapping[str, Mapping[str, Any]], chunk_size: int) -> int:
+               known: Mapping[str, Mapping[str, Any]], chunk_size: int, policy: AppendPolicy) -> int:
     """Where the chunk that starts at `start` ends: up to `chunk_size` consecutive events of `stream_id`, stopping
     before one already stored."""
     end = start + 1
     while (end < len(events) and end - start < chunk_size and events[end].get("streamId") == stream_id
-           and not _already_stored(known, events[end])):
+           and not _already_stored(known, events[end], policy)):
         end += 1
     return end
 
@@ -227,11 +230,18 @@ def _stored_by_id(store: Appender, tenant_id: str, stream_id: str) -> dict[str, 
     return {e["id"]: e for e in store.streams.read_stream(tenant_id, stream_id)}
 
 
-def _already_stored(known: Mapping[str, Mapping[str, Any]], event: Mapping[str, Any]) -> bool:
-    """The very same envelope is in the stream (schemaVersion, which the store does not keep, aside)."""
+def _already_stored(known: Mapping[str, Mapping[str, Any]], event: Mapping[str, Any],
+                    policy: AppendPolicy) -> bool:
+    """The very same envelope is in the stream (schemaVersion, which the store does not keep, aside; in history
+    mode, the event as settld recorded it: fields beside the envelope's dropped, absent ones null)."""
     found = known.get(str(event.get("id")))
     if found is None:
         return False
+    if policy.recorded:
+        try:
+            return recorded_envelope(event, 0) == found
+        except ValidationError:
+            return False
     return {k: v for k, v in event.items() if k not in ("schemaVersion", "schema_version")} == found
 
 
