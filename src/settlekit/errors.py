@@ -181,6 +181,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SIGNER_ROLE_UNKNOWN": ErrorSpec(400, "a keys file names a role other than server, robot or operator"),
     "KEYS_INVALID": ErrorSpec(400, "a keys file is malformed"),
     "STREAM_INVALID": ErrorSpec(400, "a stream file is not a JSON array of event objects"),
+    "TENANT_MISMATCH": ErrorSpec(409, "an imported JOB_CREATED names another tenant than the import's (settlekit "
+                                      "import --retenant takes it)"),
     "COLLATION_UNAVAILABLE": ErrorSpec(500, "the ICU collation settld's outputs depend on is not installed"),
     # --- the reference API's domain rules at append (jobs/server_rules.py), all 409
     "JOB_ID_MISMATCH": ErrorSpec(409, "payload.jobId is not the job's id"),

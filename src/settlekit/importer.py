@@ -18,7 +18,9 @@ from typing import Any
 from settlekit.append import HISTORY, LIVE, Appender, AppendPolicy
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.envelope import Event, key_id_for_public_pem, load_public_key
+from settlekit.events.js import js_to_string, js_trim
 from settlekit.events.recorded import recorded_envelope
+from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.store.signer_keys import KEY_PURPOSES
 
 
@@ -49,11 +51,12 @@ class ImportResult:
     refused: Refusal | None = None
     unsigned: int = 0  # appended unsigned events (history mode)
     lone_surrogates: int = 0  # appended events whose payload holds a lone surrogate (history mode)
+    retenanted: int = 0  # appended JOB_CREATED events naming another tenant (--retenant)
 
     def to_json(self) -> dict[str, Any]:
         return {"appended": self.appended, "skipped": self.skipped,
                 "refused": None if self.refused is None else self.refused.to_json(),
-                "unsigned": self.unsigned, "loneSurrogates": self.lone_surrogates}
+                "unsigned": self.unsigned, "loneSurrogates": self.lone_surrogates, "retenanted": self.retenanted}
 
 
 def parse_import_keys(data: Any) -> list[ImportSigner]:
@@ -116,8 +119,25 @@ def forget_signers(store: Appender, tenant_id: str, key_ids: Sequence[str], resu
         store.signer_keys.forget(tenant_id, key_ids)
 
 
+def named_tenant(event: Mapping[str, Any]) -> str | None:
+    """The tenant a JOB_CREATED gives its job, as settld reads it (`payload.tenantId`, trimmed, `tenant_default`
+    when absent or blank); None for another type."""
+    if event.get("type") != "JOB_CREATED":
+        return None
+    payload = event.get("payload")
+    named = payload.get("tenantId") if isinstance(payload, dict) else None
+    text = "" if named is None else js_trim(js_to_string(named))
+    return text or DEFAULT_TENANT_ID
+
+
+def _foreign(event: Mapping[str, Any], tenant_id: str) -> bool:
+    """A JOB_CREATED whose job would belong to another tenant than the import's."""
+    named = named_tenant(event)
+    return named is not None and named != tenant_id
+
+
 def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]], *,
-                  strict: bool = False, chunk_size: int = 64,
+                  strict: bool = False, retenant: bool = False, chunk_size: int = 64,
                   progress: Callable[[int], None] | None = None) -> ImportResult:
     """Append `events` in file order to their streams, as event-by-event appends would; stop at the first refused.
 
@@ -125,6 +145,11 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     every signature present against the tenant's keys by role); a failure there refuses that event and nothing
     is written. The appends use the HISTORY policy (the events are recorded history, not new input); `strict`
     uses the LIVE policy, so an unsigned event or a lone surrogate is refused.
+
+    A JOB_CREATED (the first or a later one) whose job belongs to another tenant than `tenant_id` (its
+    `payload.tenantId`, `tenant_default` when it names none, as settld's reducer reads it) is refused
+    (TENANT_MISMATCH, the events before it appended) unless `retenant`: then it is appended under `tenant_id`
+    and counted in `retenanted`.
 
     An event already stored in its stream, identical (same envelope, signature included), is skipped: a re-run
     resumes. Refusal = a SettlekitError with a 4xx status raised by the append path for that event (nothing of
@@ -151,8 +176,11 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
         if _already_stored(known, events[i], policy):
             result.skipped += 1
             i += 1
+        elif not retenant and _foreign(events[i], tenant_id):
+            result.refused = _refusal(i, events[i], _tenant_mismatch(events[i], tenant_id))
+            return result
         else:
-            j = _chunk_end(events, i, stream_id, known, chunk_size, policy)
+            j = _chunk_end(events, i, stream_id, known, chunk_size, policy, tenant_id)
             result.refused = _append_exact(store, tenant_id, stream_id, events, i, j, result, policy)
             if result.refused is not None:
                 return result
@@ -183,12 +211,13 @@ def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, A
 
 
 def _chunk_end(events: Sequence[Mapping[str, Any]], start: int, stream_id: str,
-               known: Mapping[str, Mapping[str, Any]], chunk_size: int, policy: AppendPolicy) -> int:
+               known: Mapping[str, Mapping[str, Any]], chunk_size: int, policy: AppendPolicy,
+               tenant_id: str) -> int:
     """Where the chunk that starts at `start` ends: up to `chunk_size` consecutive events of `stream_id`, stopping
-    before one already stored."""
+    before one already stored and before a JOB_CREATED of another tenant (checked on its own)."""
     end = start + 1
     while (end < len(events) and end - start < chunk_size and events[end].get("streamId") == stream_id
-           and not _already_stored(known, events[end], policy)):
+           and not _already_stored(known, events[end], policy) and not _foreign(events[end], tenant_id)):
         end += 1
     return end
 
@@ -203,6 +232,7 @@ def _append_exact(store: Appender, tenant_id: str, stream_id: str, events: Seque
             result.skipped += hi - lo
         else:
             result.appended += hi - lo
+            result.retenanted += sum(_foreign(e, tenant_id) for e in events[lo:hi])
             result.unsigned += appended.unsigned
             result.lone_surrogates += appended.lone_surrogates
         return None
@@ -216,6 +246,13 @@ def _append_exact(store: Appender, tenant_id: str, stream_id: str, events: Seque
     mid = (lo + hi) // 2 if named is None else lo + max(named, 1)
     return (_append_exact(store, tenant_id, stream_id, events, lo, mid, result, policy)
             or _append_exact(store, tenant_id, stream_id, events, mid, hi, result, policy))
+
+
+def _tenant_mismatch(event: Mapping[str, Any], tenant_id: str) -> SettlekitError:
+    named = named_tenant(event)
+    return SettlekitError(f"JOB_CREATED names tenant {named!r}, not {tenant_id!r}: import with --tenant {named} "
+                          "or --retenant to take it", code="TENANT_MISMATCH", status=409, tenantId=tenant_id,
+                          namedTenantId=named)
 
 
 def _batch_index(exc: SettlekitError, size: int) -> int | None:

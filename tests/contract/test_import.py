@@ -74,7 +74,8 @@ def _unsigned(events: list[dict[str, Any]]) -> int:
 
 
 def _counts(events: list[dict[str, Any]]) -> dict[str, int]:
-    return {"unsigned": _unsigned(events), "loneSurrogates": sum(_has_lone_surrogate(e["payload"]) for e in events)}
+    return {"unsigned": _unsigned(events), "loneSurrogates": sum(_has_lone_surrogate(e["payload"]) for e in events),
+            "retenanted": 0}
 
 
 @pytest.mark.parametrize("name", scenario_names())
@@ -93,7 +94,7 @@ def test_scenario_vectors_import_and_rerun_skips(name: str, db_url: str, tmp_pat
     if out["refused"] is not None:
         out["refused"].pop("message")
     assert (code, out) == (0 if refused is None else 1, {"appended": 0, "skipped": stop, "refused": refused,
-                                                          "unsigned": 0, "loneSurrogates": 0})
+                                                          "unsigned": 0, "loneSurrogates": 0, "retenanted": 0})
     assert len(_stored(db_url, events[0]["streamId"])) == stop
 
 
@@ -126,7 +127,8 @@ def test_bad_signature_refuses_the_whole_file_up_front(db_url: str, tmp_path: Pa
     assert code == 1
     assert out == {"appended": 0, "skipped": 0,
                    "refused": {"index": 5, "eventId": events[5]["id"], "code": "SIG_INVALID",
-                               "message": out["refused"]["message"]}, "unsigned": 0, "loneSurrogates": 0}
+                               "message": out["refused"]["message"]},
+                   "unsigned": 0, "loneSurrogates": 0, "retenanted": 0}
     assert "signature" in out["refused"]["message"]
     assert _stored(db_url, events[0]["streamId"]) == []
 
@@ -363,7 +365,7 @@ def _check_import(corpus_db: Database, v: dict[str, Any], stop: int, *, strict: 
     events = v["events"]
     store = job_appender(corpus_db)
     register_signers(store, tenant, parse_import_keys(v["signers"]))
-    result = import_events(store, tenant, events, strict=strict)
+    result = import_events(store, tenant, events, strict=strict, retenant=tenant != TENANT)
     got = (result.appended, None if result.refused is None else (result.refused.index, result.refused.event_id))
     want = (stop, (stop, events[stop]["id"]) if stop < len(events) else None)
     assert got == want, result.refused
@@ -558,3 +560,31 @@ def test_a_key_conflict_registers_none_of_the_import_keys(db_url: str, tmp_path:
         assert fresh.key_id not in [k.key_id for k in SignerKeys(db).of_tenant("tenant_default")]
     finally:
         db.close()
+
+
+def test_a_stream_of_another_tenant_needs_retenant(db_url: str, tmp_path: Path) -> None:
+    """The JOB_CREATED names the tenant its job belongs to (tenant_default here): imported with --tenant acme it
+    is refused (TENANT_MISMATCH, nothing written, no key left registered) unless --retenant, which takes it into
+    acme and counts it."""
+    vector = load_vector("settle_completed.json")
+    events = vector["events"]
+    stream = _write(tmp_path / "s.json", events)
+    keys = _write(tmp_path / "k.json", _signers(vector))
+
+    def run(*extra: str) -> tuple[int, dict[str, Any]]:
+        result = runner.invoke(app, ["import", str(stream), "--db", db_url, "--tenant", "acme", "--keys", str(keys),
+                                     *extra])
+        return result.exit_code, json.loads(result.stdout.strip().splitlines()[-1])
+
+    code, out = run()
+    assert code == 1 and out["appended"] == 0 and out["refused"]["code"] == "TENANT_MISMATCH", out
+    assert out["refused"]["index"] == 0 and "tenant_default" in out["refused"]["message"]
+    with opened(db_url) as db:
+        assert Streams(db).read_stream("acme", events[0]["streamId"]) == []
+        assert SignerKeys(db).of_tenant("acme") == []
+    code, out = run("--retenant")
+    assert code == 0 and out["appended"] == len(events) and out["retenanted"] == 1, out
+    with opened(db_url) as db:
+        assert Streams(db).read_stream("acme", events[0]["streamId"]) == events
+    # a matching --tenant needs no flag
+    assert _import(tmp_path, db_url, events, _signers(vector))[1]["retenanted"] == 0

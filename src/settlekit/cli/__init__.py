@@ -234,13 +234,17 @@ def import_stream(
     tenant: TenantDefaultOption = "tenant_default",
     strict: Annotated[bool, typer.Option("--strict", help="apply the rules for new input: refuse an unsigned "
                                                            "event and lone surrogates")] = False,
+    retenant: Annotated[bool, typer.Option("--retenant", help="take a JOB_CREATED that names another tenant "
+                                                               "into --tenant (counted)")] = False,
 ) -> None:
     """Import a settld stream through the live append path, event by event (ids, hashes and signatures kept).
 
     Registers the keys for the tenant by role, verifies the whole file's hash chains and signatures, skips events
     already imported (a re-run resumes), stops at the first refused event. The export is recorded history: an
-    unsigned event and lone surrogates are accepted and counted (`--strict` refuses them).
-    Prints {"appended", "skipped", "refused", "unsigned", "loneSurrogates"} last on stdout; exit 0 when nothing
+    unsigned event and lone surrogates are accepted and counted (`--strict` refuses them). A JOB_CREATED naming
+    another tenant than --tenant is refused unless --retenant.
+    Prints {"appended", "skipped", "refused", "unsigned", "loneSurrogates", "retenanted"} last on stdout; exit 0
+    when nothing
     was refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys, database).
     """
     from settlekit.append import job_appender
@@ -259,7 +263,7 @@ def import_stream(
                 registered = register_signers(store, tenant, signers)
             except SettlekitError as exc:
                 _stop_import(exc)
-            result = _import_with_progress(store, tenant, events, strict)
+            result = _import_with_progress(store, tenant, events, strict, retenant)
             forget_signers(store, tenant, registered, result)
     except SettlekitError as exc:  # the database could not be opened or migrated
         _stop_import(exc)
@@ -272,7 +276,7 @@ def _stop_import(exc: SettlekitError, note: str = "") -> NoReturn:
 
 
 def _import_with_progress(store: Appender, tenant: str, events: Sequence[Mapping[str, Any]],
-                          strict: bool) -> ImportResult:
+                          strict: bool, retenant: bool = False) -> ImportResult:
     """Run the import, with a progress bar on a terminal for 100 events or more."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -290,7 +294,7 @@ def _import_with_progress(store: Appender, tenant: str, events: Sequence[Mapping
                   console=console, transient=True, disable=not show) as bar:
         task = bar.add_task("import", total=len(events))
         try:
-            return import_events(store, tenant, events, strict=strict, progress=advance)
+            return import_events(store, tenant, events, strict=strict, retenant=retenant, progress=advance)
         except SettlekitError as exc:
             _stop_import(exc, f" (stopped after event {done}; a re-run resumes)")
 
