@@ -119,6 +119,7 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SCHEMA_INVALID": ErrorSpec(400, "the input does not have the required shape (field, type, length, format)"),
     "INPUT_INVALID": ErrorSpec(400, "a request string holds U+0000 or a lone surrogate"),
     "JSON_INVALID": ErrorSpec(400, "the request body is not valid JSON"),
+    "FILE_TOO_LARGE": ErrorSpec(413, "a file given to the CLI is over its size limit (`import_max_bytes`)"),
     "CONFLICT": ErrorSpec(409, "the request conflicts with the current state"),
     "NOT_FOUND": ErrorSpec(404, "no such resource, or no route for the method and path"),
     "METHOD_NOT_ALLOWED": ErrorSpec(405, "the route exists but not for this HTTP method"),
@@ -144,7 +145,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     # --- jobs and appends
     "JOB_NOT_FOUND": ErrorSpec(404, "no job with this id for the tenant"),
     "JOB_ALREADY_EXISTS": ErrorSpec(409, "a job with this id already exists"),
-    "JOB_TENANT_MISMATCH": ErrorSpec(403, "a JOB_CREATED payload names a tenant other than the API key's"),
+    "JOB_TENANT_MISMATCH": ErrorSpec(403, "a JOB_CREATED payload names a tenant other than the API key's (or than "
+                                          "`import --tenant`, without `--retenant`)"),
     "CURSOR_INVALID": ErrorSpec(400, "the page cursor is malformed or does not belong to this listing"),
     "IDEMPOTENCY_CONFLICT": ErrorSpec(409, "the Idempotency-Key was used with a different request"),
     "IDEMPOTENCY_KEY_REUSED": ErrorSpec(409, "the append's idempotency key was used with a different append"),
@@ -181,8 +183,6 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SIGNER_ROLE_UNKNOWN": ErrorSpec(400, "a keys file names a role other than server, robot or operator"),
     "KEYS_INVALID": ErrorSpec(400, "a keys file is malformed"),
     "STREAM_INVALID": ErrorSpec(400, "a stream file is not a JSON array of event objects"),
-    "TENANT_MISMATCH": ErrorSpec(409, "an imported JOB_CREATED names another tenant than the import's (settlekit "
-                                      "import --retenant takes it)"),
     "COLLATION_UNAVAILABLE": ErrorSpec(500, "the ICU collation settld's outputs depend on is not installed"),
     # --- the reference API's domain rules at append (jobs/server_rules.py), all 409
     "JOB_ID_MISMATCH": ErrorSpec(409, "payload.jobId is not the job's id"),
@@ -325,7 +325,14 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SECRET_NOT_FOUND": ErrorSpec(400, "the referenced secret does not exist or is empty"),
     "SECRET_PROVIDER_FORBIDDEN": ErrorSpec(400, "the secret provider (env:, inline:) is not enabled"),
     "SECRET_FILE_REFUSED": ErrorSpec(400, "file: secret references are no longer read; migrate them"),
-    "DELIVERY_WINDOW_INVALID": ErrorSpec(400, "a replay or statistics window is empty, reversed or over 90 days"),
+    "DELIVERY_WINDOW_INVALID": ErrorSpec(400, "a replay or statistics window is empty, reversed or longer than "
+                                              "allowed (statistics: 90 days; replays: `replay_max_window_hours`)"),
+    "REPLAY_RUNNING": ErrorSpec(409, "a replay of the destination is running; wait for it or cancel it"),
+    "REPLAY_NOT_RUNNING": ErrorSpec(409, "the replay has ended (done or canceled), so it cannot be canceled"),
+    "REPLAY_TOO_LARGE": ErrorSpec(422, "the window holds more deliveries than one replay may send "
+                                       "(`replay_max_deliveries`); replay a shorter window"),
+    "TEST_SEND_BUSY": ErrorSpec(429, "the tenant has as many test sends in flight as allowed; retry after "
+                                     "Retry-After"),
     "DELIVERY_LEASE_TOO_SHORT": ErrorSpec(500, "the delivery lease is not longer than its renewal interval and margin"),
     # --- receiving webhooks (verify_webhook and the reference receiver)
     "WEBHOOK_HEADER_MISSING": ErrorSpec(400, "a required webhook header is missing"),

@@ -6,6 +6,12 @@ present are verified before anything is written. The events then go through the 
 policy (AppendPolicy): a missing signature and lone surrogates in payloads are accepted as
 recorded and counted; `strict=True` applies the rules for new input instead. The import stops at the first event
 the append refuses. A re-run resumes: events already stored, identical, are skipped; the rest are appended.
+
+A JOB_CREATED (the first or a later one) whose job belongs to another tenant than the one imported into (its
+payload's tenantId as settld reads it; settld's default tenant when it names none) is refused at that event
+(JOB_TENANT_MISMATCH), as the API refuses it: the job would show that tenant under this one while its artifacts
+name this one. `retenant=True` imports it anyway (the events are signed: their tenantId cannot be changed), and
+counts such JOB_CREATED events (`retenanted`).
 """
 
 from __future__ import annotations
@@ -130,8 +136,8 @@ def named_tenant(event: Mapping[str, Any]) -> str | None:
     return text or DEFAULT_TENANT_ID
 
 
-def _foreign(event: Mapping[str, Any], tenant_id: str) -> bool:
-    """A JOB_CREATED whose job would belong to another tenant than the import's."""
+def names_other_tenant(event: Mapping[str, Any], tenant_id: str) -> bool:
+    """A JOB_CREATED whose job would belong to another tenant than `tenant_id` (`named_tenant`)."""
     named = named_tenant(event)
     return named is not None and named != tenant_id
 
@@ -148,8 +154,8 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
 
     A JOB_CREATED (the first or a later one) whose job belongs to another tenant than `tenant_id` (its
     `payload.tenantId`, `tenant_default` when it names none, as settld's reducer reads it) is refused
-    (TENANT_MISMATCH, the events before it appended) unless `retenant`: then it is appended under `tenant_id`
-    and counted in `retenanted`.
+    (JOB_TENANT_MISMATCH, as the API refuses it; the events before it appended) unless `retenant`: then it is
+    appended under `tenant_id` (its signed tenantId cannot be changed) and counted in `retenanted`.
 
     An event already stored in its stream, identical (same envelope, signature included), is skipped: a re-run
     resumes. Refusal = a SettlekitError with a 4xx status raised by the append path for that event (nothing of
@@ -176,7 +182,7 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
         if _already_stored(known, events[i], policy):
             result.skipped += 1
             i += 1
-        elif not retenant and _foreign(events[i], tenant_id):
+        elif not retenant and names_other_tenant(events[i], tenant_id):
             result.refused = _refusal(i, events[i], _tenant_mismatch(events[i], tenant_id))
             return result
         else:
@@ -217,7 +223,7 @@ def _chunk_end(events: Sequence[Mapping[str, Any]], start: int, stream_id: str,
     before one already stored and before a JOB_CREATED of another tenant (checked on its own)."""
     end = start + 1
     while (end < len(events) and end - start < chunk_size and events[end].get("streamId") == stream_id
-           and not _already_stored(known, events[end], policy) and not _foreign(events[end], tenant_id)):
+           and not _already_stored(known, events[end], policy) and not names_other_tenant(events[end], tenant_id)):
         end += 1
     return end
 
@@ -232,7 +238,7 @@ def _append_exact(store: Appender, tenant_id: str, stream_id: str, events: Seque
             result.skipped += hi - lo
         else:
             result.appended += hi - lo
-            result.retenanted += sum(_foreign(e, tenant_id) for e in events[lo:hi])
+            result.retenanted += sum(names_other_tenant(e, tenant_id) for e in events[lo:hi])
             result.unsigned += appended.unsigned
             result.lone_surrogates += appended.lone_surrogates
         return None
@@ -250,9 +256,9 @@ def _append_exact(store: Appender, tenant_id: str, stream_id: str, events: Seque
 
 def _tenant_mismatch(event: Mapping[str, Any], tenant_id: str) -> SettlekitError:
     named = named_tenant(event)
-    return SettlekitError(f"JOB_CREATED names tenant {named!r}, not {tenant_id!r}: import with --tenant {named} "
-                          "or --retenant to take it", code="TENANT_MISMATCH", status=409, tenantId=tenant_id,
-                          namedTenantId=named)
+    return SettlekitError(f"JOB_CREATED names tenant {named!r}, another tenant than {tenant_id!r}; import it with "
+                          "--tenant set to that tenant, or with --retenant to keep it under this one",
+                          code="JOB_TENANT_MISMATCH", status=403, tenantId=tenant_id, namedTenantId=named)
 
 
 def _batch_index(exc: SettlekitError, size: int) -> int | None:

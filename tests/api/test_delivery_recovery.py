@@ -110,8 +110,12 @@ def test_replay_sends_the_window_again_with_the_same_webhook_id(env: Env) -> Non
                        (_stored_time(env.db, datetime.now(UTC) - timedelta(days=2)), old))
         since = _iso(datetime.now(UTC) - timedelta(hours=1))
         r = env.a.post("/v1/destinations/d1/replay", json={"since": since})
-        assert r.status_code == 200, r.text
-        assert r.json()["replayed"] == 2 and r.json()["alreadyPending"] == 0
+        assert r.status_code == 202, r.text
+        replay = r.json()
+        assert (replay["replayed"], replay["alreadyPending"], replay["total"]) == (2, 0, 2)
+        assert replay["status"] == "done" and replay["finishedAt"]  # a window within one burst is done at once
+        assert r.headers["location"] == f"/v1/destinations/d1/replays/{replay['replayId']}"
+        assert env.a.get(r.headers["location"]).json() == {k: v for k, v in replay.items() if k != "alreadyPending"}
         after = env.rows(TENANT_A)
         for i, row in a_before.items():
             replayed = i in d1 and i != old
@@ -228,3 +232,87 @@ def test_cli_replay_test_and_stats(env: Env, db_url: str) -> None:
         assert out.exit_code == 0 and "success rate 100.0%" in out.output, out.output
         out = runner.invoke(cli_app, ["deliveries", "test", "d1", "--db", db_url, "--tenant", TENANT_A])
         assert out.exit_code == 1  # loopback is refused without the flag: the SSRF guard answers
+
+
+def _delivered(env: Env, tenant: str, n: int) -> None:
+    """`n` deliveries of `tenant` to its destination, delivered an hour ago."""
+    for i in range(n):
+        env.enqueue(tenant, 100 + i)
+    with env.db.transaction() as tx:
+        tx.execute("UPDATE deliveries SET state = 'delivered', created_at = ? WHERE tenant_id = ?",
+                   (_stored_time(env.db, datetime.now(UTC) - timedelta(hours=1)), tenant))
+
+
+def test_a_replay_is_a_bounded_job_with_progress_one_per_destination_and_cancelable(db: Database) -> None:
+    from settlekit.delivery import replays
+
+    env = Env(db)
+    env.app.state.settlekit.replay_policy = replays.ReplayPolicy(rate=5.0, max_deliveries=30)
+    env.destination(env.a, "d1", "http://127.0.0.1:9/a")  # no worker sends here
+    _delivered(env, TENANT_A, 12)
+    since = _iso(datetime.now(UTC) - timedelta(hours=2))
+    r = env.a.post("/v1/destinations/d1/replay", json={"since": since})
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert (job["status"], job["total"], job["replayed"]) == ("running", 12, 5)  # one second's worth at once
+    assert sum(1 for row in env.rows(TENANT_A).values() if row[1] == "pending") == 5
+    # one replay at a time per destination
+    again = env.a.post("/v1/destinations/d1/replay", json={"since": since})
+    assert again.status_code == 409 and again.json()["code"] == "REPLAY_RUNNING"
+    # the worker moves it on at the rate, from when it last moved
+    later = datetime.fromisoformat(job["updatedAt"].replace("Z", "+00:00")) + timedelta(seconds=1.01)
+    assert replays.advance(db, replays.ReplayPolicy(rate=5.0), later) == 5
+    progress = env.a.get(r.headers["location"]).json()
+    assert (progress["status"], progress["replayed"]) == ("running", 10)
+    assert replays.advance(db, replays.ReplayPolicy(rate=5.0), later) == 0  # nothing more within the same second
+    # canceled: what it requeued stays queued, the rest is not sent again
+    canceled = env.a.post(f"{r.headers['location']}/cancel")
+    assert canceled.status_code == 200 and canceled.json()["status"] == "canceled" and canceled.json()["finishedAt"]
+    assert replays.advance(db, replays.ReplayPolicy(rate=5.0), later + timedelta(seconds=10)) == 0
+    assert sum(1 for row in env.rows(TENANT_A).values() if row[1] == "pending") == 10
+    twice = env.a.post(f"{r.headers['location']}/cancel")
+    assert twice.status_code == 409 and twice.json()["code"] == "REPLAY_NOT_RUNNING"
+    listed = env.a.get("/v1/destinations/d1/replays").json()["replays"]
+    assert [x["replayId"] for x in listed] == [job["replayId"]]
+    # another tenant sees none of it; unknown ids and destinations are 404
+    assert env.b.get(r.headers["location"]).status_code == 404
+    assert env.b.post(f"{r.headers['location']}/cancel").status_code == 404
+    assert env.a.get("/v1/destinations/d1/replays/rpl_" + "0" * 32).status_code == 404
+    assert env.a.get("/v1/destinations/nope/replays").status_code == 404
+
+
+def test_a_replay_window_is_capped_in_count_and_length(db: Database) -> None:
+    from settlekit.delivery import replays
+
+    env = Env(db)
+    env.app.state.settlekit.replay_policy = replays.ReplayPolicy(rate=5.0, max_deliveries=3,
+                                                                 max_window=timedelta(days=1))
+    env.destination(env.a, "d1", "http://127.0.0.1:9/a")
+    _delivered(env, TENANT_A, 4)
+    r = env.a.post("/v1/destinations/d1/replay", json={"since": _iso(datetime.now(UTC) - timedelta(hours=2))})
+    assert r.status_code == 422 and r.json()["code"] == "REPLAY_TOO_LARGE"
+    assert r.json()["details"] == {"total": 4, "limit": 3}
+    r = env.a.post("/v1/destinations/d1/replay", json={"since": _iso(datetime.now(UTC) - timedelta(days=2))})
+    assert r.status_code == 400 and r.json()["code"] == "DELIVERY_WINDOW_INVALID"
+    assert all(row[1] == "delivered" for row in env.rows(TENANT_A).values())  # nothing requeued
+
+
+def test_test_sends_are_capped_per_tenant_and_never_hold_other_tenants_requests(db: Database) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from support.endpoints import HoldingReceiver
+
+    env = Env(db)
+    with HoldingReceiver(hold=5.0, secrets=[SECRET], verify_artifact_body=False) as slow:
+        env.destination(env.a, "slow", f"{slow.url}hook")
+        with ThreadPoolExecutor(4) as pool:
+            held = [pool.submit(env.a.post, "/v1/destinations/slow/test") for _ in range(2)]
+            assert slow.wait_held(2, 10)
+            busy = env.a.post("/v1/destinations/slow/test")
+            assert busy.status_code == 429 and busy.json()["code"] == "TEST_SEND_BUSY"
+            assert int(busy.headers["retry-after"]) >= 1
+            assert env.b.get("/v1/destinations").status_code == 200  # another tenant's requests go on
+            assert env.a.get("/v1/destinations/slow").status_code == 200
+            slow.release()
+            assert all(f.result().json()["ok"] for f in held)
+        assert env.a.post("/v1/destinations/slow/test").json()["ok"]  # slots given back

@@ -205,12 +205,12 @@ def test_types_filter_limit_and_envelopes_as_stored(db: Database) -> None:
 
 
 @contextlib.contextmanager
-def serving(db: Database) -> Iterator[tuple[str, Any]]:
+def serving(db: Database, heartbeat: float = 0.2) -> Iterator[tuple[str, Any]]:
     """The API under uvicorn on a loopback port (SSE needs a real server): (base URL, app). On exit the server
     shuts down as `serve` does on SIGTERM (the streams are told to end, then uvicorn stops), open streams and all."""
     import uvicorn
 
-    app = make_app(db, feed_poll_interval=0.05, feed_heartbeat_interval=0.2, feed_max_streams_per_tenant=2)
+    app = make_app(db, feed_poll_interval=0.05, feed_heartbeat_interval=heartbeat, feed_max_streams_per_tenant=2)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -416,3 +416,22 @@ def test_a_stream_ends_within_a_heartbeat_interval_of_its_key_being_revoked(db: 
             else:
                 ended = True
         assert received == [] and ended
+
+
+def test_a_revoked_key_receives_no_event_committed_after_its_revocation(db: Database) -> None:
+    """The key is asked again before each page of events is sent, not only every heartbeat interval (15 s by
+    default): an event appended right after the revocation is not sent, and the stream ends."""
+    from settlekit.api.auth import create_api_key, revoke_api_key
+
+    key_id, secret = create_api_key(db, TENANT_A, ["jobs:read"])
+    append(db, TENANT_A, "s1", 1)
+    headers = {"authorization": f"Bearer {secret}"}
+    with serving(db, heartbeat=300.0) as (base, _app), \
+            httpx.Client(base_url=base, headers=headers, timeout=30.0) as http, \
+            http.stream("GET", "/v1/events/stream") as stream:
+        lines = stream.iter_lines()
+        assert len(read_sse(lines, 1)[0]) == 1
+        revoke_api_key(db, key_id)
+        append(db, TENANT_A, "s1", 1)
+        received = [line for line in lines if line.startswith("id:")]  # until the stream ends (30 s read guard)
+    assert received == []

@@ -183,10 +183,10 @@ def test_a_lease_lost_outcome_arriving_first_is_not_logged_either(db: Database) 
         assert store.list_attempts(tx, claimed_b.id) == [(1, 200, None)]
 
 
-def test_deliveries_failing_before_the_send_keep_their_lease_while_the_batch_is_sent(
+def test_a_delivery_failing_before_the_send_is_recorded_at_once_while_the_other_is_sent(
         db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A batch of one delivery that is sent and one whose artifact is missing: the lease renewals during the
-    send cover both (the missing one is recorded only after the send), so no other worker claims it meanwhile."""
+    """A claim of one delivery that is sent and one whose artifact is missing: the missing one is recorded at once
+    (not held until the send ends), and the lease renewals during the send cover the one in flight."""
     sent_doc, missing_doc = _artifact("s"), _artifact("m")
     with db.transaction() as tx:
         ref = store_secret(tx, TENANT, generate_secret())
@@ -206,13 +206,18 @@ def test_deliveries_failing_before_the_send_keep_their_lease_while_the_batch_is_
         return original_renew(ids)
 
     monkeypatch.setattr(worker, "_renew", renew)
+    states_during_send: list[dict[str, str]] = []
 
-    async def slow_send(requests: Any, **kwargs: Any) -> list[Outcome]:
-        await asyncio.sleep(0.3)
-        return [Outcome(tag=r.tag, status=200, error=None, error_message=None, retry_after=None, duration_ms=300.0,
-                        started_at=T0) for r in requests]
+    async def slow_send(request: Any) -> Outcome:
+        deadline = time.monotonic() + 10
+        while not renewed and time.monotonic() < deadline:  # the send lasts past a renewal
+            await asyncio.sleep(0.01)
+        with db.read() as tx:
+            states_during_send.append({r.artifact_id: r.state for r in store.list_deliveries(tx, TENANT)})
+        return Outcome(tag=request.tag, status=200, error=None, error_message=None, retry_after=None,
+                       duration_ms=300.0, started_at=T0)
 
-    monkeypatch.setattr(worker._sender, "send_batch", slow_send)
+    monkeypatch.setattr(worker._sender, "send", slow_send)
 
     async def one_pass() -> Any:
         async with worker:
@@ -220,9 +225,10 @@ def test_deliveries_failing_before_the_send_keep_their_lease_while_the_batch_is_
 
     result = asyncio.run(one_pass())
     assert (result.delivered, result.failed + result.retried, result.lease_lost) == (1, 1, 0)
+    assert states_during_send[0][sent_doc["artifactId"]] == "pending"
     with db.read() as tx:
-        ids = sorted(r.id for r in store.list_deliveries(tx, TENANT))
-    assert renewed and all(batch == ids for batch in renewed), (renewed, ids)
+        [in_flight] = [r.id for r in store.list_deliveries(tx, TENANT) if r.artifact_id == sent_doc["artifactId"]]
+    assert renewed and all(batch == [in_flight] for batch in renewed), (renewed, in_flight)
 
 
 def _outage_pass(db: Database, monkeypatch: pytest.MonkeyPatch, *, failures: int,
@@ -248,11 +254,11 @@ def _outage_pass(db: Database, monkeypatch: pytest.MonkeyPatch, *, failures: int
 
     monkeypatch.setattr(worker, "_renew", renew)
 
-    async def send(requests: Any, **kwargs: Any) -> list[Outcome]:
-        return [Outcome(tag=r.tag, status=200, error=None, error_message=None, retry_after=None, duration_ms=3.0,
-                        started_at=T0) for r in requests]
+    async def send(request: Any) -> Outcome:
+        return Outcome(tag=request.tag, status=200, error=None, error_message=None, retry_after=None,
+                       duration_ms=3.0, started_at=T0)
 
-    monkeypatch.setattr(worker._sender, "send_batch", send)
+    monkeypatch.setattr(worker._sender, "send", send)
     left = [failures]
 
     def outage(worker_id: str) -> None:  # inside the completion's transaction: it rolls back

@@ -36,6 +36,7 @@ from test_delivery_worker import (
 )
 
 from settlekit.delivery.enqueue import enqueue_artifact
+from settlekit.delivery.fairness import Caps
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
@@ -237,7 +238,8 @@ def test_stop_finishes_in_flight_and_releases_unsent(db: Database, rx: FaultyRec
     rx.inject(None, delay=0.4, count=8)
     claimed = threading.Event()
     w = fast_worker(db, arts, clock, "w", failpoint=lambda name: claimed.set() if name == "claimed" else None,
-                    config={"sender": SenderConfig(timeout=2.0, concurrency=2), "lease": timedelta(seconds=5)})
+                    config={"sender": SenderConfig(timeout=2.0), "caps": Caps(per_destination=2),
+                            "lease": timedelta(seconds=5)})
 
     async def scenario() -> None:
         async with w:

@@ -127,8 +127,8 @@ def test_bad_signature_refuses_the_whole_file_up_front(db_url: str, tmp_path: Pa
     assert code == 1
     assert out == {"appended": 0, "skipped": 0,
                    "refused": {"index": 5, "eventId": events[5]["id"], "code": "SIG_INVALID",
-                               "message": out["refused"]["message"]},
-                   "unsigned": 0, "loneSurrogates": 0, "retenanted": 0}
+                               "message": out["refused"]["message"]}, "unsigned": 0, "loneSurrogates": 0,
+                   "retenanted": 0}
     assert "signature" in out["refused"]["message"]
     assert _stored(db_url, events[0]["streamId"]) == []
 
@@ -562,29 +562,66 @@ def test_a_key_conflict_registers_none_of_the_import_keys(db_url: str, tmp_path:
         db.close()
 
 
-def test_a_stream_of_another_tenant_needs_retenant(db_url: str, tmp_path: Path) -> None:
-    """The JOB_CREATED names the tenant its job belongs to (tenant_default here): imported with --tenant acme it
-    is refused (TENANT_MISMATCH, nothing written, no key left registered) unless --retenant, which takes it into
-    acme and counts it."""
+def test_a_stream_naming_another_tenant_is_refused_unless_retenant(db_url: str, tmp_path: Path) -> None:
+    """A JOB_CREATED naming another tenant than --tenant (the vectors' job is tenant_default's): the import is
+    refused at it with JOB_TENANT_MISMATCH (here the first event: nothing written), as the API refuses it; a later
+    one is refused where it stands (test_import_history.py); --tenant set to that tenant imports
+    it; --retenant imports it under --tenant anyway and counts it. Before, it was stored and the job showed
+    tenantId "tenant_default" under another tenant."""
     vector = load_vector("settle_completed.json")
     events = vector["events"]
-    stream = _write(tmp_path / "s.json", events)
-    keys = _write(tmp_path / "k.json", _signers(vector))
+    stream = _write(tmp_path / "stream.json", events)
+    keys = _write(tmp_path / "keys.json", _signers(vector))
 
-    def run(*extra: str) -> tuple[int, dict[str, Any]]:
-        result = runner.invoke(app, ["import", str(stream), "--db", db_url, "--tenant", "acme", "--keys", str(keys),
+    def run(tenant: str, *extra: str) -> tuple[int, dict[str, Any]]:
+        result = runner.invoke(app, ["import", str(stream), "--db", db_url, "--tenant", tenant, "--keys", str(keys),
                                      *extra])
         return result.exit_code, json.loads(result.stdout.strip().splitlines()[-1])
 
-    code, out = run()
-    assert code == 1 and out["appended"] == 0 and out["refused"]["code"] == "TENANT_MISMATCH", out
-    assert out["refused"]["index"] == 0 and "tenant_default" in out["refused"]["message"]
+    code, out = run("tenant_other")
+    assert code == 1 and out["appended"] == 0 and out["refused"]["index"] == 0
+    assert out["refused"]["code"] == "JOB_TENANT_MISMATCH" and "--retenant" in out["refused"]["message"]
     with opened(db_url) as db:
-        assert Streams(db).read_stream("acme", events[0]["streamId"]) == []
-        assert SignerKeys(db).of_tenant("acme") == []
-    code, out = run("--retenant")
-    assert code == 0 and out["appended"] == len(events) and out["retenanted"] == 1, out
-    with opened(db_url) as db:
-        assert Streams(db).read_stream("acme", events[0]["streamId"]) == events
-    # a matching --tenant needs no flag
-    assert _import(tmp_path, db_url, events, _signers(vector))[1]["retenanted"] == 0
+        assert Streams(db).read_stream("tenant_other", events[0]["streamId"]) == []
+        assert SignerKeys(db).of_tenant("tenant_other") == []  # the keys it registered are removed again
+    code, out = run("tenant_other", "--retenant")
+    assert (code, out["appended"], out["retenanted"], out["refused"]) == (0, len(events), 1, None)
+    code, out = run(TENANT)  # the tenant it names: no flag needed, nothing counted
+    assert (code, out["appended"], out["retenanted"], out["refused"]) == (0, len(events), 0, None)
+
+
+def test_a_stream_file_is_read_up_to_a_limit(sqlite_url: str, tmp_path: Path) -> None:
+    """`settlekit import` reads at most `import_max_bytes` (and a chunk): /dev/zero is refused at its first chunk
+    (it cannot start JSON), a file or a pipe going on past the limit is FILE_TOO_LARGE, exit 2, nothing written.
+    Before, /dev/zero hung with memory growing. Real processes, each bounded by a timeout."""
+    import os
+    import subprocess
+    import sys
+
+    keys = _write(tmp_path / "keys.json", _signers(load_vector("settle_completed.json")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SETTLEKIT_")}
+    command = [sys.executable, "-m", "settlekit.cli", "import", "--db", sqlite_url, "--keys", str(keys)]
+    zero = subprocess.run([*command, "/dev/zero"], env=env, capture_output=True, text=True, timeout=60)
+    assert zero.returncode == 2 and "JSON_INVALID" in zero.stderr, zero.stderr
+    events = load_vector("settle_completed.json")["events"]
+    big = _write(tmp_path / "stream.json", events)
+    limit = big.stat().st_size - 1
+    over = subprocess.run([*command, str(big), "--import-max-bytes", str(limit)], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert over.returncode == 2 and f"FILE_TOO_LARGE: {big} is over the limit of {limit} bytes" in over.stderr
+    endless = subprocess.Popen([*command, "/dev/stdin"], env={**env, "SETTLEKIT_IMPORT_MAX_BYTES": "3000000"},
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert endless.stdin is not None
+    try:
+        endless.stdin.write(b"[")
+        while endless.poll() is None:
+            endless.stdin.write(b" " * 65536)
+    except BrokenPipeError:
+        pass
+    _, err = endless.communicate(timeout=60)
+    assert endless.returncode == 2 and b"FILE_TOO_LARGE" in err, err
+    with opened(sqlite_url) as db:
+        assert Streams(db).read_stream(TENANT, events[0]["streamId"]) == []
+    ok = subprocess.run([*command, str(big), "--import-max-bytes", str(limit + 1)], env=env, capture_output=True,
+                        text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr

@@ -138,10 +138,10 @@ def test_import_stops_where_settlds_api_first_refused(n: int, history_dbs: Calla
     moved = next((i for i, e in enumerate(events[:stop]) if i > 0 and named_tenant(e) not in (None, TENANT)), None)
     if moved is not None:
         # settld moves the job to the tenant a later JOB_CREATED names and refuses the next append here ("job
-        # not found"); the import refuses that JOB_CREATED unless --retenant (TENANT_MISMATCH)
+        # not found"); the import refuses that JOB_CREATED unless --retenant (JOB_TENANT_MISMATCH)
         assert rejection is not None and rejection["index"] == moved + 1 and rejection["error"] == "job not found"
         assert (result.appended, result.refused and (result.refused.index, result.refused.code)) == (
-            moved, (moved, "TENANT_MISMATCH"))
+            moved, (moved, "JOB_TENANT_MISMATCH"))
         assert _stored_ids(history_db, tenant, stream_id) == [e["id"] for e in events[:moved]]
         return
     deep = _too_deep(events[:stop])
@@ -170,7 +170,7 @@ def test_retenant_takes_a_job_created_naming_another_tenant(db: Database) -> Non
     store = job_appender(db)
     register_signers(store, TENANT, SIGNERS)
     refused = import_events(store, TENANT, events)
-    assert refused.refused is not None and refused.refused.code == "TENANT_MISMATCH" and refused.appended == moved
+    assert refused.refused is not None and refused.refused.code == "JOB_TENANT_MISMATCH" and refused.appended == moved
     result = import_events(store, TENANT, events, retenant=True)
     assert (result.skipped, result.retenanted) == (moved, 1) and result.appended > 1
     assert [e["id"] for e in store.streams.read_stream(TENANT, events[0]["streamId"])][:moved + 1] == [

@@ -264,7 +264,7 @@ def _check_live_stream(db: Database, events: list[dict[str, Any]]) -> None:
     store: Appender = job_appender(db)
     for role, signer in SIGNERS.items():
         store.signer_keys.register(tenant, signer.public_key_pem, role)
-    result = import_events(store, tenant, events)
+    result = import_events(store, tenant, events, retenant=True)  # a tenant per stream; its JOB_CREATED names another
     event("accepted in full" if result.refused is None else f"refused {result.refused.code}")
     stored = store.streams.read_stream(tenant, events[0]["streamId"])
     assert stored == events[: result.appended]

@@ -3,12 +3,14 @@ OVERLOADED, nothing done) instead of queueing behind the others while memory and
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-from settlekit.errors import OverloadedError
+from settlekit.errors import OverloadedError, SettlekitError
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -49,3 +51,41 @@ class BoundedThreadPool(ThreadPoolExecutor):
     def _finished(self) -> None:
         with self._count_lock:
             self._pending -= 1
+
+
+class TestSendBusyError(SettlekitError):
+    """429: the tenant (or this process) has as many test sends in flight as allowed."""
+
+    code = "TEST_SEND_BUSY"
+    status = 429
+
+
+class OutboundSlots:
+    """Requests of a route that waits on a tenant's URL (the test send): at most `per_tenant` of one tenant and
+    `total` of all in flight in this process, so such requests can never hold the slots other tenants' requests
+    need. One more is refused at once with 429 TEST_SEND_BUSY and a Retry-After of the deadline."""
+
+    def __init__(self, *, per_tenant: int, total: int, timeout: float):
+        self.per_tenant, self.total, self.timeout = per_tenant, total, timeout
+        self._held: dict[str, int] = {}
+        self._count = 0
+
+    @contextlib.contextmanager
+    def slot(self, tenant_id: str) -> Iterator[None]:
+        """Hold one slot of `tenant_id` (on the event loop: no lock needed) while the body runs."""
+        held = self._held.get(tenant_id, 0)
+        if held >= self.per_tenant or self._count >= self.total:
+            raise TestSendBusyError(f"{held} test sends of the tenant are in flight; retry later",
+                                    retryAfterSeconds=max(1, math.ceil(self.timeout)), inFlight=held,
+                                    limit=self.per_tenant)
+        self._held[tenant_id] = held + 1
+        self._count += 1
+        try:
+            yield
+        finally:
+            self._count -= 1
+            left = self._held[tenant_id] - 1
+            if left:
+                self._held[tenant_id] = left
+            else:
+                del self._held[tenant_id]

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 from starlette.types import Scope
 
+from settlekit.api.admission import OutboundSlots
 from settlekit.api.deps import ApiContext, auth_thread_pool
 from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
 from settlekit.api.feed import FeedStreams
@@ -87,6 +88,9 @@ def create_app(
         operator_tenant=settings.operator_tenant,
         registered_consumers=registered_consumers,
         registry=registry if registry is not None else REGISTRY,
+        replay_policy=settings.replay_policy(),
+        test_sends=OutboundSlots(per_tenant=settings.test_send_concurrency,
+                                 total=max(1, settings.max_routed_requests // 8), timeout=settings.test_send_timeout),
         feed=FeedStreams(FeedReader(database), max_per_tenant=settings.feed_max_streams_per_tenant,
                          poll_interval=settings.feed_poll_interval,
                          heartbeat_interval=settings.feed_heartbeat_interval),

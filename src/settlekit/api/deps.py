@@ -14,12 +14,13 @@ from pydantic import BeforeValidator
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
-from settlekit.api.admission import BoundedThreadPool
+from settlekit.api.admission import BoundedThreadPool, OutboundSlots
 from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
 from settlekit.append import Appender
+from settlekit.delivery.replays import ReplayPolicy
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.store.api_keys import StoredApiKey
@@ -73,6 +74,9 @@ class ApiContext:
     # /readyz runs on threads of its own, so it answers even when every API thread waits on the database
     ready_threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     feed: FeedStreams | None = None  # the event feed's reader and open streams
+    replay_policy: ReplayPolicy = field(default_factory=ReplayPolicy)
+    # test sends wait on a tenant's URL: a few per tenant, and never more than an eighth of the routed requests
+    test_sends: OutboundSlots = field(default_factory=lambda: OutboundSlots(per_tenant=2, total=32, timeout=10.0))
     # the append route's authentication and prefetch (one short round trip each) run on a few threads of their own:
     # they keep up with the loop, and anyio's default of 40 threads only adds contention for the interpreter lock.
     # Their queue is bounded: a stalled database must not pile up requests (api/admission.py).
@@ -179,15 +183,18 @@ def require_scopes(key: ApiKey, scopes: Sequence[str]) -> None:
 
 
 def idempotency_key(request: Request) -> str | None:
-    value = request.headers.get("idempotency-key")
-    if value is None:
-        value = request.headers.get("x-idempotency-key")
-    if value is None:
-        return None
-    if not value or len(value) > 500:
-        raise ValidationError("Idempotency-Key must be 1..500 characters", code="SCHEMA_INVALID",
-                              field="Idempotency-Key")
-    return check_text(value, "Idempotency-Key")
+    """The request's Idempotency-Key, else its X-Idempotency-Key (the older name); each one given must be 1..500
+    characters (SCHEMA_INVALID), the one not used too, as the OpenAPI document states for both."""
+    chosen: str | None = None
+    for name in ("Idempotency-Key", "X-Idempotency-Key"):
+        value = request.headers.get(name)
+        if value is None:
+            continue
+        if not value or len(value) > 500:
+            raise ValidationError(f"{name} must be 1..500 characters", code="SCHEMA_INVALID", field=name)
+        value = check_text(value, name)
+        chosen = value if chosen is None else chosen
+    return chosen
 
 
 Handler = Callable[[], tuple[int, Any]]

@@ -127,20 +127,24 @@ class FeedStreams:
     async def _events(self, tenant_id: str, after: int, types: Sequence[str], limit: int,
                       key_active: Callable[[], bool] | None = None) -> AsyncIterator[bytes]:
         """Pages of events as they settle, a heartbeat after each quiet interval; it ends when the process closes
-        or, every heartbeat interval, `key_active` says the key was revoked."""
+        or `key_active` says the key was revoked: asked before each page of events is sent (in the page's thread
+        trip), and every heartbeat interval while nothing is sent."""
         position = after
         quiet_since = checked_at = time.monotonic()
         yield b": connected\n\n"
+        read = functools.partial(self._read_page, tenant_id, types=types, limit=limit, key_active=key_active)
         while not self.closing:
             if key_active is not None and time.monotonic() - checked_at >= self.heartbeat_interval:
                 if not await anyio.to_thread.run_sync(key_active):
                     return
                 checked_at = time.monotonic()
             seen = self._bound
-            page: FeedPage = await anyio.to_thread.run_sync(
-                functools.partial(self.reader.read, tenant_id, position, types=types, limit=limit))
+            page, active = await anyio.to_thread.run_sync(read, position)
+            if not active:
+                return
             position = page.next
             if page.events:
+                checked_at = time.monotonic()
                 yield sse_events(page.events)
                 quiet_since = time.monotonic()
                 if len(page.events) >= limit:
@@ -150,6 +154,13 @@ class FeedStreams:
                 quiet_since = time.monotonic()
             wait = min(self.poll_interval, self.heartbeat_interval - (time.monotonic() - quiet_since))
             await self._wait_past(seen, max(wait, 0.0))
+
+    def _read_page(self, tenant_id: str, position: int, *, types: Sequence[str], limit: int,
+                   key_active: Callable[[], bool] | None) -> tuple[FeedPage, bool]:
+        """The next page, and whether its events may be sent: the key is asked again when there are some, so a
+        revoked key receives no event committed after its revocation was."""
+        page = self.reader.read(tenant_id, position, types=types, limit=limit)
+        return page, not page.events or key_active is None or key_active()
 
     async def _wait_past(self, seen: int, timeout: float) -> None:
         """Until the shared settled bound moves past `seen`, or `timeout` seconds."""

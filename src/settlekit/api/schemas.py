@@ -187,6 +187,17 @@ class Allocations(_Closed):
 # ---------------------------------------------------------------------------------------------- destinations
 
 
+class Circuit(_Closed):
+    """The destination's circuit breaker: after `delivery_circuit_threshold` attempts in a row without an answer
+    (timeouts, network errors) it opens and the deliveries wait until `openUntil`; then it is half-open and one
+    request at a time probes; an answer closes it, another failure opens it for twice as long."""
+
+    state: Literal["closed", "open", "half_open"]
+    consecutiveTimeouts: int = Field(description="attempts in a row without an answer")
+    opens: int = Field(description="times in a row the circuit opened (the probe interval doubles with each)")
+    openUntil: str | None = Field(description="until when it is (or was) open; null when closed")
+
+
 class Destination(_Closed):
     """A webhook destination; secret values are never returned, only the id of a stored secret."""
 
@@ -202,6 +213,7 @@ class Destination(_Closed):
     secretRef: str | None
     previousSecretRef: str | None = Field(description="The rotated-out secret still signing, during its grace.")
     previousSecretExpiresAt: str | None
+    circuit: Circuit
 
 
 class Destinations(_Closed):

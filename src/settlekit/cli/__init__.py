@@ -26,6 +26,7 @@ from settlekit.cli.common import (
     read_bytes,
     read_json,
     run_with_db,
+    settings_flags,
     watch_connection_errors,
 )
 from settlekit.cli.consumers import consumers_app
@@ -226,7 +227,9 @@ def _export_proof(db: str | None, tenant: str, month: str | None, job: str | Non
 
 
 @app.command("import")
+@settings_flags("import_max_bytes")
 def import_stream(
+    flags: dict[str, Any],
     *,
     stream: Annotated[Path, typer.Argument(help="exported stream: a JSON array of finalized events")],
     db: DbOption = None,
@@ -234,25 +237,27 @@ def import_stream(
     tenant: TenantDefaultOption = "tenant_default",
     strict: Annotated[bool, typer.Option("--strict", help="apply the rules for new input: refuse an unsigned "
                                                            "event and lone surrogates")] = False,
-    retenant: Annotated[bool, typer.Option("--retenant", help="take a JOB_CREATED that names another tenant "
-                                                               "into --tenant (counted)")] = False,
+    retenant: Annotated[bool, typer.Option("--retenant", help="import a stream whose JOB_CREATED names another "
+                                                              "tenant under --tenant anyway (counted)")] = False,
 ) -> None:
     """Import a settld stream through the live append path, event by event (ids, hashes and signatures kept).
 
     Registers the keys for the tenant by role, verifies the whole file's hash chains and signatures, skips events
     already imported (a re-run resumes), stops at the first refused event. The export is recorded history: an
     unsigned event and lone surrogates are accepted and counted (`--strict` refuses them). A JOB_CREATED naming
-    another tenant than --tenant is refused unless --retenant.
+    another tenant than --tenant is refused at that event (JOB_TENANT_MISMATCH) unless --retenant.
     Prints {"appended", "skipped", "refused", "unsigned", "loneSurrogates", "retenanted"} last on stdout; exit 0
-    when nothing
-    was refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys, database).
+    when nothing was refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys,
+    database).
     """
     from settlekit.append import job_appender
     from settlekit.importer import forget_signers, parse_import_keys, parse_import_stream, register_signers
+    from settlekit.runtime.settings import Settings
     from settlekit.store.db import opened
 
     try:
-        events = parse_import_stream(read_json(stream))
+        limit = Settings(**flags).import_max_bytes
+        events = parse_import_stream(read_json(stream, limit))
         signers = parse_import_keys(read_json(keys))
     except SettlekitError as exc:
         _stop_import(exc)
@@ -276,7 +281,7 @@ def _stop_import(exc: SettlekitError, note: str = "") -> NoReturn:
 
 
 def _import_with_progress(store: Appender, tenant: str, events: Sequence[Mapping[str, Any]],
-                          strict: bool, retenant: bool = False) -> ImportResult:
+                          strict: bool, retenant: bool) -> ImportResult:
     """Run the import, with a progress bar on a terminal for 100 events or more."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -348,17 +348,28 @@ def deliveries_replay(
     = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Send again every delivered or failed delivery of a destination created in [since, until): new attempts,
-    the same webhook-id; pending ones are left as they are."""
-    from settlekit.delivery.recovery import replay_destination
+    """Start a replay: every delivered or failed delivery of a destination created in [since, until) is sent again
+    (new attempts, the same webhook-id) by the workers, at `replay_rate` per second (the first ones at once);
+    pending ones are left as they are. Its progress: `GET /v1/destinations/{id}/replays/{replayId}`."""
+    from settlekit.delivery import recovery, replays
 
     start, end = _parse_since(since), (_parse_since(until) if until is not None else None)
-    report = run_with_db(db, lambda database: replay_destination(database, tenant, destination_id, since=start,
-                                                                 until=end, actor="cli"))
+    policy = Settings().replay_policy()
+
+    def create(database: Database) -> dict[str, Any]:
+        now = datetime.now(UTC)
+        window = recovery.window(start, end, now)
+        with database.transaction() as tx:
+            row, pending = replays.create(tx, tenant, destination_id, since=window[0], until=window[1],
+                                          policy=policy, actor="cli", now=now)
+        return {**replays.to_json(row), "alreadyPending": pending}
+
+    report = run_with_db(db, create)
     if as_json:
-        print_json(report.to_json())
+        print_json(report)
         return
-    typer.echo(f"replayed {report.replayed} deliveries of {destination_id} ({report.pending} still pending)")
+    typer.echo(f"replay {report['replayId']} of {destination_id}: {report['total']} deliveries to send again, "
+               f"{report['replayed']} requeued so far ({report['alreadyPending']} still pending)")
 
 
 @delivery_app.command("test")

@@ -76,6 +76,7 @@ class PreparedRequest:
     group: Hashable | None = None
     policy: SsrfPolicy = field(default_factory=SsrfPolicy)
     timeout: float | None = None
+    pool: Hashable | None = None  # the keep-alive pool it goes through (default: one per origin)
 
 
 def prepare_request(

@@ -70,7 +70,12 @@ class DeliveryMetrics:
         )
         self.lease_renewals = Counter(
             "settlekit_delivery_lease_renewals",
-            "Lease renewals of deliveries whose sends were in flight (one per batch and interval)",
+            "Lease renewals of the deliveries in flight (one statement per worker and interval)",
+            registry=r,
+        )
+        self.circuit_opened = Counter(
+            "settlekit_delivery_circuit_opened",
+            "Destination circuits opened after attempts in a row without an answer (timeouts, network errors)",
             registry=r,
         )
         self.worker_errors = Counter(

@@ -1,11 +1,11 @@
 """Delivery recovery and endpoint tools (as Svix offers them): replay a destination's deliveries over a time
 window, send it a test message, its statistics, and automatic disabling after a long run of failed attempts.
 
-- Replay: every delivered or failed delivery of the destination created in [since, until) goes back to pending,
-  due now, with its attempts counted afresh (the attempt log numbers on) and the same message id, so receivers see
-  the same `webhook-id` (and can dedupe).
-- Test: one signed POST of a `settlekit.test` message, sent now from the caller's process through the SSRF guard;
-  the answer says how it went. Nothing is queued or stored.
+- Replay (`delivery.replays`, a recorded job): every delivered or failed delivery of the destination created in
+  [since, until) goes back to pending, due now, at a bounded rate, with its attempts counted afresh (the attempt
+  log numbers on) and the same message id, so receivers see the same `webhook-id` (and can dedupe).
+- Test: one signed POST of a `settlekit.test` message, sent now from the caller's process through the SSRF guard,
+  within its deadline; the answer says how it went. Nothing is queued or stored.
 - Statistics over a window: attempts, success rate, latency percentiles, the last error, deliveries per state and
   the current failure streak.
 - Auto-disable (`AutoDisable`): the worker counts each destination's failed attempts in a row; once there are at
@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from settlekit.delivery import circuit
 from settlekit.delivery.message import PreparedRequest
 from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
 from settlekit.delivery.service import DestinationPolicy, get_destination
 from settlekit.delivery.signing import delivery_headers
-from settlekit.errors import NotFoundError, ValidationError
+from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_bytes, iso_millis, sha256_hex
-from settlekit.store import deliveries as deliveries_store
 from settlekit.store import delivery_recovery as store
 from settlekit.store.db import Database, Tx
 
@@ -68,43 +68,18 @@ def check_window(since: datetime, until: datetime) -> None:
                               since=_iso(since), until=_iso(until))
 
 
-# --- replay ------------------------------------------------------------------------------------------------------
+# --- replay windows ----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Replay:
-    destination_id: str
-    since: datetime
-    until: datetime
-    replayed: int
-    pending: int  # deliveries of the window that were still pending (left as they are)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"destinationId": self.destination_id, "since": _iso(self.since), "until": _iso(self.until),
-                "replayed": self.replayed, "alreadyPending": self.pending}
-
-
-def replay_destination(db: Database, tenant_id: str, destination_id: str, *, since: datetime,
-                       until: datetime | None = None, actor: str | None = None,
-                       now: datetime | None = None, tx: Tx | None = None) -> Replay:
-    """Send again every delivered or failed delivery of the destination created in [since, until) (default
-    until now). NOT_FOUND for an unknown destination; DELIVERY_WINDOW_INVALID for a bad window. In `tx` when
-    given (the caller commits), else in a transaction of its own."""
-    if tx is None:
-        with db.transaction() as own:
-            return replay_destination(db, tenant_id, destination_id, since=since, until=until, actor=actor,
-                                      now=now, tx=own)
-    at = _now(now)
-    if deliveries_store.get_destination(tx, tenant_id, destination_id) is None:
-        raise NotFoundError("destination not found", tenant_id=tenant_id, destination_id=destination_id)
-    since = _utc(since) or at
-    end = _utc(until) or at
-    check_window(since, end)
-    replayed, pending = store.replay(tx, tenant_id, destination_id, since=since, until=end, now=at)
-    tx.after_commit(lambda: audit.info(
-        "deliveries replayed", extra={"tenant_id": tenant_id, "destination_id": destination_id, "since": _iso(since),
-                                      "until": _iso(end), "replayed": replayed, "actor": actor}))
-    return Replay(destination_id, since, end, replayed, pending)
+def window(since: datetime, until: datetime | None, now: datetime) -> tuple[datetime, datetime]:
+    """A replay window [since, until) in UTC (until: default now); DELIVERY_WINDOW_INVALID when empty or reversed.
+    (How long it may be is the replay policy's: `delivery.replays`.)"""
+    start = _utc(since) or now
+    end = _utc(until) or now
+    if start >= end:
+        raise ValidationError("`since` must be before `until`", code="DELIVERY_WINDOW_INVALID",
+                              since=_iso(start), until=_iso(end))
+    return start, end
 
 
 # --- test message ------------------------------------------------------------------------------------------------
@@ -203,6 +178,7 @@ def destination_stats(db: Database, tenant_id: str, destination_id: str, *, sinc
         "lastError": _last_error(rows),
         "deliveries": {state: states.get(state, 0) for state in ("pending", "delivered", "failed")},
         "consecutiveFailures": failures, "failingSince": _iso(failing_since),
+        "circuit": circuit.to_json(dest.circuit, _now(now)),
     }
 
 

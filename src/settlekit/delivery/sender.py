@@ -1,21 +1,23 @@
 """Async webhook sender: posts prepared requests and reports structured outcomes; never decides retries.
 
-One `httpx.AsyncClient` (keep-alive pool, timeouts, limits) per SSRF policy — in practice one per process,
-since destinations rarely differ in policy. Connections go through `GuardedBackend`, so every new connection
-is resolved, vetted and pinned; redirects are not followed and environment proxies are ignored.
+One `httpx.AsyncClient` (keep-alive pool, timeouts, limits) per destination (its origin and SSRF policy). Connections go
+through `GuardedBackend`, so every new connection is resolved, vetted and pinned; redirects are not followed and
+environment proxies are ignored. Every attempt has one deadline, connect to last byte read, and reads at most
+`max_response_bytes` of the answer.
 
-The delivery worker calls `send_batch(requests)`: requests sharing a `group` (the scope key) run sequentially
-in list order, groups run concurrently on at most `concurrency` worker tasks.
+The delivery worker calls `send(request)` for each delivery as its slot allows (`delivery.worker`);
+`send_batch(requests)` sends a list: requests sharing a `group` run sequentially in list order, groups run
+concurrently on at most `concurrency` tasks (the CLI and tests).
 """
 
 from __future__ import annotations
 
 import asyncio
-import http.cookiejar
 import importlib.util
 import ssl
 import sys
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -70,44 +72,26 @@ class Outcome:
         return self.status is not None and 200 <= self.status < 300
 
 
-class _GuardedTransport(httpx.AsyncHTTPTransport):
-    """httpx transport whose connection pool connects through GuardedBackend."""
-
-    def __init__(self, policy: SsrfPolicy, config: SenderConfig, resolver: AsyncResolver | None):
-        super().__init__(verify=config.verify, trust_env=False)
-        ctx = (
-            config.verify
-            if isinstance(config.verify, ssl.SSLContext)
-            else httpx.create_ssl_context(verify=config.verify, trust_env=False)
-        )
-        # replace the default pool by an identical one with the guarded network backend
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ctx,
-            max_connections=config.max_connections,
-            max_keepalive_connections=config.max_keepalive_connections,
-            keepalive_expiry=config.keepalive_expiry,
-            network_backend=GuardedBackend(policy, resolver=resolver),
-        )
-
-
-class _NoCookies(http.cookiejar.CookieJar):
-    """A cookie jar that keeps nothing: a receiver's Set-Cookie must not reach the next delivery, whichever
-    tenant's it is (the clients are shared by every destination of a network policy)."""
-
-    def extract_cookies(self, response: Any, request: Any) -> None:
-        return None
-
-    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
-        return None
-
-
 class WebhookSender:
-    """Use as `async with WebhookSender(config) as sender: outcomes = await sender.send_batch(requests)`."""
+    """Use as `async with WebhookSender(config) as sender: outcomes = await sender.send_batch(requests)`.
+
+    Requests go straight to httpcore's connection pools (httpx's client layer, with its cookies, redirects and
+    header merging, cost more than the request itself): one keep-alive pool per request `pool` (the worker's: one
+    per destination), origin (scheme, host, port) and SSRF policy, since httpcore looks at every connection of a
+    pool each time it assigns a request. At most `MAX_POOLS` pools are kept; beyond that the least recently used
+    idle one is closed. Nothing is kept between requests but connections: no cookies, no redirects followed, no
+    proxies from the environment."""
+
+    MAX_POOLS = 512
 
     def __init__(self, config: SenderConfig | None = None, *, resolver: AsyncResolver | None = None):
         self.config = config or SenderConfig()
         self._resolver = resolver
-        self._clients: dict[SsrfPolicy, httpx.AsyncClient] = {}
+        self._pools: OrderedDict[tuple[SsrfPolicy, Hashable], httpcore.AsyncConnectionPool] = OrderedDict()
+        self._in_use: Counter[tuple[SsrfPolicy, Hashable]] = Counter()
+        self._contexts: dict[SsrfPolicy, ssl.SSLContext] = {}
+        self._closing: set[asyncio.Future[None]] = set()  # evicted pools being closed
+        self._user_agent = self.config.user_agent.encode("latin-1")
         self._closed = False
 
     async def __aenter__(self) -> WebhookSender:
@@ -118,26 +102,43 @@ class WebhookSender:
 
     async def aclose(self) -> None:
         self._closed = True
-        clients, self._clients = list(self._clients.values()), {}
-        for c in clients:
-            await c.aclose()
+        pools, self._pools = list(self._pools.values()), OrderedDict()
+        for pool in pools:
+            await pool.aclose()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
-    def _client(self, policy: SsrfPolicy) -> httpx.AsyncClient:
-        client = self._clients.get(policy)
-        if client is None:
-            if self._closed:
-                raise RuntimeError("sender is closed")
-            cfg = self.config
-            client = httpx.AsyncClient(
-                transport=_GuardedTransport(policy, cfg, self._resolver),
-                cookies=_NoCookies(),
-                timeout=httpx.Timeout(cfg.timeout, connect=min(cfg.connect_timeout, cfg.timeout)),
-                follow_redirects=False,
-                trust_env=False,
-                headers={"user-agent": cfg.user_agent},
-            )
-            self._clients[policy] = client
-        return client
+    def _pool(self, policy: SsrfPolicy, url: httpx.URL, pool: Hashable | None
+              ) -> tuple[tuple[SsrfPolicy, Hashable], httpcore.AsyncConnectionPool]:
+        key = (policy, (pool, url.scheme, url.netloc))
+        found = self._pools.get(key)
+        if found is not None:
+            self._pools.move_to_end(key)
+            return key, found
+        if self._closed:
+            raise RuntimeError("sender is closed")
+        cfg = self.config
+        ctx = self._contexts.get(policy)
+        if ctx is None:  # building a context loads the CA bundle: once per policy
+            ctx = self._contexts[policy] = (cfg.verify if isinstance(cfg.verify, ssl.SSLContext)
+                                            else httpx.create_ssl_context(verify=cfg.verify, trust_env=False))
+        created = httpcore.AsyncConnectionPool(
+            ssl_context=ctx,
+            max_connections=cfg.max_connections,
+            max_keepalive_connections=cfg.max_keepalive_connections,
+            keepalive_expiry=cfg.keepalive_expiry,
+            network_backend=GuardedBackend(policy, resolver=self._resolver),
+        )
+        self._pools[key] = created
+        if len(self._pools) > self.MAX_POOLS:
+            idle = next((k for k in self._pools if not self._in_use[k] and k != key), None)
+            if idle is not None:
+                old = self._pools.pop(idle)
+                self._in_use.pop(idle, None)
+                task = asyncio.ensure_future(old.aclose())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+        return key, created
 
     async def send(self, req: PreparedRequest) -> Outcome:
         """POST one request; every failure becomes an Outcome (cancellation propagates)."""
@@ -153,20 +154,31 @@ class WebhookSender:
         details: dict[str, Any] = {}
         try:
             check_url(req.url, req.policy)
-            client = self._client(req.policy)
-            timeout = httpx.Timeout(total, connect=min(cfg.connect_timeout, total))
-            async with asyncio.timeout(total):
-                async with client.stream(
-                    "POST", req.url, content=req.body, headers=dict(req.headers), timeout=timeout
-                ) as resp:
-                    status = resp.status_code
-                    retry_after = parse_retry_after(resp.headers.get("retry-after"))
-                    snippet = await _read_snippet(resp, cfg.snippet_bytes, cfg.max_response_bytes)
+            url = httpx.URL(req.url)
+            key, pool = self._pool(req.policy, url, req.pool)
+            headers = [(b"host", url.netloc), (b"user-agent", self._user_agent),
+                       (b"content-length", str(len(req.body)).encode())]
+            headers.extend((name.encode("latin-1"), value.encode("latin-1")) for name, value in req.headers.items())
+            connect = min(cfg.connect_timeout, total)
+            extensions = {"timeout": {"connect": connect, "read": total, "write": total, "pool": total}}
+            target = httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path)
+            self._in_use[key] += 1
+            try:
+                async with asyncio.timeout(total):
+                    async with pool.stream("POST", target, headers=headers, content=req.body,
+                                           extensions=extensions) as resp:
+                        status = resp.status
+                        retry_after = parse_retry_after(_header(resp.headers, b"retry-after"))
+                        snippet = await _read_snippet(resp, cfg.snippet_bytes, cfg.max_response_bytes)
+            finally:
+                self._in_use[key] -= 1
+                if self._in_use[key] <= 0:
+                    del self._in_use[key]
         except DestinationForbiddenError as exc:
             error, message, details = SSRF_BLOCKED, exc.message, dict(exc.details)
-        except (httpx.TimeoutException, TimeoutError) as exc:
+        except (httpcore.TimeoutException, TimeoutError) as exc:
             error, message = TIMEOUT, _describe(exc) or f"no complete response within {total:g}s"
-        except httpx.TransportError as exc:
+        except (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
             error, message = NETWORK_ERROR, _describe(exc)
         except Exception as exc:  # recorded on the delivery as reason `exception`, with its type
             error, message = EXCEPTION, _describe(exc)
@@ -228,9 +240,16 @@ class WebhookSender:
         return [r for r in results if r is not None]
 
 
-async def _read_snippet(resp: httpx.Response, snippet_bytes: int, max_bytes: int) -> str:
+def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _read_snippet(resp: httpcore.Response, snippet_bytes: int, max_bytes: int) -> str:
     buf = bytearray()
-    async for chunk in resp.aiter_raw():
+    async for chunk in resp.aiter_stream():
         if len(buf) < snippet_bytes:
             buf.extend(chunk[: snippet_bytes - len(buf)])
         max_bytes -= len(chunk)

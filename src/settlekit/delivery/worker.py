@@ -1,5 +1,13 @@
-"""Delivery worker (spec 06 §4-5): claim due deliveries of all tenants, send outside any transaction, complete
-each under its lease, retry with backoff, fail to the DLQ, disable destinations on 410.
+"""Delivery worker (spec 06 §4-5): claim due deliveries of all tenants fairly, send them concurrently outside any
+transaction, record each outcome under its lease as soon as it ends, retry with backoff, fail to the DLQ, disable
+destinations on 410, and keep a destination that stops answering from holding anyone else's slots.
+
+`run()` keeps up to `caps.in_flight` requests in flight: whenever slots are free it claims due deliveries dealt
+round-robin between tenants and their destinations (`delivery.fairness`), at most `caps.per_destination` to one
+destination and `caps.per_tenant` to one tenant at once; each ends on its own and its outcome is recorded at
+once (outcomes that end while a record is being written go in the next one transaction together). One task
+renews the leases of everything in flight. A destination's circuit breaker (`delivery.circuit`) pauses it after
+repeated attempts without an answer. Running replays (`delivery.replays`) are advanced between claims.
 
 Database calls are synchronous (`Database`/`Tx`) and run in worker threads; sending is async. Many workers
 (threads or processes) may share one PostgreSQL database; on SQLite claims serialize on the single writer.
@@ -9,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -16,6 +25,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,8 +34,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from settlekit import failpoints
+from settlekit.delivery import circuit as breaker
 from settlekit.delivery import metrics as m
+from settlekit.delivery import replays
 from settlekit.delivery.errors import WebhookSecretError
+from settlekit.delivery.fairness import Caps, DestinationKey, allocate
 from settlekit.delivery.message import PreparedRequest
 from settlekit.delivery.recovery import AUTO_DISABLED, AutoDisable, record_outcomes
 from settlekit.delivery.retry import (
@@ -33,7 +46,9 @@ from settlekit.delivery.retry import (
     EXCEPTION,
     GONE,
     MISSING_ARTIFACT,
+    NETWORK_ERROR,
     SECRET_REF_INVALID,
+    TIMEOUT,
     UNKNOWN_DESTINATION,
     Decision,
     RetryPolicy,
@@ -65,7 +80,10 @@ class WorkerConfig:
     within one lease while a slow send never loses its lease. The lease must outlast a renewal interval by
     at least `lease_margin` seconds (time for the renewal's own round trip)."""
 
-    batch_size: int = 50
+    batch_size: int = 64  # deliveries one claim takes at most (within the free slots)
+    caps: Caps = field(default_factory=Caps)
+    circuit: breaker.CircuitPolicy = field(default_factory=breaker.CircuitPolicy)
+    replay: replays.ReplayPolicy = field(default_factory=replays.ReplayPolicy)
     lease: timedelta = timedelta(seconds=10)
     lease_renew: float | None = None  # seconds; None = 30 % of the lease
     lease_margin: float = 1.0
@@ -98,6 +116,10 @@ class DeliveryPassResult:
     held: int = 0  # answered, but their destination was disabled (410) meanwhile: pending, not failed
     lease_lost: int = 0
     released: int = 0  # claimed but handed back unsent (graceful stop, destination gone)
+
+    def add(self, other: DeliveryPassResult) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class DeliveryWorker:
@@ -145,6 +167,23 @@ class DeliveryWorker:
         self._stop_requested = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
+        self._flush_needed: asyncio.Event | None = None
+        self._flush_lock: asyncio.Lock | None = None
+        self._flight: dict[int, store.Delivery] = {}  # claimed here, outcome not yet recorded
+        self._busy_destinations: Counter[DestinationKey] = Counter()
+        self._busy_tenants: Counter[str] = Counter()
+        self._quarantined: int | None = None  # the one delivery in flight that was claimed before
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._outcomes: list[tuple[Outcome, bool]] = []  # ended, not yet recorded (outcome, really sent)
+        self._unsent: list[int] = []  # claimed, handed back unsent at the next record
+        self._gone: set[DestinationKey] = set()  # answered 410 here, not yet recorded
+        self._circuits: set[DestinationKey] = set()  # destinations whose circuit may need closing
+        self._totals = DeliveryPassResult()
+        self._next_replay_tick = 0.0
+        self._low_water = max(1, min(self.config.batch_size, self.config.caps.in_flight) // 4)
+        self._error: BaseException | None = None  # the last unexpected error of a send or a record
+        self._failed: asyncio.Event | None = None  # set by it (a pass of run_once ends at once)
+        self._fail_fast = False  # in a pass of run_once
 
     async def aclose(self) -> None:
         await self._sender.aclose()
@@ -182,25 +221,47 @@ class DeliveryWorker:
         ev.clear()
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Loop until `stop()` is called (or `stop` is set). A pass that fails unexpectedly is logged,
-        counted and retried after `error_sleep`; leases it held expire and are claimed again."""
-        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        """Keep up to `caps.in_flight` requests in flight until `stop()` is called (or `stop` is set); then let
+        the requests in flight end, record them and release what was claimed but not sent. A claim that fails
+        unexpectedly is logged, counted and retried after `error_sleep`; an outcome that cannot be recorded
+        leaves its lease to expire (the delivery is claimed again)."""
+        self._bind_loop()
         watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
+        keeper = asyncio.create_task(self._keep_flight_leases())
+        recorder = asyncio.create_task(self._record_loop())
         try:
             while not self.stopping:
                 try:
-                    result = await self.run_once()
+                    await self._advance_replays()
+                    wanted = min(self.config.batch_size, self.config.caps.in_flight - len(self._flight))
+                    if self._flight and wanted < self._low_water:
+                        wanted = 0  # a claim for a slot or two costs a transaction each: wait for a few more
+                    claimed = await self._fill(wanted) if wanted > 0 else 0
                 except Exception as exc:
                     self.metrics.worker_errors.labels(type(exc).__name__).inc()
-                    log.exception("delivery pass failed; retrying in %.1fs", self.config.error_sleep)
+                    log.exception("delivery claim failed; retrying in %.1fs", self.config.error_sleep)
                     await self._idle(self.config.error_sleep)
                     continue
-                if result.claimed == 0:
+                if claimed < wanted or wanted <= 0:  # nothing more due, or no free slot: until woken
                     await self._idle(self.config.idle_sleep)
+                if self._error is not None and not isinstance(self._error, Exception):
+                    raise self._error  # a crash
         finally:
-            if watcher is not None:
-                watcher.cancel()
-            self._wake = None
+            try:
+                await self._settle()
+            finally:
+                for task in (recorder, keeper, watcher):
+                    if task is not None:
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
+                self._wake = None
+
+    def _bind_loop(self) -> None:
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        self._flush_needed = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
+        self._failed = asyncio.Event()
 
     async def _watch(self, stop: asyncio.Event) -> None:
         await stop.wait()
@@ -212,7 +273,7 @@ class DeliveryWorker:
         Rows leased by other workers count as due until they complete or their lease expires.
         """
         if self._wake is None:
-            self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+            self._bind_loop()
         deadline = time.monotonic() + timeout
         while True:
             result = await self.run_once()
@@ -240,37 +301,45 @@ class DeliveryWorker:
             allow_insecure_http=cfg.allow_insecure_http,
         )
 
-    def _claim_and_prepare(self) -> tuple[list[PreparedRequest], list[Outcome]]:
-        """One short transaction: claim, then read destinations and artifacts for the claimed rows."""
+    def _claim_and_prepare(self, slots: int, busy_destinations: dict[DestinationKey, int],
+                           busy_tenants: dict[str, int], quarantine_free: bool) -> _Claim:
+        """One short transaction: deal up to `slots` due deliveries fairly (`fairness.allocate`), lease them, then
+        read destinations and artifacts for the claimed rows."""
         now = self.clock()
-        requests: list[PreparedRequest] = []
-        early: list[Outcome] = []
+        claim = _Claim()
         with self.db.transaction() as tx:
-            claimed = store.claim(
-                tx, worker=self.worker_id, limit=self.config.batch_size, lease=self.config.lease, now=now
-            )
+            due = store.due_per_destination(tx, per_destination=self.config.caps.per_destination, now=now)
+            picks = allocate(due, slots=slots, caps=self.config.caps, busy_destinations=busy_destinations,
+                             busy_tenants=busy_tenants, quarantine_free=quarantine_free)
+            rank = {p.id: i for i, p in enumerate(picks)}
+            claimed = sorted(store.claim_ids(tx, list(rank), worker=self.worker_id, lease=self.config.lease,
+                                             now=now), key=lambda d: rank[d.id])
             dests: dict[tuple[str, str], store.Destination | None] = {}
             # a destination's signing secrets, read once per claim (or the error reading them gave)
             signing: dict[tuple[str, str], list[str] | SettlekitError] = {}
             for d in claimed:
+                claim.claimed.append(d)
                 key = (d.tenant_id, d.destination_id)
                 if key not in dests:
                     dests[key] = store.get_destination(tx, *key)
+                    found = dests[key]
+                    if found is not None and found.circuit != store.Circuit():
+                        claim.circuits.add(key)
                 dest = dests[key]
                 if d.claims > self.config.max_claims:  # each earlier claim ended without an outcome: a crash loop
                     log.error("delivery %d (%s/%s) was claimed %d times without a recorded outcome: dead-lettered"
                               " (crash_loop)", d.id, d.tenant_id, d.destination_id, d.claims - 1)
-                    early.append(_local_failure(
+                    claim.early.append(_local_failure(
                         d, CRASH_LOOP, f"claimed {d.claims - 1} times without a recorded outcome (worker crashes)",
                         now))
                     continue
                 try:
                     if dest is None:
-                        early.append(_local_failure(d, UNKNOWN_DESTINATION, "destination not found", now))
+                        claim.early.append(_local_failure(d, UNKNOWN_DESTINATION, "destination not found", now))
                         continue
                     artifact = self.load_artifact(tx, d.tenant_id, d.artifact_id)
                     if artifact is None or artifact.get("artifactHash") != d.artifact_hash:
-                        early.append(_local_failure(d, MISSING_ARTIFACT, "artifact not found", now))
+                        claim.early.append(_local_failure(d, MISSING_ARTIFACT, "artifact not found", now))
                         continue
                     if key not in signing:
                         try:
@@ -280,14 +349,190 @@ class DeliveryWorker:
                     secrets = signing[key]
                     if isinstance(secrets, SettlekitError):
                         raise secrets.with_traceback(None)  # the same error for each delivery of the destination
-                    requests.append(self._prepare(d, dest, artifact, now, secrets))
+                    claim.requests.append(self._prepare(d, dest, artifact, now, secrets))
                 except SecretRefError as exc:
-                    early.append(_local_failure(d, exc.reason, exc.message, now))
+                    claim.early.append(_local_failure(d, exc.reason, exc.message, now))
                 except WebhookSecretError as exc:  # a resolved secret that is not a valid whsec_ secret
-                    early.append(_local_failure(d, SECRET_REF_INVALID, exc.message, now))
+                    claim.early.append(_local_failure(d, SECRET_REF_INVALID, exc.message, now))
                 except SettlekitError as exc:
-                    early.append(_local_failure(d, EXCEPTION, f"{exc.code}: {exc.message}", now))
-        return requests, early
+                    claim.early.append(_local_failure(d, EXCEPTION, f"{exc.code}: {exc.message}", now))
+        return claim
+
+    async def _fill(self, slots: int) -> int:
+        """Claim up to `slots` deliveries and start sending them; returns how many were claimed. Requests of one
+        destination and scope go out one after another in claim order (one task); the rest concurrently."""
+        if slots <= 0 or self.stopping:
+            return 0
+        claim = await asyncio.to_thread(self._claim_and_prepare, slots, dict(self._busy_destinations),
+                                        dict(self._busy_tenants), self._quarantined is None)
+        if not claim.claimed:
+            return 0
+        for d in claim.claimed:
+            self._flight[d.id] = d
+            self._busy_destinations[(d.tenant_id, d.destination_id)] += 1
+            self._busy_tenants[d.tenant_id] += 1
+            if d.claims > 1:  # claimed before without an outcome: quarantined (one at a time)
+                self._quarantined = d.id
+        self._circuits |= claim.circuits
+        failpoints.hit("delivery.claimed", self.worker_id)
+        chains: dict[object, list[PreparedRequest]] = {}
+        for req in claim.requests:
+            chains.setdefault(req.group, []).append(req)
+        for chain in chains.values():
+            task = asyncio.create_task(self._send_chain(chain))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if claim.early:
+            self._outcomes.extend((o, False) for o in claim.early)
+            self._signal_flush()
+        return len(claim.claimed)
+
+    async def _send_chain(self, chain: list[PreparedRequest]) -> None:
+        """Send one destination's requests of one scope in order, each outcome queued for recording as soon as
+        it ends. After `stop()`, or once the destination answered 410, the rest are handed back unsent. An
+        unexpected error abandons the rest of the chain here (their leases expire; they are claimed again)."""
+        started = 0
+        try:
+            failpoints.hit("delivery.sending", self.worker_id)
+            for req in chain:
+                started += 1
+                d: store.Delivery = req.tag
+                key = (d.tenant_id, d.destination_id)
+                if self._crashed:
+                    return
+                if self.stopping or key in self._gone:
+                    self._unsent.append(d.id)
+                    continue
+                try:
+                    out = await self._sender.send(req)
+                except asyncio.CancelledError:
+                    self._unsent.append(d.id)
+                    raise
+                if self._crashed:
+                    return
+                if out.status == 410:
+                    self._gone.add(key)
+                failpoints.hit("delivery.sent", self.worker_id)
+                self._outcomes.append((out, True))
+                self._signal_flush()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a crash (a failpoint's) ends the pass; see _fail
+            self._fail(exc, "a delivery send failed unexpectedly; its lease expires and it is sent again")
+            self._land([r.tag.id for r in chain[max(0, started - 1):]])
+        finally:
+            self._signal_flush()
+
+    @property
+    def _crashed(self) -> bool:
+        """A pass of `run_once` met an unexpected error: it ends as a crash would, nothing more is sent or
+        recorded."""
+        return self._fail_fast and self._error is not None
+
+    def _fail(self, exc: BaseException, message: str) -> None:
+        """An unexpected error of a send or a record: counted, logged, and (for `run_once`) the pass's error. One
+        that is not an `Exception` (a simulated crash) ends `run()` too."""
+        self._error = exc
+        if self._failed is not None:
+            self._failed.set()
+        self.metrics.worker_errors.labels(type(exc).__name__).inc()
+        log.error(message, exc_info=exc)
+
+    def _signal_flush(self) -> None:
+        if self._flush_needed is not None:
+            self._flush_needed.set()
+
+    async def _record_loop(self) -> None:
+        """Record outcomes as they come: whatever ended while the previous record was written goes in one
+        transaction."""
+        assert self._flush_needed is not None
+        while True:
+            await self._flush_needed.wait()
+            self._flush_needed.clear()
+            try:
+                await self._flush()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - see _fail
+                self._fail(exc, "could not record delivery outcomes; their leases expire and they are sent again")
+                if not isinstance(exc, Exception):
+                    return
+                await asyncio.sleep(self.config.error_sleep)
+
+    async def _flush(self) -> None:
+        """Record the outcomes that have ended, hand back the deliveries left unsent, free their slots."""
+        assert self._flush_lock is not None
+        async with self._flush_lock:
+            if self._crashed:
+                return
+            outcomes, self._outcomes = self._outcomes, []
+            unsent, self._unsent = self._unsent, []
+            if not outcomes and not unsent:
+                return
+            result = DeliveryPassResult()
+            try:
+                if outcomes:
+                    sent = [o for o, real in outcomes if real]
+                    result = await self._record(sent + [o for o, real in outcomes if not real], sent=len(sent))
+                    failpoints.hit("delivery.completed", self.worker_id)
+                    for out in sent:
+                        self._gone.discard((out.tag.tenant_id, out.tag.destination_id))
+                if unsent:
+                    released = await asyncio.to_thread(self._release, unsent)
+                    self.metrics.released.inc(released)
+                    result.released = released
+                    result.claimed += len(unsent)
+            finally:
+                self._land([o.tag.id for o, _ in outcomes] + unsent)
+            self._totals.add(result)
+
+    def _land(self, ids: list[int]) -> None:
+        """These deliveries are no longer in flight here (recorded, released, or given up to lease expiry)."""
+        for delivery_id in ids:
+            d = self._flight.pop(delivery_id, None)
+            if d is None:
+                continue
+            key = (d.tenant_id, d.destination_id)
+            self._busy_destinations[key] -= 1
+            if self._busy_destinations[key] <= 0:
+                del self._busy_destinations[key]
+            self._busy_tenants[d.tenant_id] -= 1
+            if self._busy_tenants[d.tenant_id] <= 0:
+                del self._busy_tenants[d.tenant_id]
+            if self._quarantined == delivery_id:
+                self._quarantined = None
+        self.wake()
+
+    async def _settle(self, *, fail_fast: bool = False) -> None:
+        """Wait for every send in flight to end, then record what is left. With `fail_fast` (a pass of
+        `run_once`), the first unexpected error ends the pass at once, as a crash would: the sends still in flight
+        are cancelled, nothing more is recorded (their leases expire), and the error is raised."""
+        assert self._failed is not None
+        failed = asyncio.create_task(self._failed.wait())
+        try:
+            while self._tasks and not (fail_fast and self._failed.is_set()):
+                await asyncio.wait([*self._tasks, failed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            failed.cancel()
+        if not (fail_fast and self._error is not None) and self._flush_lock is not None:
+            await self._flush()
+        if fail_fast and self._error is not None:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            self._outcomes, self._unsent = [], []
+            self._land(list(self._flight))
+            error, self._error = self._error, None
+            raise error
+
+    async def _advance_replays(self, *, force: bool = False) -> None:
+        """Advance the running replays (at most once per `replay.tick` seconds unless forced)."""
+        now = time.monotonic()
+        if not force and now < self._next_replay_tick:
+            return
+        self._next_replay_tick = now + self.config.replay.tick
+        if await asyncio.to_thread(replays.advance, self.db, self.config.replay, self.clock()):
+            self.wake()
 
     def _prepare(
         self, d: store.Delivery, dest: store.Destination, artifact: Mapping[str, Any], now: datetime,
@@ -316,6 +561,7 @@ class DeliveryWorker:
             tag=d,
             group=(d.tenant_id, d.destination_id, d.scope_key),
             policy=self._policy(dest),
+            pool=(d.tenant_id, d.destination_id),
         )
 
     def _complete(self, outcomes: list[Outcome], *, sent: int) -> DeliveryPassResult:
@@ -337,7 +583,7 @@ class DeliveryWorker:
         decided: list[tuple[store.Delivery, Outcome, Decision, str]] = []
         with self.db.transaction() as tx:
             store.lock_destinations(tx, ((o.tag.tenant_id, o.tag.destination_id) for o in outcomes[:sent]
-                                         if not o.ok))
+                                         if not o.ok or (o.tag.tenant_id, o.tag.destination_id) in self._circuits))
             for i, out in enumerate(outcomes):
                 d: store.Delivery = out.tag
                 dec = self._decide(d, out)
@@ -352,10 +598,42 @@ class DeliveryWorker:
                 if i == 0:
                     failpoints.hit("delivery.completing", self.worker_id)
             self._count_streaks(tx, recorded, now, result, disabled_reasons)
+            opened = self._update_circuits(tx, recorded, now)
         for d, out, dec, outcome in decided:  # logged once committed: a retried completion logs each attempt once
             _log_attempt(d, out, dec, outcome)
         self._count_outcomes(outcomes, counted, disabled_reasons, sent)
+        for tenant_id, destination_id, circuit in opened:
+            self.metrics.circuit_opened.inc()
+            log.warning("destination %s/%s circuit opened until %s after %d attempts without an answer",
+                        tenant_id, destination_id, circuit.open_until, circuit.failures)
         return result
+
+    def _update_circuits(self, tx: Tx, sent: list[Outcome], now: datetime
+                         ) -> list[tuple[str, str, store.Circuit]]:
+        """Move the circuits of the destinations these attempts went to (only where one got no answer or the
+        circuit was not at rest: the common case writes nothing); returns the circuits opened now."""
+        answered: dict[DestinationKey, list[bool]] = {}
+        for out in sent:
+            key = (out.tag.tenant_id, out.tag.destination_id)
+            if out.error in (TIMEOUT, NETWORK_ERROR):
+                answered.setdefault(key, []).append(False)
+            elif out.status is not None:
+                answered.setdefault(key, []).append(True)
+        opened = []
+        for key in sorted(answered):
+            if all(answered[key]) and key not in self._circuits:
+                continue
+            current = store.get_circuit(tx, *key)
+            if current is None:
+                continue
+            moved = breaker.after_attempts(current, answered[key], self.config.circuit, now)
+            if moved != current:
+                store.set_circuit(tx, *key, moved)
+                if moved.opens > current.opens:
+                    opened.append((*key, moved))
+            rest = moved == store.Circuit()
+            tx.after_commit(functools.partial(self._circuits.discard if rest else self._circuits.add, key))
+        return opened
 
     async def _record(self, outcomes: list[Outcome], *, sent: int) -> DeliveryPassResult:
         """`_complete`, retried every `error_sleep` while the database is unavailable, for up to one lease, with
@@ -491,67 +769,77 @@ class DeliveryWorker:
             return store.renew_leases(tx, ids, self.worker_id, lease=self.config.lease, now=self.clock())
 
     async def _keep_leases(self, ids: list[int]) -> None:
-        """Renew this pass's leases every renewal interval until cancelled (when the sends are done). A
-        failed renewal is logged and retried at the next interval; the completion stays lease-guarded."""
+        """Renew these leases every renewal interval until cancelled. A failed renewal is logged and retried at
+        the next interval; the completion stays lease-guarded."""
         while True:
             await asyncio.sleep(self.config.renew_interval)
-            try:
-                held = await asyncio.to_thread(self._renew, ids)
-            except Exception:
-                self.metrics.worker_errors.labels("LeaseRenewal").inc()
-                log.warning("could not renew %d delivery leases", len(ids), exc_info=True)
-                continue
-            self.metrics.lease_renewals.inc()
-            if held < len(ids):
-                log.warning("%d of %d delivery leases were lost before renewal", len(ids) - held, len(ids))
+            await self._renew_now(ids)
+
+    async def _keep_flight_leases(self) -> None:
+        """Renew the leases of every delivery in flight here, every renewal interval, until cancelled."""
+        while True:
+            await asyncio.sleep(self.config.renew_interval)
+            if self._flight:
+                await self._renew_now(list(self._flight))
+
+    async def _renew_now(self, ids: list[int]) -> None:
+        try:
+            held = await asyncio.to_thread(self._renew, ids)
+        except Exception:
+            self.metrics.worker_errors.labels("LeaseRenewal").inc()
+            log.warning("could not renew %d delivery leases", len(ids), exc_info=True)
+            return
+        self.metrics.lease_renewals.inc()
+        still = sum(1 for i in ids if i in self._flight) if self._flight else len(ids)
+        if held < still:  # (an outcome recorded meanwhile released its lease: not a loss)
+            log.warning("%d of %d delivery leases were lost before renewal", still - held, still)
 
     def _release(self, ids: list[int]) -> int:
         with self.db.transaction() as tx:
             return store.release(tx, ids, self.worker_id, now=self.clock())
 
     async def run_once(self) -> DeliveryPassResult:
-        """Claim one batch, send it (leases renewed meanwhile), record the outcomes. After `stop()` no new
-        request starts; claimed deliveries left unsent are released. Once a destination answers 410, the
-        batch sends it nothing more."""
+        """One pass: advance the running replays, claim what the free slots and caps allow, send it (leases
+        renewed meanwhile), record each outcome as it ends, and return once all of them are recorded. After
+        `stop()` no new request starts; claimed deliveries left unsent are released. Once a destination answers
+        410, the pass sends it nothing more."""
         if self.stopping:
             return DeliveryPassResult()
-        requests, early = await asyncio.to_thread(self._claim_and_prepare)
-        if requests or early:
-            failpoints.hit("delivery.claimed", self.worker_id)
-        sent: list[Outcome] = []
-        if requests:
-            gone: set[tuple[str, str]] = set()
+        if self._wake is None:
+            self._bind_loop()
+        self._totals = DeliveryPassResult()
+        self._error = None
+        if self._failed is not None:
+            self._failed.clear()
+        self._fail_fast = True
+        try:
+            return await self._pass()
+        finally:
+            self._fail_fast = False
 
-            def note(out: Outcome, req: PreparedRequest) -> None:
-                if out.status == 410:
-                    gone.add((req.tag.tenant_id, req.tag.destination_id))
-
-            def skip(req: PreparedRequest) -> bool:
-                return (req.tag.tenant_id, req.tag.destination_id) in gone
-
-            # the early failures too: they are recorded with the sent ones, once every send has ended
-            keeper = asyncio.create_task(self._keep_leases([r.tag.id for r in requests] + [o.tag.id for o in early]))
+    async def _pass(self) -> DeliveryPassResult:
+        await self._advance_replays(force=True)
+        wanted = min(self.config.batch_size, self.config.caps.in_flight - len(self._flight))
+        if await self._fill(wanted):
+            keeper = asyncio.create_task(self._keep_flight_leases())
+            recorder = asyncio.create_task(self._record_loop())
             try:
-                failpoints.hit("delivery.sending", self.worker_id)
-                sent = await self._sender.send_batch(
-                    requests, should_stop=self._stop_requested.is_set, should_skip=skip, on_outcome=note
-                )
+                await self._settle(fail_fast=True)
             finally:
-                keeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
-            failpoints.hit("delivery.sent", self.worker_id)
-        sent_ids = {o.tag.id for o in sent}
-        unsent = [req.tag.id for req in requests if req.tag.id not in sent_ids]
-        outcomes = sent + early
-        result = await self._record(outcomes, sent=len(sent)) if outcomes else DeliveryPassResult()
-        failpoints.hit("delivery.completed", self.worker_id)
-        if unsent:
-            released = await asyncio.to_thread(self._release, unsent)
-            self.metrics.released.inc(released)
-            result.released = released
-            result.claimed += len(unsent)
+                for task in (recorder, keeper):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        result, self._totals = self._totals, DeliveryPassResult()
         return result
+
+
+@dataclass
+class _Claim:
+    claimed: list[store.Delivery] = field(default_factory=list)
+    requests: list[PreparedRequest] = field(default_factory=list)
+    early: list[Outcome] = field(default_factory=list)  # failed before sending
+    circuits: set[DestinationKey] = field(default_factory=set)  # destinations whose circuit is not at rest
 
 
 def _log_attempt(d: store.Delivery, out: Outcome, dec: Decision, outcome: str) -> None:

@@ -14,8 +14,9 @@ import ipaddress
 import os
 import socket
 import uuid
+from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
 from pydantic import Field, field_validator
@@ -23,6 +24,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from settlekit.errors import ConfigurationError
 from settlekit.store.events import MAX_QUEUED_APPENDS
+
+if TYPE_CHECKING:
+    from settlekit.delivery.replays import ReplayPolicy
 
 ENV_PREFIX = "SETTLEKIT_"
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -51,6 +55,14 @@ class Settings(BaseSettings):
         1.0, ge=0, description="seconds after a failed PostgreSQL connection attempt during which what needs the "
         "database fails at once (the API answers 503 `DATABASE_UNAVAILABLE` with Retry-After) before one request "
         "tries again; 0: every request waits for its own attempt")
+    db_statement_timeout: float = Field(
+        2.0, ge=0, description="seconds `serve` and `worker` wait for the answer to each PostgreSQL round trip "
+        "(a statement, a COMMIT) before the connection is dropped and the operation fails as "
+        "`DATABASE_UNAVAILABLE` (503), whatever sits between them and the server (PgBouncer holds queries while "
+        "it has no server connection); migrations and the one-off commands have no limit; 0: no limit")
+    db_pool_timeout: float = Field(
+        1.5, gt=0, description="seconds an operation waits for a free PostgreSQL connection of the process's pool "
+        "before it fails as `DATABASE_UNAVAILABLE` (503)")
     host: str = Field("127.0.0.1", description="API listen address (`serve`)")
     port: int = Field(8080, ge=0, le=65535, description="API listen port (`serve`; 0: any free port)")
     server_key_file: str | None = Field(
@@ -66,9 +78,35 @@ class Settings(BaseSettings):
     allowed_webhook_networks: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="CIDRs (comma separated; the flag is repeatable) that destinations which opt in may reach")
     allow_insecure_http: bool = Field(False, description="allow `http://` webhook URLs")
-    delivery_concurrency: int = Field(16, ge=1, description="concurrent webhook senders per worker")
+    delivery_concurrency: int = Field(
+        64, ge=1, description="webhook requests in flight per worker process (claimed fairly between tenants and "
+        "destinations as slots free up)")
+    delivery_destination_concurrency: int = Field(
+        4, ge=1, description="of those, requests in flight to one destination (a slow endpoint holds at most this "
+        "many slots)")
+    delivery_tenant_concurrency: int = Field(
+        16, ge=1, description="of those, requests in flight to all destinations of one tenant")
+    delivery_circuit_threshold: int = Field(
+        5, ge=0, description="attempts in a row without an answer (timeouts, network errors) after which a "
+        "destination's circuit opens: its deliveries wait, then one probe at a time tries; 0: never")
+    delivery_circuit_probe: float = Field(
+        30.0, gt=0, description="seconds the circuit stays open the first time; doubled at each reopening")
+    delivery_circuit_probe_max: float = Field(
+        1800.0, gt=0, description="longest time (s) a circuit stays open before the next probe")
+    replay_rate: float = Field(
+        20.0, gt=0, description="deliveries a replay sends again per second (as many at once when it is created)")
+    replay_max_deliveries: int = Field(
+        10_000, ge=1, description="delivered or failed deliveries one replay's window may hold")
+    replay_max_window_hours: float = Field(720.0, gt=0, description="longest replay window (hours)")
+    test_send_concurrency: int = Field(
+        2, ge=1, description="test sends (`POST /v1/destinations/{id}/test`) of one tenant in flight per API "
+        "process; one more is answered 429 `TEST_SEND_BUSY`")
+    test_send_timeout: float = Field(10.0, gt=0, le=60, description="whole-request deadline of a test send (s)")
     dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
     max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
+    import_max_bytes: int = Field(
+        256 * 1024 * 1024, ge=1, description="largest stream file `settlekit import` reads (bytes); a larger one, "
+        "or a device or pipe that goes on past it, is refused (`FILE_TOO_LARGE`, exit 2)")
     max_destinations_per_tenant: int = Field(
         100, ge=1, description="webhook destinations a tenant may create through the API; one more is 409 "
         "`DESTINATION_LIMIT_REACHED` (the CLI's operator is not bound)")
@@ -104,7 +142,9 @@ class Settings(BaseSettings):
         "are claimable again within one lease")
     delivery_lease_renew: float | None = Field(
         None, gt=0, description="lease renewal interval (s); default 30 % of the lease")
-    delivery_timeout: float = Field(15.0, gt=0, description="HTTP timeout of one delivery attempt (s)")
+    delivery_timeout: float = Field(
+        15.0, gt=0, description="deadline of one delivery attempt (s), from connecting to the last response byte "
+        "read (at most 64 KiB of the body is read)")
     delivery_max_attempts: int = Field(15, ge=1, description="delivery attempts before the DLQ")
     delivery_backoff_base: float = Field(2.0, gt=0, description="first retry delay (s)")
     delivery_backoff_cap: float = Field(3600.0, gt=0, description="longest retry delay (s)")
@@ -181,14 +221,24 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
-    def database_options(self, url: str | None = None) -> dict[str, Any]:
+    def replay_policy(self) -> ReplayPolicy:
+        """How replays run (`delivery.replays`), from these settings."""
+        from settlekit.delivery.replays import ReplayPolicy
+
+        return ReplayPolicy(rate=self.replay_rate, max_deliveries=self.replay_max_deliveries,
+                            max_window=timedelta(hours=self.replay_max_window_hours))
+
+    def database_options(self, url: str | None = None, *, deadline: bool = True) -> dict[str, Any]:
         """Keyword arguments of `store.db.connect(url, ...)` (default: `db_url`): the pooler and outage options on
-        PostgreSQL, none on SQLite. `db_direct` names the server of `db_url`: another URL does not get it."""
+        PostgreSQL, none on SQLite. `db_direct` names the server of `db_url`: another URL does not get it. Without
+        `deadline` (a one-off command that may rewrite much), round trips have no time limit."""
         url = self.db_url if url is None else url
         if not url.startswith(("postgresql://", "postgres://")):
             return {}
         return {"direct_url": self.db_direct if url == self.db_url else None,
-                "prepared_statements": self.db_prepared_statements, "unavailable_hold": self.db_unavailable_hold}
+                "prepared_statements": self.db_prepared_statements, "unavailable_hold": self.db_unavailable_hold,
+                "timeout": self.db_pool_timeout,
+                "statement_timeout": self.db_statement_timeout if deadline else None}
 
 
 

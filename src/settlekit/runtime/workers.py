@@ -83,6 +83,8 @@ def worker_config(settings: Settings) -> Any:
     that cannot work together."""
     from datetime import timedelta
 
+    from settlekit.delivery.circuit import CircuitPolicy
+    from settlekit.delivery.fairness import Caps
     from settlekit.delivery.recovery import AutoDisable
     from settlekit.delivery.retry import RetryPolicy
     from settlekit.delivery.sender import SenderConfig
@@ -97,7 +99,15 @@ def worker_config(settings: Settings) -> Any:
         raise ConfigurationError("delivery timeout and lease must be positive", code="SETTINGS_INVALID")
     if settings.delivery_max_claims < 1:
         raise ConfigurationError("delivery max claims must be at least 1", code="SETTINGS_INVALID")
+    caps = Caps(in_flight=settings.delivery_concurrency, per_destination=settings.delivery_destination_concurrency,
+                per_tenant=settings.delivery_tenant_concurrency)
     return WorkerConfig(
+        caps=caps,
+        batch_size=caps.in_flight,
+        circuit=CircuitPolicy(settings.delivery_circuit_threshold, timedelta(seconds=settings.delivery_circuit_probe),
+                              timedelta(seconds=max(settings.delivery_circuit_probe,
+                                                    settings.delivery_circuit_probe_max))),
+        replay=settings.replay_policy(),
         allow_loopback=settings.allow_loopback_webhooks,
         allow_private_network=settings.allow_private_webhooks,
         per_destination_metrics=settings.metrics_per_destination,
@@ -111,8 +121,11 @@ def worker_config(settings: Settings) -> Any:
         auto_disable=AutoDisable(settings.destination_disable_after_failures,
                                  timedelta(hours=settings.destination_disable_after_hours)),
         sender=SenderConfig(concurrency=settings.delivery_concurrency, timeout=settings.delivery_timeout,
-                            connect_timeout=min(5.0, settings.delivery_timeout)),
+                            connect_timeout=min(5.0, settings.delivery_timeout),
+                            max_connections=max(100, settings.delivery_concurrency),
+                            max_keepalive_connections=settings.delivery_concurrency),
     )
+
 
 
 CLEANUP_BATCH = 10_000  # expired deliveries deleted per transaction

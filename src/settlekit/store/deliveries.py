@@ -18,12 +18,22 @@ from typing import Any, Final
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.events.canonical import iso_millis
 from settlekit.store.db import Dialect, Tx
-from settlekit.store.sql import and_where, fragment, from_timestamp, timestamp
+from settlekit.store.sql import and_where, fragment, from_timestamp, statements, timestamp
 
 
 def db_time(tx: Tx, dt: datetime) -> Any:
     """A timestamp parameter for this transaction's dialect."""
     return timestamp(tx.dialect, dt)
+
+
+@dataclass(frozen=True)
+class Circuit:
+    """A destination's circuit breaker: timeouts (and connection failures) in a row, how many times in a row it
+    opened, and until when it is open (None: closed; in the past: half-open, probing)."""
+
+    failures: int = 0
+    opens: int = 0
+    open_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,7 @@ class Destination:
     kind: str = "webhook"
     previous_secret_ref: str | None = None  # a rotated-out secret, still signing until the time below
     previous_secret_expires_at: datetime | None = None
+    circuit: Circuit = Circuit()
 
     def accepts(self, artifact_type: str) -> bool:
         return not self.artifact_types or artifact_type in self.artifact_types
@@ -77,7 +88,8 @@ def _redacted(ref: str) -> str:
 
 _DEST_COLS: Final = (
     "tenant_id, destination_id, url, secret_ref, signing, artifact_types, ordering, allow_private_network,"
-    " status, disabled_reason, kind, previous_secret_ref, previous_secret_expires_at"
+    " status, disabled_reason, kind, previous_secret_ref, previous_secret_expires_at, circuit_failures,"
+    " circuit_opens, circuit_open_until"
 )
 
 
@@ -97,6 +109,7 @@ def _dest(row: Sequence[Any]) -> Destination:
         kind=row[10],
         previous_secret_ref=row[11],
         previous_secret_expires_at=from_timestamp(row[12]),
+        circuit=Circuit(int(row[13]), int(row[14]), from_timestamp(row[15])),
     )
 
 
@@ -253,8 +266,9 @@ def set_destination_status(
     tx: Tx, tenant_id: str, destination_id: str, *, status: str, reason: str | None, now: datetime
 ) -> None:
     ts = db_time(tx, now)
-    # enabling also forgets the failure streak, so an auto-disabled destination starts afresh
-    streak = ", failure_streak = 0, failing_since = NULL, enabled_at = ?" if status == "active" else ""
+    # enabling also forgets the failure streak and closes the circuit, so the destination starts afresh
+    streak = (", failure_streak = 0, failing_since = NULL, circuit_failures = 0, circuit_opens = 0,"
+              " circuit_open_until = NULL, enabled_at = ?") if status == "active" else ""
     n = tx.execute(
         f"UPDATE destinations SET status = ?, disabled_reason = ?, disabled_at = ?, updated_at = ?{streak}"
         " WHERE tenant_id = ? AND destination_id = ?",
@@ -575,13 +589,71 @@ def oldest_pending_created_at(tx: Tx) -> datetime | None:
 
 _DUE_FILTER: Final = _CLAIM_FILTER.replace(
     " AND (d.lease_expires_at IS NULL OR d.lease_expires_at < ?)", ""
-).split(" ORDER BY")[0]
+).split(" ORDER BY")[0] + " AND (t.circuit_open_until IS NULL OR t.circuit_open_until <= ?)"
 
 
 def count_due(tx: Tx, *, now: datetime) -> int:
-    """Pending deliveries a worker could claim now if no lease were held (all tenants; strict ordering and
-    disabled destinations respected). Zero means the queue is drained for the moment."""
-    return int(tx.scalar(f"SELECT count(*){_DUE_FILTER}", (db_time(tx, now),)))
+    """Pending deliveries a worker could claim now if no lease were held (all tenants; strict ordering, disabled
+    destinations and open circuits respected). Zero means the queue is drained for the moment."""
+    ts = db_time(tx, now)
+    return int(tx.scalar(f"SELECT count(*){_DUE_FILTER}", (ts, ts)))
+
+
+@dataclass(frozen=True)
+class DueDelivery:
+    """A due, unleased delivery as the fair claim sees it: whose it is, in which order, and whether its
+    destination's circuit is half-open (a probe: one request at a time)."""
+
+    tenant_id: str
+    destination_id: str
+    probing: bool
+    id: int
+    next_attempt_at: datetime
+    claims: int
+
+
+def due_per_destination(tx: Tx, *, per_destination: int, now: datetime) -> list[DueDelivery]:
+    """The first `per_destination` due, unleased deliveries of every active destination whose circuit is not
+    open, each destination's in claim order (strict per-scope ordering respected). Costs one index probe per
+    active destination, whatever the backlog."""
+    ts = db_time(tx, now)
+    rows = tx.fetchall(statements("deliveries", tx.dialect)["due_per_destination"], (ts, ts, per_destination, ts))
+    return [DueDelivery(r[0], r[1], bool(r[2]), int(r[3]), from_timestamp(r[4]) or now, int(r[5])) for r in rows]
+
+
+def claim_ids(tx: Tx, ids: Sequence[int], *, worker: str, lease: timedelta, now: datetime) -> list[Delivery]:
+    """Lease these deliveries to `worker` where they are still pending and unleased (a row another worker
+    claimed meanwhile is left out; PostgreSQL skips rows locked by a concurrent claim). Counts one claim each."""
+    if not ids:
+        return []
+    ts, until = db_time(tx, now), db_time(tx, now + lease)
+    marks = ", ".join("?" * len(ids))
+    lock = fragment(tx.dialect, "claim_lock")
+    rows = tx.fetchall(
+        f"WITH c AS (SELECT d.id FROM deliveries d WHERE d.id IN ({marks}) AND d.state = 'pending'"
+        f" AND (d.lease_expires_at IS NULL OR d.lease_expires_at < ?){' ' + lock if lock else ''})"
+        " UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, claims = deliveries.claims + 1,"
+        f" updated_at = ? FROM c WHERE deliveries.id = c.id RETURNING {_qualified('deliveries')}",
+        (*ids, ts, worker, until, ts),
+    )
+    return [_dlv(r) for r in rows]
+
+
+# --- circuit breaker ----------------------------------------------------------------------------------------
+
+
+def get_circuit(tx: Tx, tenant_id: str, destination_id: str) -> Circuit | None:
+    row = tx.fetchone("SELECT circuit_failures, circuit_opens, circuit_open_until FROM destinations"
+                      " WHERE tenant_id = ? AND destination_id = ?", (tenant_id, destination_id))
+    return None if row is None else Circuit(int(row[0]), int(row[1]), from_timestamp(row[2]))
+
+
+def set_circuit(tx: Tx, tenant_id: str, destination_id: str, circuit: Circuit) -> None:
+    tx.execute("UPDATE destinations SET circuit_failures = ?, circuit_opens = ?, circuit_open_until = ?"
+               " WHERE tenant_id = ? AND destination_id = ?",
+               (circuit.failures, circuit.opens,
+                db_time(tx, circuit.open_until) if circuit.open_until is not None else None,
+                tenant_id, destination_id))
 
 
 def release(tx: Tx, delivery_ids: Sequence[int], worker: str, *, now: datetime) -> int:

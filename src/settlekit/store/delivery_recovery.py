@@ -7,13 +7,14 @@ what a window may be) live in `settlekit.delivery.recovery`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
 from settlekit.store.db import Tx
 from settlekit.store.deliveries import db_time
-from settlekit.store.sql import from_timestamp
+from settlekit.store.sql import fragment, from_timestamp
 
 _REPLAY_WHERE: Final = " WHERE tenant_id = ? AND destination_id = ? AND created_at >= ? AND created_at < ?"
 
@@ -33,6 +34,117 @@ def replay(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime, unti
         (ts, ts, *window),
     )
     return replayed, pending
+
+
+# --- replay jobs -------------------------------------------------------------------------------------------------
+
+_REPLAY_COLS: Final = ("replay_id, tenant_id, destination_id, since, until, status, total, replayed, skipped,"
+                       " cursor_id, actor, created_at, updated_at, finished_at")
+
+
+@dataclass(frozen=True)
+class ReplayRow:
+    replay_id: str
+    tenant_id: str
+    destination_id: str
+    since: datetime
+    until: datetime
+    status: str  # running | done | canceled
+    total: int  # delivered or failed deliveries of the window when the replay was created
+    replayed: int  # sent again so far
+    skipped: int  # pending by the time the replay reached them (left as they are)
+    cursor_id: int  # the replay has gone through the window's deliveries up to this id
+    actor: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+def _replay(row: Sequence[Any]) -> ReplayRow:
+    return ReplayRow(row[0], row[1], row[2], _time(row[3]), _time(row[4]), row[5], int(row[6]), int(row[7]),
+                     int(row[8]), int(row[9]), row[10], _time(row[11]), _time(row[12]), from_timestamp(row[13]))
+
+
+def window_counts(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime,
+                  until: datetime) -> tuple[int, int]:
+    """(delivered or failed, pending) deliveries of the destination created in [since, until)."""
+    window = (tenant_id, destination_id, db_time(tx, since), db_time(tx, until))
+    row = tx.fetchone(f"SELECT count(*), sum(CASE WHEN state = 'pending' THEN 1 ELSE 0 END) FROM deliveries"
+                      f"{_REPLAY_WHERE}", window)
+    total, pending = (int(row[0]), int(row[1] or 0)) if row else (0, 0)
+    return total - pending, pending
+
+
+def running_replay(tx: Tx, tenant_id: str, destination_id: str) -> ReplayRow | None:
+    row = tx.fetchone(f"SELECT {_REPLAY_COLS} FROM delivery_replays WHERE tenant_id = ? AND destination_id = ?"
+                      " AND status = 'running'", (tenant_id, destination_id))
+    return _replay(row) if row else None
+
+
+def insert_replay(tx: Tx, row: ReplayRow) -> None:
+    tx.execute(
+        f"INSERT INTO delivery_replays ({_REPLAY_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (row.replay_id, row.tenant_id, row.destination_id, db_time(tx, row.since), db_time(tx, row.until),
+         row.status, row.total, row.replayed, row.skipped, row.cursor_id, row.actor, db_time(tx, row.created_at),
+         db_time(tx, row.updated_at), db_time(tx, row.finished_at) if row.finished_at else None))
+
+
+def get_replay(tx: Tx, tenant_id: str, destination_id: str, replay_id: str, *, lock: bool = False
+               ) -> ReplayRow | None:
+    row = tx.fetchone(f"SELECT {_REPLAY_COLS} FROM delivery_replays WHERE tenant_id = ? AND destination_id = ?"
+                      " AND replay_id = ?" + (f" {fragment(tx.dialect, 'row_lock')}" if lock else ""),
+                      (tenant_id, destination_id, replay_id))
+    return _replay(row) if row else None
+
+
+def list_replays(tx: Tx, tenant_id: str, destination_id: str, *, limit: int) -> list[ReplayRow]:
+    """The destination's replays, newest first."""
+    rows = tx.fetchall(f"SELECT {_REPLAY_COLS} FROM delivery_replays WHERE tenant_id = ? AND destination_id = ?"
+                       " ORDER BY created_at DESC, replay_id DESC LIMIT ?", (tenant_id, destination_id, limit))
+    return [_replay(r) for r in rows]
+
+
+def any_running_replay(tx: Tx) -> bool:
+    return tx.fetchone("SELECT 1 FROM delivery_replays WHERE status = 'running' LIMIT 1") is not None
+
+
+def lock_running_replays(tx: Tx, *, limit: int) -> list[ReplayRow]:
+    """Running replays, least recently advanced first, locked until the transaction ends (PostgreSQL skips the
+    ones another worker is advancing)."""
+    lock = fragment(tx.dialect, "claim_lock").replace(" OF d", "")
+    rows = tx.fetchall(f"SELECT {_REPLAY_COLS} FROM delivery_replays WHERE status = 'running'"
+                       f" ORDER BY updated_at LIMIT ? {lock}", (limit,))
+    return [_replay(r) for r in rows]
+
+
+def replay_chunk(tx: Tx, replay: ReplayRow, *, limit: int, now: datetime) -> tuple[int, int, int | None]:
+    """Send again the next `limit` deliveries of the replay's window after its cursor (in id order) that are
+    delivered or failed: pending, due now, attempts counted afresh, the same message id. Returns (replayed,
+    skipped because pending, the last id gone through; None when the window has none left)."""
+    rows = tx.fetchall(
+        f"SELECT id, state FROM deliveries{_REPLAY_WHERE} AND id > ? ORDER BY id LIMIT ?",
+        (replay.tenant_id, replay.destination_id, db_time(tx, replay.since), db_time(tx, replay.until),
+         replay.cursor_id, limit))
+    if not rows:
+        return 0, 0, None
+    ids = [int(r[0]) for r in rows if r[1] != "pending"]
+    replayed = 0
+    if ids:
+        ts = db_time(tx, now)
+        replayed = tx.execute(
+            "UPDATE deliveries SET state = 'pending', attempt_base = attempt_base + attempts, attempts = 0,"
+            " claims = 0, next_attempt_at = ?, acked_at = NULL, lease_owner = NULL, lease_expires_at = NULL,"
+            f" expires_at = NULL, updated_at = ? WHERE id IN ({', '.join('?' * len(ids))}) AND state <> 'pending'",
+            (ts, ts, *ids))
+    return replayed, len(rows) - replayed, int(rows[-1][0])
+
+
+def update_replay(tx: Tx, replay_id: str, *, status: str, replayed: int, skipped: int, cursor_id: int,
+                  now: datetime, finished: bool) -> None:
+    ts = db_time(tx, now)
+    tx.execute("UPDATE delivery_replays SET status = ?, replayed = ?, skipped = ?, cursor_id = ?, updated_at = ?,"
+               " finished_at = ? WHERE replay_id = ?",
+               (status, replayed, skipped, cursor_id, ts, ts if finished else None, replay_id))
 
 
 # --- failure streaks -------------------------------------------------------------------------------------------

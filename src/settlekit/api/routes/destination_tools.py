@@ -1,12 +1,15 @@
 """Recovery and endpoint tools of a destination (scope `ops`), as Svix offers them: replay its deliveries over a
-time window, send it a test message, its endpoint statistics. (Automatic disabling after a long failure streak
-is the delivery worker's; its reason shows in the destination's `disabledReason`, and enabling clears it.)"""
+time window (a recorded job the delivery worker carries out at a bounded rate), send it a test message (a few at a
+time per tenant, each within its deadline), its endpoint statistics. (Automatic disabling after a long failure
+streak is the delivery worker's; its reason shows in the destination's `disabledReason`, and enabling clears it.)"""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from settlekit.api import idempotency
@@ -14,15 +17,15 @@ from settlekit.api.auth import ApiKey
 from settlekit.api.deps import DestinationIdPath, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
-from settlekit.delivery import recovery
+from settlekit.api.schemas import Circuit
+from settlekit.delivery import recovery, replays
 from settlekit.delivery.sender import SenderConfig
 from settlekit.store.db import Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
-TEST_TIMEOUT = 10.0  # seconds a test send may take
-
 
 _PROBLEMS = problems("DELIVERY_WINDOW_INVALID", "NOT_FOUND")
+ReplayIdPath = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^rpl_[0-9a-f]{32}$")]
 
 
 class ReplayIn(BaseModel):
@@ -32,11 +35,25 @@ class ReplayIn(BaseModel):
 
 
 class ReplayOut(BaseModel):
+    replayId: str
     destinationId: str
     since: str
     until: str
-    replayed: int = Field(description="delivered or failed deliveries sent again (new attempts, same webhook-id)")
-    alreadyPending: int = Field(description="deliveries of the window still pending, left as they are")
+    status: str = Field(description="running, done or canceled")
+    total: int = Field(description="delivered or failed deliveries of the window when the replay was created")
+    replayed: int = Field(description="deliveries sent again so far (new attempts, same webhook-id)")
+    skipped: int = Field(description="deliveries the replay found pending (left as they are)")
+    createdAt: str
+    updatedAt: str
+    finishedAt: str | None
+
+
+class ReplayCreated(ReplayOut):
+    alreadyPending: int = Field(description="deliveries of the window pending when the replay was created")
+
+
+class Replays(BaseModel):
+    replays: list[ReplayOut] = Field(description="the destination's latest replays, newest first")
 
 
 class TestSendOut(BaseModel):
@@ -89,35 +106,80 @@ class StatsOut(BaseModel):
     deliveries: DeliveryCounts = Field(description="deliveries created in the window, per state")
     consecutiveFailures: int = Field(description="failed attempts in a row now")
     failingSince: str | None
+    circuit: Circuit
 
 
-@router.post("/destinations/{destination_id}/replay", summary="Send a destination's deliveries of a window again",
-             description="Every delivered or failed delivery of the destination created in [since, until) goes "
-                         "back to pending, due now: new attempts (the attempt log numbers on), the same "
-                         "webhook-id. Pending ones are left as they are. Idempotent by Idempotency-Key.",
-             response_model=ReplayOut, responses=_PROBLEMS, openapi_extra=IDEMPOTENT)
+@router.post("/destinations/{destination_id}/replay", status_code=202,
+             summary="Send a destination's deliveries of a window again (a replay job)",
+             description="Records a replay: every delivered or failed delivery of the destination created in "
+                         "[since, until) goes back to pending, due now: new attempts (the attempt log numbers on), "
+                         "the same webhook-id. The first ones at once, the rest at `replay_rate` per second; "
+                         "deliveries pending by then are left as they are. At most one replay runs per "
+                         "destination (409 REPLAY_RUNNING); a window holds at most `replay_max_deliveries` (422 "
+                         "REPLAY_TOO_LARGE) and spans at most `replay_max_window_hours`. Progress: the replay's "
+                         "URL (Location). Idempotent by Idempotency-Key.",
+             response_model=ReplayCreated,
+             responses=problems("DELIVERY_WINDOW_INVALID", "NOT_FOUND", "REPLAY_RUNNING", "REPLAY_TOO_LARGE"),
+             openapi_extra=IDEMPOTENT)
 def replay_destination(destination_id: DestinationIdPath, body: ReplayIn, request: Request,
                        key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 
     def action(tx: Tx) -> tuple[int, Any]:
-        report = recovery.replay_destination(ctx.db, key.tenant_id, destination_id, since=body.since,
-                                             until=body.until, actor=key.key_id, tx=tx)
-        return 200, report.to_json()
+        now = datetime.now(UTC)
+        since, until = recovery.window(body.since, body.until, now)
+        row, pending = replays.create(tx, key.tenant_id, destination_id, since=since, until=until,
+                                      policy=ctx.replay_policy, actor=key.key_id, now=now)
+        return 202, {**replays.to_json(row), "alreadyPending": pending}
 
-    return idempotency.write_in_transaction(request, key, body.model_dump(mode="json"), action)
+    response = idempotency.write_in_transaction(request, key, body.model_dump(mode="json"), action)
+    if response.status_code == 202:
+        replay_id = json.loads(bytes(response.body))["replayId"]
+        response.headers["Location"] = f"/v1/destinations/{destination_id}/replays/{replay_id}"
+    return response
+
+
+@router.get("/destinations/{destination_id}/replays", summary="A destination's replays",
+            response_model=Replays, responses=problems("NOT_FOUND"))
+def list_replays(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    rows = replays.list_for(context(request).db, key.tenant_id, destination_id)
+    return JsonResponse({"replays": [replays.to_json(r) for r in rows]})
+
+
+@router.get("/destinations/{destination_id}/replays/{replay_id}", summary="One replay and its progress",
+            response_model=ReplayOut, responses=problems("NOT_FOUND"))
+def get_replay(destination_id: DestinationIdPath, replay_id: ReplayIdPath, request: Request,
+               key: ApiKey = require("ops")) -> JsonResponse:
+    return JsonResponse(replays.to_json(replays.get(context(request).db, key.tenant_id, destination_id, replay_id)))
+
+
+@router.post("/destinations/{destination_id}/replays/{replay_id}/cancel", summary="Cancel a running replay",
+             description="What the replay has requeued stays queued; the rest of its window is not sent again.",
+             response_model=ReplayOut, responses=problems("NOT_FOUND", "REPLAY_NOT_RUNNING"),
+             openapi_extra=IDEMPOTENT)
+def cancel_replay(destination_id: DestinationIdPath, replay_id: ReplayIdPath, request: Request,
+                  key: ApiKey = require("ops")) -> JsonResponse:
+    def action(tx: Tx) -> tuple[int, Any]:
+        row = replays.cancel(tx, key.tenant_id, destination_id, replay_id, actor=key.key_id, now=datetime.now(UTC))
+        return 200, replays.to_json(row)
+
+    return idempotency.write_in_transaction(request, key, None, action)
 
 
 @router.post("/destinations/{destination_id}/test", summary="Send a destination a signed test message now",
              description="One POST of `{\"type\": \"settlekit.test\", …}`, signed as the destination's deliveries "
                          "are, through the SSRF guard, sent whether the destination is active or disabled; the "
-                         "answer says how it went. Nothing is queued or stored; a repeat sends another.",
-             response_model=TestSendOut, responses=_PROBLEMS)
+                         "answer says how it went, within `test_send_timeout`. Nothing is queued or stored; a "
+                         "repeat sends another. A tenant has at most `test_send_concurrency` test sends in flight "
+                         "per API process (429 TEST_SEND_BUSY beyond).",
+             response_model=TestSendOut, responses=problems("NOT_FOUND", "TEST_SEND_BUSY"))
 async def test_destination(destination_id: DestinationIdPath, request: Request,
                            key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
-    sent = await recovery.send_test(ctx.db, key.tenant_id, destination_id, policy=ctx.destination_policy,
-                                    sender=SenderConfig(timeout=TEST_TIMEOUT, connect_timeout=5.0))
+    timeout = ctx.test_sends.timeout
+    with ctx.test_sends.slot(key.tenant_id):
+        sent = await recovery.send_test(ctx.db, key.tenant_id, destination_id, policy=ctx.destination_policy,
+                                        sender=SenderConfig(timeout=timeout, connect_timeout=min(5.0, timeout)))
     return JsonResponse(sent.to_json())
 
 

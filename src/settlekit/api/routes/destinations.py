@@ -16,6 +16,7 @@ from settlekit.api.deps import DestinationIdPath, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Destination, DestinationRequeued, Destinations, EnabledDestination
+from settlekit.delivery import circuit
 from settlekit.delivery import service as delivery
 from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of
 from settlekit.errors import ValidationError
@@ -95,7 +96,8 @@ def _destination_json(dest: delivery_store.Destination) -> dict[str, Any]:
             "disabledReason": dest.disabled_reason, "secretRef": _public_ref(dest.secret_ref),
             "previousSecretRef": _public_ref(dest.previous_secret_ref) if rotating else None,
             "previousSecretExpiresAt": until.astimezone(UTC).isoformat().replace("+00:00", "Z")
-            if rotating and until is not None else None}
+            if rotating and until is not None else None,
+            "circuit": circuit.to_json(dest.circuit, datetime.now(UTC))}
 
 
 def _secret_input(secret: str | None, secret_ref: str | None) -> tuple[str | None, str | None]:
