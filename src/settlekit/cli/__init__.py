@@ -254,7 +254,7 @@ def import_stream(
     Registers the keys for the tenant by role, verifies the whole file's hash chains and signatures, skips events
     already imported (a re-run resumes), stops at the first refused event. The export is recorded history: an
     unsigned event and lone surrogates are accepted and counted (`--strict` refuses them). A JOB_CREATED naming
-    another tenant than --tenant refuses the file (JOB_TENANT_MISMATCH) unless --retenant.
+    another tenant than --tenant is refused at that event (JOB_TENANT_MISMATCH) unless --retenant.
     Prints {"appended", "skipped", "refused", "unsigned", "loneSurrogates", "retenanted"} last on stdout; exit 0
     when nothing was refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys,
     database).
