@@ -7,10 +7,11 @@ policy (AppendPolicy): a missing signature and lone surrogates in payloads are a
 recorded and counted; `strict=True` applies the rules for new input instead. The import stops at the first event
 the append refuses. A re-run resumes: events already stored, identical, are skipped; the rest are appended.
 
-A JOB_CREATED whose payload names another tenant than the one imported into (settld's default tenant when it names
-none) refuses the file up front (JOB_TENANT_MISMATCH), as the API refuses it: the job would show that tenant under
-this one while its artifacts name this one. `retenant=True` imports such a stream anyway (the events are signed:
-their tenantId cannot be changed), and counts its JOB_CREATED events (`retenanted`).
+A JOB_CREATED (the first or a later one) whose job belongs to another tenant than the one imported into (its
+payload's tenantId as settld reads it; settld's default tenant when it names none) is refused at that event
+(JOB_TENANT_MISMATCH), as the API refuses it: the job would show that tenant under this one while its artifacts
+name this one. `retenant=True` imports it anyway (the events are signed: their tenantId cannot be changed), and
+counts such JOB_CREATED events (`retenanted`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 from settlekit.append import HISTORY, LIVE, Appender, AppendPolicy
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.envelope import Event, key_id_for_public_pem, load_public_key
+from settlekit.events.js import js_to_string, js_trim
+from settlekit.events.recorded import recorded_envelope
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.store.signer_keys import KEY_PURPOSES
 
@@ -54,7 +57,7 @@ class ImportResult:
     refused: Refusal | None = None
     unsigned: int = 0  # appended unsigned events (history mode)
     lone_surrogates: int = 0  # appended events whose payload holds a lone surrogate (history mode)
-    retenanted: int = 0  # appended JOB_CREATED events naming another tenant (`retenant`)
+    retenanted: int = 0  # appended JOB_CREATED events naming another tenant (--retenant)
 
     def to_json(self) -> dict[str, Any]:
         return {"appended": self.appended, "skipped": self.skipped,
@@ -122,6 +125,23 @@ def forget_signers(store: Appender, tenant_id: str, key_ids: Sequence[str], resu
         store.signer_keys.forget(tenant_id, key_ids)
 
 
+def named_tenant(event: Mapping[str, Any]) -> str | None:
+    """The tenant a JOB_CREATED gives its job, as settld reads it (`payload.tenantId`, trimmed, `tenant_default`
+    when absent or blank); None for another type."""
+    if event.get("type") != "JOB_CREATED":
+        return None
+    payload = event.get("payload")
+    named = payload.get("tenantId") if isinstance(payload, dict) else None
+    text = "" if named is None else js_trim(js_to_string(named))
+    return text or DEFAULT_TENANT_ID
+
+
+def names_other_tenant(event: Mapping[str, Any], tenant_id: str) -> bool:
+    """A JOB_CREATED whose job would belong to another tenant than `tenant_id` (`named_tenant`)."""
+    named = named_tenant(event)
+    return named is not None and named != tenant_id
+
+
 def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]], *,
                   strict: bool = False, retenant: bool = False, chunk_size: int = 64,
                   progress: Callable[[int], None] | None = None) -> ImportResult:
@@ -130,8 +150,12 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     First the whole file is verified (`Appender.verify_history`: envelope shapes, each stream's hash chain,
     every signature present against the tenant's keys by role); a failure there refuses that event and nothing
     is written. The appends use the HISTORY policy (the events are recorded history, not new input); `strict`
-    uses the LIVE policy, so an unsigned event or a lone surrogate is refused. A JOB_CREATED naming another tenant
-    refuses the file up front (JOB_TENANT_MISMATCH) unless `retenant` (see the module docstring).
+    uses the LIVE policy, so an unsigned event or a lone surrogate is refused.
+
+    A JOB_CREATED (the first or a later one) whose job belongs to another tenant than `tenant_id` (its
+    `payload.tenantId`, `tenant_default` when it names none, as settld's reducer reads it) is refused
+    (JOB_TENANT_MISMATCH, as the API refuses it; the events before it appended) unless `retenant`: then it is
+    appended under `tenant_id` (its signed tenantId cannot be changed) and counted in `retenanted`.
 
     An event already stored in its stream, identical (same envelope, signature included), is skipped: a re-run
     resumes. Refusal = a SettlekitError with a 4xx status raised by the append path for that event (nothing of
@@ -144,10 +168,10 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     in turn, the left one first, down to the single refused event. The store checks each event of a batch
     against the state after the ones before it, so the outcome is exactly that of appending one event at a time.
     """
-    result = ImportResult(refused=_check_file(store, tenant_id, events, retenant))
+    policy = LIVE if strict else HISTORY
+    result = ImportResult(refused=_check_file(store, tenant_id, events, policy))
     if result.refused is not None:
         return result
-    policy = LIVE if strict else HISTORY
     stored: dict[str, dict[str, Mapping[str, Any]]] = {}
     i = 0
     while i < len(events):
@@ -155,11 +179,14 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
         known = stored.get(stream_id)
         if known is None:
             known = stored[stream_id] = _stored_by_id(store, tenant_id, stream_id)
-        if _already_stored(known, events[i]):
+        if _already_stored(known, events[i], policy):
             result.skipped += 1
             i += 1
+        elif not retenant and names_other_tenant(events[i], tenant_id):
+            result.refused = _refusal(i, events[i], _tenant_mismatch(events[i], tenant_id))
+            return result
         else:
-            j = _chunk_end(events, i, stream_id, known, chunk_size)
+            j = _chunk_end(events, i, stream_id, known, chunk_size, policy, tenant_id)
             result.refused = _append_exact(store, tenant_id, stream_id, events, i, j, result, policy)
             if result.refused is not None:
                 return result
@@ -169,30 +196,16 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     return result
 
 
-def names_other_tenant(event: Mapping[str, Any], tenant_id: str) -> bool:
-    """Whether `event` is a JOB_CREATED whose payload names a tenant other than `tenant_id` (no tenantId: settld's
-    default tenant)."""
-    if event.get("type") != "JOB_CREATED":
-        return False
-    payload = event.get("payload")
-    claimed = payload.get("tenantId") if isinstance(payload, Mapping) else None
-    return (claimed if claimed is not None else DEFAULT_TENANT_ID) != tenant_id
-
-
 def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]],
-                retenant: bool = False) -> Refusal | None:
-    """The checks of the whole file before anything is written: every event names its stream as a string, no
-    JOB_CREATED names another tenant (unless `retenant`), then `Appender.verify_history`. Returns the refusal of
-    the first event that fails them."""
+                policy: AppendPolicy) -> Refusal | None:
+    """The checks of the whole file before anything is written: every event names its stream as a string, then
+    `Appender.verify_history` (in history mode up to the first envelope settld's rules refuse: the import stops
+    there, at that event's append). Returns the refusal of the first event that fails them."""
     for i, event in enumerate(events):
         if not isinstance(event.get("streamId"), str):
             return _refusal(i, event, ValidationError("streamId must be a string", code="SCHEMA_INVALID"))
-        if not retenant and names_other_tenant(event, tenant_id):
-            return _refusal(i, event, SettlekitError(
-                f"JOB_CREATED names another tenant than {tenant_id!r}; import it with --tenant set to that tenant, "
-                "or with --retenant to keep it under this one", code="JOB_TENANT_MISMATCH", status=403))
     try:
-        store.verify_history(tenant_id, events)
+        store.verify_history(tenant_id, events, policy=policy)
     except SettlekitError as exc:
         if exc.status >= 500:
             raise
@@ -204,12 +217,13 @@ def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, A
 
 
 def _chunk_end(events: Sequence[Mapping[str, Any]], start: int, stream_id: str,
-               known: Mapping[str, Mapping[str, Any]], chunk_size: int) -> int:
+               known: Mapping[str, Mapping[str, Any]], chunk_size: int, policy: AppendPolicy,
+               tenant_id: str) -> int:
     """Where the chunk that starts at `start` ends: up to `chunk_size` consecutive events of `stream_id`, stopping
-    before one already stored."""
+    before one already stored and before a JOB_CREATED of another tenant (checked on its own)."""
     end = start + 1
     while (end < len(events) and end - start < chunk_size and events[end].get("streamId") == stream_id
-           and not _already_stored(known, events[end])):
+           and not _already_stored(known, events[end], policy) and not names_other_tenant(events[end], tenant_id)):
         end += 1
     return end
 
@@ -240,6 +254,13 @@ def _append_exact(store: Appender, tenant_id: str, stream_id: str, events: Seque
             or _append_exact(store, tenant_id, stream_id, events, mid, hi, result, policy))
 
 
+def _tenant_mismatch(event: Mapping[str, Any], tenant_id: str) -> SettlekitError:
+    named = named_tenant(event)
+    return SettlekitError(f"JOB_CREATED names tenant {named!r}, another tenant than {tenant_id!r}; import it with "
+                          "--tenant set to that tenant, or with --retenant to keep it under this one",
+                          code="JOB_TENANT_MISMATCH", status=403, tenantId=tenant_id, namedTenantId=named)
+
+
 def _batch_index(exc: SettlekitError, size: int) -> int | None:
     """The position in the batch of the event a refusal names, when it names one."""
     index = exc.details.get("index")
@@ -252,11 +273,18 @@ def _stored_by_id(store: Appender, tenant_id: str, stream_id: str) -> dict[str, 
     return {e["id"]: e for e in store.streams.read_stream(tenant_id, stream_id)}
 
 
-def _already_stored(known: Mapping[str, Mapping[str, Any]], event: Mapping[str, Any]) -> bool:
-    """The very same envelope is in the stream (schemaVersion, which the store does not keep, aside)."""
+def _already_stored(known: Mapping[str, Mapping[str, Any]], event: Mapping[str, Any],
+                    policy: AppendPolicy) -> bool:
+    """The very same envelope is in the stream (schemaVersion, which the store does not keep, aside; in history
+    mode, the event as settld recorded it: fields beside the envelope's dropped, absent ones null)."""
     found = known.get(str(event.get("id")))
     if found is None:
         return False
+    if policy.recorded:
+        try:
+            return recorded_envelope(event, 0) == found
+        except ValidationError:
+            return False
     return {k: v for k, v in event.items() if k not in ("schemaVersion", "schema_version")} == found
 
 

@@ -210,8 +210,8 @@ def test_event_id_is_unique_within_a_tenant(db_url: str, tmp_path: Path) -> None
 @pytest.mark.parametrize("case", ["extra_field", "missing_v", "zoneless_at", "id_with_space", "payload_too_large",
                                   "lone_surrogate"])
 def test_live_path_rules_stricter_than_settld(case: str, sqlite_url: str, tmp_path: Path) -> None:
-    """The README's "Deliberate differences from settld": each rule refuses with nothing written (the lone
-    surrogate only under `--strict`: history mode takes it as recorded, see below)."""
+    """The README's "Deliberate differences from settld": each rule refuses new input (`--strict`) with nothing
+    written; history mode takes each as settld's API stored it, but a payload over the size limit."""
     fields: dict[str, Any] = {"at": "2026-01-05T09:00:00.000Z", "id": "evt_strict_0001"}
     payload: dict[str, Any] = {"tenantId": TENANT, "templateId": "reset_lite"}
     if case == "zoneless_at":
@@ -229,10 +229,19 @@ def test_live_path_rules_stricter_than_settld(case: str, sqlite_url: str, tmp_pa
     if case == "lone_surrogate":
         event["payload"]["customerId"] = "cust_\ud800"  # hashed as settld would; refused as new input
         event = finalize(event, None)
-    code, out = _import(tmp_path, sqlite_url, [event], [], *(["--strict"] if case == "lone_surrogate" else []))
+    code, out = _import(tmp_path, sqlite_url, [event], [], "--strict")
     expected = {"payload_too_large": "PAYLOAD_TOO_LARGE"}.get(case, "SCHEMA_INVALID")
     assert code == 1 and out["appended"] == 0 and out["refused"]["code"] == expected, out
     assert _stored(sqlite_url, "job_strict") == []
+    # history mode takes what settld's API stored (the size limit aside): the envelope as settld recorded it
+    code, out = _import(tmp_path, sqlite_url, [event], [])
+    if case == "payload_too_large":
+        assert code == 1 and out["refused"]["code"] == "PAYLOAD_TOO_LARGE", out
+        assert _stored(sqlite_url, "job_strict") == []
+    else:
+        assert code == 0 and out["appended"] == 1, out
+        recorded = {**{k: v for k, v in event.items() if k != "note"}, "v": 1}
+        assert _stored(sqlite_url, "job_strict") == [recorded]
 
 
 def test_usage_errors_exit_2(sqlite_url: str, tmp_path: Path) -> None:
@@ -554,8 +563,9 @@ def test_a_key_conflict_registers_none_of_the_import_keys(db_url: str, tmp_path:
 
 
 def test_a_stream_naming_another_tenant_is_refused_unless_retenant(db_url: str, tmp_path: Path) -> None:
-    """A JOB_CREATED naming another tenant than --tenant (the vectors' job is tenant_default's): the file is refused
-    up front with JOB_TENANT_MISMATCH, nothing written, as the API refuses it; --tenant set to that tenant imports
+    """A JOB_CREATED naming another tenant than --tenant (the vectors' job is tenant_default's): the import is
+    refused at it with JOB_TENANT_MISMATCH (here the first event: nothing written), as the API refuses it; a later
+    one is refused where it stands (test_import_history.py); --tenant set to that tenant imports
     it; --retenant imports it under --tenant anyway and counts it. Before, it was stored and the job showed
     tenantId "tenant_default" under another tenant."""
     vector = load_vector("settle_completed.json")

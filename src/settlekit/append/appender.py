@@ -19,6 +19,7 @@ from settlekit.append import idempotency as idempotent
 from settlekit.append.domain import DomainOutcome, DomainRead, PassThroughDomain, StreamDomain
 from settlekit.append.idempotency import Idempotency
 from settlekit.append.policy import (
+    HISTORY,
     LIVE,
     AppendPolicy,
     check_not_in_future,
@@ -48,6 +49,8 @@ from settlekit.events.envelope import (
     now_iso,
     verify_link,
 )
+from settlekit.events.js import js_nonblank
+from settlekit.events.recorded import check_nesting, recorded_envelope
 from settlekit.store.db import Database, Tx
 from settlekit.store.events import (
     MAX_QUEUED_APPENDS,
@@ -129,6 +132,7 @@ class _Request:
     idempotency: Idempotency | None
     correlation_id: str | None
     causation_id: str | None
+    recorded: bool = False  # recorded history (AppendPolicy.recorded): settld's own rules for what it stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +233,7 @@ class Appender:
                 state = yield from self._read_state(tenant_id, stream_id, named_key_ids(items))
             precondition(state.head)
         client_finalized = _check_items(tenant_id, stream_id, items, policy)
-        request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id)
+        request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id, policy.recorded)
         if idempotency is not None:
             # finalized events carry their head in the body: a header beside them is not part of the request's
             # identity (a retry with or without it is the same request)
@@ -354,16 +358,20 @@ class Appender:
         events: list[Event] = []
         now = self.clock()
         for i, item in enumerate(items):
-            event = dict(item)
-            schema_version = event.pop("schemaVersion", event.pop("schema_version", 1))
-            if schema_version != 1:
-                raise ValidationError(f"event {i}: schemaVersion must be 1", code="SCHEMA_INVALID", index=i)
-            check_envelope_shape(event, i)
+            if policy.recorded:
+                event = recorded_envelope(item, i)
+                check_nesting(event, i)
+            else:
+                event = dict(item)
+                schema_version = event.pop("schemaVersion", event.pop("schema_version", 1))
+                if schema_version != 1:
+                    raise ValidationError(f"event {i}: schemaVersion must be 1", code="SCHEMA_INVALID", index=i)
+                check_envelope_shape(event, i)
             if event["streamId"] != stream_id:
                 raise ValidationError(f"event {i}: streamId {event['streamId']!r} is not {stream_id!r}",
                                       code="SCHEMA_INVALID", index=i)
             self._check_size(event, i)
-            check_not_in_future(event["at"], now, i)
+            check_not_in_future(event["at"], now, i, recorded=policy.recorded)
             events.append(event)
         prev = events[0]["prevChainHash"]
         if state is None or not _signer_key_ids(events) <= state.key_ids:
@@ -383,10 +391,11 @@ class Appender:
         snapshot = yield from self._current_snapshot(request, head, snapshot)
         link = prev
         unsigned = 0
+        recorded = policy.recorded
         for i, event in enumerate(events):
-            verify_link(event, link, i, lambda kid: _public_key(keys, kid))
-            required = self.domain.required_signer(event["type"], event["actor"]["type"])
-            either = {self.domain.required_signer(event["type"], kind) for kind in ("robot", "operator")}
+            verify_link(event, link, i, lambda kid: _public_key(keys, kid), node_base64=recorded)
+            required = self._required_signer(event["type"], event["actor"]["type"], recorded)
+            either = {self._required_signer(event["type"], kind, recorded) for kind in ("robot", "operator")}
             check_signed_actor(event, i, required, robot_or_operator=either == {"robot", "operator"})
             unsigned += not check_signer(event, i, keys, required, policy)
             link = event["chainHash"]
@@ -397,24 +406,50 @@ class Appender:
             result.lone_surrogates = sum(find_lone_surrogate(e["payload"]) is not None for e in events)
         return result
 
-    def verify_history(self, tenant_id: str, events: Sequence[Mapping[str, Any]]) -> None:
-        """Check a whole exported file before anything of it is written: each envelope's shape, each stream's
-        hash chain in file order (the first event of a stream links to whatever it names; the append checks
-        that against the stored head), and every signature present, against the tenant's registered keys
-        (SIGNER_UNKNOWN, SIG_INVALID). Raises the first failure with `index` = the position in `events`. Whether
-        the key's role (purpose) and status fit the event is the signer policy, checked by the append of that
-        event, as for any append."""
+    def _required_signer(self, event_type: str, actor_type: str, recorded: bool) -> str | None:
+        """The signer the event's type needs (the domain's table). Recorded history: a type outside the table
+        needs none of its own (the actor's key, if it signed, as settld's policy for such types)."""
+        if recorded:
+            try:
+                return self.domain.required_signer(event_type, actor_type)
+            except SettlekitError as exc:
+                if exc.code != "EVENT_TYPE_UNKNOWN":
+                    raise
+                return None
+        return self.domain.required_signer(event_type, actor_type)
+
+    def verify_history(self, tenant_id: str, events: Sequence[Mapping[str, Any]], *,
+                       policy: AppendPolicy | None = None) -> None:
+        """Check a whole exported file before anything of it is written: each stream's hash chain in file order
+        (the first event of a stream links to whatever it names; the append checks that against the stored
+        head), and every signature present, against the tenant's registered keys (SIGNER_UNKNOWN, SIG_INVALID).
+        Raises the first failure with `index` = the position in `events`. Whether the key's role (purpose) and
+        status fit the event is the signer policy, checked by the append of that event, as for any append.
+
+        With a `recorded` policy (history mode, the default) an envelope is read as settld stored it
+        (`events.recorded`) and its signature as node decodes it; an envelope settld's rules refuse is not
+        this check's failure but the append's, at its event, after the ones before it are written. Otherwise
+        (the rules for new input) each envelope's shape is checked here too (SCHEMA_INVALID)."""
+        recorded = (policy or HISTORY).recorded
         checked: list[Event] = []
         for i, item in enumerate(events):
-            event = {k: v for k, v in item.items() if k not in ("schemaVersion", "schema_version")}
-            check_envelope_shape(event, i)
-            checked.append(event)
+            if recorded:
+                try:
+                    event = recorded_envelope(item, i)
+                    check_nesting(event, i)
+                    checked.append(event)
+                except ValidationError:
+                    break  # its append refuses it: the import stops there, so the check does too
+            else:
+                event = {k: v for k, v in item.items() if k not in ("schemaVersion", "schema_version")}
+                check_envelope_shape(event, i)
+                checked.append(event)
         keys = self._signer_keys_of(tenant_id, checked)
         links: dict[str, str | None] = {}
         for i, event in enumerate(checked):
             stream_id = event["streamId"]
             link = links.get(stream_id, event["prevChainHash"])
-            verify_link(event, link, i, lambda kid: _public_key(keys, kid))
+            verify_link(event, link, i, lambda kid: _public_key(keys, kid), node_base64=recorded)
             links[stream_id] = event["chainHash"]
 
     def _domain_has_state(self) -> bool:
@@ -512,8 +547,10 @@ class Appender:
     def _domain_step(self, request: _Request, snapshot: dict[str, Any] | None, events: list[Event],
                      first_seq: int) -> _Flow:
         """The domain's step, given the values it asks to read (DomainRead) as database steps of the flow."""
+        process = (functools.partial(self.domain.process, recorded=True) if request.recorded
+                   else self.domain.process)
         return (yield from _with_domain_reads(functools.partial(
-            self.domain.process, request.tenant_id, request.stream_id, snapshot, events, first_seq)))
+            process, request.tenant_id, request.stream_id, snapshot, events, first_seq)))
 
     def _in_transaction(self, request: _Request, events: list[Event], outcome: DomainOutcome,
                         built: list[AppendResult]) -> AfterCommit | None:
@@ -617,7 +654,11 @@ def _check_items(tenant_id: str, stream_id: str, items: Sequence[Mapping[str, An
     """The checks every append makes first: the ids, a non-empty batch of well-formed Unicode, and client-finalized
     envelopes for a history append. Returns whether the items are client-finalized."""
     _require_id("tenant_id", tenant_id)
-    _require_id("stream_id", stream_id)
+    if policy.recorded:  # settld's job ids: any string JavaScript's trim leaves non-empty (URLs percent-encode it)
+        if not js_nonblank(stream_id):
+            raise ValidationError("stream_id must be a non-empty string", code="SCHEMA_INVALID")
+    else:
+        _require_id("stream_id", stream_id)
     if not items:
         raise ValidationError("nothing to append", code="SCHEMA_INVALID")
     for i, item in enumerate(items):

@@ -46,10 +46,11 @@ class StreamDomain(Protocol):
     def required_signer(self, event_type: str, actor_type: str) -> str | None: ...
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
-                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None
-                ) -> DomainOutcome:
+                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None,
+                *, recorded: bool = False) -> DomainOutcome:
         """The events' domain step on top of `snapshot`; raises to refuse them. `known`: the values the append
-        read for this step (see DomainRead); None: read what is needed directly."""
+        read for this step (see DomainRead); None: read what is needed directly. `recorded`: the events are
+        recorded history (AppendPolicy.recorded), judged by the rules they were recorded under."""
         ...
 
 
@@ -70,6 +71,6 @@ class PassThroughDomain:
         return None
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
-                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None
-                ) -> DomainOutcome:
+                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None,
+                *, recorded: bool = False) -> DomainOutcome:
         return DomainOutcome()

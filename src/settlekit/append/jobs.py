@@ -120,10 +120,14 @@ class JobStreamDomain:
         return required_signer_kind(event_type, actor_type)
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
-                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None
-                ) -> DomainOutcome:
-        for event in events:
-            require_known_event_type(event["type"])
+                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None,
+                *, recorded: bool = False) -> DomainOutcome:
+        """`recorded`: settld's history, judged as its API judged it: a type outside the transition table is
+        stored and counts as a revision, a JOB_CREATED after the first event restarts the job (settld's
+        reducer), and only settld's own payload validators and domain rules apply (`process_job_events`)."""
+        if not recorded or snapshot is None:
+            for event in events if not recorded else events[:1]:
+                require_known_event_type(event["type"])
         is_job = (snapshot is not None and "snapshot" in snapshot) or (snapshot is None
                                                                        and events[0]["type"] == "JOB_CREATED")
         if not is_job:
@@ -151,7 +155,7 @@ class JobStreamDomain:
         # The live path: payload validation, transitions and the API's append-time rules refuse (nothing is
         # written); a posting error does not refuse the event, it is stored without an entry and recorded.
         result = process_job_events(snapshot, events, tenant_id=tenant_id, contract_resolver=resolver,
-                                    live=self.server_rules)
+                                    live=self.server_rules, recorded=recorded)
         if not result.ledger_entries and not result.ledger_errors:
             return DomainOutcome(snapshot=result.state)
         seq_by_event_id = {e["id"]: first_seq + i for i, e in enumerate(events)}

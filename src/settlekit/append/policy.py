@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from settlekit.errors import SignerPolicyError, ValidationError
 from settlekit.events.envelope import Event
+from settlekit.events.js import date_parse_ms
 from settlekit.store.signer_keys import SignerKey
 
 FUTURE_TOLERANCE = timedelta(minutes=5)
@@ -24,22 +25,38 @@ class AppendPolicy:
     recorded history): client-finalized envelopes only; a signature that is present is verified as ever, but
     its absence is not refused, and lone surrogates in the payload are stored as recorded (hashed as JS does,
     kept as `\\udxxx` escapes in the stored JSON). Every other rule (envelope, chain, payloads, transitions,
-    server rules) applies unchanged."""
+    server rules) applies unchanged.
+
+    `recorded` (HISTORY): the envelope, its time and its type are judged as settld's API judged what it stored
+    (`settlekit.events.recorded`: ids and types of any length with white space inside, an `at` that `Date.parse`
+    reads, actors with more keys, fields beside the envelope's dropped, a `schemaVersion` that reads as 1; the
+    signature in any base64 spelling node reads, an empty one as none); types outside the job transition table
+    and a JOB_CREATED after the first event are taken as settld's reducer takes them; settlekit's own payload
+    schema checks (`jobs.validate`) give way to settld's validators alone."""
 
     require_signatures: bool = True
     allow_lone_surrogates: bool = False
+    recorded: bool = False
 
     @property
     def is_live(self) -> bool:
-        return self.require_signatures and not self.allow_lone_surrogates
+        return self.require_signatures and not self.allow_lone_surrogates and not self.recorded
 
 
 LIVE = AppendPolicy()
-HISTORY = AppendPolicy(require_signatures=False, allow_lone_surrogates=True)
+HISTORY = AppendPolicy(require_signatures=False, allow_lone_surrogates=True, recorded=True)
 
 
-def check_not_in_future(at: str, now: datetime, index: int) -> None:
-    """A client-finalized event may not be dated more than FUTURE_TOLERANCE after `now` (FUTURE_TIMESTAMP)."""
+def check_not_in_future(at: str, now: datetime, index: int, *, recorded: bool = False) -> None:
+    """A client-finalized event may not be dated more than FUTURE_TOLERANCE after `now` (FUTURE_TIMESTAMP).
+    `recorded`: `at` is read with `Date.parse`, as settld read it (any spelling it reads; the envelope check
+    refused the others)."""
+    if recorded:
+        ms = date_parse_ms(at)
+        if ms > (now + FUTURE_TOLERANCE).timestamp() * 1000:
+            raise ValidationError(f"event {index}: at {at} is more than 5 minutes in the future",
+                                  code="FUTURE_TIMESTAMP", index=index)
+        return
     if _parse_at(at, index) > now + FUTURE_TOLERANCE:
         raise ValidationError(f"event {index}: at {at} is more than 5 minutes in the future",
                               code="FUTURE_TIMESTAMP", index=index)
@@ -85,7 +102,7 @@ def check_signer(event: Event, index: int, keys: Mapping[str, SignerKey], requir
     event). New input of a server-signed type must carry the server's signature: unsigned, it is refused, as
     settld refuses it; the way to write one without the server key is a server draft."""
     key_id = event.get("signerKeyId")
-    if event.get("signature") is None:
+    if event.get("signature") is None or (policy.recorded and event.get("signature") == ""):
         if required is None:
             return True
         if not policy.require_signatures:

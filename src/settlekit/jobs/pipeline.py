@@ -129,6 +129,7 @@ def process_job_events(
     with_allocations: bool = True,
     contract_resolver: ContractResolver | None = None,
     live: bool = False,
+    recorded: bool = False,
 ) -> JobAppendResult:
     """Validate, post and reduce `events` on top of `prev_state` (a `JobAppendResult.state` /
     `serialize_state` dict, or None for a new stream whose first event must be JOB_CREATED).
@@ -142,6 +143,10 @@ def process_job_events(
     Raises SettlekitError subclasses: EVENT_TYPE_UNKNOWN (400), SCHEMA_INVALID (400), INVALID_TRANSITION
     (409), and with `live` the server rule codes (`server_rules.ServerRuleViolation`). Posting errors never
     raise: they are returned in `ledger_errors`.
+    `recorded` (with `live`): events settld's API stored, judged as it judged them: its payload validators and
+    domain rules, then its core's transition table (`check_event`: a type outside it is a revision, a
+    JOB_CREATED restarts the job), without settlekit's own payload schema checks (`validate`), which are
+    rules for new input.
     """
     if not events:
         raise ValidationError("nothing to append", code="SCHEMA_INVALID")
@@ -156,16 +161,17 @@ def process_job_events(
         if live:
             check_api_payload(server_rules.with_implied_fields(event))
         if state is None:
-            if live and event.get("type") == "JOB_CREATED":
+            if live and not recorded and event.get("type") == "JOB_CREATED":
                 check_genesis_payload(event)
             state = initial_state(event)
             server_rules.observe(rule_facts, event)
             continue
         if live:  # settld's API judges payload and domain rules before the transition
             server_rules.check_payload_present(event)
-            validate_payload(event, state.snapshot, state.facts)
+            if not recorded:
+                validate_payload(event, state.snapshot, state.facts)
             server_rules.check(state, rule_facts, event)
-            to_status = check_transition(state, event)
+            to_status = check_event(state, event) if recorded else check_transition(state, event)
         else:
             to_status = check_event(state, event)
         rule = rules.get(event["type"]) if type(event["type"]) is str else None

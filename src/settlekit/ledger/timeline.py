@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
 from settlekit.events.canonical import iso_millis
+from settlekit.events.js import date_parse_ms
 
 Axis = Literal["t", "p"]
 
@@ -63,8 +65,16 @@ def prefix_ranges(sizes: tuple[int, ...], value: int) -> tuple[list[tuple[int, i
 
 
 def epoch_millis(at: str) -> int:
-    """A stored entry time (ISO-8601; UTC when it names no offset) as epoch milliseconds."""
-    moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    """A stored entry time (ISO-8601; UTC when it names no offset) as epoch milliseconds. A time of imported
+    history in another spelling settld's `Date.parse` reads (a date alone, lower-case `t`/`z`, an expanded
+    year, RFC 1123, ...) is read as it reads it; ValueError when neither reads it."""
+    try:
+        moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        millis = date_parse_ms(at)
+        if math.isnan(millis):
+            raise
+        return int(millis)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return _millis(moment)

@@ -1,0 +1,225 @@
+"""`settlekit import` of streams settld's API stored that the live path refuses as new input, on both backends.
+
+The offline parity streams (`tests/vectors/reference_runs/offline_parity.json.gz`: a second JOB_CREATED, unknown and
+foreign types, signatures in node's base64 spellings and empty, "__proto__" and integer-like keys, deep payloads,
+`at` spellings `Date.parse` reads, ids with white space or beyond 200 characters, actors with more keys, fields
+beside the envelope's) each import up to the event where settld's own API first refuses it, appended one at a
+time (`reference_runs/import_parity.json.gz`, made by `tests/reference/import_xcheck.py`), and that event is
+refused with nothing of it written. A stream whose chain or a signature does not verify is refused whole, before
+anything is written (settld never stored such a stream: it verifies the whole chain at each append).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+
+from conftest import VECTORS, backend_database, differential_corpus
+from settlekit.append import job_appender
+from settlekit.errors import ValidationError
+from settlekit.events.canonical import parse_json
+from settlekit.events.envelope import VerificationError, verify_chain
+from settlekit.events.recorded import check_nesting, recorded_envelope
+from settlekit.importer import import_events, named_tenant, parse_import_keys, register_signers
+from settlekit.store.db import Database
+from support.huge_streams import corpus_stream, huge_stream, stream_digest
+
+RUNS_DIR = VECTORS / "reference_runs"
+TENANT = "tenant_default"
+
+
+def _load() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    parity = parse_json(gzip.decompress((RUNS_DIR / "offline_parity.json.gz").read_bytes()).decode("utf-8"))
+    answers = json.loads(gzip.decompress((RUNS_DIR / "import_parity.json.gz").read_bytes()))
+    runs = []
+    for run, answer in zip(parity["runs"], answers["runs"], strict=True):
+        assert run["description"] == answer["description"]
+        if "huge" in run:
+            recipe = run["huge"]
+            run = {**run, "events": huge_stream(corpus_stream(differential_corpus(), recipe["base"]),
+                                                recipe["extra"])}
+        assert stream_digest(run["events"]) == answer["eventsSha256"]
+        runs.append({**run, "firstRejection": answer["firstRejection"]})
+    return answers, runs
+
+
+ANSWERS, RUNS = _load()
+SIGNERS = parse_import_keys(ANSWERS["signers"])
+
+
+def _rounds() -> list[int]:
+    """Several runs vary the same corpus stream, and some spell other streams' event ids alike (settlekit keeps an
+    event id unique within a tenant, README): each run goes to the first database (round) that holds none of its
+    job and event ids yet."""
+    used: list[set[str]] = []
+    out = []
+    for run in RUNS:
+        ids = {run["events"][0]["streamId"], *(str(e["id"]) for e in run["events"])}
+        n = next((i for i, taken in enumerate(used) if not ids & taken), len(used))
+        if n == len(used):
+            used.append(set())
+        used[n] |= ids
+        out.append(n)
+    return out
+
+
+ROUNDS = _rounds()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def history_dbs(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[int], Database]]:
+    """A database per round and backend, made when first asked for."""
+    made: dict[int, Database] = {}
+    with ExitStack() as stack:
+        def database(round_: int) -> Database:
+            if round_ not in made:
+                made[round_] = stack.enter_context(backend_database(request, tmp_path_factory, request.param))
+            return made[round_]
+
+        yield database
+
+
+def _chain_failure(events: list[dict[str, Any]]) -> int | None:
+    """Where the stream's chain or a signature fails as settld verifies it (None: it verifies)."""
+    keys = {s.key_id: s.public_key_pem for s in SIGNERS}
+    recorded = []
+    for i, event in enumerate(events):
+        try:
+            recorded.append(recorded_envelope(event, i))
+        except ValidationError:
+            break  # the import stops at this event: the chain after it is not checked
+    try:
+        verify_chain(recorded, keys)
+    except VerificationError as exc:
+        index: int = exc.details["index"]
+        return index
+    return None
+
+
+def _too_deep(events: list[dict[str, Any]]) -> int | None:
+    for i, event in enumerate(events):
+        try:
+            check_nesting(event, i)
+        except ValidationError:
+            return i
+    return None
+
+
+def _stored_ids(db: Database, tenant: str, stream_id: str) -> list[str]:
+    with db.read() as tx:
+        rows = tx.fetchall("SELECT event_id FROM events WHERE tenant_id = ? AND stream_id = ? ORDER BY seq",
+                           (tenant, stream_id))
+    return [row[0] for row in rows]
+
+
+@pytest.mark.parametrize("n", range(len(RUNS)), ids=[r["description"] for r in RUNS])
+def test_import_stops_where_settlds_api_first_refused(n: int, history_dbs: Callable[[int], Database]) -> None:
+    run = RUNS[n]
+    events = run["events"]
+    history_db = history_dbs(ROUNDS[n])
+    tenant = TENANT
+    store = job_appender(history_db)
+    register_signers(store, tenant, SIGNERS)
+    result = import_events(store, tenant, events)
+    rejection = run["firstRejection"]
+    failure = _chain_failure(events)
+    stream_id = events[0]["streamId"]
+    if failure is not None:  # refused whole, up front
+        assert result.appended == 0 and result.refused is not None and result.refused.index == failure
+        assert _stored_ids(history_db, tenant, stream_id) == []
+        return
+    stop = len(events) if rejection is None else rejection["index"]
+    moved = next((i for i, e in enumerate(events[:stop]) if i > 0 and named_tenant(e) not in (None, TENANT)), None)
+    if moved is not None:
+        # settld moves the job to the tenant a later JOB_CREATED names and refuses the next append here ("job
+        # not found"); the import refuses that JOB_CREATED unless --retenant (JOB_TENANT_MISMATCH)
+        assert rejection is not None and rejection["index"] == moved + 1 and rejection["error"] == "job not found"
+        assert (result.appended, result.refused and (result.refused.index, result.refused.code)) == (
+            moved, (moved, "JOB_TENANT_MISMATCH"))
+        assert _stored_ids(history_db, tenant, stream_id) == [e["id"] for e in events[:moved]]
+        return
+    deep = _too_deep(events[:stop])
+    if deep is not None:  # settlekit stores at most 256 levels (README, deliberate differences)
+        assert (result.appended, result.refused and (result.refused.index, result.refused.code)) == (
+            deep, (deep, "JSON_INVALID"))
+        assert _stored_ids(history_db, tenant, stream_id) == [e["id"] for e in events[:deep]]
+        return
+    if rejection is not None and rejection["error"] == "ledger posting rejected":
+        # settlekit records a posting error and goes on (README, deliberate differences)
+        assert result.appended > stop and _stored_ids(history_db, tenant, stream_id)[:stop + 1] == [
+            e["id"] for e in events[:stop + 1]]
+        return
+    got = (result.appended, None if result.refused is None else result.refused.index)
+    assert got == (stop, None if rejection is None else stop), (rejection, result.refused)
+    assert _stored_ids(history_db, tenant, stream_id) == [e["id"] for e in events[:stop]]
+    stored = store.streams.read_stream(tenant, stream_id)
+    assert stored == [recorded_envelope(e, i) for i, e in enumerate(events[:stop])]
+
+
+def test_retenant_takes_a_job_created_naming_another_tenant(db: Database) -> None:
+    """--retenant: the JOB_CREATED that names another tenant is appended under the import's tenant and counted."""
+    n = next(i for i, r in enumerate(RUNS) if r["firstRejection"] and r["firstRejection"]["error"] == "job not found")
+    events = RUNS[n]["events"]
+    moved = next(i for i, e in enumerate(events) if i > 0 and named_tenant(e) not in (None, TENANT))
+    store = job_appender(db)
+    register_signers(store, TENANT, SIGNERS)
+    refused = import_events(store, TENANT, events)
+    assert refused.refused is not None and refused.refused.code == "JOB_TENANT_MISMATCH" and refused.appended == moved
+    result = import_events(store, TENANT, events, retenant=True)
+    assert (result.skipped, result.retenanted) == (moved, 1) and result.appended > 1
+    assert [e["id"] for e in store.streams.read_stream(TENANT, events[0]["streamId"])][:moved + 1] == [
+        e["id"] for e in events[:moved + 1]]
+
+
+def _run(description: str) -> dict[str, Any]:
+    return next(r for r in RUNS if r["description"] == description)
+
+
+@pytest.mark.parametrize("description", ["d102_claims: restart, foreign", "d140_amounts: envelope",
+                                         "d026_coverage: foreign, signatures, at"])
+def test_imported_history_is_shown_as_settld_recorded_it(description: str, db: Database) -> None:
+    """The job view is settld's reducer over the whole stream (a second JOB_CREATED restarts the job; an unknown
+    type is a revision); the job's events and the feed hold every event as recorded, unknown types included, and
+    ids with white space or beyond 200 characters are reached percent-encoded in URLs; the artifact projection
+    builds what the offline tools build from the stored stream."""
+    from urllib.parse import quote
+
+    from settlekit.artifacts.build import build_all
+    from settlekit.dispatch import Dispatcher
+    from settlekit.events.canonical import canonical_json
+    from settlekit.projections.artifacts import ArtifactConsumer
+    from settlekit.store.artifacts import ArtifactStore
+    from support.api import client, key_for, make_app
+
+    run = _run(description)
+    events = run["events"]
+    store = job_appender(db)
+    register_signers(store, TENANT, SIGNERS)
+    result = import_events(store, TENANT, events)
+    assert (result.appended, result.refused) == (len(events), None)
+    recorded = [recorded_envelope(e, i) for i, e in enumerate(events)]
+    job_id = events[0]["streamId"]
+    api = client(make_app(db), key_for(db, TENANT))
+    view = api.get(f"/v1/jobs/{quote(job_id, safe='')}").json()
+    assert view["version"] == len(events) and view["job"] == run["job"]
+    listed = api.get(f"/v1/jobs/{quote(job_id, safe='')}/events").json()["events"]
+    assert listed == recorded
+    feed = api.get("/v1/events", params={"limit": 500}).json()["events"]
+    assert [item["event"] for item in feed if item["event"]["streamId"] == job_id] == recorded
+    Dispatcher(db, [ArtifactConsumer().consumer()], listen=False).drain()
+    with db.read() as tx:
+        page = ArtifactStore().list_for_job(tx, TENANT, job_id, limit=100)
+    stored = sorted(canonical_json(a.artifact) for a in page.items)
+    assert stored == sorted(canonical_json(a) for a in build_all(recorded))
+    assert len(stored) == len(run["artifacts"])
+    for artifact in page.items:
+        artifact_id = artifact.artifact["artifactId"]
+        if len(artifact_id) <= 500:
+            got = api.get(f"/v1/artifacts/{quote(artifact_id, safe='')}")
+            assert got.status_code == 200 and got.json() == artifact.artifact
