@@ -119,6 +119,7 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SCHEMA_INVALID": ErrorSpec(400, "the input does not have the required shape (field, type, length, format)"),
     "INPUT_INVALID": ErrorSpec(400, "a request string holds U+0000 or a lone surrogate"),
     "JSON_INVALID": ErrorSpec(400, "the request body is not valid JSON"),
+    "FILE_TOO_LARGE": ErrorSpec(413, "a file given to the CLI is over its size limit (`import_max_bytes`)"),
     "CONFLICT": ErrorSpec(409, "the request conflicts with the current state"),
     "NOT_FOUND": ErrorSpec(404, "no such resource, or no route for the method and path"),
     "METHOD_NOT_ALLOWED": ErrorSpec(405, "the route exists but not for this HTTP method"),

@@ -160,3 +160,30 @@ def test_a_key_that_works_is_not_locked_out_by_bad_keys_from_its_address(db: Dat
     assert client(app, working, client=nat).get("/v1/jobs").status_code == 401  # revoked: looked up, refused
     assert working not in app.state.settlekit.recent_keys
     assert client(app, working, client=nat).get("/v1/jobs").status_code == 429
+
+
+def test_a_405_allows_every_method_of_the_path(db: Database) -> None:
+    """For every documented path, a method it does not serve is 405 METHOD_NOT_ALLOWED whose `Allow` lists every
+    method the document gives the path (Starlette named only the first matching route's: GET where PATCH is served
+    too, POST where GET is)."""
+    import re
+
+    app = make_app(db)
+    api = client(app, key_for(db, TENANT_A, ["jobs:read", "jobs:write", "finance:write", "ops", "admin"]))
+    paths = app.openapi()["paths"]
+    methods = {path: {m.upper() for m in ops if m in ("get", "post", "put", "patch", "delete")}
+               for path, ops in paths.items()}
+    templates = {path: re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(path)) + "$") for path in paths}
+    checked = 0
+    for path in paths:
+        concrete = re.sub(r"\{[^}]+\}", "x1", path)
+        # the methods of every documented path this URL matches (/v1/deliveries/requeue is also a delivery id)
+        served = set().union(*(methods[p] for p, pattern in templates.items() if pattern.match(concrete)))
+        for method in ("PUT", "DELETE", "PATCH", "POST"):
+            if method in served:
+                continue
+            r = api.request(method, concrete)
+            assert r.status_code == 405 and r.json()["code"] == "METHOD_NOT_ALLOWED", (method, path, r.text)
+            assert set(r.headers["allow"].split(", ")) == served, (method, path, r.headers["allow"])
+            checked += 1
+    assert checked > 50

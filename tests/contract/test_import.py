@@ -578,3 +578,40 @@ def test_a_stream_naming_another_tenant_is_refused_unless_retenant(db_url: str, 
     assert (code, out["appended"], out["retenanted"], out["refused"]) == (0, len(events), 1, None)
     code, out = run(TENANT)  # the tenant it names: no flag needed, nothing counted
     assert (code, out["appended"], out["retenanted"], out["refused"]) == (0, len(events), 0, None)
+
+
+def test_a_stream_file_is_read_up_to_a_limit(sqlite_url: str, tmp_path: Path) -> None:
+    """`settlekit import` reads at most `import_max_bytes` (and a chunk): /dev/zero is refused at its first chunk
+    (it cannot start JSON), a file or a pipe going on past the limit is FILE_TOO_LARGE, exit 2, nothing written.
+    Before, /dev/zero hung with memory growing. Real processes, each bounded by a timeout."""
+    import os
+    import subprocess
+    import sys
+
+    keys = _write(tmp_path / "keys.json", _signers(load_vector("settle_completed.json")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SETTLEKIT_")}
+    command = [sys.executable, "-m", "settlekit.cli", "import", "--db", sqlite_url, "--keys", str(keys)]
+    zero = subprocess.run([*command, "/dev/zero"], env=env, capture_output=True, text=True, timeout=60)
+    assert zero.returncode == 2 and "JSON_INVALID" in zero.stderr, zero.stderr
+    events = load_vector("settle_completed.json")["events"]
+    big = _write(tmp_path / "stream.json", events)
+    limit = big.stat().st_size - 1
+    over = subprocess.run([*command, str(big), "--import-max-bytes", str(limit)], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert over.returncode == 2 and f"FILE_TOO_LARGE: {big} is over the limit of {limit} bytes" in over.stderr
+    endless = subprocess.Popen([*command, "/dev/stdin"], env={**env, "SETTLEKIT_IMPORT_MAX_BYTES": "3000000"},
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert endless.stdin is not None
+    try:
+        endless.stdin.write(b"[")
+        while endless.poll() is None:
+            endless.stdin.write(b" " * 65536)
+    except BrokenPipeError:
+        pass
+    _, err = endless.communicate(timeout=60)
+    assert endless.returncode == 2 and b"FILE_TOO_LARGE" in err, err
+    with opened(sqlite_url) as db:
+        assert Streams(db).read_stream(TENANT, events[0]["streamId"]) == []
+    ok = subprocess.run([*command, str(big), "--import-max-bytes", str(limit + 1)], env=env, capture_output=True,
+                        text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr

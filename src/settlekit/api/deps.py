@@ -192,15 +192,18 @@ def require_scopes(key: ApiKey, scopes: Sequence[str]) -> None:
 
 
 def idempotency_key(request: Request) -> str | None:
-    value = request.headers.get("idempotency-key")
-    if value is None:
-        value = request.headers.get("x-idempotency-key")
-    if value is None:
-        return None
-    if not value or len(value) > 500:
-        raise ValidationError("Idempotency-Key must be 1..500 characters", code="SCHEMA_INVALID",
-                              field="Idempotency-Key")
-    return check_text(value, "Idempotency-Key")
+    """The request's Idempotency-Key, else its X-Idempotency-Key (the older name); each one given must be 1..500
+    characters (SCHEMA_INVALID), the one not used too, as the OpenAPI document states for both."""
+    chosen: str | None = None
+    for name in ("Idempotency-Key", "X-Idempotency-Key"):
+        value = request.headers.get(name)
+        if value is None:
+            continue
+        if not value or len(value) > 500:
+            raise ValidationError(f"{name} must be 1..500 characters", code="SCHEMA_INVALID", field=name)
+        value = check_text(value, name)
+        chosen = value if chosen is None else chosen
+    return chosen
 
 
 Handler = Callable[[], tuple[int, Any]]

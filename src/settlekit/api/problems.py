@@ -11,6 +11,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 
 from settlekit.api.ratelimit import RateLimitedError
 from settlekit.api.responses import dumps
@@ -91,7 +92,20 @@ async def http_error_handler(request: Request, exc: Exception) -> Response:
         response = problem_response(exc.status_code, code, detail)
     for name, value in (exc.headers or {}).items():
         response.headers[name] = value
+    if exc.status_code == 405:
+        response.headers["Allow"] = allowed_methods(request)
     return response
+
+
+def allowed_methods(request: Request) -> str:
+    """The `Allow` header of a 405: every method of every route serving the path (Starlette's names only the
+    methods of the first route that matched the path, e.g. GET where PATCH is served too)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 async def unhandled_error_handler(request: Request, exc: Exception) -> Response:

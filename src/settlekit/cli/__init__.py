@@ -26,6 +26,7 @@ from settlekit.cli.common import (
     read_bytes,
     read_json,
     run_with_db,
+    settings_flags,
     watch_connection_errors,
 )
 from settlekit.cli.consumers import consumers_app
@@ -226,7 +227,9 @@ def _export_proof(db: str | None, tenant: str, month: str | None, job: str | Non
 
 
 @app.command("import")
+@settings_flags("import_max_bytes")
 def import_stream(
+    flags: dict[str, Any],
     *,
     stream: Annotated[Path, typer.Argument(help="exported stream: a JSON array of finalized events")],
     db: DbOption = None,
@@ -249,10 +252,12 @@ def import_stream(
     """
     from settlekit.append import job_appender
     from settlekit.importer import forget_signers, parse_import_keys, parse_import_stream, register_signers
+    from settlekit.runtime.settings import Settings
     from settlekit.store.db import opened
 
     try:
-        events = parse_import_stream(read_json(stream))
+        limit = Settings(**flags).import_max_bytes
+        events = parse_import_stream(read_json(stream, limit))
         signers = parse_import_keys(read_json(keys))
     except SettlekitError as exc:
         _stop_import(exc)

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from settlekit.errors import ConfigurationError, DatabaseUnavailableError, SettlekitError
+from settlekit.errors import ConfigurationError, DatabaseUnavailableError, SettlekitError, ValidationError
 from settlekit.events.canonical import parse_json
 from settlekit.store.db import Database, connect
 
@@ -120,10 +120,31 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False))
 
 
-def read_bytes(path: Path) -> bytes:
-    """A file's bytes; exit 2 with FILE_NOT_FOUND or FILE_UNREADABLE (a directory, no permission)."""
+READ_CHUNK = 1 << 20
+_JSON_SPACE = b" \t\r\n\xef\xbb\xbf"  # and a UTF-8 byte order mark, left for the parser to judge
+_JSON_STARTS = frozenset(bytes([c]) for c in b'[{"-0123456789tfn') | {b""}
+
+
+def read_bytes(path: Path, limit: int | None = None, *, json_only: bool = False) -> bytes:
+    """A file's bytes; exit 2 with FILE_NOT_FOUND or FILE_UNREADABLE (a directory, no permission), or with
+    FILE_TOO_LARGE past `limit` bytes: read in chunks, never more than `limit` + one chunk, so a device or a pipe
+    that never ends (/dev/zero) is refused too. With `json_only`, a first chunk that cannot start a JSON array or
+    object is refused at once as JSON_INVALID instead of being read to the limit."""
     try:
-        return path.read_bytes()
+        with path.open("rb") as handle:
+            chunks: list[bytes] = []
+            size = 0
+            while chunk := handle.read(READ_CHUNK):
+                if json_only and not chunks and chunk.lstrip(_JSON_SPACE)[:1] not in _JSON_STARTS:
+                    console.print(f"[red]error[/red] JSON_INVALID: {escape(str(path))} is not valid JSON: it "
+                                  "does not start with a JSON value", highlight=False)
+                    raise typer.Exit(code=USAGE_EXIT)
+                chunks.append(chunk)
+                size += len(chunk)
+                if limit is not None and size > limit:
+                    fail(ValidationError(f"{path} is over the limit of {limit} bytes", code="FILE_TOO_LARGE",
+                                         status=413, limitBytes=limit), USAGE_EXIT)
+            return b"".join(chunks)
     except FileNotFoundError as exc:
         console.print(f"[red]error[/red] FILE_NOT_FOUND: {escape(str(path))} does not exist", highlight=False)
         raise typer.Exit(code=USAGE_EXIT) from exc
@@ -133,11 +154,11 @@ def read_bytes(path: Path) -> bytes:
         raise typer.Exit(code=USAGE_EXIT) from exc
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file parsed with JS number semantics; exit 2 with FILE_NOT_FOUND, FILE_UNREADABLE or JSON_INVALID
-    (nested too deeply to parse included)."""
+def read_json(path: Path, limit: int | None = None) -> Any:
+    """A JSON file parsed with JS number semantics; exit 2 with FILE_NOT_FOUND, FILE_UNREADABLE, FILE_TOO_LARGE
+    (past `limit` bytes) or JSON_INVALID (nested too deeply to parse included)."""
     try:
-        text = read_bytes(path).decode("utf-8")
+        text = read_bytes(path, limit, json_only=True).decode("utf-8")
     except UnicodeDecodeError as exc:
         console.print(f"[red]error[/red] FILE_UNREADABLE: cannot read {escape(str(path))}: {escape(str(exc))}",
                       highlight=False)

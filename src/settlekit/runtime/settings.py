@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     test_send_timeout: float = Field(10.0, gt=0, le=60, description="whole-request deadline of a test send (s)")
     dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
     max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
+    import_max_bytes: int = Field(
+        256 * 1024 * 1024, ge=1, description="largest stream file `settlekit import` reads (bytes); a larger one, "
+        "or a device or pipe that goes on past it, is refused (`FILE_TOO_LARGE`, exit 2)")
     max_destinations_per_tenant: int = Field(
         100, ge=1, description="webhook destinations a tenant may create through the API; one more is 409 "
         "`DESTINATION_LIMIT_REACHED` (the CLI's operator is not bound)")
