@@ -122,9 +122,13 @@ def test_database_options_carry_pooler_and_outage_settings_to_postgresql_only(mo
     monkeypatch.setenv("SETTLEKIT_DB_PREPARED_STATEMENTS", "false")
     monkeypatch.setenv("SETTLEKIT_DB_DIRECT", "postgresql://primary/x")
     monkeypatch.setenv("SETTLEKIT_DB_UNAVAILABLE_HOLD", "2.5")
+    monkeypatch.setenv("SETTLEKIT_DB_STATEMENT_TIMEOUT", "3")
+    monkeypatch.setenv("SETTLEKIT_DB_POOL_TIMEOUT", "0.5")
     options = Settings(db_url="postgresql://pooler/x").database_options()
     assert options == {"direct_url": "postgresql://primary/x", "prepared_statements": False,
-                       "unavailable_hold": 2.5}
+                       "unavailable_hold": 2.5, "timeout": 0.5, "statement_timeout": 3.0}
+    # the one-off commands: no deadline
+    assert Settings(db_url="postgresql://pooler/x").database_options(deadline=False)["statement_timeout"] is None
     assert Settings(db_url="postgresql://db/x", db_direct=" ").database_options()["direct_url"] is None
 
 
@@ -140,7 +144,8 @@ def test_an_api_built_from_a_url_takes_the_database_options_for_that_url(tmp_pat
                         db_unavailable_hold=2.5, db_prepared_statements=False)
     assert settings.database_options("sqlite:///x.db") == {}
     assert settings.database_options("postgresql://other/y") == {
-        "direct_url": None, "prepared_statements": False, "unavailable_hold": 2.5}
+        "direct_url": None, "prepared_statements": False, "unavailable_hold": 2.5, "timeout": 1.5,
+        "statement_timeout": 2.0}
     assert settings.database_options("postgresql://pooler/x") == settings.database_options()
     for url in (f"sqlite:///{tmp_path / 'api.db'}", pg_url):
         api = create_app(url, settings, server_signer=None, registry=CollectorRegistry())
@@ -149,5 +154,6 @@ def test_an_api_built_from_a_url_takes_the_database_options_for_that_url(tmp_pat
             assert db.url == url
             if url == pg_url:
                 assert db.reachability.hold == 2.5 and db.direct_url == pg_url
+                assert db.statement_timeout == 2.0 and db.pool.timeout == 1.5
         finally:
             db.close()

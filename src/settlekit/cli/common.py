@@ -96,7 +96,8 @@ def open_database(url: str | None, *, reading: bool = False) -> Database:
         return connect(url)
     from settlekit.runtime.settings import Settings
 
-    return connect(url, **Settings(db_url=url).database_options())  # SETTLEKIT_DB_DIRECT and the like
+    # SETTLEKIT_DB_DIRECT and the like; no statement deadline: a one-off command may rewrite much
+    return connect(url, **Settings(db_url=url).database_options(deadline=False))
 
 
 def run_with_db(db_url: str | None, action: Callable[[Database], T], *, reading: bool = False,

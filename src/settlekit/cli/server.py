@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import logging
 import os
 import signal
 import sys
@@ -20,9 +21,12 @@ import typer
 
 from settlekit.cli.common import console, settings_flags
 
+log = logging.getLogger("settlekit.server")
+
 # the settings of the embedded workers: `worker`, and `serve` unless --no-workers
 WORKER_SETTINGS = (
-    "db_url", "db_direct", "db_prepared_statements", "db_unavailable_hold", "instance_id", "allow_loopback_webhooks",
+    "db_url", "db_direct", "db_prepared_statements", "db_unavailable_hold", "db_statement_timeout",
+    "db_pool_timeout", "instance_id", "allow_loopback_webhooks",
     "allow_private_webhooks", "allowed_webhook_networks", "allow_insecure_http", "metrics_per_destination",
     "delivery_concurrency", "delivery_lease", "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts",
     "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims", "delivery_destination_concurrency",
@@ -134,6 +138,38 @@ def _on_exit_signal(action: Callable[[], None]) -> None:
         signal.signal(sig, handler)
 
 
+PREPARED_STATEMENTS_OFF = (
+    "prepared statements turned off: they do not survive the connection pooler of SETTLEKIT_DB (PgBouncer in "
+    "transaction mode before 1.22, or without max_prepared_statements); set SETTLEKIT_DB_PREPARED_STATEMENTS=false "
+    "to say so and skip this check")
+
+
+def _open_database(flags: dict[str, Any], settings: Any) -> tuple[Any, dict[str, Any], Any, bool]:
+    """The database of `settings`, migrated: (it, the flags and settings it was opened with, whether prepared
+    statements were turned off). When they are on but a statement prepared in one transaction cannot run in a
+    later one (`Database.prepared_statements_survive`: a pooler in transaction mode), the database is opened again
+    with them off, and so are the API processes: writes would otherwise fail ("prepared statement _pg3_0 already
+    exists") with 500s and failing dispatcher passes. The caller logs PREPARED_STATEMENTS_OFF once logging is
+    set up."""
+    from settlekit.runtime.settings import Settings
+    from settlekit.store.db import connect
+
+    database = connect(settings.db_url, **settings.database_options())
+    turned_off = False
+    try:
+        if not database.prepared_statements_survive():
+            database.close()
+            flags = {**flags, "db_prepared_statements": False}
+            settings = Settings(**flags)
+            database = connect(settings.db_url, **settings.database_options())
+            turned_off = True
+        database.migrate()  # before logging is configured: an unreachable database is one line on stderr
+    except BaseException:
+        database.close()
+        raise
+    return database, flags, settings, turned_off
+
+
 def _check_processes(processes: int, db_url: str) -> None:
     if processes < 1:
         raise typer.BadParameter("must be at least 1", param_hint="--workers")
@@ -168,11 +204,11 @@ def serve(
 def _serve(flags: dict[str, Any], settings: Any, processes: int, no_workers: bool) -> None:
     from settlekit.runtime.logging import configure_logging
     from settlekit.runtime.workers import Workers, register_queue_gauges, unregister_queue_gauges
-    from settlekit.store.db import connect
 
-    database = connect(settings.db_url, **settings.database_options())
-    database.migrate()  # before logging is configured: an unreachable database is one line on stderr
+    database, flags, settings, turned_off = _open_database(flags, settings)
     configure_logging(settings.log_level)
+    if turned_off:
+        log.warning(PREPARED_STATEMENTS_OFF)
     background = None if no_workers else Workers(database, settings)
     gauges = None
     try:
@@ -242,12 +278,12 @@ def worker(flags: dict[str, Any]) -> None:
     from settlekit.runtime.logging import configure_logging
     from settlekit.runtime.settings import Settings
     from settlekit.runtime.workers import Workers
-    from settlekit.store.db import connect
 
     settings = Settings(**flags)
-    database = connect(settings.db_url, **settings.database_options())
-    database.migrate()  # before logging is configured: an unreachable database is one line on stderr
+    database, flags, settings, turned_off = _open_database(flags, settings)
     configure_logging(settings.log_level)
+    if turned_off:
+        log.warning(PREPARED_STATEMENTS_OFF)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

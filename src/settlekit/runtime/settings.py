@@ -56,6 +56,14 @@ class Settings(BaseSettings):
         1.0, ge=0, description="seconds after a failed PostgreSQL connection attempt during which what needs the "
         "database fails at once (the API answers 503 `DATABASE_UNAVAILABLE` with Retry-After) before one request "
         "tries again; 0: every request waits for its own attempt")
+    db_statement_timeout: float = Field(
+        2.0, ge=0, description="seconds `serve` and `worker` wait for the answer to each PostgreSQL round trip "
+        "(a statement, a COMMIT) before the connection is dropped and the operation fails as "
+        "`DATABASE_UNAVAILABLE` (503), whatever sits between them and the server (PgBouncer holds queries while "
+        "it has no server connection); migrations and the one-off commands have no limit; 0: no limit")
+    db_pool_timeout: float = Field(
+        1.5, gt=0, description="seconds an operation waits for a free PostgreSQL connection of the process's pool "
+        "before it fails as `DATABASE_UNAVAILABLE` (503)")
     host: str = Field("127.0.0.1", description="API listen address (`serve`)")
     port: int = Field(8080, ge=0, le=65535, description="API listen port (`serve`; 0: any free port)")
     server_key_file: str | None = Field(
@@ -228,14 +236,17 @@ class Settings(BaseSettings):
         return ReplayPolicy(rate=self.replay_rate, max_deliveries=self.replay_max_deliveries,
                             max_window=timedelta(hours=self.replay_max_window_hours))
 
-    def database_options(self, url: str | None = None) -> dict[str, Any]:
+    def database_options(self, url: str | None = None, *, deadline: bool = True) -> dict[str, Any]:
         """Keyword arguments of `store.db.connect(url, ...)` (default: `db_url`): the pooler and outage options on
-        PostgreSQL, none on SQLite. `db_direct` names the server of `db_url`: another URL does not get it."""
+        PostgreSQL, none on SQLite. `db_direct` names the server of `db_url`: another URL does not get it. Without
+        `deadline` (a one-off command that may rewrite much), round trips have no time limit."""
         url = self.db_url if url is None else url
         if not url.startswith(("postgresql://", "postgres://")):
             return {}
         return {"direct_url": self.db_direct if url == self.db_url else None,
-                "prepared_statements": self.db_prepared_statements, "unavailable_hold": self.db_unavailable_hold}
+                "prepared_statements": self.db_prepared_statements, "unavailable_hold": self.db_unavailable_hold,
+                "timeout": self.db_pool_timeout,
+                "statement_timeout": self.db_statement_timeout if deadline else None}
 
 
 

@@ -127,6 +127,12 @@ class Database(abc.ABC):
         allows (saves the BEGIN/COMMIT round trips). Each statement sees the latest committed data."""
         return self.read()
 
+    def prepared_statements_survive(self) -> bool:
+        """Whether the statements this database prepares can be run again in a later transaction (False: a
+        connection pooler in transaction mode loses them; see the PostgreSQL backend). True where nothing is
+        prepared on a server."""
+        return True
+
     def check_reachable(self) -> None:  # noqa: B027  (a backend without a known-unreachable state has none)
         """Raise DatabaseUnavailableError at once while the database is known to be unreachable (a recent
         connection attempt failed); nothing otherwise. Takes no connection: for callers about to queue work."""

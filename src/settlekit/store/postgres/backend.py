@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
@@ -56,10 +57,71 @@ def is_unavailable(exc: BaseException) -> bool:
 _TOO_MANY_CONNECTIONS = "53300"
 
 
-def _reporting_connection(reachability: Reachability) -> type[psycopg.Connection[Any]]:
-    """The pool's connection class: every connection attempt tells `reachability` whether the server took it."""
+class StatementDeadlineExceeded(psycopg.OperationalError):
+    """No answer to a round trip (a statement, a pipeline sync, a COMMIT) within the connection's deadline, nor to
+    the cancellation asked for then: the connection is closed. Like a lost connection it has no SQLSTATE, so the
+    database counts as unavailable (503). `cancelled`: the server answered that it stopped the statement, so
+    nothing of it took effect; otherwise its outcome is unknown (a write may have committed)."""
 
-    class ReportingConnection(psycopg.Connection[Any]):
+    def __init__(self, message: str, *, cancelled: bool):
+        super().__init__(message)
+        self.cancelled = cancelled
+
+
+# of a round trip's deadline, the part left for the answer to a cancellation (at most)
+_CANCEL_GRACE = 0.5
+
+
+class DeadlineConnection(psycopg.Connection[Any]):
+    """A connection that waits at most `deadline` seconds for the answer to each round trip (None: no limit).
+    The client-side counterpart of statement_timeout: it also holds when the server is never reached, such as a
+    query a pooler (PgBouncer) keeps waiting for a server connection, or a network that drops packets.
+
+    Shortly before the deadline (`_CANCEL_GRACE`, at most a quarter of it) the server is asked to cancel the
+    statement and whatever answer comes in time is taken: the statement's own (it completed: its result, or its
+    error) or the cancellation (nothing took effect). Without an answer the outcome is unknown. But for the
+    statement's own answer, the connection is then closed (StatementDeadlineExceeded)."""
+
+    deadline: float | None = None
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        limit = self.deadline
+        if timeout is not None or limit is None:
+            return super().wait(gen, interval, timeout)
+        grace = min(_CANCEL_GRACE, limit / 4)
+        try:
+            return super().wait(gen, interval, limit - grace)
+        except psycopg.errors._WaitTimeout:
+            pass
+        started = time.monotonic()
+        try:
+            with contextlib.suppress(psycopg.OperationalError):  # no cancellation: wait for the answer all the same
+                self.cancel_safe(timeout=grace)
+            return super().wait(gen, interval, max(0.01, grace - (time.monotonic() - started)))
+        except psycopg.errors.QueryCanceled:
+            self.pgconn.finish()
+            raise StatementDeadlineExceeded(f"no answer from the database within {limit:g} s: cancelled",
+                                            cancelled=True) from None
+        except psycopg.errors._WaitTimeout:
+            self.pgconn.finish()  # what was sent may still run: this session cannot be used again
+            raise StatementDeadlineExceeded(f"no answer from the database within {limit:g} s",
+                                            cancelled=False) from None
+
+    @contextlib.contextmanager
+    def without_deadline(self) -> Iterator[None]:
+        """Round trips without the deadline (migrations), for this checkout."""
+        self.deadline = None
+        try:
+            yield
+        finally:
+            del self.deadline  # back to the class's
+
+
+def _reporting_connection(reachability: Reachability, deadline: float | None) -> type[DeadlineConnection]:
+    """The pool's connection class: every connection attempt tells `reachability` whether the server took it;
+    each round trip waits at most `deadline` seconds for its answer."""
+
+    class ReportingConnection(DeadlineConnection):
         @classmethod
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
             try:
@@ -71,6 +133,7 @@ def _reporting_connection(reachability: Reachability) -> type[psycopg.Connection
             reachability.reached()
             return conn
 
+    ReportingConnection.deadline = deadline
     return ReportingConnection
 
 
@@ -134,10 +197,22 @@ def _unset_in(url: str, options: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in options.items() if name not in given}
 
 
+@contextlib.contextmanager
+def _no_deadline(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """`conn`'s round trips without the statement deadline (a migration may rewrite a large table)."""
+    if isinstance(conn, DeadlineConnection):
+        with conn.without_deadline():
+            yield
+    else:
+        yield
+
+
 class PostgresDatabase(Database):
-    """A psycopg pool. While the server is unreachable every operation fails within `timeout` seconds with
-    DatabaseUnavailableError (503 in the API) instead of waiting; once a connection attempt has failed, operations
-    fail at once for `unavailable_hold` seconds, then one of them tries again (store/reachability.py). Lost
+    """A psycopg pool. While the server is unreachable every operation fails within `timeout` seconds (the wait
+    for a pooled connection) plus `statement_timeout` (the wait for each answer, whatever sits between settlekit
+    and the server) with DatabaseUnavailableError (503 in the API) instead of waiting; once a connection attempt
+    has failed or a round trip ran out of time, operations fail at once for `unavailable_hold` seconds, then one of
+    them tries again (store/reachability.py). Lost
     connections are replaced by attempts at most about a second apart (`reconnect_timeout` bounds each backoff
     series, a new one starts on demand), so work resumes within a couple of seconds of the server coming back."""
 
@@ -145,12 +220,18 @@ class PostgresDatabase(Database):
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16, timeout: float = 1.5,
                  reconnect_timeout: float = 2.0, connect_timeout: int = 5, direct_url: str | None = None,
-                 prepared_statements: bool = True, unavailable_hold: float = 1.0):
+                 prepared_statements: bool = True, unavailable_hold: float = 1.0,
+                 statement_timeout: float | None = None):
         self.url = url
+        # each round trip waits at most this long for its answer (None: no limit; migrations never have one)
+        self.statement_timeout = statement_timeout or None
         # a probe waits for the pool at most `timeout`; past that allowance another caller may probe
-        self.reachability = Reachability(unavailable_hold, probe_allowance=timeout + max(unavailable_hold, 1.0))
+        self.reachability = Reachability(
+            unavailable_hold, probe_allowance=timeout + (statement_timeout or 0.0) + max(unavailable_hold, 1.0))
         # LISTEN needs a session that stays one server connection: not a transaction-pooled one
         self.direct_url = direct_url or url
+        self.prepared_statements = prepared_statements
+        self._probe_kwargs: dict[str, Any] = _unset_in(url, {"connect_timeout": connect_timeout})
         # None: psycopg never prepares (every statement is sent with its text, which any pooler routes)
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 2 if prepared_statements else None,
                                   **_unset_in(url, {**DEAD_PEER_DETECTION, "connect_timeout": connect_timeout})}
@@ -160,7 +241,7 @@ class PostgresDatabase(Database):
         self.pool = ConnectionPool(
             url, min_size=min_size, max_size=max_size, timeout=timeout, open=True, kwargs=kwargs,
             reconnect_timeout=reconnect_timeout, name="settlekit",
-            connection_class=_reporting_connection(self.reachability),
+            connection_class=_reporting_connection(self.reachability, self.statement_timeout),
         )
         self._listen_conn: psycopg.Connection[Any] | None = None
         self._listen_lock = threading.Lock()
@@ -178,7 +259,8 @@ class PostgresDatabase(Database):
             if not is_unavailable(exc):
                 self.reachability.reached()  # the server answered
                 raise
-            if probing:
+            if probing or isinstance(exc, StatementDeadlineExceeded):
+                # a round trip the deadline cut counts as a failed attempt: what queues behind it fails at once
                 self.reachability.failed()
             self._sweep_idle()
             raise DatabaseUnavailableError(cause=type(exc).__name__) from exc
@@ -190,6 +272,36 @@ class PostgresDatabase(Database):
 
     def check_reachable(self) -> None:
         self.reachability.check()
+
+    def prepared_statements_survive(self) -> bool:
+        """Whether a statement prepared on a connection of the URL runs again in a later transaction. Not through
+        a pooler in transaction mode that gives each transaction another server connection without carrying the
+        statements over (PgBouncer before 1.22, or without `max_prepared_statements`): psycopg's `_pg3_0` is then
+        missing, or another client's, and writes fail. The probe, with two connections of its own: the first
+        prepares a statement in one transaction; the second opens a transaction and asks for its server's
+        process; when that is the process the first ran on (a pooler hands out the most recently released
+        server connection), the first runs its statement again, now elsewhere. True when prepared statements
+        are off, when it ran, or when the second connection did not get that server (nothing to conclude: a
+        direct connection never does)."""
+        if not self.prepared_statements:
+            return True
+        question = "SELECT pg_backend_pid()"
+        try:
+            with psycopg.connect(self.url, autocommit=True, **self._probe_kwargs) as first, \
+                    psycopg.connect(self.url, autocommit=True, **self._probe_kwargs) as second:
+                row = first.execute(question, prepare=True).fetchone()
+                with second.transaction():
+                    other = second.execute(question).fetchone()
+                    if row is None or other is None or other[0] != row[0]:
+                        return True
+                    first.execute(question, prepare=True)
+        except (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement):
+            return False  # missing where it runs now, or another client's of the same name there already
+        except psycopg.Error as exc:
+            if is_unavailable(exc):
+                raise DatabaseUnavailableError(cause=type(exc).__name__) from exc
+            raise
+        return True
 
     def _sweep_idle(self) -> None:
         """Check the pool's idle connections in the background (one sweep at a time), so requests after an
@@ -228,21 +340,25 @@ class PostgresDatabase(Database):
 
     def migrate(self) -> list[str]:
         applied: list[str] = []
-        with self.transaction() as tx:
-            tx.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_KEY,))
-            tx.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY,"
-                " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-            )
-            done = {row[0] for row in tx.fetchall("SELECT name FROM schema_migrations")}
-            for name, sql in migration_files(self.dialect):
-                if name in done:
-                    continue
-                tx.raw.execute(sql)
-                run_migration_data_step(name, tx)
-                tx.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
-                applied.append(name)
+        with self._available(), self.pool.connection() as conn, _no_deadline(conn):
+            with conn.transaction():
+                tx = PostgresTx(conn)
+                tx.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK_KEY,))
+                tx.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY,"
+                    " applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                )
+                done = {row[0] for row in tx.fetchall("SELECT name FROM schema_migrations")}
+                for name, sql in migration_files(self.dialect):
+                    if name in done:
+                        continue
+                    tx.raw.execute(sql)
+                    run_migration_data_step(name, tx)
+                    tx.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
+                    applied.append(name)
+            tx.run_after_commit()
         return applied
+
 
     def applied_migrations(self) -> list[str]:
         with self.transaction() as tx:
