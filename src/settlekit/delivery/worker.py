@@ -58,6 +58,7 @@ from settlekit.delivery.secrets import SecretRefError, SecretResolver
 from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
 from settlekit.delivery.signing import SigningMode, delivery_headers
 from settlekit.delivery.ssrf import AsyncResolver, SsrfPolicy
+from settlekit.dispatch.outage import OutageBackoff
 from settlekit.errors import ConfigurationError, DatabaseUnavailableError, SettlekitError
 from settlekit.events.canonical import canonical_bytes
 from settlekit.store import deliveries as store
@@ -181,6 +182,8 @@ class DeliveryWorker:
         self._totals = DeliveryPassResult()
         self._next_replay_tick = 0.0
         self._low_water = max(1, min(self.config.batch_size, self.config.caps.in_flight) // 4)
+        # a failing claim (the database down) backs off from 0.2 to 2 error_sleeps, logging once per change of state
+        self._claim_outage = OutageBackoff(log, "delivery claim")
         self._error: BaseException | None = None  # the last unexpected error of a send or a record
         self._failed: asyncio.Event | None = None  # set by it (a pass of run_once ends at once)
         self._fail_fast = False  # in a pass of run_once
@@ -239,9 +242,9 @@ class DeliveryWorker:
                     claimed = await self._fill(wanted) if wanted > 0 else 0
                 except Exception as exc:
                     self.metrics.worker_errors.labels(type(exc).__name__).inc()
-                    log.exception("delivery claim failed; retrying in %.1fs", self.config.error_sleep)
-                    await self._idle(self.config.error_sleep)
+                    await self._idle(self._claim_outage.failed(exc) * self.config.error_sleep)
                     continue
+                self._claim_outage.succeeded()
                 if claimed < wanted or wanted <= 0:  # nothing more due, or no free slot: until woken
                     await self._idle(self.config.idle_sleep)
                 if self._error is not None and not isinstance(self._error, Exception):
