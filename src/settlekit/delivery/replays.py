@@ -43,7 +43,7 @@ class ReplayPolicy:
     rate: float = 20.0
     max_deliveries: int = 10_000
     max_window: timedelta = timedelta(days=30)
-    tick: float = 0.5
+    tick: float = 1.0
 
     def __post_init__(self) -> None:
         if self.rate <= 0 or self.max_deliveries < 1 or self.tick <= 0 or self.max_window <= timedelta(0):

@@ -110,7 +110,7 @@ def worker_config(settings: Settings) -> Any:
         per_destination_metrics=settings.metrics_per_destination,
         allowed_networks=settings.allowed_webhook_networks,
         allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
-        idle_sleep=0.05,
+        idle_sleep=0.5,  # new work in this process wakes it at once (the sink); this polls for retries coming due
         lease=timedelta(seconds=settings.delivery_lease),
         lease_renew=settings.delivery_lease_renew,
         max_claims=settings.delivery_max_claims,
