@@ -78,6 +78,9 @@ class Destination:
             "previous_secret_ref": _redacted(self.previous_secret_ref) if self.previous_secret_ref else None,
             "previous_secret_expires_at": iso_millis(self.previous_secret_expires_at)
             if self.previous_secret_expires_at else None,
+            "circuit_failures": self.circuit.failures,
+            "circuit_opens": self.circuit.opens,
+            "circuit_open_until": iso_millis(self.circuit.open_until) if self.circuit.open_until else None,
         }
 
 
