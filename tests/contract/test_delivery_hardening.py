@@ -241,8 +241,8 @@ def test_lease_is_renewed_while_the_send_is_in_flight(db: Database, secret_file:
 
 @pytest.mark.parametrize("point", ["sending", "sent"])
 def test_crash_mid_send_then_reclaim_costs_no_attempt(db: Database, secret_file: str, point: str) -> None:
-    """Failpoints: the worker dies as its requests start (`sending`) or once they were answered but nothing
-    was recorded (`sent`). The lease expires, another worker sends again; the crash consumed no attempt."""
+    """Failpoints: the worker dies as its requests start (`sending`) or once one was answered but nothing was
+    recorded (`sent`). The lease expires, another worker sends again; the crash consumed no attempt."""
 
     arts, clock = Artifacts(), Clock()
     with FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10) as rx:
@@ -258,17 +258,20 @@ def test_crash_mid_send_then_reclaim_costs_no_attempt(db: Database, secret_file:
             run(_one_pass(worker(db, arts, clock, "A", failpoint=crash)))
         rows = deliveries(db)
         assert all(d.state == "pending" and d.lease_owner == "A" and d.attempts == 0 for d in rows)
-        assert len(rx.received) == (3 if point == "sent" else 0)
+        # `sent`: the crash came as the first answer arrived; the other requests may have reached the receiver
+        before = len(rx.received)
+        assert (before >= 1) if point == "sent" else before == 0
         clock.advance(1.0)
         assert run(_one_pass(worker(db, arts, clock, "B"))).claimed == 0  # lease (2 s) still held
         clock.advance(1.5)
-        # reclaimed after a crash, each is claimed alone (crash-loop isolation): three passes
-        assert [run(_one_pass(worker(db, arts, clock, "B"))).delivered for _ in range(3)] == [1, 1, 1]
+        # reclaimed after one crash, they go out together (isolation starts at a second claim without an outcome)
+        assert run(_one_pass(worker(db, arts, clock, "B"))).delivered == 3
         rows = deliveries(db)
         assert all(d.state == "delivered" and d.attempts == 1 for d in rows)
         with db.read() as tx:
             assert all(store.list_attempts(tx, d.id) == [(1, 200, None)] for d in rows)
-        assert len(rx.received) == 3 and rx.duplicates == (3 if point == "sent" else 0)
+        # resends of what reached the receiver before the crash (a cancelled request may have arrived after it)
+        assert len(rx.received) == 3 and ((1 <= rx.duplicates <= 3) if point == "sent" else rx.duplicates == 0)
 
 
 def _free_port() -> int:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from settlekit.delivery import circuit
 from settlekit.delivery.circuit import CircuitPolicy
-from settlekit.delivery.fairness import Caps, allocate
+from settlekit.delivery.fairness import Caps, allocate, quarantined
 from settlekit.store.deliveries import Circuit, DueDelivery
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -39,13 +39,15 @@ def test_a_destination_at_its_cap_and_a_tenant_at_its_cap_get_nothing_more() -> 
 
 
 def test_a_half_open_circuit_gets_one_probe_and_a_quarantined_delivery_goes_alone() -> None:
-    rows = due("a", "probe", 3, probing=True) + due("b", "d", 2, start=10, claims=1) + due("b", "d", 2, start=20)
+    rows = (due("a", "probe", 3, probing=True) + due("b", "d", 2, start=10, claims=2)
+            + due("b", "d", 1, start=20, claims=1) + due("b", "d", 1, start=30))
     picks = allocate(rows, slots=64, caps=Caps(), busy_destinations={}, busy_tenants={}, quarantine_free=True)
     assert sum(p.destination_id == "probe" for p in picks) == 1
-    assert sum(p.claims > 0 for p in picks) == 1
+    assert sum(quarantined(p.claims) for p in picks) == 1
+    assert sum(p.claims == 1 for p in picks) == 1  # claimed once before (a killed worker's): as usual
     none_quarantined = allocate(rows, slots=64, caps=Caps(), busy_destinations={}, busy_tenants={},
                                 quarantine_free=False)
-    assert all(p.claims == 0 for p in none_quarantined)
+    assert not any(quarantined(p.claims) for p in none_quarantined) and len(none_quarantined) == 3
 
 
 @st.composite
@@ -62,7 +64,7 @@ def scenes(draw: st.DrawFn) -> tuple[list[DueDelivery], Caps, dict[tuple[str, st
             for _ in range(n):
                 rows.append(DueDelivery(f"t{t}", f"d{d}", probing, next_id,
                                         T0 + timedelta(seconds=draw(st.integers(0, 100))),
-                                        draw(st.sampled_from([0, 0, 0, 1]))))
+                                        draw(st.sampled_from([0, 0, 0, 1, 2]))))
                 next_id += 1
             busy = draw(st.integers(0, caps.per_destination))
             if busy:
@@ -79,7 +81,7 @@ def test_the_deal_keeps_every_cap(scene: tuple[list[DueDelivery], Caps, dict[tup
     picks = allocate(rows, slots=slots, caps=caps, busy_destinations=busy_d, busy_tenants=busy_t,
                      quarantine_free=quarantine_free)
     assert len(picks) <= slots and len({p.id for p in picks}) == len(picks)
-    assert sum(p.claims > 0 for p in picks) <= (1 if quarantine_free else 0)
+    assert sum(quarantined(p.claims) for p in picks) <= (1 if quarantine_free else 0)
     per_dest = Counter((p.tenant_id, p.destination_id) for p in picks)
     for key, n in per_dest.items():
         cap = 1 if any(r.probing for r in rows if (r.tenant_id, r.destination_id) == key) else caps.per_destination
@@ -88,8 +90,8 @@ def test_the_deal_keeps_every_cap(scene: tuple[list[DueDelivery], Caps, dict[tup
         assert n + busy_t.get(tenant, 0) <= max(caps.per_tenant, busy_t.get(tenant, 0))
     # work-conserving: a slot is left free only when no eligible delivery was left out
     if len(picks) < slots:
-        left = [r for r in rows if r not in picks and (r.claims == 0 or (quarantine_free and not any(
-            p.claims for p in picks)))]
+        left = [r for r in rows if r not in picks and (not quarantined(r.claims) or (quarantine_free and not any(
+            quarantined(p.claims) for p in picks)))]
         for r in left:
             key = (r.tenant_id, r.destination_id)
             cap = 1 if r.probing else caps.per_destination

@@ -5,9 +5,10 @@ tenant at most `per_tenant`, so a slow or dead endpoint (or a tenant with many) 
 other slots keep serving everyone else. Free slots are dealt round-robin: each tenant in turn (the one whose
 oldest due delivery has waited longest first) gets one delivery of its next destination in turn (again longest
 waiting first), until the slots, the caps or the due deliveries run out. A destination whose circuit is
-half-open gets one request at a time (the probe). A delivery claimed before without an outcome (its worker died
-or lost the lease) is quarantined: a worker sends at most one such at a time, so a delivery that kills its worker
-cannot take many others down with it again and again.
+half-open gets one request at a time (the probe). A delivery claimed `ISOLATE_AFTER` times without an outcome (its
+worker died each time) is quarantined: a worker sends at most one such at a time, so a delivery that kills its
+worker cannot take many others down with it again and again. (Once is every delivery in flight when a worker is
+killed: those go out again as usual.)
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from datetime import datetime
 from settlekit.store.deliveries import DueDelivery
 
 DestinationKey = tuple[str, str]
+ISOLATE_AFTER = 2  # claims without a recorded outcome after which a delivery is sent alone
+
+
+def quarantined(claims: int) -> bool:
+    """Whether a delivery claimed `claims` times without an outcome goes out alone."""
+    return claims >= ISOLATE_AFTER
 
 
 @dataclass(frozen=True)
@@ -75,7 +82,7 @@ def allocate(
                 else None
             if picked is None:
                 continue
-            if picked.claims > 0:
+            if quarantined(picked.claims):
                 quarantine = False
             picks.append(picked)
             slots -= 1
@@ -94,11 +101,11 @@ def _next_of_tenant(keys: list[DestinationKey], queues: dict[DestinationKey, lis
         key = keys.pop(0)
         rows = queues[key]
         for i, row in enumerate(rows):
-            if row.claims > 0 and not quarantine_free:
+            if quarantined(row.claims) and not quarantine_free:
                 continue
             del rows[i]
             allowance[key] -= 1
-            if allowance[key] > 0 and any(r.claims == 0 or quarantine_free for r in rows):
+            if allowance[key] > 0 and any(not quarantined(r.claims) or quarantine_free for r in rows):
                 keys.append(key)
             return row
     return None

@@ -22,11 +22,13 @@ the target between check and connect.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -299,8 +301,15 @@ def system_resolve(host: str, port: int) -> list[str]:
 async def async_system_resolve(host: str, port: int) -> list[str]:
     if _is_ip_literal(host):
         return [host]
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    infos = await asyncio.get_running_loop().run_in_executor(
+        _DNS_THREADS, functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM))
     return _addresses_from_getaddrinfo(infos)
+
+
+DNS_THREADS: Final = 64  # lookups at once: a slow name server holds a thread until the system resolver gives up
+# Host name lookups run on threads of their own (started as needed), never on the event loop's default executor,
+# where the delivery worker's and the API's other work would wait behind a tenant's slow name servers.
+_DNS_THREADS: Final = ThreadPoolExecutor(DNS_THREADS, thread_name_prefix="settlekit-dns")
 
 
 def _unreachable_name(url: str, host: str) -> DestinationForbiddenError:

@@ -27,9 +27,10 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
@@ -38,7 +39,7 @@ from settlekit.delivery import circuit as breaker
 from settlekit.delivery import metrics as m
 from settlekit.delivery import replays
 from settlekit.delivery.errors import WebhookSecretError
-from settlekit.delivery.fairness import Caps, DestinationKey, allocate
+from settlekit.delivery.fairness import Caps, DestinationKey, allocate, quarantined
 from settlekit.delivery.message import PreparedRequest
 from settlekit.delivery.recovery import AUTO_DISABLED, AutoDisable, record_outcomes
 from settlekit.delivery.retry import (
@@ -69,6 +70,7 @@ ArtifactLoader = Callable[[Tx, str, str], Mapping[str, Any] | None]
 
 
 log = logging.getLogger("settlekit.delivery")
+T = TypeVar("T")
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
@@ -165,6 +167,7 @@ class DeliveryWorker:
         self.rng = rng or random.Random()
         self.metrics = m.metrics_for(registry)
         self._sender = WebhookSender(self.config.sender, resolver=resolver)
+        self._db_threads: ThreadPoolExecutor | None = None  # created on first use, shut down by aclose()
         self._stop_requested = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -190,6 +193,9 @@ class DeliveryWorker:
 
     async def aclose(self) -> None:
         await self._sender.aclose()
+        threads, self._db_threads = self._db_threads, None
+        if threads is not None:
+            threads.shutdown(wait=False)
 
     async def __aenter__(self) -> DeliveryWorker:
         return self
@@ -236,6 +242,10 @@ class DeliveryWorker:
             while not self.stopping:
                 try:
                     await self._advance_replays()
+                except Exception as exc:  # replays wait; claims go on
+                    self.metrics.worker_errors.labels(type(exc).__name__).inc()
+                    log.warning("could not advance the running replays: %s", exc)
+                try:
                     wanted = min(self.config.batch_size, self.config.caps.in_flight - len(self._flight))
                     if self._flight and wanted < self._low_water:
                         wanted = 0  # a claim for a slot or two costs a transaction each: wait for a few more
@@ -260,6 +270,14 @@ class DeliveryWorker:
                             await task
                 self._wake = None
 
+    async def _db_call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """`fn` on one of the worker's own database threads: never behind the event loop's default executor,
+        where host name lookups (a tenant's slow name servers) wait."""
+        if self._db_threads is None:
+            self._db_threads = ThreadPoolExecutor(4, thread_name_prefix="settlekit-delivery-db")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._db_threads, functools.partial(fn, *args, **kwargs))
+
     def _bind_loop(self) -> None:
         self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         self._flush_needed = asyncio.Event()
@@ -280,7 +298,7 @@ class DeliveryWorker:
         deadline = time.monotonic() + timeout
         while True:
             result = await self.run_once()
-            if result.claimed == 0 and await asyncio.to_thread(self._count_due) == 0:
+            if result.claimed == 0 and await self._db_call(self._count_due) == 0:
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -369,7 +387,7 @@ class DeliveryWorker:
         destination and scope go out one after another in claim order (one task); the rest concurrently."""
         if slots <= 0 or self.stopping:
             return 0
-        claim = await asyncio.to_thread(self._claim_and_prepare, slots, dict(self._busy_destinations),
+        claim = await self._db_call(self._claim_and_prepare, slots, dict(self._busy_destinations),
                                         dict(self._busy_tenants), self._quarantined is None)
         if not claim.claimed:
             return 0
@@ -377,10 +395,12 @@ class DeliveryWorker:
             self._flight[d.id] = d
             self._busy_destinations[(d.tenant_id, d.destination_id)] += 1
             self._busy_tenants[d.tenant_id] += 1
-            if d.claims > 1:  # claimed before without an outcome: quarantined (one at a time)
+            if quarantined(d.claims - 1):  # claimed before without an outcome: one at a time
                 self._quarantined = d.id
         self._circuits |= claim.circuits
         failpoints.hit("delivery.claimed", self.worker_id)
+        if claim.requests:
+            failpoints.hit("delivery.sending", self.worker_id)
         chains: dict[object, list[PreparedRequest]] = {}
         for req in claim.requests:
             chains.setdefault(req.group, []).append(req)
@@ -399,7 +419,6 @@ class DeliveryWorker:
         unexpected error abandons the rest of the chain here (their leases expire; they are claimed again)."""
         started = 0
         try:
-            failpoints.hit("delivery.sending", self.worker_id)
             for req in chain:
                 started += 1
                 d: store.Delivery = req.tag
@@ -477,17 +496,21 @@ class DeliveryWorker:
                 return
             result = DeliveryPassResult()
             try:
-                if outcomes:
-                    sent = [o for o, real in outcomes if real]
-                    result = await self._record(sent + [o for o, real in outcomes if not real], sent=len(sent))
-                    failpoints.hit("delivery.completed", self.worker_id)
-                    for out in sent:
-                        self._gone.discard((out.tag.tenant_id, out.tag.destination_id))
-                if unsent:
-                    released = await asyncio.to_thread(self._release, unsent)
+                if unsent:  # handed back first: a failed record below must not keep them leased
+                    released = await self._db_call(self._release, unsent)
                     self.metrics.released.inc(released)
                     result.released = released
                     result.claimed += len(unsent)
+                if outcomes:
+                    sent = [o for o, real in outcomes if real]
+                    recorded = await self._record(sent + [o for o, real in outcomes if not real], sent=len(sent))
+                    recorded.claimed += result.claimed
+                    recorded.released = result.released
+                    result = recorded
+                    failpoints.hit("delivery.completed", self.worker_id)
+                    for out in sent:  # its 410 is recorded: the destination is disabled in the database now
+                        if out.status == 410:
+                            self._gone.discard((out.tag.tenant_id, out.tag.destination_id))
             finally:
                 self._land([o.tag.id for o, _ in outcomes] + unsent)
             self._totals.add(result)
@@ -537,7 +560,7 @@ class DeliveryWorker:
         if not force and now < self._next_replay_tick:
             return
         self._next_replay_tick = now + self.config.replay.tick
-        if await asyncio.to_thread(replays.advance, self.db, self.config.replay, self.clock()):
+        if await self._db_call(replays.advance, self.db, self.config.replay, self.clock()):
             self.wake()
 
     def _prepare(
@@ -570,7 +593,8 @@ class DeliveryWorker:
             pool=(d.tenant_id, d.destination_id),
         )
 
-    def _complete(self, outcomes: list[Outcome], *, sent: int) -> DeliveryPassResult:
+    def _complete(self, outcomes: list[Outcome], *, sent: int, circuits: frozenset[DestinationKey] | None = None
+                  ) -> DeliveryPassResult:
         """Apply every outcome in one transaction, each guarded by this worker's lease; metrics after commit.
 
         The first `sent` outcomes are real HTTP attempts, the rest failed before sending. Each recorded outcome
@@ -579,32 +603,36 @@ class DeliveryWorker:
         since records its own. A 410 disables its destination and fails that delivery only: further 410s from a
         destination that is already disabled (by this pass, another worker or an operator) leave their
         deliveries pending, to be sent once it is enabled again. The conditional disable takes the
-        destination's row lock, so of concurrent workers exactly one fails its delivery. A batch with a failed
-        attempt first locks the rows of those destinations in one order, as other workers' batches do."""
+        destination's row lock, so of concurrent workers exactly one fails its delivery. The destinations of the
+        real attempts are locked first, in one order, and the delivery rows are updated in id order, as other
+        workers' records and lease renewals do: no two of them wait for each other in a cycle."""
         result = DeliveryPassResult(claimed=len(outcomes))
         now = self.clock()
-        counted: list[tuple[str, str, str | None]] = []  # (destination_id, outcome, failure reason)
+        counted: list[tuple[str, str, str | None]] = [("", "", None)] * len(outcomes)  # (destination, outcome, reason)
         disabled_reasons: list[str] = []
-        recorded: list[Outcome] = []  # the real HTTP attempts recorded under this worker's lease
+        recorded: list[tuple[int, Outcome]] = []  # the real HTTP attempts recorded under this worker's lease
         decided: list[tuple[store.Delivery, Outcome, Decision, str]] = []
+        circuits = frozenset(self._circuits) if circuits is None else circuits
         with self.db.transaction() as tx:
-            store.lock_destinations(tx, ((o.tag.tenant_id, o.tag.destination_id) for o in outcomes[:sent]
-                                         if not o.ok or (o.tag.tenant_id, o.tag.destination_id) in self._circuits))
-            for i, out in enumerate(outcomes):
+            # every destination this may update (streaks, circuits, a 410's disable), locked first in one order
+            store.lock_destinations(tx, ((o.tag.tenant_id, o.tag.destination_id) for o in outcomes[:sent]))
+            # delivery rows in id order, as every other transaction that updates several of them
+            for i, out in sorted(enumerate(outcomes), key=lambda item: item[1].tag.id):
                 d: store.Delivery = out.tag
                 dec = self._decide(d, out)
                 ok, outcome = self._apply_decision(tx, d, out, dec, now, result, disabled_reasons)
                 if ok:
                     self._record_attempt(tx, d, out)
                     if i < sent:
-                        recorded.append(out)
+                        recorded.append((i, out))
                 decided.append((d, out, dec, outcome if ok else m.LEASE_LOST))
                 result.lease_lost += not ok
-                counted.append((d.destination_id, outcome if ok else m.LEASE_LOST, dec.reason))
+                counted[i] = (d.destination_id, outcome if ok else m.LEASE_LOST, dec.reason)
                 if i == 0:
                     failpoints.hit("delivery.completing", self.worker_id)
-            self._count_streaks(tx, recorded, now, result, disabled_reasons)
-            opened = self._update_circuits(tx, recorded, now)
+            in_order = [out for _, out in sorted(recorded, key=lambda item: item[0])]  # as they were sent
+            self._count_streaks(tx, in_order, now, result, disabled_reasons)
+            opened = self._update_circuits(tx, in_order, now, circuits)
         for d, out, dec, outcome in decided:  # logged once committed: a retried completion logs each attempt once
             _log_attempt(d, out, dec, outcome)
         self._count_outcomes(outcomes, counted, disabled_reasons, sent)
@@ -614,7 +642,7 @@ class DeliveryWorker:
                         tenant_id, destination_id, circuit.open_until, circuit.failures)
         return result
 
-    def _update_circuits(self, tx: Tx, sent: list[Outcome], now: datetime
+    def _update_circuits(self, tx: Tx, sent: list[Outcome], now: datetime, circuits: frozenset[DestinationKey]
                          ) -> list[tuple[str, str, store.Circuit]]:
         """Move the circuits of the destinations these attempts went to (only where one got no answer or the
         circuit was not at rest: the common case writes nothing); returns the circuits opened now."""
@@ -627,7 +655,7 @@ class DeliveryWorker:
                 answered.setdefault(key, []).append(True)
         opened = []
         for key in sorted(answered):
-            if all(answered[key]) and key not in self._circuits:
+            if all(answered[key]) and key not in circuits:
                 continue
             current = store.get_circuit(tx, *key)
             if current is None:
@@ -651,7 +679,8 @@ class DeliveryWorker:
         try:
             while True:
                 try:
-                    return await asyncio.to_thread(self._complete, outcomes, sent=sent)
+                    return await self._db_call(self._complete, outcomes, sent=sent,
+                                               circuits=frozenset(self._circuits))
                 except DatabaseUnavailableError:
                     if deadline is None:
                         deadline = time.monotonic() + self.config.lease.total_seconds()
@@ -790,7 +819,7 @@ class DeliveryWorker:
 
     async def _renew_now(self, ids: list[int]) -> None:
         try:
-            held = await asyncio.to_thread(self._renew, ids)
+            held = await self._db_call(self._renew, ids)
         except Exception:
             self.metrics.worker_errors.labels("LeaseRenewal").inc()
             log.warning("could not renew %d delivery leases", len(ids), exc_info=True)

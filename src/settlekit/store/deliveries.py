@@ -8,7 +8,6 @@ PostgreSQL as TIMESTAMPTZ (`store.sql.timestamp`).
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import Any, Final
 
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.events.canonical import iso_millis
-from settlekit.store.db import Dialect, Tx
+from settlekit.store.db import Tx
 from settlekit.store.sql import and_where, fragment, from_timestamp, statements, timestamp
 
 
@@ -284,14 +283,16 @@ def set_destination_status(
 
 def lock_destinations(tx: Tx, keys: Iterable[tuple[str, str]]) -> None:
     """Lock the rows of these (tenant id, destination id) until the transaction ends, in one order whatever the
-    caller's: two transactions that go on to update the same destinations (failure streaks, a 410's disable) in
-    different orders then never wait for each other in a cycle. Nothing on SQLite, whose writers take turns."""
+    caller's (one statement, rows locked in its sort order): two transactions that go on to update the same
+    destinations (failure streaks, circuits, a 410's disable) in different orders then never wait for each other
+    in a cycle. Nothing on SQLite, whose writers take turns."""
     lock = fragment(tx.dialect, "row_lock")
-    if not lock:
+    wanted = sorted(set(keys))
+    if not lock or not wanted:
         return
-    sql = f"SELECT 1 FROM destinations WHERE tenant_id = ? AND destination_id = ? {lock}"
-    for tenant_id, destination_id in sorted(set(keys)):
-        tx.fetchone(sql, (tenant_id, destination_id))
+    pairs = " OR ".join("(tenant_id = ? AND destination_id = ?)" for _ in wanted)
+    tx.fetchall(f"SELECT 1 FROM destinations WHERE {pairs} ORDER BY tenant_id, destination_id {lock}",
+                [v for key in wanted for v in key])
 
 
 def disable_if_active(tx: Tx, tenant_id: str, destination_id: str, *, reason: str, now: datetime) -> bool:
@@ -341,22 +342,21 @@ def insert_delivery(tx: Tx, row: NewDelivery, *, now: datetime) -> int:
     )
 
 
-_CLAIM_WHERE: Final = (
+_DUE_FILTER: Final = (  # due now, leased or not (the claim's own query: each dialect's due_per_destination)
     " FROM deliveries d JOIN destinations t"
     " ON t.tenant_id = d.tenant_id AND t.destination_id = d.destination_id"
     " WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND t.status = 'active'"
-    " AND (d.lease_expires_at IS NULL OR d.lease_expires_at < ?)"
+    " AND (t.circuit_open_until IS NULL OR t.circuit_open_until <= ?)"
     " AND (t.ordering <> 'strict_scope' OR NOT EXISTS (SELECT 1 FROM deliveries e"
     " WHERE e.tenant_id = d.tenant_id AND e.destination_id = d.destination_id AND e.scope_key = d.scope_key"
     " AND e.state = 'pending' AND (e.order_seq, e.priority, e.id) < (d.order_seq, d.priority, d.id)))"
 )
-_CLAIM_ORDER: Final = " ORDER BY d.next_attempt_at, d.scope_key, d.order_seq, d.priority, d.id LIMIT ?"
-_CLAIM_FILTER: Final = _CLAIM_WHERE + _CLAIM_ORDER
 
 
 def claim(tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime) -> list[Delivery]:
-    """Lease up to `limit` due deliveries of every tenant (SKIP LOCKED on PostgreSQL; on SQLite the
-    transaction is BEGIN IMMEDIATE, a single writer).
+    """Lease up to `limit` due deliveries of every tenant, oldest first, through the delivery worker's two steps
+    (`due_per_destination`, then `claim_ids`; the worker deals them fairly between tenants instead, in
+    `settlekit.delivery.fairness`). On PostgreSQL rows a concurrent claim holds are skipped.
 
     A claim does not count an attempt: `attempts` grows when an outcome is recorded (`_finish`), so a worker
     that dies mid-send costs the delivery no attempt. The attempt being made is `attempts + 1`.
@@ -365,30 +365,12 @@ def claim(tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime) -
     claimed before without an outcome (its worker died or lost the lease) is claimed alone, so a delivery that
     crashes its worker cannot take a batch of others down with it; the caller dead-letters it once `claims`
     passes its limit."""
-    rows = _claim(tx, worker=worker, limit=1, lease=lease, now=now, claimed_before=True)
-    if not rows:
-        rows = _claim(tx, worker=worker, limit=limit, lease=lease, now=now, claimed_before=False)
-    out = [_dlv(r) for r in rows]
+    due = due_per_destination(tx, per_destination=limit, now=now)
+    before = [d for d in due if d.claims > 0]
+    picks = sorted(before or due, key=lambda d: (d.next_attempt_at, d.id))[:1 if before else limit]
+    out = claim_ids(tx, [p.id for p in picks], worker=worker, lease=lease, now=now)
     out.sort(key=lambda d: (d.next_attempt_at or now, d.scope_key, d.order_seq, d.priority, d.id))
     return out
-
-
-def _claim(
-    tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime, claimed_before: bool
-) -> list[tuple[Any, ...]]:
-    ts, until = db_time(tx, now), db_time(tx, now + lease)
-    return tx.fetchall(_claim_sql(tx.dialect, claimed_before), (ts, ts, limit, worker, until, ts))
-
-
-@functools.cache
-def _claim_sql(dialect: Dialect, claimed_before: bool) -> str:
-    extra = " AND d.claims > 0" if claimed_before else " AND d.claims = 0"
-    lock = fragment(dialect, "claim_lock")
-    return (
-        f"WITH c AS (SELECT d.id{_CLAIM_WHERE}{extra}{_CLAIM_ORDER}{' ' + lock if lock else ''})"
-        " UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, claims = deliveries.claims + 1,"
-        f" updated_at = ? FROM c WHERE deliveries.id = c.id RETURNING {_qualified('deliveries')}"
-    )
 
 
 def _qualified(table: str) -> str:
@@ -451,10 +433,13 @@ def renew_leases(
     if not delivery_ids:
         return 0
     marks = ", ".join("?" * len(delivery_ids))
+    lock = fragment(tx.dialect, "claim_lock")
+    # rows a completion holds are being recorded (no renewal needed): skipped, so the two never wait on each other
     return tx.execute(
-        f"UPDATE deliveries SET lease_expires_at = ? WHERE id IN ({marks}) AND lease_owner = ?"
-        " AND state = 'pending'",
-        (db_time(tx, now + lease), *delivery_ids, worker),
+        f"WITH r AS (SELECT d.id FROM deliveries d WHERE d.id IN ({marks}) AND d.lease_owner = ?"
+        f" AND d.state = 'pending' ORDER BY d.id{' ' + lock if lock else ''})"
+        " UPDATE deliveries SET lease_expires_at = ? FROM r WHERE deliveries.id = r.id",
+        (*delivery_ids, worker, db_time(tx, now + lease)),
     )
 
 
@@ -590,11 +575,6 @@ def oldest_pending_created_at(tx: Tx) -> datetime | None:
     return from_timestamp(tx.scalar("SELECT min(created_at) FROM deliveries WHERE state = 'pending'"))
 
 
-_DUE_FILTER: Final = _CLAIM_FILTER.replace(
-    " AND (d.lease_expires_at IS NULL OR d.lease_expires_at < ?)", ""
-).split(" ORDER BY")[0] + " AND (t.circuit_open_until IS NULL OR t.circuit_open_until <= ?)"
-
-
 def count_due(tx: Tx, *, now: datetime) -> int:
     """Pending deliveries a worker could claim now if no lease were held (all tenants; strict ordering, disabled
     destinations and open circuits respected). Zero means the queue is drained for the moment."""
@@ -624,20 +604,32 @@ def due_per_destination(tx: Tx, *, per_destination: int, now: datetime) -> list[
     return [DueDelivery(r[0], r[1], bool(r[2]), int(r[3]), from_timestamp(r[4]) or now, int(r[5])) for r in rows]
 
 
+_STILL_DUE: Final = (  # the due rule of due_per_destination, checked again on the rows claimed
+    " AND d.state = 'pending' AND d.next_attempt_at <= ? AND EXISTS (SELECT 1 FROM destinations t"
+    " WHERE t.tenant_id = d.tenant_id AND t.destination_id = d.destination_id AND t.status = 'active'"
+    " AND (t.circuit_open_until IS NULL OR t.circuit_open_until <= ?)"
+    " AND (t.ordering <> 'strict_scope' OR NOT EXISTS (SELECT 1 FROM deliveries e"
+    " WHERE e.tenant_id = d.tenant_id AND e.destination_id = d.destination_id AND e.scope_key = d.scope_key"
+    " AND e.state = 'pending' AND (e.order_seq, e.priority, e.id) < (d.order_seq, d.priority, d.id))))"
+)
+
+
 def claim_ids(tx: Tx, ids: Sequence[int], *, worker: str, lease: timedelta, now: datetime) -> list[Delivery]:
-    """Lease these deliveries to `worker` where they are still pending and unleased (a row another worker
-    claimed meanwhile is left out; PostgreSQL skips rows locked by a concurrent claim). Counts one claim each."""
+    """Lease these deliveries to `worker` where they are still due and unleased: what the read that chose them saw
+    may have changed (another worker sent one and scheduled its retry, the destination was disabled or its circuit
+    opened, an earlier delivery of a strict scope became pending again): such a row is left out. PostgreSQL skips
+    rows locked by a concurrent claim. Counts one claim each."""
     if not ids:
         return []
     ts, until = db_time(tx, now), db_time(tx, now + lease)
     marks = ", ".join("?" * len(ids))
     lock = fragment(tx.dialect, "claim_lock")
     rows = tx.fetchall(
-        f"WITH c AS (SELECT d.id FROM deliveries d WHERE d.id IN ({marks}) AND d.state = 'pending'"
+        f"WITH c AS (SELECT d.id FROM deliveries d WHERE d.id IN ({marks}){_STILL_DUE}"
         f" AND (d.lease_expires_at IS NULL OR d.lease_expires_at < ?){' ' + lock if lock else ''})"
         " UPDATE deliveries SET lease_owner = ?, lease_expires_at = ?, claims = deliveries.claims + 1,"
         f" updated_at = ? FROM c WHERE deliveries.id = c.id RETURNING {_qualified('deliveries')}",
-        (*ids, ts, worker, until, ts),
+        (*ids, ts, ts, ts, worker, until, ts),
     )
     return [_dlv(r) for r in rows]
 
