@@ -182,7 +182,8 @@ def _run(description: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("description", ["d102_claims: restart, foreign", "d140_amounts: envelope",
-                                         "d026_coverage: foreign, signatures, at"])
+                                         "d026_coverage: foreign, signatures, at",
+                                         "d118_lifecycle: foreign, signatures, envelope"])
 def test_imported_history_is_shown_as_settld_recorded_it(description: str, db: Database) -> None:
     """The job view is settld's reducer over the whole stream (a second JOB_CREATED restarts the job; an unknown
     type is a revision); the job's events and the feed hold every event as recorded, unknown types included, and
@@ -269,3 +270,29 @@ def test_strict_keeps_the_rules_for_new_input(description: str, db: Database) ->
         "SIGNER_POLICY_VIOLATION"), result.refused
     assert result.appended == len(store.streams.read_stream(TENANT, events[0]["streamId"])) < len(events)
     assert import_events(store, TENANT, events).refused is None  # history mode takes the stream
+
+
+def test_a_job_id_with_white_space_is_reached_percent_encoded(db: Database) -> None:
+    """settld's job ids are any non-blank string: one with blanks is imported as recorded and its job, events and
+    export are reached with the id percent-encoded in the URL."""
+    from urllib.parse import quote
+
+    from settlekit.events.envelope import finalize, make_draft
+    from support.api import client, key_for, make_app
+
+    job_id = "job with blanks\t1"
+    created = finalize(make_draft(stream_id=job_id, type="JOB_CREATED", actor={"type": "system", "id": "proxy"},
+                                  payload={"tenantId": TENANT, "templateId": "reset_lite"},
+                                  at="2026-01-05T09:00:00.000Z", id="evt 1"), None)
+    note = finalize(make_draft(stream_id=job_id, type="NOTE_ADDED", actor={"type": "system", "id": "proxy"},
+                               payload={"note": "x"}, at="2026-01-05t09:00:01z", id="evt 2"), created["chainHash"])
+    store = job_appender(db)
+    result = import_events(store, TENANT, [created, note])
+    assert (result.appended, result.refused) == (2, None)
+    api = client(make_app(db), key_for(db, TENANT))
+    path = f"/v1/jobs/{quote(job_id, safe='')}"
+    view = api.get(path).json()
+    assert (view["jobId"], view["version"], view["job"]["revision"], view["job"]["status"]) == (job_id, 2, 1,
+                                                                                                "CREATED")
+    assert api.get(f"{path}/events").json()["events"] == [created, note]
+    assert api.get(f"{path}/export").json() == [created, note]
