@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
 from conftest import load_vector
 from settlekit.append import Appender
 from settlekit.cli import app
+from settlekit.events.canonical import canonical_json, parse_json, storable_text
+from settlekit.events.envelope import Signer, finalize
 from settlekit.store.db import connect
 
 runner = CliRunner()
@@ -66,3 +69,48 @@ def test_migrate_and_export_round_trip(tmp_path: Path) -> None:
     assert runner.invoke(app, ["verify", str(out), "--keys", str(keys)]).exit_code == 0
     missing = runner.invoke(app, ["export", "--db", url, "--stream", "nope"])
     assert missing.exit_code == 1
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for level in range(depth):
+        value = [value] if level % 2 else {"d": value, "__proto__": level}
+    return value
+
+
+def test_export_writes_a_payload_nested_deeper_than_pythons_encoder_goes(tmp_path: Path) -> None:
+    """A stream whose last event holds a payload 1,500 levels deep (as a settld stream may, and the offline tools
+    read) is exported, one event a line in canonical JSON with its own "__proto__" keys, and verifies."""
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    assert runner.invoke(app, ["migrate", "--db", url]).exit_code == 0
+    vector = load_vector("settle_aborted.json")
+    db = connect(url)
+    store = Appender(db)
+    for signer in vector["signers"]:
+        store.signer_keys.register("tenant_default", signer["publicKeyPem"], signer["role"])
+    stream_id = vector["events"][0]["streamId"]
+    store.append("tenant_default", stream_id, vector["events"])
+    last = vector["events"][-1]
+    server = next(s for s in vector["signers"] if s["keyId"] == last["signerKeyId"])
+    deep = finalize({**{k: last[k] for k in ("v", "id", "at", "streamId", "type", "actor")},
+                     "payload": {**last["payload"], "deep": _nested(1500)}}, last["prevChainHash"],
+                    Signer.from_pem(server["privateKeyPem"], server["publicKeyPem"]))
+    with db.transaction() as tx:  # the live path takes no such payload (256 levels at most): the row as stored
+        tx.execute("UPDATE events SET event_json = ?, payload_hash = ?, chain_hash = ? WHERE tenant_id = ?"
+                   " AND event_id = ?", (storable_text(canonical_json(deep, keep_proto=True)), deep["payloadHash"],
+                                         deep["chainHash"], "tenant_default", last["id"]))
+        tx.execute("UPDATE streams SET head_chain_hash = ? WHERE tenant_id = ? AND stream_id = ?",
+                   (deep["chainHash"], "tenant_default", stream_id))
+    db.close()
+    events = [*vector["events"][:-1], deep]
+    out = tmp_path / "export.json"
+    result = runner.invoke(app, ["export", "--db", url, "--stream", stream_id, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text(encoding="utf-8")
+    assert text == "[\n" + ",\n".join(canonical_json(e, keep_proto=True) for e in events) + "\n]\n"
+    assert canonical_json(parse_json(text), keep_proto=True) == canonical_json(events, keep_proto=True)
+    keys = _write(tmp_path / "k.json", vector["signers"])
+    verified = runner.invoke(app, ["verify", str(out), "--keys", str(keys)])
+    assert verified.exit_code == 0, verified.output
+    printed = runner.invoke(app, ["export", "--db", url, "--stream", stream_id])
+    assert printed.exit_code == 0 and printed.stdout == text

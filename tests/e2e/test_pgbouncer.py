@@ -7,8 +7,10 @@ Without the program it skips, unless SETTLEKIT_REQUIRE_PG is set (CI), where it 
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import psycopg
 import pytest
 
 from conftest import PG_ADMIN_URL
+from settlekit.errors import DatabaseUnavailableError
 from settlekit.store.db import connect
 from support.multiprocess import free_port, run_shared_workload
 from support.pgbouncer import pgbouncer, pooled
@@ -137,3 +140,39 @@ def test_serve_turns_prepared_statements_off_behind_the_pooler(pg_url: str, tmp_
     text = log.read_text()
     assert text.count("prepared statements turned off") == 1, text[-3000:]
     assert "dispatcher pass failed" not in text and "_pg3_" not in text, text[-3000:]
+
+
+def test_prepared_statements_met_later_are_503_once_then_off(pg_url: str, pgbouncer_port: int,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """Without the start check (or past it): two pooled sessions each prepare their statement under psycopg's
+    first name, and the pooler hands them the same server connection. That operation is 503 DATABASE_UNAVAILABLE
+    (nothing of it ran), never a raw database error (500); prepared statements are off from then on, said once."""
+    db = connect(pooled(pg_url, pgbouncer_port), direct_url=pg_url, prepared_statements=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="settlekit.store"):
+            with (pytest.raises(DatabaseUnavailableError),  # noqa: PT012  (the sessions' statements)
+                  db.connection() as first, db.connection() as second):
+                for _ in range(4):  # psycopg prepares a statement on its second run
+                    first.execute("SELECT 1 AS probe_one").fetchone()
+                    second.execute("SELECT 2 AS probe_two").fetchone()
+            errors: list[BaseException] = []
+
+            def run(n: int) -> None:
+                try:
+                    for i in range(20):
+                        with db.transaction() as tx:
+                            assert tx.scalar("SELECT ?::int + 1", (n + i,)) == n + i + 1
+                except BaseException as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=run, args=(n,)) for n in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            assert errors == []
+        lines = [r.getMessage() for r in caplog.records if r.name == "settlekit.store"]
+        assert len(lines) == 1 and lines[0].startswith("prepared statements turned off"), lines
+        assert not db.prepared_statements
+    finally:
+        db.close()

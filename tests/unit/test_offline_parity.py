@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -152,34 +152,121 @@ def test_the_commands_print_what_settld_computes(run: dict[str, Any], tmp_path: 
 
 _CORPUS_NAMES = sorted(differential_corpus())
 _MOVING = ("revision", "updatedAt", "lastChainHash", "lastEventId")
+_DRAFT = ("v", "id", "at", "streamId", "type", "actor", "payload")
+_NOTE_TYPES = ["NOTE_ADDED", "ROBOT_HEARTBEAT", "SETTLED ", "settled", "MONTH_CLOSED"]
 
 
-def _rechained(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out, prev = [], None
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    """`value` with every string that is a key of `names` replaced by its value (the corpus's payloads are shallow)."""
+    if isinstance(value, str):
+        return names.get(value, value)
+    if isinstance(value, list):
+        return [_renamed(v, names) for v in value]
+    if isinstance(value, dict):
+        return {k: _renamed(v, names) for k, v in value.items()}
+    return value
+
+
+def _rechained(events: list[dict[str, Any]], reanchor: bool = True) -> list[dict[str, Any]]:
+    """The events chained again in their order. With `reanchor`, as settld's server would have written them: a
+    payload that names an earlier event by its chainHash or payloadHash (a proof's evaluatedAtChainHash, a
+    settlementProofRef's proofEventChainHash, a forfeit's decisionEventPayloadHash...) names it as chained again.
+    An event without hashes (a draft) names nothing and is named by nothing."""
+    out: list[dict[str, Any]] = []
+    prev: str | None = None
+    names: dict[str, str] = {}
     for e in events:
-        out.append(finalize({k: e[k] for k in ("v", "id", "at", "streamId", "type", "actor", "payload")}, prev))
+        draft = {k: e[k] for k in _DRAFT}
+        if reanchor:
+            draft["payload"] = _renamed(draft["payload"], names)
+        out.append(finalize(draft, prev))
         prev = out[-1]["chainHash"]
+        if reanchor and "chainHash" in e:
+            names[e["chainHash"]], names[e["payloadHash"]] = out[-1]["chainHash"], out[-1]["payloadHash"]
     return out
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.sampled_from(_CORPUS_NAMES), st.lists(st.tuples(st.floats(0, 1), st.sampled_from(
-    ["NOTE_ADDED", "ROBOT_HEARTBEAT", "SETTLED ", "settled", "MONTH_CLOSED"])), min_size=1, max_size=6))
+def _with_notes(events: list[dict[str, Any]], notes: list[tuple[float, str]]) -> list[dict[str, Any]]:
+    """`events` with one draft of type t inserted for each (where, t), at `where` of the stream after the
+    JOB_CREATED, with the actor and time of the event before it."""
+    out = list(events)
+    for n, (where, t) in enumerate(notes):
+        i = 1 + int(where * (len(out) - 1))
+        out.insert(i, {**{k: out[i - 1][k] for k in ("v", "at", "streamId", "actor")},
+                       "id": f"evt_note_{n}", "type": t, "payload": {"note": n}})
+    return out
+
+
+@settings(max_examples=100, deadline=None, database=None, derandomize=True)
+@given(st.sampled_from(_CORPUS_NAMES), st.lists(st.tuples(st.floats(0, 1), st.sampled_from(_NOTE_TYPES)),
+                                                min_size=1, max_size=6))
+@example("d048_proof", [(0.78, "NOTE_ADDED")])  # before the completion: INSUFFICIENT_EVIDENCE, still
+@example("d056_holds", [(0.66, "MONTH_CLOSED")])  # before the completion: still the no-charge SETTLED entry
+@example("d059_holds", [(0.1, "settled"), (0.5, "SETTLED "), (0.9, "ROBOT_HEARTBEAT")])  # hold, forfeit
 def test_an_unknown_type_anywhere_changes_nothing_but_the_revision(name: str, notes: list[tuple[float, str]]) -> None:
     """settld's reducer counts an event outside its transition table as a revision and nothing else: inserted
     anywhere after the JOB_CREATED, such events leave the ledger, the posting errors, the outbox's sources and the
-    job (but its revision and head) as they were."""
-    base = parse_json(differential_corpus()[name])["events"]
-    events = list(base)
-    for n, (where, t) in enumerate(notes):
-        i = 1 + int(where * (len(events) - 1))
-        events.insert(i, {**events[i - 1], "id": f"evt_note_{n}", "type": t, "payload": {"note": n}})
-    before, after = process_job_events(None, _rechained(base)), process_job_events(None, _rechained(events))
-    assert [(x["eventId"], x["entry"]) for x in after.ledger_entries] == [
+    job (but its revision and head) as they were, once the stream is written as settld's server would have
+    written it with them in place.
+
+    That last part is settld's, not the test's convenience: settld names events by hash in later payloads (a
+    PROOF_EVALUATED's evaluatedAtChainHash is the latest completion's chainHash; a hold's or a SETTLED's
+    settlementProofRef names the proof and the forfeit by chainHash and payloadHash), and its posting rules count
+    a proof only for the latest completion's chainHash. An event inserted before a completion moves that hash, so
+    a payload kept as it was names a hash no event has: the proof is stale, and SETTLED meets "requires
+    settlementProofRef (or PROOF_EVALUATED)" instead of its proof's verdict (see the next test). So each payload
+    here names the events it named as chained again, and the job is compared with their hashes named back."""
+    base = _rechained(parse_json(differential_corpus()[name])["events"])
+    events = _rechained(_with_notes(base, notes))
+    old = {e["id"]: e for e in base}
+    back = {}
+    for e in events:
+        if e["id"] in old:
+            back[e["chainHash"]], back[e["payloadHash"]] = old[e["id"]]["chainHash"], old[e["id"]]["payloadHash"]
+    before, after = process_job_events(None, base), process_job_events(None, events)
+    assert _renamed([(x["eventId"], x["entry"]) for x in after.ledger_entries], back) == [
         (x["eventId"], x["entry"]) for x in before.ledger_entries]
-    assert after.ledger_errors == before.ledger_errors
-    assert {k: v for k, v in after.snapshot.items() if k not in _MOVING} == {
+    assert _renamed(after.ledger_errors, back) == before.ledger_errors
+    assert _renamed({k: v for k, v in after.snapshot.items() if k not in _MOVING}, back) == {
         k: v for k, v in before.snapshot.items() if k not in _MOVING}
     assert after.snapshot["revision"] == before.snapshot["revision"] + len(notes)
-    sources = [(m["sourceEventId"], m["artifactTypes"]) for m in derive_outbox(_rechained(base))]
-    assert [(m["sourceEventId"], m["artifactTypes"]) for m in derive_outbox(_rechained(events))] == sources
+    sources = [(m["sourceEventId"], m["artifactTypes"]) for m in derive_outbox(base)]
+    assert [(m["sourceEventId"], m["artifactTypes"]) for m in derive_outbox(events)] == sources
+
+
+_PROOF_REQUIRED = "SETTLED requires settlementProofRef (or PROOF_EVALUATED) in strict/holdback mode"
+_PROOF_INSUFFICIENT = "SETTLED cannot proceed with INSUFFICIENT_EVIDENCE in strict/holdback mode"
+
+
+@pytest.mark.parametrize(("name", "where", "before_settled", "after_settled"), [
+    # INSUFFICIENT_EVIDENCE before; an unknown event before the completion leaves the proof naming a hash no
+    # event has: no proof for the latest completion
+    ("d048_proof", 14, _PROOF_INSUFFICIENT, _PROOF_REQUIRED),
+    ("d048_proof", 1, _PROOF_INSUFFICIENT, _PROOF_REQUIRED),
+    # FAIL before (the no-charge entry, escrow back to cash); then no entry, no proof
+    ("d056_holds", 12, "job:job_d056_holds SETTLED (no-charge)", _PROOF_REQUIRED),
+    ("d045_proof", 5, "job:job_d045_proof SETTLED (no-charge)", _PROOF_REQUIRED),
+    # PASS before; then no entry, no proof
+    ("d050_proof", 8, "job:job_d050_proof SETTLED", _PROOF_REQUIRED),
+    # after the completion: its chainHash stays, and so does the proof's verdict
+    ("d048_proof", 15, _PROOF_INSUFFICIENT, _PROOF_INSUFFICIENT),
+    ("d056_holds", 13, "job:job_d056_holds SETTLED (no-charge)", "job:job_d056_holds SETTLED (no-charge)"),
+])
+def test_a_proof_is_stale_once_an_event_before_its_completion_moves_the_anchor(
+        name: str, where: int, before_settled: str, after_settled: str) -> None:
+    """An unknown event inserted with the later payloads kept as they were (not re-anchored): what SETTLED posts
+    or meets, before and after, as settld 0.1.0's posting rules answer for the same streams
+    (tests/reference/offline_parity.mjs): the proof counts only while the completion keeps its chainHash."""
+    base = parse_json(differential_corpus()[name])["events"]
+    events = list(base)
+    events.insert(where, {**{k: base[where - 1][k] for k in ("v", "at", "streamId", "actor")},
+                          "id": "evt_note_0", "type": "NOTE_ADDED", "payload": {"note": 0}})
+
+    def settled(stream: list[dict[str, Any]]) -> str:
+        result = process_job_events(None, _rechained(stream, reanchor=False))
+        found = [x["entry"]["memo"] for x in result.ledger_entries if x["eventType"] == "SETTLED"]
+        found += [x["error"]["message"] for x in result.ledger_errors if x["eventType"] == "SETTLED"]
+        assert len(found) == 1, found
+        return found[0]
+
+    assert (settled(base), settled(events)) == (before_settled, after_settled)

@@ -185,8 +185,8 @@ def export(
                                                                           "that the log of --month extends it")] = None,
     month: Annotated[str | None, typer.Option("--month", help="closed month, YYYY-MM")] = None,
 ) -> None:
-    """Write a stream in the offline verifier's format (a JSON array of events), or with --proof / --consistency
-    and --month a proof over the tenant's Merkle log (for `settlekit verify --proof`)."""
+    """Write a stream in the offline verifier's format (a JSON array of events, one a line), or with --proof /
+    --consistency and --month a proof over the tenant's Merkle log (for `settlekit verify --proof`)."""
     from settlekit.store.streams import Streams
 
     if proof is not None or consistency is not None:
@@ -199,12 +199,21 @@ def export(
     if not events:
         console.print(f"[red]error[/red] NOT_FOUND: stream {stream} has no events for tenant {tenant}")
         raise typer.Exit(code=1)
-    text = json.dumps(events, ensure_ascii=False, indent=2) + "\n"
+    text = _stream_text(events)
     if out is None:
         sys.stdout.write(text)
     else:
         out.write_text(text, encoding="utf-8")
         console.print(f"wrote {len(events)} events to {out}")
+
+
+def _stream_text(events: Sequence[Any]) -> str:
+    """A JSON array of the events, one a line, each in canonical JSON: written without recursion, so a payload
+    nested at any depth (the offline tools read such streams) is written too; own "__proto__" keys are kept, a lone
+    surrogate is written as its escape."""
+    from settlekit.events.canonical import canonical_json
+
+    return "[\n" + ",\n".join(canonical_json(event, keep_proto=True) for event in events) + "\n]\n"
 
 
 def _export_proof(db: str | None, tenant: str, month: str | None, job: str | None, since: str | None,

@@ -53,6 +53,15 @@ def is_unavailable(exc: BaseException) -> bool:
     return state is None or state.startswith("08") or state in _UNAVAILABLE_STATES
 
 
+# A prepared statement missing on the server connection (26000) or a name another client's statement holds there
+# (42P05): psycopg's statements met a transaction-mode pooler. Raised before the statement runs.
+_LOST_PREPARED_STATES = frozenset({"26000", "42P05"})
+
+
+def _lost_prepared_statement(exc: psycopg.Error) -> bool:
+    return exc.sqlstate in _LOST_PREPARED_STATES and "_pg3_" in str(exc)
+
+
 # A refused connection attempt that says nothing of the connections already open: the server is at its limit.
 _TOO_MANY_CONNECTIONS = "53300"
 
@@ -235,6 +244,8 @@ class PostgresDatabase(Database):
         # None: psycopg never prepares (every statement is sent with its text, which any pooler routes)
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 2 if prepared_statements else None,
                                   **_unset_in(url, {**DEAD_PEER_DETECTION, "connect_timeout": connect_timeout})}
+        self._pool_kwargs = kwargs  # the pool's own dict: what its new connections get
+        self._turning_off = threading.Lock()
         # an unreachable direct server must not hold the dispatcher's wait (and a shutdown) for minutes
         self._listen_kwargs: dict[str, Any] = _unset_in(
             self.direct_url, {**DEAD_PEER_DETECTION, "connect_timeout": connect_timeout})
@@ -256,6 +267,10 @@ class PostgresDatabase(Database):
         try:
             yield
         except psycopg.Error as exc:
+            if _lost_prepared_statement(exc):  # raised before the statement ran: it may be sent again
+                self.turn_off_prepared_statements(f"{exc.sqlstate} {str(exc).strip()!r}")
+                raise DatabaseUnavailableError("prepared statements do not survive the connection pooler: turned "
+                                               "off, try again", cause=type(exc).__name__) from exc
             if not is_unavailable(exc):
                 self.reachability.reached()  # the server answered
                 raise
@@ -272,6 +287,21 @@ class PostgresDatabase(Database):
 
     def check_reachable(self) -> None:
         self.reachability.check()
+
+    def turn_off_prepared_statements(self, reason: str) -> None:
+        """For a process that meets prepared statements lost to a pooler after its start check (or without it):
+        no more of them, new connections do not prepare and those open now are replaced (their statements live on
+        server connections any client may get next). Logged once."""
+        with self._turning_off:
+            if self._pool_kwargs.get("prepare_threshold") is None:
+                return
+            self._pool_kwargs["prepare_threshold"] = None
+            self.prepared_statements = False
+        self.pool.drain()
+        logging.getLogger("settlekit.store").warning(
+            "prepared statements turned off: they do not survive the connection pooler (%s); set "
+            "SETTLEKIT_DB_PREPARED_STATEMENTS=false behind PgBouncer in transaction mode before 1.22 or without "
+            "max_prepared_statements", reason)
 
     def prepared_statements_survive(self) -> bool:
         """Whether a statement prepared on a connection of the URL runs again in a later transaction. Not through
