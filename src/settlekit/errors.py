@@ -333,6 +333,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
                                        "(`replay_max_deliveries`); replay a shorter window"),
     "TEST_SEND_BUSY": ErrorSpec(429, "the tenant has as many test sends in flight as allowed; retry after "
                                      "Retry-After"),
+    "DESTINATION_CHECKS_BUSY": ErrorSpec(429, "the tenant has as many destination saves in progress (each resolves "
+                                              "a host name) as allowed; retry after Retry-After"),
     "DELIVERY_LEASE_TOO_SHORT": ErrorSpec(500, "the delivery lease is not longer than its renewal interval and margin"),
     # --- receiving webhooks (verify_webhook and the reference receiver)
     "WEBHOOK_HEADER_MISSING": ErrorSpec(400, "a required webhook header is missing"),

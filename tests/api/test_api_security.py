@@ -95,7 +95,7 @@ def _path(template: str, seeded: Seeded) -> str:
             .replace("{destination_id}", seeded.destination_id).replace("{delivery_id}", str(seeded.delivery_id))
             .replace("{key_id}", seeded.key_ids[0]).replace("{name}", "settlekit:artifacts")
             .replace("{month}", "2026-01").replace("{account_id}", "acct_cash")
-            .replace("{contract_hash}", seeded.contract_hash))
+            .replace("{contract_hash}", seeded.contract_hash).replace("{replay_id}", seeded.replay_id))
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +145,7 @@ def test_route_list_is_covered() -> None:
     assert paths >= OPERATOR_ROUTES | COLLECTIONS
     assert {k for k in BODIES} <= set(ROUTES)
     params = {"job_id", "artifact_id", "destination_id", "delivery_id", "key_id", "name", "month", "account_id",
-              "contract_hash"}
+              "contract_hash", "replay_id"}
     for _, template in ROUTES:
         names = {part[1:-1] for part in template.split("/") if part.startswith("{")}
         assert names <= params, f"unknown path parameter in {template}"

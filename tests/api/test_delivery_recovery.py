@@ -316,3 +316,17 @@ def test_test_sends_are_capped_per_tenant_and_never_hold_other_tenants_requests(
             slow.release()
             assert all(f.result().json()["ok"] for f in held)
         assert env.a.post("/v1/destinations/slow/test").json()["ok"]  # slots given back
+
+
+def test_destination_saves_resolving_hosts_are_bounded_per_tenant(db: Database) -> None:
+    """Saving or enabling a destination resolves its host on a worker thread: a tenant holding its slots (a slow
+    DNS answer) gets 429 at once for one more, other tenants are not held up."""
+    env = Env(db)
+    slots = env.app.state.settlekit.url_checks
+    with slots.slot(TENANT_A), slots.slot(TENANT_A), slots.slot(TENANT_A), slots.slot(TENANT_A):
+        r = env.a.post("/v1/destinations", json={"destinationId": "d1", "url": "http://127.0.0.1:9/a",
+                                                 "secret": SECRET})
+        assert r.status_code == 429 and r.json()["code"] == "DESTINATION_CHECKS_BUSY", r.text
+        assert int(r.headers["retry-after"]) >= 1
+        env.destination(env.b, "d1", "http://127.0.0.1:9/b")
+    env.destination(env.a, "d1", "http://127.0.0.1:9/a")  # slots given back

@@ -22,7 +22,7 @@ import pytest
 from conftest import VECTORS, backend_database, differential_corpus
 from settlekit.append import job_appender
 from settlekit.errors import ValidationError
-from settlekit.events.canonical import parse_json
+from settlekit.events.canonical import canonical_json, parse_json
 from settlekit.events.envelope import VerificationError, verify_chain
 from settlekit.events.recorded import check_nesting, recorded_envelope
 from settlekit.importer import import_events, named_tenant, parse_import_keys, register_signers
@@ -182,7 +182,8 @@ def _run(description: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("description", ["d102_claims: restart, foreign", "d140_amounts: envelope",
-                                         "d026_coverage: foreign, signatures, at"])
+                                         "d026_coverage: foreign, signatures, at",
+                                         "d118_lifecycle: foreign, signatures, envelope"])
 def test_imported_history_is_shown_as_settld_recorded_it(description: str, db: Database) -> None:
     """The job view is settld's reducer over the whole stream (a second JOB_CREATED restarts the job; an unknown
     type is a revision); the job's events and the feed hold every event as recorded, unknown types included, and
@@ -223,3 +224,75 @@ def test_imported_history_is_shown_as_settld_recorded_it(description: str, db: D
         if len(artifact_id) <= 500:
             got = api.get(f"/v1/artifacts/{quote(artifact_id, safe='')}")
             assert got.status_code == 200 and got.json() == artifact.artifact
+
+
+@pytest.mark.parametrize("description", ["d140_amounts: envelope", "d065_sla: envelope", "d127_lifecycle: at",
+                                         "d005_basic: restart, envelope", "d118_lifecycle: foreign, signatures, "
+                                         "envelope"])
+def test_a_rerun_of_recorded_history_skips_what_is_stored(description: str, db: Database, db_url: str,
+                                                          tmp_path: Any) -> None:
+    """A re-run through the command resumes: each event stored as settld recorded it (fields beside the envelope
+    dropped, a missing `v` or payload filled in) is recognised and skipped; a run cut off halfway goes on."""
+    from typer.testing import CliRunner
+
+    from settlekit.cli import app
+
+    run = _run(description)
+    events = run["events"]
+    half = len(events) // 2
+    store = job_appender(db)
+    register_signers(store, TENANT, SIGNERS)
+    assert import_events(store, TENANT, events[:half]).appended == half
+    url = db_url
+    stream = tmp_path / "stream.json"
+    stream.write_text(canonical_json(events, keep_proto=True), encoding="utf-8")
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps(ANSWERS["signers"]), encoding="utf-8")
+    for appended, skipped in ((len(events) - half, half), (0, len(events))):
+        result = CliRunner().invoke(app, ["import", str(stream), "--db", url, "--keys", str(keys)])
+        out = json.loads(result.stdout.strip().splitlines()[-1])
+        assert (result.exit_code, out["appended"], out["skipped"], out["refused"]) == (0, appended, skipped, None), out
+    assert store.streams.read_stream(TENANT, events[0]["streamId"]) == [
+        recorded_envelope(e, i) for i, e in enumerate(events)]
+
+
+@pytest.mark.parametrize("description", ["d140_amounts: envelope", "d127_lifecycle: at",
+                                         "d102_claims: restart, foreign"])
+def test_strict_keeps_the_rules_for_new_input(description: str, db: Database) -> None:
+    """--strict: the envelope, time and type rules of the live path; an envelope it refuses refuses the file up
+    front (nothing written, as before history mode took them), a type or restart is refused at its event."""
+    events = _run(description)["events"]
+    store = job_appender(db)
+    register_signers(store, TENANT, SIGNERS)
+    result = import_events(store, TENANT, events, strict=True)
+    assert result.refused is not None and result.refused.code in (
+        "SCHEMA_INVALID", "EVENT_TYPE_UNKNOWN", "EVENT_TYPE_NOT_ALLOWED", "INVALID_TRANSITION",
+        "SIGNER_POLICY_VIOLATION"), result.refused
+    assert result.appended == len(store.streams.read_stream(TENANT, events[0]["streamId"])) < len(events)
+    assert import_events(store, TENANT, events).refused is None  # history mode takes the stream
+
+
+def test_a_job_id_with_white_space_is_reached_percent_encoded(db: Database) -> None:
+    """settld's job ids are any non-blank string: one with blanks is imported as recorded and its job, events and
+    export are reached with the id percent-encoded in the URL."""
+    from urllib.parse import quote
+
+    from settlekit.events.envelope import finalize, make_draft
+    from support.api import client, key_for, make_app
+
+    job_id = "job with blanks\t1"
+    created = finalize(make_draft(stream_id=job_id, type="JOB_CREATED", actor={"type": "system", "id": "proxy"},
+                                  payload={"tenantId": TENANT, "templateId": "reset_lite"},
+                                  at="2026-01-05T09:00:00.000Z", id="evt 1"), None)
+    note = finalize(make_draft(stream_id=job_id, type="NOTE_ADDED", actor={"type": "system", "id": "proxy"},
+                               payload={"note": "x"}, at="2026-01-05t09:00:01z", id="evt 2"), created["chainHash"])
+    store = job_appender(db)
+    result = import_events(store, TENANT, [created, note])
+    assert (result.appended, result.refused) == (2, None)
+    api = client(make_app(db), key_for(db, TENANT))
+    path = f"/v1/jobs/{quote(job_id, safe='')}"
+    view = api.get(path).json()
+    assert (view["jobId"], view["version"], view["job"]["revision"], view["job"]["status"]) == (job_id, 2, 1,
+                                                                                                "CREATED")
+    assert api.get(f"{path}/events").json()["events"] == [created, note]
+    assert api.get(f"{path}/export").json() == [created, note]

@@ -65,6 +65,7 @@ class Seeded:
     key_ids: list[str]
     markers: list[str] = field(default_factory=list)
     contract_hash: str = ""  # a contract document the tenant registered
+    replay_id: str = ""  # a replay of its destination
 
 
 def seed_tenant(db: Database, api: TestClient, vector_name: str = "settle_completed.json") -> Seeded:
@@ -90,9 +91,13 @@ def seed_tenant(db: Database, api: TestClient, vector_name: str = "settle_comple
     assert deliveries
     r = api.post("/v1/contracts", json=settld_accepted_contracts()[0]["document"])
     assert r.status_code == 201, r.text
+    contract_hash = r.json()["contractHash"]
+    replay = api.post("/v1/destinations/dst_a/replay", json={"since": "2000-01-01T00:00:00Z",
+                                                             "until": "2000-01-02T00:00:00Z"})
+    assert replay.status_code == 202, replay.text
     markers = [vector["events"][-1]["chainHash"], url, arts[0]["artifactHash"], TENANT_A]
     return Seeded(vector, job_id, "dst_a", url, arts[0]["artifactId"], int(deliveries[0]["id"]), key_ids, markers,
-                  r.json()["contractHash"])
+                  contract_hash, replay.json()["replayId"])
 
 
 def tenant_rows(db: Database, tenant: str) -> dict[str, Any]:

@@ -53,39 +53,44 @@ class BoundedThreadPool(ThreadPoolExecutor):
             self._pending -= 1
 
 
-class TestSendBusyError(SettlekitError):
-    """429: the tenant (or this process) has as many test sends in flight as allowed."""
+class OutboundBusyError(SettlekitError):
+    """429: the tenant (or this process) has as many requests waiting on outside hosts as allowed."""
 
     code = "TEST_SEND_BUSY"
     status = 429
 
 
 class OutboundSlots:
-    """Requests of a route that waits on a tenant's URL (the test send): at most `per_tenant` of one tenant and
-    `total` of all in flight in this process, so such requests can never hold the slots other tenants' requests
-    need. One more is refused at once with 429 TEST_SEND_BUSY and a Retry-After of the deadline."""
+    """Requests of a route that waits on something outside (a test send to a tenant's URL, the DNS lookup of a
+    destination's host): at most `per_tenant` of one tenant and `total` of all in flight in this process, so such
+    requests can never hold the slots or threads other tenants' requests need. One more is refused at once with 429
+    (`code`) and a Retry-After of the deadline. Thread-safe (sync routes run on worker threads)."""
 
-    def __init__(self, *, per_tenant: int, total: int, timeout: float):
-        self.per_tenant, self.total, self.timeout = per_tenant, total, timeout
+    def __init__(self, *, per_tenant: int, total: int, timeout: float, code: str = "TEST_SEND_BUSY",
+                 what: str = "test sends"):
+        self.per_tenant, self.total, self.timeout, self.code, self.what = per_tenant, total, timeout, code, what
         self._held: dict[str, int] = {}
         self._count = 0
+        self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def slot(self, tenant_id: str) -> Iterator[None]:
-        """Hold one slot of `tenant_id` (on the event loop: no lock needed) while the body runs."""
-        held = self._held.get(tenant_id, 0)
-        if held >= self.per_tenant or self._count >= self.total:
-            raise TestSendBusyError(f"{held} test sends of the tenant are in flight; retry later",
-                                    retryAfterSeconds=max(1, math.ceil(self.timeout)), inFlight=held,
-                                    limit=self.per_tenant)
-        self._held[tenant_id] = held + 1
-        self._count += 1
+        """Hold one slot of `tenant_id` while the body runs."""
+        with self._lock:
+            held = self._held.get(tenant_id, 0)
+            if held >= self.per_tenant or self._count >= self.total:
+                raise OutboundBusyError(f"{held} {self.what} of the tenant are in progress; retry later",
+                                        code=self.code, retryAfterSeconds=max(1, math.ceil(self.timeout)),
+                                        inFlight=held, limit=self.per_tenant)
+            self._held[tenant_id] = held + 1
+            self._count += 1
         try:
             yield
         finally:
-            self._count -= 1
-            left = self._held[tenant_id] - 1
-            if left:
-                self._held[tenant_id] = left
-            else:
-                del self._held[tenant_id]
+            with self._lock:
+                self._count -= 1
+                left = self._held[tenant_id] - 1
+                if left:
+                    self._held[tenant_id] = left
+                else:
+                    del self._held[tenant_id]

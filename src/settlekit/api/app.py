@@ -21,7 +21,7 @@ from starlette.routing import Match, Mount
 from starlette.types import Scope
 
 from settlekit.api.admission import OutboundSlots
-from settlekit.api.deps import ApiContext, auth_thread_pool
+from settlekit.api.deps import ApiContext, auth_thread_pool, url_check_slots
 from settlekit.api.docs import ASSETS_PATH, DOC_PATHS, add_docs
 from settlekit.api.feed import FeedStreams
 from settlekit.api.middleware import ApiMiddleware, DirectRoute
@@ -91,6 +91,7 @@ def create_app(
         replay_policy=settings.replay_policy(),
         test_sends=OutboundSlots(per_tenant=settings.test_send_concurrency,
                                  total=max(1, settings.max_routed_requests // 8), timeout=settings.test_send_timeout),
+        url_checks=url_check_slots(settings.max_routed_requests),
         feed=FeedStreams(FeedReader(database), max_per_tenant=settings.feed_max_streams_per_tenant,
                          poll_interval=settings.feed_poll_interval,
                          heartbeat_interval=settings.feed_heartbeat_interval),

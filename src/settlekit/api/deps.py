@@ -77,6 +77,8 @@ class ApiContext:
     replay_policy: ReplayPolicy = field(default_factory=ReplayPolicy)
     # test sends wait on a tenant's URL: a few per tenant, and never more than an eighth of the routed requests
     test_sends: OutboundSlots = field(default_factory=lambda: OutboundSlots(per_tenant=2, total=32, timeout=10.0))
+    # saving or enabling a destination resolves its host (the SSRF guard) on a worker thread
+    url_checks: OutboundSlots = field(default_factory=lambda: url_check_slots(256))
     # the append route's authentication and prefetch (one short round trip each) run on a few threads of their own:
     # they keep up with the loop, and anyio's default of 40 threads only adds contention for the interpreter lock.
     # Their queue is bounded: a stalled database must not pile up requests (api/admission.py).
@@ -84,6 +86,13 @@ class ApiContext:
     # OVERLOADED at once; SETTLEKIT_MAX_QUEUED_APPENDS sets both).
     auth_threads: ThreadPoolExecutor = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_APPENDS))
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def url_check_slots(max_routed_requests: int) -> OutboundSlots:
+    """Destination saves and enables in progress (each resolves a host name that may answer slowly): 4 per tenant,
+    and at most a sixteenth of the routed requests (16 of anyio's 40 threads at the default)."""
+    return OutboundSlots(per_tenant=4, total=max(1, min(16, max_routed_requests // 16)), timeout=5.0,
+                         code="DESTINATION_CHECKS_BUSY", what="destination saves")
 
 
 def auth_thread_pool(max_queued: int) -> BoundedThreadPool:

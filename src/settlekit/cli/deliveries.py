@@ -442,12 +442,13 @@ def deliveries_stats(
 @delivery_app.command("run")
 @settings_flags("db_url", "allow_loopback_webhooks", "allow_insecure_http", "allowed_webhook_networks",
                 "allow_private_webhooks", "log_level", "destination_disable_after_failures",
-                "destination_disable_after_hours",
+                "destination_disable_after_hours", "delivery_destination_concurrency", "delivery_tenant_concurrency",
+                "delivery_circuit_threshold", "delivery_circuit_probe", "delivery_circuit_probe_max", "replay_rate",
                 aliases={"allow_loopback_webhooks": "--allow-loopback", "allowed_webhook_networks": "--allow-network"})
 def deliveries_run(
     flags: dict[str, Any],
-    concurrency: Annotated[int, typer.Option("--concurrency", help="parallel requests")] = 16,
-    batch: Annotated[int, typer.Option("--batch", help="deliveries claimed per pass")] = 50,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="requests in flight")] = 64,
+    batch: Annotated[int, typer.Option("--batch", help="deliveries claimed at most at once")] = 64,
     idle_sleep: Annotated[float, typer.Option("--idle-sleep", help="poll interval when idle (s)")] = 0.2,
     lease: Annotated[float, typer.Option("--lease", help="lease seconds (renewed while a send is in flight)")] = 10.0,
     lease_renew: Annotated[float | None, typer.Option("--lease-renew", help="renewal interval seconds "
@@ -458,6 +459,7 @@ def deliveries_run(
     allow_env_secrets: Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")] = False,
 ) -> None:
     """Run a delivery worker for all tenants until SIGINT/SIGTERM (then finishes in-flight attempts)."""
+    from settlekit.delivery.fairness import Caps
     from settlekit.delivery.recovery import AutoDisable
     from settlekit.delivery.secrets import SecretResolver
     from settlekit.delivery.sender import SenderConfig
@@ -466,7 +468,11 @@ def deliveries_run(
     from settlekit.runtime.logging import configure_logging
 
     settings = Settings(**flags)
+    caps = Caps(in_flight=concurrency, per_destination=settings.delivery_destination_concurrency,
+                per_tenant=settings.delivery_tenant_concurrency)
     config = WorkerConfig(
+        caps=caps, replay=settings.replay_policy(),
+        circuit=settings.circuit_policy(),
         batch_size=batch, lease=timedelta(seconds=lease), lease_renew=lease_renew,
         max_claims=max_claims, idle_sleep=idle_sleep,
         allow_loopback=settings.allow_loopback_webhooks, allow_insecure_http=settings.allow_insecure_http,

@@ -184,9 +184,24 @@ class Operations(Generic[R, S]):
 
     def replay_destination(self, destination_id: str, since: str, *, until: str | None = None,
                            idempotency_key: str | None = None) -> R:
-        """Send the destination's delivered and failed deliveries of [since, until) again (same webhook-id)."""
+        """Start a replay: the destination's delivered and failed deliveries of [since, until) are sent again (same
+        webhook-id), the first at once, the rest at the server's replay rate (202, the replay)."""
         return self._call("POST /v1/destinations/{destination_id}/replay", destination_id=destination_id,
                           body=fields(since=since, until=until), idempotency_key=idempotency_key)
+
+    def list_replays(self, destination_id: str) -> R:
+        """The destination's latest replays, newest first."""
+        return self._call("GET /v1/destinations/{destination_id}/replays", destination_id=destination_id)
+
+    def get_replay(self, destination_id: str, replay_id: str) -> R:
+        """One replay and its progress."""
+        return self._call("GET /v1/destinations/{destination_id}/replays/{replay_id}", destination_id=destination_id,
+                          replay_id=replay_id)
+
+    def cancel_replay(self, destination_id: str, replay_id: str, *, idempotency_key: str | None = None) -> R:
+        """Stop a running replay (what it requeued stays queued)."""
+        return self._call("POST /v1/destinations/{destination_id}/replays/{replay_id}/cancel",
+                          destination_id=destination_id, replay_id=replay_id, idempotency_key=idempotency_key)
 
     def test_destination(self, destination_id: str) -> R:
         """Send the destination one signed test message now; the answer says how it went."""

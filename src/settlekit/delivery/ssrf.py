@@ -25,9 +25,7 @@ import asyncio
 import ipaddress
 import logging
 import re
-import select
 import socket
-import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -36,6 +34,7 @@ import httpcore
 import httpx
 
 from settlekit.delivery.errors import DestinationForbiddenError
+from settlekit.delivery.netstream import AsyncioBackend
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -347,47 +346,6 @@ async def avet_url(
     return VettedDestination(url, d.host, d.port, _check_all(url, d.host, addresses, policy))
 
 
-def _socket_readable(sock: socket.socket | None) -> bool:
-    """Whether a read would return at once (data, or the end a closed peer sends); True without a socket."""
-    if sock is None or sock.fileno() < 0:
-        return True
-    if not hasattr(select, "poll"):  # Windows
-        return bool(select.select([sock], [], [], 0)[0])
-    probe = select.poll()
-    probe.register(sock, select.POLLIN)
-    return bool(probe.poll(0))
-
-
-class _KnownSocketStream(httpcore.AsyncNetworkStream):
-    """A connected stream whose `is_readable` probe uses the socket found once at connect time. httpcore asks it of
-    every pooled connection each time it assigns a request; through anyio each answer built a dict of attribute
-    getters and made a getpeername call (a third of a webhook sender's CPU)."""
-
-    def __init__(self, inner: httpcore.AsyncNetworkStream):
-        self._inner = inner
-        self._socket = inner.get_extra_info("socket")
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, timeout)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:
-        return _KnownSocketStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":
-            return _socket_readable(self._socket)
-        if info == "socket":
-            return self._socket
-        return self._inner.get_extra_info(info)
-
-
 class GuardedBackend(httpcore.AsyncNetworkBackend):
     """httpcore network backend that resolves, vets and connects to the vetted addresses only."""
 
@@ -400,7 +358,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     ):
         self.policy = policy
         self._resolve = resolver or async_system_resolve
-        self._inner = inner or httpcore.AnyIOBackend()
+        self._inner = inner or AsyncioBackend()
 
     async def connect_tcp(
         self,
@@ -420,9 +378,9 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         last: Exception | None = None
         for ip in vetted:
             try:
-                return _KnownSocketStream(await self._inner.connect_tcp(
+                return await self._inner.connect_tcp(
                     ip, port, timeout=timeout, local_address=local_address, socket_options=socket_options
-                ))
+                )
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc
         assert last is not None

@@ -303,14 +303,17 @@ class DeliveryWorker:
 
     def _claim_and_prepare(self, slots: int, busy_destinations: dict[DestinationKey, int],
                            busy_tenants: dict[str, int], quarantine_free: bool) -> _Claim:
-        """One short transaction: deal up to `slots` due deliveries fairly (`fairness.allocate`), lease them, then
-        read destinations and artifacts for the claimed rows."""
+        """Deal up to `slots` due deliveries fairly (`fairness.allocate`) from a read; then one short transaction
+        leases them and reads destinations and artifacts for the claimed rows."""
         now = self.clock()
         claim = _Claim()
-        with self.db.transaction() as tx:
+        with self.db.read() as tx:  # a read (no write lock on SQLite) finds what to claim; usually nothing
             due = store.due_per_destination(tx, per_destination=self.config.caps.per_destination, now=now)
-            picks = allocate(due, slots=slots, caps=self.config.caps, busy_destinations=busy_destinations,
-                             busy_tenants=busy_tenants, quarantine_free=quarantine_free)
+        picks = allocate(due, slots=slots, caps=self.config.caps, busy_destinations=busy_destinations,
+                         busy_tenants=busy_tenants, quarantine_free=quarantine_free)
+        if not picks:
+            return claim
+        with self.db.transaction() as tx:  # the claim checks again that each is still pending and unleased
             rank = {p.id: i for i, p in enumerate(picks)}
             claimed = sorted(store.claim_ids(tx, list(rank), worker=self.worker_id, lease=self.config.lease,
                                              now=now), key=lambda d: rank[d.id])

@@ -26,6 +26,7 @@ from settlekit.errors import ConfigurationError
 from settlekit.store.events import MAX_QUEUED_APPENDS
 
 if TYPE_CHECKING:
+    from settlekit.delivery.circuit import CircuitPolicy
     from settlekit.delivery.replays import ReplayPolicy
 
 ENV_PREFIX = "SETTLEKIT_"
@@ -220,6 +221,13 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    def circuit_policy(self) -> CircuitPolicy:
+        """When a destination's circuit opens and how long (`delivery.circuit`), from these settings."""
+        from settlekit.delivery.circuit import CircuitPolicy
+
+        return CircuitPolicy(self.delivery_circuit_threshold, timedelta(seconds=self.delivery_circuit_probe),
+                             timedelta(seconds=max(self.delivery_circuit_probe, self.delivery_circuit_probe_max)))
 
     def replay_policy(self) -> ReplayPolicy:
         """How replays run (`delivery.replays`), from these settings."""

@@ -83,7 +83,6 @@ def worker_config(settings: Settings) -> Any:
     that cannot work together."""
     from datetime import timedelta
 
-    from settlekit.delivery.circuit import CircuitPolicy
     from settlekit.delivery.fairness import Caps
     from settlekit.delivery.recovery import AutoDisable
     from settlekit.delivery.retry import RetryPolicy
@@ -104,9 +103,7 @@ def worker_config(settings: Settings) -> Any:
     return WorkerConfig(
         caps=caps,
         batch_size=caps.in_flight,
-        circuit=CircuitPolicy(settings.delivery_circuit_threshold, timedelta(seconds=settings.delivery_circuit_probe),
-                              timedelta(seconds=max(settings.delivery_circuit_probe,
-                                                    settings.delivery_circuit_probe_max))),
+        circuit=settings.circuit_policy(),
         replay=settings.replay_policy(),
         allow_loopback=settings.allow_loopback_webhooks,
         allow_private_network=settings.allow_private_webhooks,

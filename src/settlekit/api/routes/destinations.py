@@ -27,7 +27,7 @@ router = APIRouter(prefix="/v1", tags=["ops"])
 MAX_GRACE_SECONDS = 30 * 24 * 3600
 # what creating or changing a destination checks: the URL (SSRF guard) and the secret or its reference
 _CHECKS = ("DESTINATION_URL_FORBIDDEN", "WEBHOOK_SECRET_INVALID", "SECRET_REF_FORBIDDEN", "SECRET_REF_INVALID",
-           "SECRET_NOT_FOUND", "SECRET_PROVIDER_FORBIDDEN")
+           "SECRET_NOT_FOUND", "SECRET_PROVIDER_FORBIDDEN", "DESTINATION_CHECKS_BUSY")
 
 
 SECRET_FIELD = Field(default=None, min_length=1, max_length=4096,
@@ -128,7 +128,8 @@ def create_destination(body: DestinationIn, request: Request, key: ApiKey = requ
             allow_private_network=body.allowPrivateNetwork, policy=ctx.destination_policy, actor=key.key_id)
         return 201, _destination_json(dest)
 
-    return idempotency.write(request, key, body.model_dump(), action)
+    with ctx.url_checks.slot(key.tenant_id):  # resolves the host: bounded per tenant
+        return idempotency.write(request, key, body.model_dump(), action)
 
 
 @router.get("/destinations", summary="The tenant's destinations", response_model=Destinations)
@@ -172,7 +173,8 @@ def update_destination(destination_id: DestinationIdPath, body: DestinationUpdat
         return 200, _destination_json(saved)
 
     # the fields given, not their defaults: an omitted artifactTypes (kept) and a null one (every type) differ
-    return idempotency.write(request, key, body.model_dump(exclude_unset=True), action)
+    with ctx.url_checks.slot(key.tenant_id):  # resolves the host: bounded per tenant
+        return idempotency.write(request, key, body.model_dump(exclude_unset=True), action)
 
 
 @router.post("/destinations/{destination_id}/disable", summary="Disable a destination", response_model=Destination,
@@ -197,7 +199,8 @@ class EnableIn(BaseModel):
 
 @router.post("/destinations/{destination_id}/enable", summary="Re-enable a destination",
              response_model=EnabledDestination, openapi_extra=IDEMPOTENT,
-             responses=problems("NOT_FOUND", "DESTINATION_URL_FORBIDDEN", "TENANT_QUOTA_EXCEEDED"),
+             responses=problems("NOT_FOUND", "DESTINATION_URL_FORBIDDEN", "TENANT_QUOTA_EXCEEDED",
+                                "DESTINATION_CHECKS_BUSY"),
              description="The answer's `backfill` reports the artifacts built while the destination was disabled "
                          "that have no delivery to it (`missing`, `since`). With `{\"backfill\": true}` those "
                          "deliveries are created and the delivery its 410 failed is requeued (`created`, "
@@ -213,7 +216,8 @@ def enable_destination(destination_id: DestinationIdPath, request: Request, body
                                                                  backfill=backfill)
         return 200, {**_destination_json(dest), "backfill": report.to_json()}
 
-    return idempotency.write(request, key, {"backfill": backfill}, action)
+    with ctx.url_checks.slot(key.tenant_id):  # resolves the host: bounded per tenant
+        return idempotency.write(request, key, {"backfill": backfill}, action)
 
 
 @router.post("/destinations/{destination_id}/requeue", summary="Requeue a destination's failed deliveries",
