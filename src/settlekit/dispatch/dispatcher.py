@@ -103,6 +103,24 @@ def _validate_options(
         )
 
 
+# a blocked turn that found nothing changed since the last full one is still a full one at least this often (s)
+BLOCKED_RECHECK = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Blocked:
+    """What the last full turn of a blocked consumer saw: its row's version and cursor, the first position past
+    the cursor (the row it stopped at, or one below it that committed since), the transactions of the database
+    running when it took its snapshot, the horizon its gaps retire at, and when."""
+
+    revision: str
+    cursor: int
+    next_position: int | None
+    running: frozenset[int]
+    retires_at: int  # the smallest xmax of its gaps: none retires while the horizon stays below it
+    at: float
+
+
 # turn outcomes that no poll can change: only a NOTIFY (a commit), the horizon moving or a cooldown can
 _STUCK = frozenset({"idle", "disabled", "dead", "locked_by_other_instance", "not_registered"})
 
@@ -168,6 +186,7 @@ class Dispatcher:
         self._idle_wait = poll_interval  # the next wait after a pass in which nothing could move (LISTEN on)
         self.gap_log_interval = gap_log_interval
         self._gap_logged: dict[tuple[str, str], float] = {}
+        self._blocked: dict[tuple[str, str], _Blocked] = {}  # consumers whose last turn was blocked, unchanged
         self.metrics: DispatchMetrics = metrics_for(registry)
         self.log = logger or log
         self._pass_lock = threading.Lock()
@@ -331,6 +350,8 @@ class Dispatcher:
     def _turn_in_tx(self, tx: Tx, consumer: Consumer, inst: str) -> ConsumerResult:
         name = consumer.name
         repo = self.repo
+        if self._still_blocked(tx, name, inst):
+            return ConsumerResult(outcome="idle", blocked=True)
         got = repo.read_state(tx, name, inst, "skip")
         if got is None:
             reason = "locked_by_other_instance" if repo.exists(tx, name, inst) else "not_registered"
@@ -341,7 +362,7 @@ class Dispatcher:
             return ConsumerResult(outcome=skip)
 
         # S1 (horizon) precedes S2 (fetch): a writer that ended before S1 is visible to S2 if it committed.
-        horizon = repo.horizon(tx)
+        horizon, running = repo.snapshot(tx)
         start_cursor, gaps = state.cursor, state.pending_gaps
         rows = repo.fetch_events(tx, start_cursor, gaps, self.batch_size)
         failpoints.hit("dispatch.after_fetch", name)
@@ -362,6 +383,8 @@ class Dispatcher:
         changed = bool(outcome.resolved or outcome.failed or remaining != gaps)
         if changed:
             self._save_state(tx, name, inst, state, outcome, new_cursor, remaining)
+        elif blocked and remaining:
+            self._remember_blocked(tx, name, inst, running, min(g.xmax for g in remaining))
         self._observe_turn(tx, name, inst, outcome, n_resolved, n_retired, remaining, new_cursor if changed else None)
         failpoints.hit("dispatch.before_commit", name)
         return ConsumerResult(
@@ -373,6 +396,36 @@ class Dispatcher:
             more=len(fetched) >= self.batch_size and changed and not outcome.failed,
             blocked=blocked,
         )
+
+    def _still_blocked(self, tx: Tx, name: str, inst: str) -> bool:
+        """Whether this consumer's turn would find what its last one did, blocked by a full gap list: then it is
+        not made again, and the turn costs one short statement whatever the size of the list (it would read the
+        list, look up each range and settle it). So when, since the last full turn: its state row is the same
+        version (nothing wrote it), the first position past the cursor is the same, and every transaction of the
+        database running at that turn's snapshot still runs, and the horizon is still below every gap's xmax. A
+        pending gap can only be filled by a transaction that had drawn its position before the gap was recorded
+        (so running then, not yet visible), and only retires once the horizon reaches its xmax; a hole below the
+        blocking row filled by a transaction started since changes the first position past the cursor, and
+        anything drawn later lies above it. Every BLOCKED_RECHECK seconds the turn is made in full all the same."""
+        key = (name, inst)
+        last = self._blocked.pop(key, None)
+        if last is None or time.monotonic() - last.at >= BLOCKED_RECHECK:
+            return False
+        probe = self.repo.blocked_probe(tx, name, inst)
+        if (probe is None or probe.revision != last.revision or probe.cursor != last.cursor
+                or probe.next_position != last.next_position or not last.running <= probe.running
+                or probe.horizon >= last.retires_at):
+            return False
+        self._blocked[key] = last
+        return True
+
+    def _remember_blocked(self, tx: Tx, name: str, inst: str, running: frozenset[int], retires_at: int) -> None:
+        """After a full turn that was blocked and wrote nothing: what the next one compares with (see
+        `_still_blocked`). `running` is from the turn's snapshot, taken before its fetch."""
+        probe = self.repo.blocked_probe(tx, name, inst)
+        if probe is not None:
+            self._blocked[(name, inst)] = _Blocked(probe.revision, probe.cursor, probe.next_position, running,
+                                                   retires_at, time.monotonic())
 
     def _skip_reason(self, tx: Tx, name: str, inst: str, state: ConsumerState, age: float) -> str | None:
         """Why this consumer gets no delivery this turn (disabled, dead, backoff), or None to go on.
