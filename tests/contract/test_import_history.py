@@ -296,3 +296,36 @@ def test_a_job_id_with_white_space_is_reached_percent_encoded(db: Database) -> N
                                                                                                 "CREATED")
     assert api.get(f"{path}/events").json()["events"] == [created, note]
     assert api.get(f"{path}/export").json() == [created, note]
+
+
+def test_the_month_close_places_imported_times_by_their_instant(db: Database) -> None:
+    """An entry or event time in another spelling settld's Date.parse reads (RFC 1123, an expanded year) is placed
+    in its month by its instant, not by its text: the BOOKED entry dated 'Thu, 08 Jan 2026 …' is January's, and an
+    event dated '+002026-02-…' is not in January's log leaf. Before, the entry was in no period and the event was
+    counted in every month (its text sorts first)."""
+    from datetime import UTC, datetime
+
+    from settlekit.events.envelope import Signer, finalize, make_draft
+    from settlekit.projections.finance import close_month
+
+    events = _run("d044_proof: restart, at")["events"]
+    store = job_appender(db)
+    register_signers(store, TENANT, SIGNERS)
+    assert import_events(store, TENANT, events).refused is None
+    job_id = "job_close_times"
+    actor = {"type": "system", "id": "proxy"}
+    stream = [finalize(make_draft(stream_id=job_id, type="JOB_CREATED", actor=actor, id="evt_ct_1",
+                                  payload={"tenantId": TENANT, "templateId": "reset_lite"},
+                                  at="2026-01-20T09:00:00.000Z"), None)]
+    for n, at in ((2, "Sat, 24 Jan 2026 10:00:00 GMT"), (3, "+002026-02-15T00:00:00.000Z")):
+        stream.append(finalize(make_draft(stream_id=job_id, type="NOTE_ADDED", actor=actor, id=f"evt_ct_{n}",
+                                          payload={"n": n}, at=at), stream[-1]["chainHash"]))
+    assert import_events(store, TENANT, stream).refused is None
+    close_month(db, TENANT, "2026-01", Signer.generate(), now=datetime(2026, 3, 1, tzinfo=UTC))
+    with db.read() as tx:
+        periods = tx.fetchall("SELECT entry_id, period FROM finance_entry_periods WHERE tenant_id = ?", (TENANT,))
+        leaves = tx.fetchall("SELECT stream_id, event_count FROM finance_log_leaves WHERE tenant_id = ?",
+                             (TENANT,))
+    booked = next(e for e in events if e["type"] == "BOOKED")
+    assert booked["at"].startswith("Thu, ") and (f"jnl_{booked['id']}", "2026-01") in [tuple(p) for p in periods]
+    assert sorted(tuple(leaf) for leaf in leaves) == sorted([(events[0]["streamId"], len(events)), (job_id, 2)])
