@@ -103,14 +103,18 @@ def _validate_options(
         )
 
 
+# turn outcomes that no poll can change: only a NOTIFY (a commit), the horizon moving or a cooldown can
+_STUCK = frozenset({"idle", "disabled", "dead", "locked_by_other_instance", "not_registered"})
+
+
 class Dispatcher:
     """Runs consumers over the global event order of one database.
 
     Options (05-dispatcher.md §1): `batch_size`, `poll_interval` (s), `max_attempts`, `rearm_cooldown` (s),
     `max_rearm_count`, `backoff_base`/`backoff_max` (s, capped exponential delay between retries of a failing
     event), `instance_id` (required for per-instance consumers), `max_pending_gap_ranges`, `listen` (use
-    LISTEN/NOTIFY wake-ups), `gap_log_interval` (s, at most one "gap list full" warning per consumer per
-    interval), `registry` (prometheus; default global).
+    LISTEN/NOTIFY wake-ups), `idle_poll_max` (s, see below), `gap_log_interval` (s, at most one "gap list full"
+    warning per consumer per interval), `registry` (prometheus; default global).
 
     A pass that fails (the database down) is retried with exponential backoff and jitter, and a LISTEN session
     that fails is opened again the same way while the loop polls (`OutageBackoff`): one log line when it starts
@@ -118,7 +122,12 @@ class Dispatcher:
 
     A turn that made no progress never asks for an immediate follow-up: the loop then waits for a wake-up or
     `poll_interval`, so a consumer blocked behind a long-running transaction costs a turn per poll, not a busy
-    loop.
+    loop. On PostgreSQL, while the LISTEN session works, a pass in which no consumer could move (idle, blocked
+    by a full gap list, dead, disabled or held by another instance) doubles that wait, up to `idle_poll_max` (s):
+    new events and the commits that fill gaps send a NOTIFY, which wakes the loop at once, so the poll is only a
+    safety net (a writer that rolled back leaves its gap to the horizon, seen within `idle_poll_max`). Any
+    wake-up, any progress, a consumer waiting out a retry backoff or a failed LISTEN session brings it back to
+    `poll_interval`.
     """
 
     def __init__(
@@ -136,6 +145,7 @@ class Dispatcher:
         backoff_max: float = 60.0,
         max_pending_gap_ranges: int = 10_000,
         listen: bool = True,
+        idle_poll_max: float = 1.0,
         gap_log_interval: float = 30.0,
         registry: CollectorRegistry | None = None,
         logger: logging.Logger | None = None,
@@ -154,6 +164,8 @@ class Dispatcher:
         self.backoff_max = backoff_max
         self.max_pending_gap_ranges = max_pending_gap_ranges
         self.listen = listen
+        self.idle_poll_max = max(idle_poll_max, poll_interval)
+        self._idle_wait = poll_interval  # the next wait after a pass in which nothing could move (LISTEN on)
         self.gap_log_interval = gap_log_interval
         self._gap_logged: dict[tuple[str, str], float] = {}
         self.metrics: DispatchMetrics = metrics_for(registry)
@@ -218,25 +230,33 @@ class Dispatcher:
                 self.log.error("dispatcher thread ended by %s", type(exc).__name__, exc_info=exc)
                 return
             self.pass_outage.succeeded()
-            if not any(r.more or r.processed for r in result.by_consumer.values()):
-                self._wait()
+            results = result.by_consumer.values()
+            if not any(r.more or r.processed for r in results):
+                self._wait(stuck=all(r.outcome in _STUCK for r in results))
+            else:
+                self._idle_wait = self.poll_interval
 
-    def _wait(self) -> None:
-        """Until a wake-up or `poll_interval`; while the LISTEN session is down, poll (it is tried again after
-        its backoff)."""
+    def _wait(self, *, stuck: bool = False) -> None:
+        """Until a wake-up or `poll_interval` (longer after passes in which nothing could move: `stuck`, see the
+        class); while the LISTEN session is down, poll (it is tried again after its backoff)."""
         if not self.listen or time.monotonic() < self._listen_retry_at:
+            self._idle_wait = self.poll_interval
             self._stop.wait(self.poll_interval)
             return
         label = self.instance_id or SHARED_INSTANCE
+        # only a wake-up every writer sends (PostgreSQL's NOTIFY, not SQLite's in-process one) may stand in for polls
+        timeout = self._idle_wait if stuck and self.db.wakes_across_processes else self.poll_interval
         try:
-            self.db.wait_for_notify(self.poll_interval)
+            woke = self.db.wait_for_notify(timeout)
         except Exception as exc:
             self.metrics.listen_connected.labels(label).set(0)
             self._listen_retry_at = time.monotonic() + self.listen_outage.failed(exc)
+            self._idle_wait = self.poll_interval
             self._stop.wait(self.poll_interval)
             return
         self.metrics.listen_connected.labels(label).set(1)
         self.listen_outage.succeeded()
+        self._idle_wait = self.poll_interval if woke or not stuck else min(2 * timeout, self.idle_poll_max)
 
     # ------------------------------------------------------------------ passes
 

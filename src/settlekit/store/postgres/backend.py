@@ -226,6 +226,7 @@ class PostgresDatabase(Database):
     series, a new one starts on demand), so work resumes within a couple of seconds of the server coming back."""
 
     dialect: Dialect = "postgres"
+    wakes_across_processes = True
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16, timeout: float = 1.5,
                  reconnect_timeout: float = 2.0, connect_timeout: int = 5, direct_url: str | None = None,
