@@ -275,8 +275,9 @@ class PostgresDatabase(Database):
             if not is_unavailable(exc):
                 self.reachability.reached()  # the server answered
                 raise
-            if probing or isinstance(exc, StatementDeadlineExceeded):
-                # a round trip the deadline cut counts as a failed attempt: what queues behind it fails at once
+            if probing or (isinstance(exc, StatementDeadlineExceeded) and not exc.cancelled):
+                # a round trip the deadline cut, whose cancellation got no answer either, counts as a failed
+                # attempt: what queues behind it fails at once (a cancelled one only says the statement was slow)
                 self.reachability.failed()
             self._sweep_idle()
             raise DatabaseUnavailableError(cause=type(exc).__name__) from exc
