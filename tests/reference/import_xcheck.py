@@ -59,15 +59,22 @@ def parity_runs() -> list[dict[str, Any]]:
 
 # The other vendored stream bundles settld's core accepts (unsigned, re-chained): their runs' `events`.
 OTHER_BUNDLES = ("reference_runs/payload_shapes.json.gz", "reference_runs/js_whitespace.json.gz",
-                 "shapes/shapes.json.gz")
+                 "shapes/shapes.json.gz", "reference_runs/unsafe_credit_sums.json")
+
+
+def bundle_streams(source: str) -> list[dict[str, Any]]:
+    """The runs of a vendored bundle (a file of one stream is one run)."""
+    raw = (VECTORS / source).read_bytes()
+    bundle = parse_json((gzip.decompress(raw) if source.endswith(".gz") else raw).decode("utf-8"))
+    runs: list[dict[str, Any]] = bundle.get("runs") or bundle.get("streams") or [bundle]
+    return runs
 
 
 def other_runs() -> list[dict[str, Any]]:
     """`{source, index, description, events}` of every stream of OTHER_BUNDLES, in order."""
     out = []
     for source in OTHER_BUNDLES:
-        bundle = parse_json(gzip.decompress((VECTORS / source).read_bytes()).decode("utf-8"))
-        for i, run in enumerate(bundle.get("runs") or bundle["streams"]):
+        for i, run in enumerate(bundle_streams(source)):
             out.append({"source": source, "index": i, "description": run.get("description", f"seed {run.get('seed')}"),
                         "events": run["events"]})
     return out
