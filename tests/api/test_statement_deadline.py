@@ -69,6 +69,8 @@ def test_an_append_without_an_answer_in_time_is_cancelled_503_and_not_written(
     def retried() -> bool:
         again = _new_job(api, "job_held", "k-1")
         assert again.status_code in (201, 503), again.text
+        # written now, not replayed: the append the deadline cut had written nothing
+        assert "idempotent-replayed" not in again.headers, again.headers
         return bool(again.status_code == 201)
 
     _until(retried, "the append goes through once the lock is gone")
