@@ -131,3 +131,23 @@ def test_migrations_have_no_deadline(pg_url: str) -> None:
             assert getattr(conn, "deadline", None) == DEADLINE
     finally:
         db.close()
+
+
+def test_an_answer_that_comes_after_the_cancellation_was_asked_is_taken(pg_url: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A statement that ends in the grace between the cancellation and the deadline (here a cancellation that
+    never arrives) gives its own result, not an error; the connection is then not reused, since a cancellation
+    arriving late could stop its next statement."""
+    from settlekit.store.postgres import backend
+
+    monkeypatch.setattr(backend.DeadlineConnection, "cancel_safe", lambda self, timeout=0.0: None)
+    db = connect(pg_url, statement_timeout=1.6, min_size=1, max_size=1)  # the cancellation goes at 1.2 s
+    try:
+        with db.connection() as conn:
+            pid = conn.info.backend_pid
+            assert conn.execute("SELECT 7 FROM pg_sleep(1.3)").fetchone() == (7,)
+        with db.connection() as conn:
+            assert conn.info.backend_pid != pid
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        db.close()
