@@ -1,10 +1,12 @@
 """Import an exported settld stream through the live append path, event by event, as recorded history.
 
-The events are client-finalized envelopes and are stored as they are (ids, chain hashes, signatures). The signer
-keys are registered for the tenant by role first (idempotent). The whole file's hash chains and every signature
-present are verified before anything is written. The events then go through the store's append with the HISTORY
-policy (AppendPolicy): a missing signature and lone surrogates in payloads are accepted as
-recorded and counted; `strict=True` applies the rules for new input instead. The import stops at the first event
+The events are client-finalized envelopes and are stored as settld's API stored them (`events.recorded`: ids,
+times, chain hashes and signatures kept, fields beside the envelope dropped). The signer keys are registered for the
+tenant by role first (idempotent). The file's hash chains and every signature present are verified before anything
+is written (up to the first envelope settld's rules refuse, where the import stops). The events then go through the
+store's append with the HISTORY policy (AppendPolicy): settld's envelope, type and payload rules; a missing
+signature and lone surrogates in payloads are accepted as recorded and counted; `strict=True` applies the rules
+for new input instead. The import stops at the first event
 the append refuses. A re-run resumes: events already stored, identical, are skipped; the rest are appended.
 
 A JOB_CREATED (the first or a later one) whose job belongs to another tenant than the one imported into (its

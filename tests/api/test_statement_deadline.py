@@ -69,6 +69,8 @@ def test_an_append_without_an_answer_in_time_is_cancelled_503_and_not_written(
     def retried() -> bool:
         again = _new_job(api, "job_held", "k-1")
         assert again.status_code in (201, 503), again.text
+        # written now, not replayed: the append the deadline cut had written nothing
+        assert "idempotent-replayed" not in again.headers, again.headers
         return bool(again.status_code == 201)
 
     _until(retried, "the append goes through once the lock is gone")
@@ -127,5 +129,25 @@ def test_migrations_have_no_deadline(pg_url: str) -> None:
         # the deadline is back for what follows on that connection
         with db.connection() as conn:
             assert getattr(conn, "deadline", None) == DEADLINE
+    finally:
+        db.close()
+
+
+def test_an_answer_that_comes_after_the_cancellation_was_asked_is_taken(pg_url: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A statement that ends in the grace between the cancellation and the deadline (here a cancellation that
+    never arrives) gives its own result, not an error; the connection is then not reused, since a cancellation
+    arriving late could stop its next statement."""
+    from settlekit.store.postgres import backend
+
+    monkeypatch.setattr(backend.DeadlineConnection, "cancel_safe", lambda self, timeout=0.0: None)
+    db = connect(pg_url, statement_timeout=1.6, min_size=1, max_size=1)  # the cancellation goes at 1.2 s
+    try:
+        with db.connection() as conn:
+            pid = conn.info.backend_pid
+            assert conn.execute("SELECT 7 FROM pg_sleep(1.3)").fetchone() == (7,)
+        with db.connection() as conn:
+            assert conn.info.backend_pid != pid
+            assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         db.close()

@@ -6,8 +6,10 @@ Each stream of `tests/vectors/reference_runs/offline_parity.json.gz` (its long o
 An event with no signature (null, or "" which settld reads as none) is signed here first with the key of the
 signer its type and actor need: settld's API refuses unsigned new input, but its stored streams hold such events,
 which an import takes as recorded history; signing them leaves their chain as it is and lets settld judge the rest
-of the event. Writes `{reference, now, signers, runs: [{description, eventsSha256, signedHere, firstRejection}]}`
-(`signers`: the three keys with their roles, as KEYS.json of an import) to
+of the event. The other vendored stream bundles settld's core accepts (OTHER_BUNDLES) go the same way. Writes
+`{reference, now, signers, runs: [{description, eventsSha256, signedHere, firstRejection}], others: [{source,
+index, description, eventsSha256, signedHere, firstRejection}]}` (`signers`: the three keys with their roles, as
+KEYS.json of an import) to
 `tests/vectors/reference_runs/import_parity.json.gz` (`firstRejection`: null, or settld's `{index, status, error,
 code, message}`).
 
@@ -55,6 +57,29 @@ def parity_runs() -> list[dict[str, Any]]:
     return runs
 
 
+# The other vendored stream bundles settld's core accepts (unsigned, re-chained): their runs' `events`.
+OTHER_BUNDLES = ("reference_runs/payload_shapes.json.gz", "reference_runs/js_whitespace.json.gz",
+                 "shapes/shapes.json.gz", "reference_runs/unsafe_credit_sums.json")
+
+
+def bundle_streams(source: str) -> list[dict[str, Any]]:
+    """The runs of a vendored bundle (a file of one stream is one run)."""
+    raw = (VECTORS / source).read_bytes()
+    bundle = parse_json((gzip.decompress(raw) if source.endswith(".gz") else raw).decode("utf-8"))
+    runs: list[dict[str, Any]] = bundle.get("runs") or bundle.get("streams") or [bundle]
+    return runs
+
+
+def other_runs() -> list[dict[str, Any]]:
+    """`{source, index, description, events}` of every stream of OTHER_BUNDLES, in order."""
+    out = []
+    for source in OTHER_BUNDLES:
+        for i, run in enumerate(bundle_streams(source)):
+            out.append({"source": source, "index": i, "description": run.get("description", f"seed {run.get('seed')}"),
+                        "events": run["events"]})
+    return out
+
+
 def signer_role(event: dict[str, Any]) -> str | None:
     """The role whose key settld's API wants on this event (None: it wants none)."""
     actor = event.get("actor")
@@ -83,7 +108,8 @@ def main() -> int:
     parser.add_argument("--vendor", action="store_true")
     args = parser.parse_args()
     runs = parity_runs()
-    prepared = [signed_here(run["events"]) for run in runs]
+    others = other_runs()
+    prepared = [signed_here(run["events"]) for run in runs + others]
     server = SIGNERS["server"]
     doc = {"now": NOW, "serverKeypair": {"publicKeyPem": server.public_key_pem,
                                          "privateKeyPem": server.private_key_pem()},
@@ -96,17 +122,22 @@ def main() -> int:
         subprocess.run(["node", "--stack-size=65500", str(HERE / "import_xcheck.mjs"), args.settld, str(source),
                         str(answer)], check=True)
         answers = json.loads(answer.read_text(encoding="utf-8"))
-    out = []
-    for run, (_, n), refusal in zip(runs, prepared, answers, strict=True):
+    out: list[dict[str, Any]] = []
+    more: list[dict[str, Any]] = []
+    for k, (run, (_, n), refusal) in enumerate(zip(runs + others, prepared, answers, strict=True)):
         assert refusal is None or refusal["index"] >= 0, refusal
-        out.append({"description": run["description"], "eventsSha256": stream_digest(run["events"]),
-                    "signedHere": n, "firstRejection": refusal})
+        answer = {"description": run["description"], "eventsSha256": stream_digest(run["events"]),
+                  "signedHere": n, "firstRejection": refusal}
+        if k < len(runs):
+            out.append(answer)
+        else:
+            more.append({"source": run["source"], "index": run["index"], **answer})
         where = "all accepted" if refusal is None else f"{refusal['index']}/{len(run['events'])}: " \
             f"{refusal['error']} {refusal['message'] or ''}"
         print(f"{run['description'][:60]:60} {where}")
     if args.vendor:
         bundle = {"reference": "settld 0.1.0 (commit 7fcd6f0), tests/reference/import_xcheck.mjs under node",
-                  "now": NOW, "signers": doc["signers"], "runs": out}
+                  "now": NOW, "signers": doc["signers"], "runs": out, "others": more}
         OUT.write_bytes(gzip.compress(json.dumps(bundle, indent=None, sort_keys=True).encode("utf-8"), mtime=0))
         print(f"{len(out)} runs -> {OUT}")
     return 0

@@ -103,14 +103,36 @@ def _validate_options(
         )
 
 
+# a blocked turn that found nothing changed since the last full one is still a full one at least this often (s)
+BLOCKED_RECHECK = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Blocked:
+    """What the last full turn of a blocked consumer saw: its row's version and cursor, the first position past
+    the cursor (the row it stopped at, or one below it that committed since), the transactions of the database
+    running when it took its snapshot, the horizon its gaps retire at, and when."""
+
+    revision: str
+    cursor: int
+    next_position: int | None
+    running: frozenset[int]
+    retires_at: int  # the smallest xmax of its gaps: none retires while the horizon stays below it
+    at: float
+
+
+# turn outcomes that no poll can change: only a NOTIFY (a commit), the horizon moving or a cooldown can
+_STUCK = frozenset({"idle", "disabled", "dead", "locked_by_other_instance", "not_registered"})
+
+
 class Dispatcher:
     """Runs consumers over the global event order of one database.
 
     Options (05-dispatcher.md §1): `batch_size`, `poll_interval` (s), `max_attempts`, `rearm_cooldown` (s),
     `max_rearm_count`, `backoff_base`/`backoff_max` (s, capped exponential delay between retries of a failing
     event), `instance_id` (required for per-instance consumers), `max_pending_gap_ranges`, `listen` (use
-    LISTEN/NOTIFY wake-ups), `gap_log_interval` (s, at most one "gap list full" warning per consumer per
-    interval), `registry` (prometheus; default global).
+    LISTEN/NOTIFY wake-ups), `idle_poll_max` (s, see below), `gap_log_interval` (s, at most one "gap list full"
+    warning per consumer per interval), `registry` (prometheus; default global).
 
     A pass that fails (the database down) is retried with exponential backoff and jitter, and a LISTEN session
     that fails is opened again the same way while the loop polls (`OutageBackoff`): one log line when it starts
@@ -118,7 +140,12 @@ class Dispatcher:
 
     A turn that made no progress never asks for an immediate follow-up: the loop then waits for a wake-up or
     `poll_interval`, so a consumer blocked behind a long-running transaction costs a turn per poll, not a busy
-    loop.
+    loop. On PostgreSQL, while the LISTEN session works, a pass in which no consumer could move (idle, blocked
+    by a full gap list, dead, disabled or held by another instance) doubles that wait, up to `idle_poll_max` (s):
+    new events and the commits that fill gaps send a NOTIFY, which wakes the loop at once, so the poll is only a
+    safety net (a writer that rolled back leaves its gap to the horizon, seen within `idle_poll_max`). Any
+    wake-up, any progress, a consumer waiting out a retry backoff or a failed LISTEN session brings it back to
+    `poll_interval`.
     """
 
     def __init__(
@@ -136,6 +163,7 @@ class Dispatcher:
         backoff_max: float = 60.0,
         max_pending_gap_ranges: int = 10_000,
         listen: bool = True,
+        idle_poll_max: float = 1.0,
         gap_log_interval: float = 30.0,
         registry: CollectorRegistry | None = None,
         logger: logging.Logger | None = None,
@@ -154,8 +182,11 @@ class Dispatcher:
         self.backoff_max = backoff_max
         self.max_pending_gap_ranges = max_pending_gap_ranges
         self.listen = listen
+        self.idle_poll_max = max(idle_poll_max, poll_interval)
+        self._idle_wait = poll_interval  # the next wait after a pass in which nothing could move (LISTEN on)
         self.gap_log_interval = gap_log_interval
         self._gap_logged: dict[tuple[str, str], float] = {}
+        self._blocked: dict[tuple[str, str], _Blocked] = {}  # consumers whose last turn was blocked, unchanged
         self.metrics: DispatchMetrics = metrics_for(registry)
         self.log = logger or log
         self._pass_lock = threading.Lock()
@@ -218,25 +249,33 @@ class Dispatcher:
                 self.log.error("dispatcher thread ended by %s", type(exc).__name__, exc_info=exc)
                 return
             self.pass_outage.succeeded()
-            if not any(r.more or r.processed for r in result.by_consumer.values()):
-                self._wait()
+            results = result.by_consumer.values()
+            if not any(r.more or r.processed for r in results):
+                self._wait(stuck=all(r.outcome in _STUCK for r in results))
+            else:
+                self._idle_wait = self.poll_interval
 
-    def _wait(self) -> None:
-        """Until a wake-up or `poll_interval`; while the LISTEN session is down, poll (it is tried again after
-        its backoff)."""
+    def _wait(self, *, stuck: bool = False) -> None:
+        """Until a wake-up or `poll_interval` (longer after passes in which nothing could move: `stuck`, see the
+        class); while the LISTEN session is down, poll (it is tried again after its backoff)."""
         if not self.listen or time.monotonic() < self._listen_retry_at:
+            self._idle_wait = self.poll_interval
             self._stop.wait(self.poll_interval)
             return
         label = self.instance_id or SHARED_INSTANCE
+        # only a wake-up every writer sends (PostgreSQL's NOTIFY, not SQLite's in-process one) may stand in for polls
+        timeout = self._idle_wait if stuck and self.db.wakes_across_processes else self.poll_interval
         try:
-            self.db.wait_for_notify(self.poll_interval)
+            woke = self.db.wait_for_notify(timeout)
         except Exception as exc:
             self.metrics.listen_connected.labels(label).set(0)
             self._listen_retry_at = time.monotonic() + self.listen_outage.failed(exc)
+            self._idle_wait = self.poll_interval
             self._stop.wait(self.poll_interval)
             return
         self.metrics.listen_connected.labels(label).set(1)
         self.listen_outage.succeeded()
+        self._idle_wait = self.poll_interval if woke or not stuck else min(2 * timeout, self.idle_poll_max)
 
     # ------------------------------------------------------------------ passes
 
@@ -311,6 +350,8 @@ class Dispatcher:
     def _turn_in_tx(self, tx: Tx, consumer: Consumer, inst: str) -> ConsumerResult:
         name = consumer.name
         repo = self.repo
+        if self._still_blocked(tx, name, inst):
+            return ConsumerResult(outcome="idle", blocked=True)
         got = repo.read_state(tx, name, inst, "skip")
         if got is None:
             reason = "locked_by_other_instance" if repo.exists(tx, name, inst) else "not_registered"
@@ -321,7 +362,7 @@ class Dispatcher:
             return ConsumerResult(outcome=skip)
 
         # S1 (horizon) precedes S2 (fetch): a writer that ended before S1 is visible to S2 if it committed.
-        horizon = repo.horizon(tx)
+        horizon, running = repo.snapshot(tx)
         start_cursor, gaps = state.cursor, state.pending_gaps
         rows = repo.fetch_events(tx, start_cursor, gaps, self.batch_size)
         failpoints.hit("dispatch.after_fetch", name)
@@ -342,6 +383,8 @@ class Dispatcher:
         changed = bool(outcome.resolved or outcome.failed or remaining != gaps)
         if changed:
             self._save_state(tx, name, inst, state, outcome, new_cursor, remaining)
+        elif blocked and remaining:
+            self._remember_blocked(tx, name, inst, running, min(g.xmax for g in remaining))
         self._observe_turn(tx, name, inst, outcome, n_resolved, n_retired, remaining, new_cursor if changed else None)
         failpoints.hit("dispatch.before_commit", name)
         return ConsumerResult(
@@ -353,6 +396,36 @@ class Dispatcher:
             more=len(fetched) >= self.batch_size and changed and not outcome.failed,
             blocked=blocked,
         )
+
+    def _still_blocked(self, tx: Tx, name: str, inst: str) -> bool:
+        """Whether this consumer's turn would find what its last one did, blocked by a full gap list: then it is
+        not made again, and the turn costs one short statement whatever the size of the list (it would read the
+        list, look up each range and settle it). So when, since the last full turn: its state row is the same
+        version (nothing wrote it), the first position past the cursor is the same, and every transaction of the
+        database running at that turn's snapshot still runs, and the horizon is still below every gap's xmax. A
+        pending gap can only be filled by a transaction that had drawn its position before the gap was recorded
+        (so running then, not yet visible), and only retires once the horizon reaches its xmax; a hole below the
+        blocking row filled by a transaction started since changes the first position past the cursor, and
+        anything drawn later lies above it. Every BLOCKED_RECHECK seconds the turn is made in full all the same."""
+        key = (name, inst)
+        last = self._blocked.pop(key, None)
+        if last is None or time.monotonic() - last.at >= BLOCKED_RECHECK:
+            return False
+        probe = self.repo.blocked_probe(tx, name, inst)
+        if (probe is None or probe.revision != last.revision or probe.cursor != last.cursor
+                or probe.next_position != last.next_position or not last.running <= probe.running
+                or probe.horizon >= last.retires_at):
+            return False
+        self._blocked[key] = last
+        return True
+
+    def _remember_blocked(self, tx: Tx, name: str, inst: str, running: frozenset[int], retires_at: int) -> None:
+        """After a full turn that was blocked and wrote nothing: what the next one compares with (see
+        `_still_blocked`). `running` is from the turn's snapshot, taken before its fetch."""
+        probe = self.repo.blocked_probe(tx, name, inst)
+        if probe is not None:
+            self._blocked[(name, inst)] = _Blocked(probe.revision, probe.cursor, probe.next_position, running,
+                                                   retires_at, time.monotonic())
 
     def _skip_reason(self, tx: Tx, name: str, inst: str, state: ConsumerState, age: float) -> str | None:
         """Why this consumer gets no delivery this turn (disabled, dead, backoff), or None to go on.

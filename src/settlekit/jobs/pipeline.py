@@ -29,7 +29,7 @@ from settlekit.jobs.reducer import (
     initial_state,
     serialize_state,
 )
-from settlekit.jobs.validate import check_genesis_payload, validate_payload
+from settlekit.jobs.validate import check_genesis_payload, check_matched_as_settld, validate_payload
 from settlekit.ledger.allocations import allocations_for_entry
 from settlekit.ledger.errors import LedgerError
 from settlekit.ledger.postings import JOB_POSTING_RULES, PostingRule
@@ -170,6 +170,8 @@ def process_job_events(
             server_rules.check_payload_present(event)
             if not recorded:
                 validate_payload(event, state.snapshot, state.facts)
+            elif event.get("type") == "MATCHED":
+                check_matched_as_settld(event)
             server_rules.check(state, rule_facts, event)
             to_status = check_event(state, event) if recorded else check_transition(state, event)
         else:

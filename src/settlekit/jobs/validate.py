@@ -422,3 +422,32 @@ def validate_payload(event: Mapping[str, Any], snapshot: Mapping[str, Any], fact
     validator: Any = VALIDATORS.get(t)
     if validator is not None:
         validator(t, p, event, snapshot, facts)
+
+
+_HEX64_ANY_CASE: Final = frozenset("0123456789abcdefABCDEF")
+
+
+def check_matched_as_settld(event: Mapping[str, Any]) -> None:
+    """settld's events route on a MATCHED payload (what its domain check adds to its validators), for recorded
+    history, which skips this module's own rules: a payload object (an array passes, as in JavaScript), a non-blank
+    `robotId`, and the operator contract and policy hashes together, each 64 hex digits of either case, with a
+    non-blank `operatorCompilerId` only beside them. Its robot registry and zone checks are not made (settlekit
+    has no robot registry)."""
+    t = "MATCHED"
+    p = event.get("payload")
+    if type(p) not in (dict, list):
+        raise PayloadInvalid(t, "<root>", "is required")
+    values: Mapping[str, Any] = p if type(p) is dict else {}
+    if not js_nonblank(values.get("robotId")):
+        raise PayloadInvalid(t, "robotId", "must be a non-empty string")
+    ch, ph, compiler = values.get("operatorContractHash"), values.get("operatorPolicyHash"), \
+        values.get("operatorCompilerId")
+    if ch is None and ph is None and compiler is None:
+        return
+    if ch is None or ph is None:
+        raise PayloadInvalid(t, "operatorContractHash", "and payload.operatorPolicyHash must be provided together")
+    for field, v in (("operatorContractHash", ch), ("operatorPolicyHash", ph)):
+        if type(v) is not str or len(v) != 64 or not set(v) <= _HEX64_ANY_CASE:
+            raise PayloadInvalid(t, field, "must be a 64-byte hex sha256")
+    if compiler is not None and not js_nonblank(compiler):
+        raise PayloadInvalid(t, "operatorCompilerId", "must be a non-empty string")

@@ -184,6 +184,17 @@ class ConsumerRowLocked(ConflictError):
 # ---------------------------------------------------------------------------------------------------- dialects
 
 
+class BlockedProbe(NamedTuple):
+    """A consumer row's version (its tuple's xmin: any update changes it), its cursor, the first visible position
+    past the cursor, the transaction ids of the database running now and the horizon."""
+
+    revision: str
+    cursor: int
+    next_position: int | None
+    running: frozenset[int]
+    horizon: int
+
+
 class ConsumerDialect(abc.ABC):
     """What PostgreSQL and SQLite do differently for consumers."""
 
@@ -205,6 +216,15 @@ class ConsumerDialect(abc.ABC):
     @abc.abstractmethod
     def horizon(self, tx: Tx) -> int:
         """A transaction id below which every writer has ended (taken before the turn's fetch)."""
+
+    def snapshot(self, tx: Tx) -> tuple[int, frozenset[int]]:
+        """`horizon`, with the transaction ids running now (none where writers are serial)."""
+        return self.horizon(tx), frozenset()
+
+    def blocked_probe(self, tx: Tx, name: str, instance_id: str) -> BlockedProbe | None:
+        """What a blocked turn compares with the last one, the state row locked (None: no row, or it is held
+        elsewhere). Only where commits come out of order (gaps exist)."""
+        raise NotImplementedError
 
     @abc.abstractmethod
     def observation_xid(self, db: Database) -> int:
@@ -355,6 +375,13 @@ class ConsumerRepository:
 
     def horizon(self, tx: Tx) -> int:
         return self._dialect.horizon(tx)
+
+    def snapshot(self, tx: Tx) -> tuple[int, frozenset[int]]:
+        """(horizon, the transaction ids running now), taken at the same instant."""
+        return self._dialect.snapshot(tx)
+
+    def blocked_probe(self, tx: Tx, name: str, instance_id: str) -> BlockedProbe | None:
+        return self._dialect.blocked_probe(tx, name, instance_id)
 
     def observation_xid(self) -> int:
         """A transaction id assigned now, in its own committed transaction."""

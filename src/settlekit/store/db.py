@@ -150,6 +150,9 @@ class Database(abc.ABC):
     def close(self) -> None:
         """Release every connection."""
 
+    # whether `wait_for_notify` wakes for appends of every process (PostgreSQL's NOTIFY), not only this one's
+    wakes_across_processes: bool = False
+
     @abc.abstractmethod
     def wait_for_notify(self, timeout: float) -> bool:
         """Block until an append commits (or timeout); True when woken."""

@@ -68,7 +68,8 @@ def assign_entries(tx: Tx, tenant_id: str, month: str, *, start: str, inside: tu
 
 
 def unassigned_entries_near(tx: Tx, tenant_id: str, windows: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """(entry id, at) of the tenant's entries in no period whose `at` text is in one of three [from, to)."""
+    """(entry id, at) of the tenant's entries in no period whose `at` text is in one of three [from, to), or does
+    not start with a digit (see `job_events_between`)."""
     bounds = [bound for window in windows for bound in window]
     return [(str(r[0]), str(r[1])) for r in tx.fetchall(_sql(tx, "unassigned_entries_near"), (tenant_id, *bounds))]
 
@@ -78,13 +79,16 @@ def assign_entry(tx: Tx, tenant_id: str, month: str, entry_id: str, at: str, *, 
 
 
 def stream_heads_before(tx: Tx, tenant_id: str, end: str) -> list[StreamLeaf]:
-    """Each job stream's last event with `at` text before `end`: (stream, its chain hash, its position)."""
+    """Each job stream's last event with `at` text before `end`, among those whose `at` starts with a digit (the
+    others are judged by their instant: `job_events_between`): (stream, its chain hash, its position)."""
     rows = tx.fetchall(_sql(tx, "stream_heads_before"), (tenant_id, end, tenant_id))
     return [StreamLeaf(r[0], r[2], int(r[1])) for r in rows]
 
 
 def job_events_between(tx: Tx, tenant_id: str, start: str, end: str) -> list[tuple[str, int, str, str]]:
-    """(stream id, seq, chain hash, at) of the tenant's job events whose `at` text is in [start, end)."""
+    """(stream id, seq, chain hash, at) of the tenant's job events whose `at` text is in [start, end), or does not
+    start with a digit (imported history spelled as settld's Date.parse reads it: its text order is not its
+    instant's)."""
     rows = tx.fetchall(_sql(tx, "job_events_between"), (tenant_id, start, end))
     return [(str(r[0]), int(r[1]), str(r[2]), str(r[3])) for r in rows]
 

@@ -89,9 +89,11 @@ class DeadlineConnection(psycopg.Connection[Any]):
     Shortly before the deadline (`_CANCEL_GRACE`, at most a quarter of it) the server is asked to cancel the
     statement and whatever answer comes in time is taken: the statement's own (it completed: its result, or its
     error) or the cancellation (nothing took effect). Without an answer the outcome is unknown. But for the
-    statement's own answer, the connection is then closed (StatementDeadlineExceeded)."""
+    statement's own answer, the connection is then closed (StatementDeadlineExceeded); after its own answer, once
+    its user is done with it (a late cancellation could stop its next statement)."""
 
     deadline: float | None = None
+    cancel_sent = False  # the connection is then closed once its user is done (PostgresDatabase._pooled)
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         limit = self.deadline
@@ -103,6 +105,7 @@ class DeadlineConnection(psycopg.Connection[Any]):
         except psycopg.errors._WaitTimeout:
             pass
         started = time.monotonic()
+        self.cancel_sent = True
         try:
             with contextlib.suppress(psycopg.OperationalError):  # no cancellation: wait for the answer all the same
                 self.cancel_safe(timeout=grace)
@@ -226,6 +229,7 @@ class PostgresDatabase(Database):
     series, a new one starts on demand), so work resumes within a couple of seconds of the server coming back."""
 
     dialect: Dialect = "postgres"
+    wakes_across_processes = True
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16, timeout: float = 1.5,
                  reconnect_timeout: float = 2.0, connect_timeout: int = 5, direct_url: str | None = None,
@@ -274,8 +278,9 @@ class PostgresDatabase(Database):
             if not is_unavailable(exc):
                 self.reachability.reached()  # the server answered
                 raise
-            if probing or isinstance(exc, StatementDeadlineExceeded):
-                # a round trip the deadline cut counts as a failed attempt: what queues behind it fails at once
+            if probing or (isinstance(exc, StatementDeadlineExceeded) and not exc.cancelled):
+                # a round trip the deadline cut, whose cancellation got no answer either, counts as a failed
+                # attempt: what queues behind it fails at once (a cancelled one only says the statement was slow)
                 self.reachability.failed()
             self._sweep_idle()
             raise DatabaseUnavailableError(cause=type(exc).__name__) from exc
@@ -350,8 +355,19 @@ class PostgresDatabase(Database):
         threading.Thread(target=sweep, name="settlekit-pool-sweep", daemon=True).start()
 
     @contextlib.contextmanager
+    def _pooled(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the pool, closed instead of reused when a cancellation was sent for one of its
+        statements (see DeadlineConnection): arriving late, it could stop the next one."""
+        with self.pool.connection() as conn:
+            try:
+                yield conn
+            finally:
+                if getattr(conn, "cancel_sent", False):
+                    conn.close()
+
+    @contextlib.contextmanager
     def transaction(self) -> Iterator[PostgresTx]:
-        with self._available(), self.pool.connection() as conn:
+        with self._available(), self._pooled() as conn:
             with conn.transaction():
                 tx = PostgresTx(conn)
                 yield tx
@@ -359,13 +375,13 @@ class PostgresDatabase(Database):
 
     @contextlib.contextmanager
     def query(self) -> Iterator[PostgresTx]:
-        with self._available(), self.pool.connection() as conn:
+        with self._available(), self._pooled() as conn:
             yield PostgresTx(conn)
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled autocommit connection for backend-specific fast paths."""
-        with self._available(), self.pool.connection() as conn:
+        with self._available(), self._pooled() as conn:
             yield conn
 
     def migrate(self) -> list[str]:

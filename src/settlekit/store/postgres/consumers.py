@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg.errors
 
-from settlekit.store.consumers import ConsumerDialect, ConsumerRowLocked, Gap, LockMode, Writer
+from settlekit.store.consumers import BlockedProbe, ConsumerDialect, ConsumerRowLocked, Gap, LockMode, Writer
 from settlekit.store.db import Database, Row, Tx
 
 _EVENTS_IN_GAPS_OR_AFTER = (
@@ -20,6 +20,19 @@ _EVENTS_IN_GAPS_OR_AFTER = (
 )
 _HORIZON = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
 _CURRENT_XID = "SELECT pg_current_xact_id()::text::bigint"
+# The transactions of this database running now (other than the caller's): the only ones that can still commit
+# a position the dispatcher has not seen (a writer has its transaction id before it draws one).
+_RUNNING_HERE = (
+    "ARRAY(SELECT backend_xid::text::bigint FROM pg_stat_activity WHERE datid = (SELECT oid FROM pg_database"
+    " WHERE datname = current_database()) AND backend_xid IS NOT NULL AND pid <> pg_backend_pid())"
+)
+_SNAPSHOT = f"SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, {_RUNNING_HERE}"
+_BLOCKED_PROBE = (
+    "SELECT c.xmin::text, c.last_processed_position,"
+    f" (SELECT MIN(e.position) FROM events e WHERE e.position > c.last_processed_position), {_RUNNING_HERE},"
+    " pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+    " FROM consumer_state c WHERE c.name = ? AND c.instance_id = ? FOR UPDATE OF c SKIP LOCKED"
+)
 # Sessions of other roles show no start time without pg_read_all_stats; their age reads 0.
 _OLDEST_WRITER = (
     "SELECT pid, datname, state, COALESCE(EXTRACT(EPOCH FROM (clock_timestamp() - xact_start))::float8, 0)"
@@ -53,6 +66,18 @@ class PostgresConsumers(ConsumerDialect):
     def horizon(self, tx: Tx) -> int:
         """xmin of the current snapshot: every transaction with a lower xid has ended."""
         return int(tx.scalar(_HORIZON))
+
+    def snapshot(self, tx: Tx) -> tuple[int, frozenset[int]]:
+        row = tx.fetchone(_SNAPSHOT)
+        assert row is not None
+        return int(row[0]), frozenset(int(x) for x in row[1])
+
+    def blocked_probe(self, tx: Tx, name: str, instance_id: str) -> BlockedProbe | None:
+        row = tx.fetchone(_BLOCKED_PROBE, (name, instance_id))
+        if row is None:
+            return None
+        return BlockedProbe(str(row[0]), int(row[1]), None if row[2] is None else int(row[2]),
+                            frozenset(int(x) for x in row[3]), int(row[4]))
 
     def observation_xid(self, db: Database) -> int:
         """Every transaction that drew a position before this call has a lower xid, so once the horizon reaches

@@ -14,12 +14,15 @@ WHERE e.tenant_id = ? AND e.at ${collate_c} >= ? AND e.at ${collate_c} < ?
 ON CONFLICT (tenant_id, entry_id) DO NOTHING
 
 -- name: unassigned_entries_near
--- (entry id, at) of the tenant's entries in no period whose `at` text lies in one of three [from, to) windows.
+-- (entry id, at) of the tenant's entries in no period whose `at` text lies in one of three [from, to) windows, or
+-- does not start with a digit (a time of imported history spelled as settld's Date.parse reads it, e.g. RFC 1123 or
+-- an expanded year: its text order is not its instant's, so it is judged by its instant).
 SELECT e.entry_id, e.at
 FROM ledger_entries e
 WHERE e.tenant_id = ?
   AND ((e.at ${collate_c} >= ? AND e.at ${collate_c} < ?) OR (e.at ${collate_c} >= ? AND e.at ${collate_c} < ?)
-       OR (e.at ${collate_c} >= ? AND e.at ${collate_c} < ?))
+       OR (e.at ${collate_c} >= ? AND e.at ${collate_c} < ?)
+       OR e.at ${collate_c} < '0' OR e.at ${collate_c} >= ':')
   AND NOT EXISTS (SELECT 1 FROM finance_entry_periods p WHERE p.tenant_id = e.tenant_id AND p.entry_id = e.entry_id)
 ORDER BY e.entry_id ${collate_c}
 
@@ -28,18 +31,22 @@ INSERT INTO finance_entry_periods (tenant_id, entry_id, period, at, carried) VAL
 ON CONFLICT (tenant_id, entry_id) DO NOTHING
 
 -- name: stream_heads_before
+-- (an `at` that does not start with a digit is judged by its instant: job_events_between)
 SELECT e.stream_id, e.seq, e.chain_hash
 FROM events e
 JOIN (SELECT stream_id, max(seq) AS seq FROM events
-      WHERE tenant_id = ? AND stream_type = 'job' AND at ${collate_c} < ? GROUP BY stream_id) h
+      WHERE tenant_id = ? AND stream_type = 'job' AND at ${collate_c} < ? AND at ${collate_c} >= '0'
+      GROUP BY stream_id) h
   ON e.stream_id = h.stream_id AND e.seq = h.seq
 WHERE e.tenant_id = ?
 
 -- name: job_events_between
--- (stream id, seq, chain hash, at) of the tenant's job events whose `at` text lies in [from, to).
+-- (stream id, seq, chain hash, at) of the tenant's job events whose `at` text lies in [from, to), or does not start
+-- with a digit (see unassigned_entries_near).
 SELECT stream_id, seq, chain_hash, at
 FROM events
-WHERE tenant_id = ? AND stream_type = 'job' AND at ${collate_c} >= ? AND at ${collate_c} < ?
+WHERE tenant_id = ? AND stream_type = 'job'
+  AND ((at ${collate_c} >= ? AND at ${collate_c} < ?) OR at ${collate_c} < '0' OR at ${collate_c} >= ':')
 ORDER BY stream_id ${collate_c}, seq
 
 -- name: period_entries_page
