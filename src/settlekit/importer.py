@@ -3,11 +3,13 @@
 The events are client-finalized envelopes and are stored as settld's API stored them (`events.recorded`: ids,
 times, chain hashes and signatures kept, fields beside the envelope dropped). The signer keys are registered for the
 tenant by role first (idempotent). The file's hash chains and every signature present are verified before anything
-is written (up to the first envelope settld's rules refuse, where the import stops). The events then go through the
-store's append with the HISTORY policy (AppendPolicy): settld's envelope, type and payload rules; a missing
-signature and lone surrogates in payloads are accepted as recorded and counted; `strict=True` applies the rules
-for new input instead. The import stops at the first event
-the append refuses. A re-run resumes: events already stored, identical, are skipped; the rest are appended.
+is written (up to the first envelope settld's rules refuse, where the import stops). A chain or signature failure
+is where settld's API refused the stream (it verifies the whole chain at each append): the events before it are
+appended and the import stops at it, nothing of it written (with `strict=True` the file is refused whole, nothing
+written). The events go through the store's append with the HISTORY policy (AppendPolicy): settld's envelope, type
+and payload rules; a missing signature and lone surrogates in payloads are accepted as recorded and counted;
+`strict=True` applies the rules for new input instead. The import stops at the first event the append refuses.
+A re-run resumes: events already stored, identical, are skipped; the rest are appended.
 
 A JOB_CREATED (the first or a later one) whose job belongs to another tenant than the one imported into (its
 payload's tenantId as settld reads it; settld's default tenant when it names none) is refused at that event
@@ -149,10 +151,13 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
                   progress: Callable[[int], None] | None = None) -> ImportResult:
     """Append `events` in file order to their streams, as event-by-event appends would; stop at the first refused.
 
-    First the whole file is verified (`Appender.verify_history`: envelope shapes, each stream's hash chain,
-    every signature present against the tenant's keys by role); a failure there refuses that event and nothing
-    is written. The appends use the HISTORY policy (the events are recorded history, not new input); `strict`
-    uses the LIVE policy, so an unsigned event or a lone surrogate is refused.
+    First the whole file is verified, before anything is written (`Appender.verify_history`: each stream's hash
+    chain, every signature present against the tenant's keys). In history mode a failure there is where settld's
+    API refused the stream (it verifies the whole chain at each append): the events before it are appended, as
+    below, and that event is refused, nothing of it written; an append refusing an earlier event stops the import
+    there instead. With `strict` (envelope shapes checked too) such a failure refuses the file: nothing is
+    written. The appends use the HISTORY policy (the events are recorded history, not new input); `strict` uses
+    the LIVE policy, so an unsigned event or a lone surrogate is refused.
 
     A JOB_CREATED (the first or a later one) whose job belongs to another tenant than `tenant_id` (its
     `payload.tenantId`, `tenant_default` when it names none, as settld's reducer reads it) is refused
@@ -171,9 +176,13 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
     against the state after the ones before it, so the outcome is exactly that of appending one event at a time.
     """
     policy = LIVE if strict else HISTORY
-    result = ImportResult(refused=_check_file(store, tenant_id, events, policy))
-    if result.refused is not None:
+    result = ImportResult()
+    broken = _check_file(store, tenant_id, events, policy)
+    if broken is not None and (not policy.recorded or broken.index == 0):
+        result.refused = broken  # nothing before it: nothing is written
         return result
+    if broken is not None:
+        events = events[:broken.index]  # appended as settld's API took them, one by one, up to the broken one
     stored: dict[str, dict[str, Mapping[str, Any]]] = {}
     i = 0
     while i < len(events):
@@ -195,19 +204,24 @@ def import_events(store: Appender, tenant_id: str, events: Sequence[Mapping[str,
             i = j
         if progress is not None:
             progress(i)
+    result.refused = broken
     return result
 
 
 def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, Any]],
                 policy: AppendPolicy) -> Refusal | None:
-    """The checks of the whole file before anything is written: every event names its stream as a string, then
+    """The checks of the whole file before anything is written: every event names its stream as a string, and
     `Appender.verify_history` (in history mode up to the first envelope settld's rules refuse: the import stops
-    there, at that event's append). Returns the refusal of the first event that fails them."""
-    for i, event in enumerate(events):
-        if not isinstance(event.get("streamId"), str):
-            return _refusal(i, event, ValidationError("streamId must be a string", code="SCHEMA_INVALID"))
+    there, at that event's append). Returns the refusal of the first event that fails them (in history mode the
+    first in file order: the import appends the events before it; else a streamId first, and the file is
+    refused)."""
+    bad_stream = next((i for i, event in enumerate(events) if not isinstance(event.get("streamId"), str)), None)
+    if bad_stream is not None and not policy.recorded:
+        return _refusal(bad_stream, events[bad_stream],
+                        ValidationError("streamId must be a string", code="SCHEMA_INVALID"))
+    checked = events if bad_stream is None else events[:bad_stream]
     try:
-        store.verify_history(tenant_id, events, policy=policy)
+        store.verify_history(tenant_id, checked, policy=policy)
     except SettlekitError as exc:
         if exc.status >= 500:
             raise
@@ -215,6 +229,9 @@ def _check_file(store: Appender, tenant_id: str, events: Sequence[Mapping[str, A
         if index is None:
             raise
         return _refusal(index, events[index], exc)
+    if bad_stream is not None:
+        return _refusal(bad_stream, events[bad_stream],
+                        ValidationError("streamId must be a string", code="SCHEMA_INVALID"))
     return None
 
 

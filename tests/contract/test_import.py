@@ -118,52 +118,98 @@ def test_one_file_may_interleave_streams(db_url: str, tmp_path: Path) -> None:
     assert _stored(db_url, b["events"][0]["streamId"]) == b["events"]
 
 
-def test_bad_signature_refuses_the_whole_file_up_front(db_url: str, tmp_path: Path) -> None:
-    """The file's chains and signatures are verified before anything is written."""
+def test_bad_signature_stops_the_import_at_its_event(db_url: str, tmp_path: Path) -> None:
+    """The file's chains and signatures are verified before anything is written. settld verifies the whole chain at
+    each append, so it took the events before a bad signature and refused that one: the import appends them and
+    stops there, nothing of it written. `--strict` refuses the file up front, nothing written."""
     vector = load_vector("settle_completed.json")
     events = vector["events"]
     events[5]["signature"] = events[6]["signature"]  # a valid signature of another event
+    code, out = _import(tmp_path, db_url, events, _signers(vector), "--strict")
+    assert (code, out["appended"], out["refused"]["index"], out["refused"]["code"]) == (1, 0, 5, "SIG_INVALID")
+    assert _stored(db_url, events[0]["streamId"]) == []
     code, out = _import(tmp_path, db_url, events, _signers(vector))
     assert code == 1
-    assert out == {"appended": 0, "skipped": 0,
+    assert out == {"appended": 5, "skipped": 0,
                    "refused": {"index": 5, "eventId": events[5]["id"], "code": "SIG_INVALID",
-                               "message": out["refused"]["message"]}, "unsigned": 0, "loneSurrogates": 0,
-                   "retenanted": 0}
+                               "message": out["refused"]["message"]}, **_counts(events[:5])}
     assert "signature" in out["refused"]["message"]
-    assert _stored(db_url, events[0]["streamId"]) == []
+    assert _stored(db_url, events[0]["streamId"]) == events[:5]
+    result = runner.invoke(app, ["import", str(tmp_path / "stream.json"), "--db", db_url, "--tenant", TENANT,
+                                 "--keys", str(tmp_path / "keys.json")])  # a re-run skips them and stops there
+    assert result.exit_code == 1 and f"refused event 5 ({events[5]['id']}): SIG_INVALID" in result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["skipped"] == 5
 
 
-def test_tampered_payload_and_broken_chain_are_refused_up_front(db_url: str, tmp_path: Path) -> None:
+def test_tampered_payload_and_broken_chain_stop_the_import_at_their_event(db_url: str, tmp_path: Path) -> None:
+    """A payload that does not match its hash, a link to another event: the events before it are appended (settld
+    stored them, one by one) and it is refused, nothing of it written; `--strict` refuses the file."""
     vector = load_vector("settle_completed.json")
-    events = vector["events"]
+    full = vector["events"]
+    stream_id = full[0]["streamId"]
+    events = [dict(e) for e in full]
     events[3]["payload"] = {**events[3]["payload"], "extra": 1}
+    code, out = _import(tmp_path, db_url, events, _signers(vector), "--strict")
+    assert (code, out["appended"], out["refused"]["index"]) == (1, 0, 3)
+    assert _stored(db_url, stream_id) == []
     code, out = _import(tmp_path, db_url, events, _signers(vector))
-    assert code == 1 and out["appended"] == 0 and out["refused"]["index"] == 3
-    assert out["refused"]["code"] == "PAYLOAD_HASH_MISMATCH"
-    events = load_vector("settle_completed.json")["events"]
-    del events[4]
-    code, out = _import(tmp_path, db_url, events, _signers(vector))
-    assert code == 1 and out["appended"] == 0 and out["skipped"] == 0
+    assert (code, out["appended"], out["skipped"], out["refused"]["index"]) == (1, 3, 0, 3)
+    assert out["refused"]["code"] == "PAYLOAD_HASH_MISMATCH" and out["refused"]["eventId"] == events[3]["id"]
+    assert _stored(db_url, stream_id) == full[:3]
+    gapped = full[:4] + full[5:]
+    code, out = _import(tmp_path, db_url, gapped, _signers(vector))
+    assert (code, out["appended"], out["skipped"]) == (1, 1, 3)
     assert out["refused"]["index"] == 4 and out["refused"]["code"] == "CHAIN_BREAK"
-    assert _stored(db_url, events[0]["streamId"]) == []
+    assert out["refused"]["eventId"] == full[5]["id"]
+    assert _stored(db_url, stream_id) == full[:4]
     # a file that goes on from a stored stream is linked to the stored head by the append itself
-    full = load_vector("settle_completed.json")["events"]
-    assert _import(tmp_path, db_url, full[:3], _signers(vector))[0] == 0
-    code, out = _import(tmp_path, db_url, full[4:], _signers(vector))
+    code, out = _import(tmp_path, db_url, full[5:], _signers(vector))
     assert code == 1 and out["appended"] == 0 and out["refused"]["index"] == 0
     assert out["refused"]["code"] == "PREV_CHAIN_HASH_MISMATCH"
+    assert _stored(db_url, stream_id) == full[:4]
 
 
-def test_key_missing_from_keys_file_refuses_up_front(db_url: str, tmp_path: Path) -> None:
+def test_a_broken_link_stops_one_stream_of_many_where_it_stands(db_url: str, tmp_path: Path) -> None:
+    """Two streams interleaved, the second's chain broken: every event before the break in the file, of either
+    stream, is appended, and nothing from it on."""
+    a, b = load_vector("settle_completed.json"), load_vector("settle_aborted.json")
+    b_events = [dict(e) for e in b["events"]]
+    b_events[4]["chainHash"] = "0" * 64
+    mixed = [e for pair in itertools.zip_longest(a["events"], b_events) for e in pair if e is not None]
+    keys = _signers(a) + [s for s in _signers(b) if s["keyId"] not in {k["keyId"] for k in a["signers"]}]
+    stop = mixed.index(b_events[4])
+    code, out = _import(tmp_path, db_url, mixed, keys)
+    assert (code, out["appended"], out["refused"]["index"], out["refused"]["code"]) == (
+        1, stop, stop, "CHAIN_HASH_MISMATCH")
+    assert _stored(db_url, a["events"][0]["streamId"]) == [e for e in mixed[:stop] if e in a["events"]]
+    assert _stored(db_url, b["events"][0]["streamId"]) == b["events"][:4]
+
+
+def test_an_event_naming_no_stream_is_refused_where_it_stands(db_url: str, tmp_path: Path) -> None:
+    """An envelope settld refuses (here a streamId that is not a string) stops the import at its event, the ones
+    before it appended; with `--strict` the file is refused before anything is written."""
+    vector = load_vector("settle_completed.json")
+    events = [dict(e) for e in vector["events"]]
+    events[3]["streamId"] = 5
+    code, out = _import(tmp_path, db_url, events, _signers(vector), "--strict")
+    assert (code, out["appended"], out["refused"]["index"], out["refused"]["code"]) == (1, 0, 3, "SCHEMA_INVALID")
+    code, out = _import(tmp_path, db_url, events, _signers(vector))
+    assert (code, out["appended"], out["refused"]["index"], out["refused"]["code"]) == (1, 3, 3, "SCHEMA_INVALID")
+    assert _stored(db_url, events[0]["streamId"]) == events[:3]
+
+
+def test_key_missing_from_keys_file_stops_at_its_first_event(db_url: str, tmp_path: Path) -> None:
     vector = load_vector("settle_completed.json")
     events = vector["events"]
     keys = [s for s in _signers(vector) if s["role"] != "robot"]
     robot_key = next(s["keyId"] for s in vector["signers"] if s["role"] == "robot")
     first = next(i for i, e in enumerate(events) if e["signerKeyId"] == robot_key)
     code, out = _import(tmp_path, db_url, events, keys)
-    assert code == 1 and out["appended"] == 0
+    assert code == 1 and out["appended"] == first
     assert out["refused"]["index"] == first and out["refused"]["code"] == "SIGNER_UNKNOWN"
-    assert _stored(db_url, events[0]["streamId"]) == []
+    assert _stored(db_url, events[0]["streamId"]) == events[:first]
+    code, out = _import(tmp_path, db_url, events, _signers(vector))  # with the key, a re-run goes on
+    assert (code, out["appended"], out["skipped"], out["refused"]) == (0, len(events) - first, first, None)
 
 
 def test_key_of_the_wrong_role_is_refused_at_its_event(db_url: str, tmp_path: Path) -> None:
@@ -523,13 +569,13 @@ def _import_keys(vector: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_a_file_refused_before_anything_is_written_leaves_no_signer_key(db_url: str, tmp_path: Path) -> None:
-    """A chain break found by the up-front check: the import writes nothing, keys of KEYS.json included (before,
-    every key, settld's server key too, stayed registered and active for the tenant)."""
+    """A chain failure at the first event, found by the up-front check: the import writes nothing, keys of
+    KEYS.json included (before, every key, settld's server key too, stayed registered and active for the tenant)."""
     from settlekit.store.db import connect
 
     vector = load_vector("settle_completed.json")
     events = [dict(e) for e in vector["events"]]
-    events[1]["prevChainHash"] = "0" * 64
+    events[0]["chainHash"] = "0" * 64
     result = CliRunner().invoke(app, ["import", str(_write_json(tmp_path / "s.json", events)), "--db", db_url,
                                       "--keys", str(_write_json(tmp_path / "k.json", _import_keys(vector)))])
     assert result.exit_code == 1, result.output

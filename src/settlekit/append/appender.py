@@ -423,7 +423,8 @@ class Appender:
         """Check a whole exported file before anything of it is written: each stream's hash chain in file order
         (the first event of a stream links to whatever it names; the append checks that against the stored
         head), and every signature present, against the tenant's registered keys (SIGNER_UNKNOWN, SIG_INVALID).
-        Raises the first failure with `index` = the position in `events`. Whether the key's role (purpose) and
+        Raises the first failure with `index` = the position in `events` (the importer appends the events
+        before it in history mode, and refuses the file otherwise). Whether the key's role (purpose) and
         status fit the event is the signer policy, checked by the append of that event, as for any append.
 
         With a `recorded` policy (history mode, the default) an envelope is read as settld stored it

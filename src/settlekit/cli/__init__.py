@@ -251,10 +251,12 @@ def import_stream(
 ) -> None:
     """Import a settld stream through the live append path, event by event (ids, hashes and signatures kept).
 
-    Registers the keys for the tenant by role, verifies the whole file's hash chains and signatures, skips events
-    already imported (a re-run resumes), stops at the first refused event. The export is recorded history: an
-    unsigned event and lone surrogates are accepted and counted (`--strict` refuses them). A JOB_CREATED naming
-    another tenant than --tenant is refused at that event (JOB_TENANT_MISMATCH) unless --retenant.
+    Registers the keys for the tenant by role, verifies the file's hash chains and signatures before writing
+    (the first failure is refused after the events before it, as settld refused it; with --strict, the file),
+    skips events already imported (a re-run resumes), stops at the first refused event. The export is recorded
+    history: an unsigned event and lone surrogates are accepted and counted (`--strict` refuses them). A
+    JOB_CREATED naming another tenant than --tenant is refused at that event (JOB_TENANT_MISMATCH) unless
+    --retenant.
     Prints {"appended", "skipped", "refused", "unsigned", "loneSurrogates", "retenanted"} last on stdout; exit 0
     when nothing was refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys,
     database).
