@@ -327,7 +327,8 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "SECRET_FILE_REFUSED": ErrorSpec(400, "file: secret references are no longer read; migrate them"),
     "DELIVERY_WINDOW_INVALID": ErrorSpec(400, "a replay or statistics window is empty, reversed or longer than "
                                               "allowed (statistics: 90 days; replays: `replay_max_window_hours`)"),
-    "REPLAY_RUNNING": ErrorSpec(409, "a replay of the destination is running; wait for it or cancel it"),
+    "REPLAY_RUNNING": ErrorSpec(409, "a replay of the destination (or as many of the tenant's as allowed) is "
+                                     "running; wait for it or cancel it"),
     "REPLAY_NOT_RUNNING": ErrorSpec(409, "the replay has ended (done or canceled), so it cannot be canceled"),
     "REPLAY_TOO_LARGE": ErrorSpec(422, "the window holds more deliveries than one replay may send "
                                        "(`replay_max_deliveries`); replay a shorter window"),

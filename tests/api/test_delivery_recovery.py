@@ -330,3 +330,22 @@ def test_destination_saves_resolving_hosts_are_bounded_per_tenant(db: Database) 
         assert int(r.headers["retry-after"]) >= 1
         env.destination(env.b, "d1", "http://127.0.0.1:9/b")
     env.destination(env.a, "d1", "http://127.0.0.1:9/a")  # slots given back
+
+
+def test_a_tenant_runs_at_most_its_share_of_replays(db: Database) -> None:
+    from settlekit.delivery import replays
+
+    env = Env(db)
+    env.app.state.settlekit.replay_policy = replays.ReplayPolicy(rate=1.0, max_running_per_tenant=2)
+    for name in ("d1", "d2", "d3"):
+        env.destination(env.a, name, f"http://127.0.0.1:9/{name}")
+    env.destination(env.b, "d1", "http://127.0.0.1:9/b")
+    _delivered(env, TENANT_A, 3)  # each of A's 3 destinations has 3 delivered deliveries
+    _delivered(env, TENANT_B, 3)
+    since = _iso(datetime.now(UTC) - timedelta(hours=2))
+    assert env.a.post("/v1/destinations/d1/replay", json={"since": since}).json()["status"] == "running"
+    assert env.a.post("/v1/destinations/d2/replay", json={"since": since}).json()["status"] == "running"
+    third = env.a.post("/v1/destinations/d3/replay", json={"since": since})
+    assert third.status_code == 409 and third.json()["code"] == "REPLAY_RUNNING"
+    assert third.json()["details"] == {"running": 2, "limit": 2}
+    assert env.b.post("/v1/destinations/d1/replay", json={"since": since}).status_code == 202  # B's own share

@@ -144,3 +144,25 @@ def test_a_peer_that_never_completes_the_handshake_times_out() -> None:
 
         status, error, duration = asyncio.run(go())
     assert (status, error) == (None, TIMEOUT) and duration < 5000
+
+
+def test_pools_left_idle_past_the_keepalive_expiry_are_closed(tls: tuple[TlsReceiver, Path]) -> None:
+    """httpcore drops an expired keep-alive connection only when its pool is used again: the sender closes whole
+    pools (one per destination) that nothing used for longer than the expiry, so idle destinations hold no
+    sockets."""
+    server, cert = tls
+    trusted = ssl.create_default_context(cafile=str(cert))
+
+    async def go() -> tuple[int, int]:
+        async with WebhookSender(SenderConfig(timeout=5.0, verify=trusted, keepalive_expiry=0.2)) as sender:
+            url = f"https://127.0.0.1:{server.port}/hook"
+            for pool in ("d1", "d2", "d3"):
+                out = await sender.send(PreparedRequest(url=url, headers={}, body=b"{}", policy=LOCAL, pool=pool))
+                assert out.status == 200
+            before = len(sender._pools)
+            await asyncio.sleep(0.5)
+            assert (await sender.send(_request(url))).status == 200  # pool d1 again: the idle others are closed
+            await asyncio.sleep(0.05)
+            return before, len(sender._pools)
+
+    assert asyncio.run(go()) == (3, 1)

@@ -31,7 +31,8 @@ WORKER_SETTINGS = (
     "delivery_concurrency", "delivery_lease", "delivery_lease_renew", "delivery_timeout", "delivery_max_attempts",
     "delivery_backoff_base", "delivery_backoff_cap", "delivery_max_claims", "delivery_destination_concurrency",
     "delivery_tenant_concurrency", "delivery_circuit_threshold", "delivery_circuit_probe", "delivery_circuit_probe_max",
-    "replay_rate", "replay_max_deliveries", "replay_max_window_hours", "destination_disable_after_failures",
+    "replay_rate", "replay_max_deliveries", "replay_max_window_hours", "replay_max_running_per_tenant",
+    "destination_disable_after_failures",
     "destination_disable_after_hours", "dispatch_batch_size",
     "dispatch_max_attempts", "rearm_cooldown", "max_rearm_count", "cleanup_interval", "log_level",
 )

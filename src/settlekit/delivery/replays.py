@@ -5,7 +5,8 @@ pending, due now, with its attempts counted afresh (the attempt log numbers on) 
 receivers see the same `webhook-id`. Creating one records it and requeues its first `rate` deliveries at once; the
 delivery worker requeues the rest at `rate` per second (so a replay never turns the server into a burst toward one
 URL), in id order, skipping those that are pending by then. At most one replay runs per destination; a window is at
-most `max_window` long and holds at most `max_deliveries` to replay. A replay can be canceled: what it requeued
+most `max_window` long and holds at most `max_deliveries` to replay; a tenant has at most `max_running_per_tenant`
+replays running. A replay can be canceled: what it requeued
 stays queued, the rest is not requeued.
 """
 
@@ -44,10 +45,12 @@ class ReplayPolicy:
     max_deliveries: int = 10_000
     max_window: timedelta = timedelta(days=30)
     tick: float = 1.0
+    max_running_per_tenant: int = 2  # so a tenant's replays together send at most this × `rate` per second
 
     def __post_init__(self) -> None:
-        if self.rate <= 0 or self.max_deliveries < 1 or self.tick <= 0 or self.max_window <= timedelta(0):
-            raise ValueError("replay rate, window, count and tick must be positive")
+        if (self.rate <= 0 or self.max_deliveries < 1 or self.tick <= 0 or self.max_window <= timedelta(0)
+                or self.max_running_per_tenant < 1):
+            raise ValueError("replay rate, window, count, tick and running replays must be positive")
 
     @property
     def burst(self) -> int:
@@ -75,6 +78,11 @@ def create(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime, unti
     if running is not None:
         raise ConflictError("a replay of this destination is running; wait for it or cancel it",
                             code="REPLAY_RUNNING", replay_id=running.replay_id)
+    others = store.running_replays_of(tx, tenant_id)
+    if others >= policy.max_running_per_tenant:
+        raise ConflictError(f"{others} replays of the tenant are running, as many as allowed; wait for one or "
+                            "cancel one", code="REPLAY_RUNNING", running=others,
+                            limit=policy.max_running_per_tenant)
     total, pending = store.window_counts(tx, tenant_id, destination_id, since=since, until=until)
     if total > policy.max_deliveries:
         raise ValidationError(f"the window holds {total} deliveries to replay, more than {policy.max_deliveries}; "

@@ -89,7 +89,8 @@ class WebhookSender:
         self._resolver = resolver
         self._pools: OrderedDict[tuple[SsrfPolicy, Hashable], httpcore.AsyncConnectionPool] = OrderedDict()
         self._in_use: Counter[tuple[SsrfPolicy, Hashable]] = Counter()
-        self._contexts: dict[SsrfPolicy, ssl.SSLContext] = {}
+        self._last_used: dict[tuple[SsrfPolicy, Hashable], float] = {}
+        self._swept = time.monotonic()
         self._closing: set[asyncio.Future[None]] = set()  # evicted pools being closed
         self._user_agent = self.config.user_agent.encode("latin-1")
         self._closed = False
@@ -111,6 +112,9 @@ class WebhookSender:
     def _pool(self, policy: SsrfPolicy, url: httpx.URL, pool: Hashable | None
               ) -> tuple[tuple[SsrfPolicy, Hashable], httpcore.AsyncConnectionPool]:
         key = (policy, (pool, url.scheme, url.netloc))
+        now = time.monotonic()
+        self._sweep(now)
+        self._last_used[key] = now
         found = self._pools.get(key)
         if found is not None:
             self._pools.move_to_end(key)
@@ -118,12 +122,8 @@ class WebhookSender:
         if self._closed:
             raise RuntimeError("sender is closed")
         cfg = self.config
-        ctx = self._contexts.get(policy)
-        if ctx is None:  # building a context loads the CA bundle: once per policy
-            ctx = self._contexts[policy] = (cfg.verify if isinstance(cfg.verify, ssl.SSLContext)
-                                            else httpx.create_ssl_context(verify=cfg.verify, trust_env=False))
         created = httpcore.AsyncConnectionPool(
-            ssl_context=ctx,
+            ssl_context=_ssl_context(cfg.verify) if url.scheme == "https" else None,
             max_connections=cfg.max_connections,
             max_keepalive_connections=cfg.max_keepalive_connections,
             keepalive_expiry=cfg.keepalive_expiry,
@@ -133,12 +133,27 @@ class WebhookSender:
         if len(self._pools) > self.MAX_POOLS:
             idle = next((k for k in self._pools if not self._in_use[k] and k != key), None)
             if idle is not None:
-                old = self._pools.pop(idle)
-                self._in_use.pop(idle, None)
-                task = asyncio.ensure_future(old.aclose())
-                self._closing.add(task)
-                task.add_done_callback(self._closing.discard)
+                self._close_pool(idle)
         return key, created
+
+    def _sweep(self, now: float) -> None:
+        """Close the pools unused for longer than the keep-alive expiry (httpcore drops an expired connection only
+        when its pool is used again), at most once per expiry interval."""
+        if now - self._swept < self.config.keepalive_expiry:
+            return
+        self._swept = now
+        for key in [k for k, used in self._last_used.items()
+                    if now - used > self.config.keepalive_expiry and not self._in_use[k]]:
+            self._close_pool(key)
+
+    def _close_pool(self, key: tuple[SsrfPolicy, Hashable]) -> None:
+        self._last_used.pop(key, None)
+        self._in_use.pop(key, None)
+        old = self._pools.pop(key, None)
+        if old is not None:
+            task = asyncio.ensure_future(old.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def send(self, req: PreparedRequest) -> Outcome:
         """POST one request; every failure becomes an Outcome (cancellation propagates)."""
@@ -238,6 +253,19 @@ class WebhookSender:
             for _ in range(n):
                 tg.create_task(worker())
         return [r for r in results if r is not None]
+
+
+_CONTEXTS: dict[bool, ssl.SSLContext] = {}
+
+
+def _ssl_context(verify: ssl.SSLContext | bool) -> ssl.SSLContext:
+    """The TLS context of https pools: the one given, else one per process (building it loads the CA bundle)."""
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    context = _CONTEXTS.get(verify)
+    if context is None:
+        context = _CONTEXTS[verify] = httpx.create_ssl_context(verify=verify, trust_env=False)
+    return context
 
 
 def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:

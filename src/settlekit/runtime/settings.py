@@ -99,6 +99,8 @@ class Settings(BaseSettings):
     replay_max_deliveries: int = Field(
         10_000, ge=1, description="delivered or failed deliveries one replay's window may hold")
     replay_max_window_hours: float = Field(720.0, gt=0, description="longest replay window (hours)")
+    replay_max_running_per_tenant: int = Field(
+        2, ge=1, description="replays of one tenant running at once (one per destination in any case)")
     test_send_concurrency: int = Field(
         2, ge=1, description="test sends (`POST /v1/destinations/{id}/test`) of one tenant in flight per API "
         "process; one more is answered 429 `TEST_SEND_BUSY`")
@@ -234,7 +236,8 @@ class Settings(BaseSettings):
         from settlekit.delivery.replays import ReplayPolicy
 
         return ReplayPolicy(rate=self.replay_rate, max_deliveries=self.replay_max_deliveries,
-                            max_window=timedelta(hours=self.replay_max_window_hours))
+                            max_window=timedelta(hours=self.replay_max_window_hours),
+                            max_running_per_tenant=self.replay_max_running_per_tenant)
 
     def database_options(self, url: str | None = None, *, deadline: bool = True) -> dict[str, Any]:
         """Keyword arguments of `store.db.connect(url, ...)` (default: `db_url`): the pooler and outage options on

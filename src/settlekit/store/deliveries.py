@@ -434,10 +434,14 @@ def renew_leases(
         return 0
     marks = ", ".join("?" * len(delivery_ids))
     lock = fragment(tx.dialect, "claim_lock")
+    if not lock:  # SQLite: writers take turns
+        return tx.execute(
+            f"UPDATE deliveries SET lease_expires_at = ? WHERE id IN ({marks}) AND lease_owner = ?"
+            " AND state = 'pending'", (db_time(tx, now + lease), *delivery_ids, worker))
     # rows a completion holds are being recorded (no renewal needed): skipped, so the two never wait on each other
     return tx.execute(
         f"WITH r AS (SELECT d.id FROM deliveries d WHERE d.id IN ({marks}) AND d.lease_owner = ?"
-        f" AND d.state = 'pending' ORDER BY d.id{' ' + lock if lock else ''})"
+        f" AND d.state = 'pending' ORDER BY d.id {lock})"
         " UPDATE deliveries SET lease_expires_at = ? FROM r WHERE deliveries.id = r.id",
         (*delivery_ids, worker, db_time(tx, now + lease)),
     )

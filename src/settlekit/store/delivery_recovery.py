@@ -81,6 +81,11 @@ def running_replay(tx: Tx, tenant_id: str, destination_id: str) -> ReplayRow | N
     return _replay(row) if row else None
 
 
+def running_replays_of(tx: Tx, tenant_id: str) -> int:
+    return int(tx.scalar("SELECT count(*) FROM delivery_replays WHERE tenant_id = ? AND status = 'running'",
+                         (tenant_id,)))
+
+
 def insert_replay(tx: Tx, row: ReplayRow) -> None:
     tx.execute(
         f"INSERT INTO delivery_replays ({_REPLAY_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
