@@ -263,11 +263,7 @@ class DeliveryWorker:
             try:
                 await self._settle()
             finally:
-                for task in (recorder, keeper, watcher):
-                    if task is not None:
-                        task.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await task
+                await _cancel(recorder, keeper, watcher)
                 self._wake = None
 
     async def _db_call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -670,32 +666,23 @@ class DeliveryWorker:
         return opened
 
     async def _record(self, outcomes: list[Outcome], *, sent: int) -> DeliveryPassResult:
-        """`_complete`, retried every `error_sleep` while the database is unavailable, for up to one lease, with
-        the leases renewed meanwhile: a short outage after the sends neither loses their outcomes (the
-        deliveries would be sent again) nor counts the claim toward `crash_loop`. Past that the error
-        propagates and the leases expire as before."""
+        """`_complete`, retried every `error_sleep` while the database is unavailable, for up to one lease (the
+        leases stay renewed meanwhile: the outcomes are still in flight for `_keep_flight_leases`): a short outage
+        after the sends neither loses their outcomes (the deliveries would be sent again) nor counts the claim
+        toward `crash_loop`. Past that the error propagates and the leases expire as before."""
         deadline: float | None = None
-        keeper: asyncio.Task[None] | None = None
-        try:
-            while True:
-                try:
-                    return await self._db_call(self._complete, outcomes, sent=sent,
-                                               circuits=frozenset(self._circuits))
-                except DatabaseUnavailableError:
-                    if deadline is None:
-                        deadline = time.monotonic() + self.config.lease.total_seconds()
-                        keeper = asyncio.create_task(self._keep_leases([o.tag.id for o in outcomes]))
-                    if time.monotonic() + self.config.error_sleep >= deadline:
-                        raise
-                self.metrics.worker_errors.labels("CompletionRetry").inc()
-                log.warning("could not record %d delivery outcomes (database unavailable); retrying in %.3gs",
-                            len(outcomes), self.config.error_sleep)
-                await asyncio.sleep(self.config.error_sleep)
-        finally:
-            if keeper is not None:
-                keeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
+        while True:
+            try:
+                return await self._db_call(self._complete, outcomes, sent=sent, circuits=frozenset(self._circuits))
+            except DatabaseUnavailableError:
+                if deadline is None:
+                    deadline = time.monotonic() + self.config.lease.total_seconds()
+                if time.monotonic() + self.config.error_sleep >= deadline:
+                    raise
+            self.metrics.worker_errors.labels("CompletionRetry").inc()
+            log.warning("could not record %d delivery outcomes (database unavailable); retrying in %.3gs",
+                        len(outcomes), self.config.error_sleep)
+            await asyncio.sleep(self.config.error_sleep)
 
     def _count_streaks(self, tx: Tx, sent: list[Outcome], now: datetime, result: DeliveryPassResult,
                        disabled_reasons: list[str]) -> None:
@@ -803,13 +790,6 @@ class DeliveryWorker:
         with self.db.transaction() as tx:
             return store.renew_leases(tx, ids, self.worker_id, lease=self.config.lease, now=self.clock())
 
-    async def _keep_leases(self, ids: list[int]) -> None:
-        """Renew these leases every renewal interval until cancelled. A failed renewal is logged and retried at
-        the next interval; the completion stays lease-guarded."""
-        while True:
-            await asyncio.sleep(self.config.renew_interval)
-            await self._renew_now(ids)
-
     async def _keep_flight_leases(self) -> None:
         """Renew the leases of every delivery in flight here, every renewal interval, until cancelled."""
         while True:
@@ -861,10 +841,7 @@ class DeliveryWorker:
             try:
                 await self._settle(fail_fast=True)
             finally:
-                for task in (recorder, keeper):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                await _cancel(recorder, keeper)
         result, self._totals = self._totals, DeliveryPassResult()
         return result
 
@@ -875,6 +852,15 @@ class _Claim:
     requests: list[PreparedRequest] = field(default_factory=list)
     early: list[Outcome] = field(default_factory=list)  # failed before sending
     circuits: set[DestinationKey] = field(default_factory=set)  # destinations whose circuit is not at rest
+
+
+async def _cancel(*tasks: asyncio.Task[None] | None) -> None:
+    """Cancel these background tasks and wait until each has ended."""
+    for task in tasks:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def _log_attempt(d: store.Delivery, out: Outcome, dec: Decision, outcome: str) -> None:

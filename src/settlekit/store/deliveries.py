@@ -523,7 +523,8 @@ def mark_failed(
     )
 
 
-_REQUEUE_SET: Final = (
+# back to pending, due at the first `?`, attempts counted afresh (the attempt log numbers on), the same message id
+REQUEUE_SET: Final = (
     "UPDATE deliveries SET state = 'pending', attempt_base = attempt_base + attempts, attempts = 0, claims = 0,"
     " next_attempt_at = ?, acked_at = NULL,"
     " lease_owner = NULL, lease_expires_at = NULL, expires_at = NULL, updated_at = ?"
@@ -541,7 +542,7 @@ def requeue(
     """Ops: failed → pending with attempts reset (same message id). Returns rows requeued."""
     if delivery_id is None and destination_id is None:
         raise ValidationError("requeue needs a delivery id or a destination id")
-    sql = f"{_REQUEUE_SET} WHERE tenant_id = ? AND state = 'failed'"
+    sql = f"{REQUEUE_SET} WHERE tenant_id = ? AND state = 'failed'"
     ts = db_time(tx, now)
     params: list[Any] = [ts, ts, tenant_id]
     sql = and_where(sql, params, [("id = ?", delivery_id), ("destination_id = ?", destination_id)])
@@ -742,7 +743,7 @@ def requeue_failed_with_error(
     """Requeue the deliveries of a destination that failed with `last_error = error` (and, given `since`, were
     last updated at or after it): failed → pending, attempts reset, due now, same message id."""
     ts = db_time(tx, now)
-    sql = f"{_REQUEUE_SET} WHERE tenant_id = ? AND destination_id = ? AND state = 'failed' AND last_error = ?"
+    sql = f"{REQUEUE_SET} WHERE tenant_id = ? AND destination_id = ? AND state = 'failed' AND last_error = ?"
     params: list[Any] = [ts, ts, tenant_id, destination_id, error]
     if since is not None:
         sql += " AND updated_at >= ?"

@@ -13,27 +13,10 @@ from datetime import datetime
 from typing import Any, Final
 
 from settlekit.store.db import Tx
-from settlekit.store.deliveries import db_time
+from settlekit.store.deliveries import REQUEUE_SET, db_time
 from settlekit.store.sql import fragment, from_timestamp
 
 _REPLAY_WHERE: Final = " WHERE tenant_id = ? AND destination_id = ? AND created_at >= ? AND created_at < ?"
-
-
-def replay(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime, until: datetime,
-           now: datetime) -> tuple[int, int]:
-    """Send again every delivered or failed delivery of the destination created in [since, until): pending,
-    due now, attempts counted afresh (the attempt log numbers on), the same message id (webhook-id).
-    Returns (replayed, already pending in the window)."""
-    window = (tenant_id, destination_id, db_time(tx, since), db_time(tx, until))
-    ts = db_time(tx, now)
-    pending = int(tx.scalar(f"SELECT count(*) FROM deliveries{_REPLAY_WHERE} AND state = 'pending'", window))
-    replayed = tx.execute(
-        "UPDATE deliveries SET state = 'pending', attempt_base = attempt_base + attempts, attempts = 0,"
-        " claims = 0, next_attempt_at = ?, acked_at = NULL, lease_owner = NULL, lease_expires_at = NULL,"
-        f" expires_at = NULL, updated_at = ?{_REPLAY_WHERE} AND state <> 'pending'",
-        (ts, ts, *window),
-    )
-    return replayed, pending
 
 
 # --- replay jobs -------------------------------------------------------------------------------------------------
@@ -137,10 +120,7 @@ def replay_chunk(tx: Tx, replay: ReplayRow, *, limit: int, now: datetime) -> tup
     if ids:
         ts = db_time(tx, now)
         replayed = tx.execute(
-            "UPDATE deliveries SET state = 'pending', attempt_base = attempt_base + attempts, attempts = 0,"
-            " claims = 0, next_attempt_at = ?, acked_at = NULL, lease_owner = NULL, lease_expires_at = NULL,"
-            f" expires_at = NULL, updated_at = ? WHERE id IN ({', '.join('?' * len(ids))}) AND state <> 'pending'",
-            (ts, ts, *ids))
+            f"{REQUEUE_SET} WHERE id IN ({', '.join('?' * len(ids))}) AND state <> 'pending'", (ts, ts, *ids))
     return replayed, len(rows) - replayed, int(rows[-1][0])
 
 
