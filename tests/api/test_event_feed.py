@@ -290,7 +290,7 @@ def test_sse_follows_resumes_with_last_event_id_and_limits_streams(db: Database,
                     third.read()
                     assert third.json()["code"] == "FEED_STREAM_LIMIT" and int(third.headers["retry-after"]) >= 1
         r = http.get("/v1/events/stream", headers={"Last-Event-ID": "x1"})
-        assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID"
+        assert r.status_code == 400 and r.json()["code"] == "CURSOR_INVALID"
     deadline = time.monotonic() + 10
     while app.state.settlekit.feed.open_count(TENANT_A):  # the server notices closed connections
         assert time.monotonic() < deadline, "a closed stream kept its slot"

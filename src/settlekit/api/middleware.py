@@ -159,7 +159,7 @@ class ApiMiddleware:
 
     def _finish(self, scope: Scope, exchange: _Exchange, started: float, failed: bool) -> None:
         seconds = time.perf_counter() - started
-        route = getattr(scope.get("route"), "path", None)
+        route = getattr(scope.get("route"), "path_format", None)  # the template as documented, without `:int`
         if failed:
             status = 500
         elif exchange.client_left:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import DecimalDigits, IdPath, OptionalPositionQuery, context, require
+from settlekit.api.deps import DecimalDigits, IdPath, Instant, OptionalPositionQuery, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Deliveries, DeliveriesBackfilled, DeliveryDetail, DeliveryRequeued
@@ -25,7 +25,7 @@ router = APIRouter(prefix="/v1", tags=["ops"])
 def list_deliveries(request: Request, key: ApiKey = require("ops"),
                     state: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
                     destinationId: Annotated[str | None, Query(max_length=64)] = None,
-                    limit: Annotated[int, DecimalDigits, Query(ge=1, le=1000)] = 100,
+                    limit: Annotated[int, Query(ge=1, le=1000), DecimalDigits] = 100,
                     afterId: OptionalPositionQuery = None) -> JsonResponse:
     found = delivery.list_deliveries(context(request).db, key.tenant_id, state=state, destination_id=destinationId,
                                      limit=limit, after_id=afterId)
@@ -33,7 +33,7 @@ def list_deliveries(request: Request, key: ApiKey = require("ops"),
     return JsonResponse({"deliveries": [d.to_json() for d in found], "nextAfterId": next_after})
 
 
-@router.get("/deliveries/{delivery_id}", summary="One delivery with its attempt log", response_model=DeliveryDetail,
+@router.get("/deliveries/{delivery_id:int}", summary="One delivery with its attempt log", response_model=DeliveryDetail,
             responses=problems("NOT_FOUND"))
 def get_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     detail = delivery.get_delivery(context(request).db, key.tenant_id, delivery_id)
@@ -43,7 +43,7 @@ def get_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("o
 
 class BackfillIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    since: AwareDatetime
+    since: Instant
     destinationId: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -64,8 +64,8 @@ def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = requir
     return idempotency.write(request, key, body.model_dump(mode="json"), action)
 
 
-@router.post("/deliveries/{delivery_id}/requeue", summary="Requeue a failed delivery", response_model=DeliveryRequeued,
-             responses=problems("NOT_FOUND", "CONFLICT"), openapi_extra=IDEMPOTENT)
+@router.post("/deliveries/{delivery_id:int}/requeue", summary="Requeue a failed delivery",
+             response_model=DeliveryRequeued, responses=problems("NOT_FOUND", "CONFLICT"), openapi_extra=IDEMPOTENT)
 def requeue_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
 

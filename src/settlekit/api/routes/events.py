@@ -16,14 +16,18 @@ from starlette.responses import Response
 from settlekit.api.auth import ApiKey, still_active
 from settlekit.api.deps import MAX_INT64, ApiContext, PageLimit, PositionQuery, context, require
 from settlekit.api.feed import FeedStreams
+from settlekit.api.openapi import problems
 from settlekit.errors import ConfigurationError, ValidationError
 
 router = APIRouter(prefix="/v1", tags=["events"])
 
 MAX_TYPES = 50
-_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
-TypesQuery = Annotated[str | None, Query(max_length=5000, description="event types to include, comma separated "
-                                                                       "(default: every type)")]
+_TYPE = "[A-Za-z0-9_.:-]{1,100} *"
+TYPES_PATTERN = f"^( *{_TYPE}(, *{_TYPE}){{0,{MAX_TYPES - 1}}})?$"  # spaces around the commas allowed
+_TYPES = re.compile(TYPES_PATTERN)
+TypesQuery = Annotated[str | None, Query(pattern=TYPES_PATTERN, description=(
+    f"event types to include, comma separated (spaces around names allowed), at most {MAX_TYPES} (absent or empty: "
+    "every type)"))]
 
 
 class FeedItem(BaseModel):
@@ -40,27 +44,14 @@ class FeedPageOut(BaseModel):
     next: int
 
 
-def _problem(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/problem+json": {}}}
-
-
-_FEED_PROBLEMS: dict[int | str, dict[str, Any]] = {
-    400: _problem("SCHEMA_INVALID: a malformed `types`, `after`, `limit` or Last-Event-ID"),
-    401: _problem("UNAUTHENTICATED or API_KEY_INVALID"),
-    403: _problem("SCOPE_REQUIRED: the key lacks `jobs:read`"),
-    429: _problem("RATE_LIMITED"),
-}
-
-
 def parse_types(value: str | None) -> tuple[str, ...]:
-    """The `types` filter: comma-separated event types (blank items ignored), at most MAX_TYPES."""
-    if value is None:
+    """The `types` filter: comma-separated event types, at most MAX_TYPES (repeats count once)."""
+    if not value:
         return ()
-    types = tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
-    if len(types) > MAX_TYPES or not all(_TYPE.fullmatch(t) for t in types):
+    if not _TYPES.fullmatch(value):
         raise ValidationError(f"types must be at most {MAX_TYPES} comma-separated event type names",
                               code="SCHEMA_INVALID", field="types")
-    return types
+    return tuple(dict.fromkeys(name.strip(" ") for name in value.split(",")))
 
 
 def feed_streams(ctx: ApiContext) -> FeedStreams:
@@ -70,7 +61,7 @@ def feed_streams(ctx: ApiContext) -> FeedStreams:
 
 
 @router.get("/events", summary="The tenant's events past a position (commit-safe catch-up)",
-            response_model=FeedPageOut, responses=_FEED_PROBLEMS)
+            response_model=FeedPageOut)
 def list_events(request: Request, key: ApiKey = require("jobs:read"), after: PositionQuery = 0,
                 types: TypesQuery = None, limit: PageLimit = 100) -> Response:
     page = feed_streams(context(request)).reader.read(key.tenant_id, after, types=parse_types(types), limit=limit)
@@ -85,20 +76,38 @@ def _resume_position(last_event_id: str | None, after: int) -> int:
         return after
     text = last_event_id.strip()
     if not (text.isascii() and text.isdigit()) or int(text) > MAX_INT64:  # '²' is a digit to isdigit, not int
-        raise ValidationError("Last-Event-ID must be an event position (a non-negative integer)",
-                              code="SCHEMA_INVALID", field="Last-Event-ID")
+        raise ValidationError("Last-Event-ID must be the id of an event of this stream", code="CURSOR_INVALID",
+                              field="Last-Event-ID")
     return int(text)
 
 
+def _sse_message(event: str, data_ref: str, description: str, **members: Any) -> dict[str, Any]:
+    """One kind of SSE message as schemathesis and OpenAPI 3.1 read a text/event-stream schema: an object with
+    `event`, `data` (JSON of `data_ref`'s shape) and optional `id` and `retry`."""
+    return {"type": "object", "description": description, "required": ["event", "data", *members],
+            "additionalProperties": False,
+            "properties": {"event": {"const": event},
+                           "data": {"type": "string", "contentMediaType": "application/json",
+                                    "contentSchema": {"$ref": f"#/components/schemas/{data_ref}"}},
+                           "id": {"type": "string"}, "retry": {"type": "integer", "minimum": 0}} | members}
+
+
+SSE_MESSAGE = {"oneOf": [
+    _sse_message("message", "Event", "An event: `id` is its cursor (send it back as Last-Event-ID), `data` the "
+                 "envelope as stored.", id={"type": "string", "minLength": 1}),
+    _sse_message("problem", "Problem", "The last message of a stream that cannot go on: `data` is the problem, "
+                 "`retry` its Retry-After in milliseconds; `id` repeats the last event's."),
+]}
+"""A message of the event stream (comment lines, the heartbeats, are not messages)."""
+
 _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"description": "text/event-stream: one message per event (`id:` its position, `data:` the envelope as "
+    200: {"description": "text/event-stream: one message per event (`id:` its cursor, `data:` the envelope as "
                          "stored); comment lines as heartbeats; a stream that cannot go on (e.g. "
                          "DATABASE_UNAVAILABLE) ends with one `event: problem` message (`data:` the problem body, "
-                         "`retry:` its Retry-After in ms): resume with Last-Event-ID",
-          "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-    **_FEED_PROBLEMS,
-    429: _problem("FEED_STREAM_LIMIT: the tenant has `feed_max_streams_per_tenant` streams open (Retry-After); "
-                  "or RATE_LIMITED"),
+                         "`retry:` its Retry-After in ms): resume with Last-Event-ID. The schema is that of one "
+                         "message.",
+          "content": {"text/event-stream": {"schema": SSE_MESSAGE}}},
+    **problems("CURSOR_INVALID", "FEED_STREAM_LIMIT"),
 }
 
 
@@ -106,7 +115,9 @@ _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
             response_class=Response, responses=_STREAM_RESPONSES)
 async def stream_events(request: Request, key: ApiKey = require("jobs:read"), after: PositionQuery = 0,
                         types: TypesQuery = None, limit: PageLimit = 100,
-                        last_event_id: Annotated[str | None, Header(max_length=40)] = None) -> Response:
+                        last_event_id: Annotated[str | None, Header(
+                            max_length=40, description="the id of the last event received (resume after it)")] = None,
+                        ) -> Response:
     start = _resume_position(last_event_id, after)
     db = context(request).db
     return feed_streams(context(request)).response(key.tenant_id, start, parse_types(types), limit,

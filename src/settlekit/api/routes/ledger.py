@@ -15,6 +15,7 @@ from settlekit.api.deps import (
     PageLimit,
     TextIdPath,
     context,
+    is_rfc3339,
     job_head,
     require,
 )
@@ -63,7 +64,9 @@ class AccountPostings(BaseModel):
 @router.get("/ledger/balances", summary="Ledger balances per account: now, as of an instant or position, per party",
             response_model=LedgerBalances, responses=problems("LEDGER_AS_OF_INVALID"))
 def balances(request: Request, key: ApiKey = require("jobs:read"),
-             as_of: Annotated[str | None, Query(alias="asOf", max_length=64)] = None,
+             as_of: Annotated[str | None, Query(alias="asOf", max_length=64, json_schema_extra={
+                 "format": "date-time", "description": "an RFC 3339 date-time whose UTC instant lies in years 1 to "
+                                                       "9999; not with `position`"})] = None,
              position: OptionalPositionQuery = None,
              party: Annotated[str | None, Query(min_length=1, max_length=200)] = None) -> JsonResponse:
     db = context(request).db
@@ -71,9 +74,9 @@ def balances(request: Request, key: ApiKey = require("jobs:read"),
         raise ValidationError("give asOf or position, not both", code="LEDGER_AS_OF_INVALID", field="asOf")
     body: dict[str, Any] = {"tenantId": key.tenant_id, "asOf": None, "position": position, "partyId": party}
     if as_of is not None:
-        millis = parse_instant(as_of)
+        millis = parse_instant(as_of) if is_rfc3339(as_of) else None
         if millis is None:
-            raise ValidationError("asOf must be an ISO-8601 instant with an offset, e.g. 2026-01-31T23:59:59Z",
+            raise ValidationError("asOf must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T23:59:59Z",
                                   code="LEDGER_AS_OF_INVALID", field="asOf")
         body["asOf"] = millis_to_iso(millis)
         values = timeline.balances_as_of(db, key.tenant_id, "t", millis, party_id=party or timeline.ACCOUNT)
