@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -464,7 +464,7 @@ class Console:
         latency = charts.bars([(d.destination_id, s["latencyMs"]["p90"] or 0.0) for d, s in rows], unit=" ms")
         return self.render(request, "destinations.html", user, rows=rows, chart=chart, latency=latency)
 
-    def destination(self, request: Request, user: SignedIn, **extra: Any) -> Response:
+    def destination(self, request: Request, user: SignedIn) -> Response:
         dest_id = _text(request.query_params, "id", required=True, max_length=64)
         assert dest_id is not None
         tenant = user.key.tenant_id
@@ -473,9 +473,12 @@ class Console:
         before = _int(request.query_params, "before")
         with self.ctx.db.read() as tx:
             latest = delivery_store.latest_deliveries(tx, tenant, dest_id, before_id=before, limit=PAGE)
+        now = datetime.now(UTC).replace(microsecond=0)
         return self.render(request, "destination.html", user, dest=dest, stats=stats, latest=latest,
+                           replay_since=(now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S"),
+                           replay_until=(now + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S"),
                            replays=replays.list_for(self.ctx.db, tenant, dest_id),
-                           next_before=latest[-1].id if len(latest) == PAGE else None, **extra)
+                           next_before=latest[-1].id if len(latest) == PAGE else None)
 
     def delivery(self, request: Request, user: SignedIn) -> Response:
         delivery_id = _int(request.query_params, "id")
