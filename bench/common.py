@@ -114,12 +114,13 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: floa
         time.sleep(0.2)
 
 
-def stop_process(name: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    """SIGTERM, then report how the process ended (killed if it outlives `timeout`)."""
+def stop_process(name: str, proc: subprocess.Popen[bytes], timeout: float = 60, *, quiet: bool = False) -> None:
+    """SIGTERM, then report how the process ended (killed if it outlives `timeout`; `quiet`: only then)."""
     proc.send_signal(signal.SIGTERM)
     try:
         code = proc.wait(timeout=timeout)
-        print(f"{name} stopped on SIGTERM with exit status {code}")
+        if not quiet or code != 0:
+            print(f"{name} stopped on SIGTERM with exit status {code}")
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
