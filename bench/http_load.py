@@ -38,7 +38,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -51,19 +50,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
 
-from common import PG_ADMIN_URL, free_port, scratch_pg, stop_process, wait_ready  # noqa: E402
-from loadgen import CpuMeter, LoadRun, postmaster_pid, run_load  # noqa: E402
-from workload import JobWork, append_requests, new_job  # noqa: E402
-
+from common import PG_ADMIN_URL, free_port, scratch_pg, wait_ready  # noqa: E402
+from loadgen import CpuMeter, LoadRun, postmaster_pid, run_load, trees  # noqa: E402
 from settlekit.api.auth import create_api_key  # noqa: E402
 from settlekit.append import job_appender  # noqa: E402
-from settlekit.events.envelope import Signer, verify_chain  # noqa: E402
+from settlekit.events.envelope import verify_chain  # noqa: E402
 from settlekit.simulate import Fleet  # noqa: E402
 from settlekit.store.db import Database, connect  # noqa: E402
 from settlekit.store.progress import outstanding  # noqa: E402
+from systems import CLUSTER, EVENTS_PATH, System, Window  # noqa: E402
+from workload import JobWork, append_requests, new_job  # noqa: E402
 
 TENANT = "tenant_load"
-EVENTS_PATH = "/v1/jobs/{job}/events"
 BATCH_CLIENTS = 8
 BATCH_EVENTS = 100
 PROBE_EVENTS = 300
@@ -74,80 +72,6 @@ def pg_cluster_pid() -> int | None:
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         row = conn.execute("SHOW data_directory").fetchone()
     return postmaster_pid(row[0]) if row else None
-
-
-@dataclass
-class Window:
-    """One system's figures in one round."""
-
-    run: LoadRun
-    cpu: dict[str, float]  # seconds per process group, window + catch-up
-    events: int  # events appended (requests × events per request)
-    checks: str = ""
-    problems: int = 0  # acknowledged events not stored, or streams that did not verify
-
-    def ms_per(self, group: str, unit: int | None = None) -> float:
-        return 1000 * self.cpu.get(group, 0.0) / max(unit or self.run.requests, 1)
-
-    @property
-    def server_cpu(self) -> float:
-        return sum(v for k, v in self.cpu.items() if k != "generator")
-
-
-# ---------------------------------------------------------------- the systems
-
-
-class System:
-    """A server loaded by the bench: started and stopped for every window, its database kept across rounds."""
-
-    name = ""
-    default_rate = 2000.0  # requests/s guessed before its first window (sizes what is prepared)
-    groups: tuple[str, ...] = ("API", "PostgreSQL")
-
-    def __init__(self, postmaster: int | None):
-        self.postmaster = postmaster
-        self.rate: float | None = None
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self.tmp = tempfile.mkdtemp(prefix="sk-bench-")
-        self.port = 0
-
-    @property
-    def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def open(self) -> None:
-        """Create its database (once)."""
-
-    def close(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def start(self) -> bool:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        for name, proc in reversed(self.procs):
-            stop_process(name, proc, timeout=30, quiet=True)
-        self.procs = []
-
-    def trees(self) -> dict[str, list[int]]:
-        trees = {name: [p.pid] for name, p in self.procs}
-        if self.postmaster is not None:
-            trees["PostgreSQL"] = [self.postmaster]
-        return trees
-
-    def prepare(self, round_no: int, clients: int, per_client: int) -> list[list[bytes]]:
-        """Jobs set up through the server, their heartbeats prepared: one list of requests per client."""
-        raise NotImplementedError
-
-    def caught_up(self) -> None:
-        """Wait for the background work the window left (workers)."""
-
-    def verify(self, run: LoadRun) -> tuple[str, int]:
-        """(a line on what was checked, how many problems)."""
-        return "", 0
-
-    def log_tail(self) -> str:
-        return ""
 
 
 class SettlekitSystem(System):
@@ -325,7 +249,7 @@ def measure(system: System, round_no: int, clients: int, seconds: float, *, prof
         return None
     try:
         work = system.prepare(round_no, clients, per_client)
-        meter = CpuMeter(system.trees())
+        meter = CpuMeter(system.cpu_sources())
         spy = _start_profiler(system, seconds, profile) if profile is not None else None
         meter.start()
         run = run_load("127.0.0.1", system.port, work, seconds)
@@ -348,8 +272,9 @@ def measure(system: System, round_no: int, clients: int, seconds: float, *, prof
 
 def _start_profiler(system: System, seconds: float, out: Path) -> subprocess.Popen[bytes]:
     api = dict(system.procs)["API"]
-    return subprocess.Popen([_py_spy() or "py-spy", "record", "--pid", str(api.pid), "--duration", str(max(1, int(seconds))),
-                             "--rate", "200", "--format", "raw", "--nonblocking", "--output", str(out)],
+    return subprocess.Popen([_py_spy() or "py-spy", "record", "--pid", str(api.pid), "--duration",
+                             str(max(1, int(seconds))), "--rate", "200", "--format", "raw", "--nonblocking",
+                             "--output", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -369,7 +294,7 @@ def batch_http(system: SettlekitSystem, round_no: int, seconds: float, batches: 
             events = job.add_heartbeats(batches * BATCH_EVENTS)
             chunks = [events[i:i + BATCH_EVENTS] for i in range(0, len(events), BATCH_EVENTS)]
             work.append(append_requests(system.host, EVENTS_PATH, system.headers, chunks))
-        meter = CpuMeter(system.trees())
+        meter = CpuMeter(system.cpu_sources())
         meter.start()
         run = run_load("127.0.0.1", system.port, work, seconds)
         cpu = meter.read()
@@ -412,8 +337,8 @@ def batch_store(system: SettlekitSystem, round_no: int, seconds: float, batches:
     threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(jobs))]
     for t in threads:
         t.start()
-    meter = CpuMeter({"PostgreSQL": [system.postmaster] if system.postmaster else [],
-                      "store (this process)": [os.getpid()]})
+    sources = {name: source for name, source in system.cpu_sources().items() if name in ("PostgreSQL", CLUSTER)}
+    meter = CpuMeter({**sources, **trees({"store (this process)": [os.getpid()]})})
     meter.start()
     deadline[0] = time.monotonic() + seconds
     started = time.perf_counter()
@@ -486,23 +411,28 @@ def cpu_per_request(w: Window) -> float:
 
 
 def print_table(series: dict[str, Series], groups: dict[str, tuple[str, ...]]) -> None:
-    print("\n| system | requests/s (median) | p50 / p99 ms | errors | CPU ms per request: API / worker / "
-          "PostgreSQL / server total | generator ms/request |")
-    print("|---|---|---|---|---|---|")
+    print("\nCPU ms per request: PostgreSQL = the system's own database's backends and the cluster's background "
+          "processes; the whole cluster's (other databases on the machine included) is beside it")
+    print("| system | requests/s (median) | p50 / p99 ms | errors | CPU ms per request: API / worker / "
+          "PostgreSQL / server total | whole PostgreSQL cluster | generator ms/request |")
+    print("|---|---|---|---|---|---|---|")
     for name, s in series.items():
         if not s.good():
-            print(f"| {name} | did not run | | | | |")
+            print(f"| {name} | did not run | | | | | |")
             continue
 
         def part(group: str, s: Series = s, name: str = name) -> str:
-            if group not in groups[name]:
-                return "–"
-            return f"{s.median(lambda w: w.ms_per(group)):.2f}"
+            return f"{_median_ms(s, group):.2f}" if group in groups[name] else "–"
 
         print(f"| {name} | {s.median(lambda w: w.run.rate):,.0f} | {s.median(lambda w: w.run.quantile_ms(50)):,.0f}"
               f" / {s.median(lambda w: w.run.quantile_ms(99)):,.0f} | {sum(w.run.errors for w in s.good())} | "
               f"{part('API')} / {part('worker')} / {part('PostgreSQL')} / **{s.median(cpu_per_request):.2f}** | "
+              f"{_median_ms(s, CLUSTER):.2f} | "
               f"{s.median(lambda w: w.run.generator_ms_per_request):.3f} |")
+
+
+def _median_ms(s: Series, group: str) -> float:
+    return s.median(lambda w: w.ms_per(group))
 
 
 def print_ratios(series: dict[str, Series]) -> None:
@@ -586,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_ratios(series)
         if not args.no_batch:
             print_batches(batch_http_series, batch_store_series)
-        if peer is not None and getattr(peer, "note", ""):
+        if peer is not None and peer.note:
             print(peer.note)
         if not args.no_probe:
             print(f"\nstream-length probe: one client appending {PROBE_EVENTS} heartbeats to one job, latency ms at "

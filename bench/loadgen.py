@@ -19,7 +19,7 @@ import asyncio
 import os
 import resource
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import uvloop
@@ -89,7 +89,7 @@ async def _read_answer(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
         end = lower.index(b"\r\n", at + 2)
         return status, await reader.readexactly(int(lower[at + 17:end])), keep
     if b"\r\ntransfer-encoding: chunked" in lower:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
             chunk = await reader.readexactly(size + 2)
@@ -216,15 +216,53 @@ def postmaster_pid(data_directory: str) -> int | None:
         return None
 
 
-class CpuMeter:
-    """CPU seconds of named process trees between `start()` and `read()` (several reads may follow one start)."""
+_BACKGROUND = ("checkpointer", "background writer", "walwriter", "autovacuum launcher", "logical replication",
+               "archiver", "walsummarizer", "io worker", "startup", "stats collector")
 
-    def __init__(self, trees: Mapping[str, Iterable[int]]):
-        self.trees = {name: list(pids) for name, pids in trees.items()}
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def postgres_cpu_seconds(postmaster: int, database: str | None = None) -> float:
+    """User + system seconds of a PostgreSQL cluster: with `database`, its background processes (checkpointer,
+    WAL writer, ...) and the backends of that database only (other databases' work on a shared machine is left
+    out; a backend of it that ended is not counted); without, the whole cluster (the postmaster's waited-for
+    children included)."""
+    if database is None:
+        return tree_cpu_seconds(postmaster)
+    total = 0
+    for pid in tree_pids(postmaster):
+        if pid != postmaster and counts_for_database(_cmdline(pid), database):
+            fields = _stat(pid)
+            if fields is not None:
+                total += sum(int(v) for v in fields[11:15])
+    return total / _TICK
+
+
+def counts_for_database(cmdline: str, database: str) -> bool:
+    """Whether a postgres process (by the title in its command line) works for `database`: one of its backends
+    (or autovacuum workers), or a background process of the cluster."""
+    title = cmdline.removeprefix("postgres:").strip()
+    head, sep, rest = title.partition(": ")  # "15/main: walwriter" names its cluster first
+    if sep and " " not in head:
+        title = rest
+    return title.startswith(_BACKGROUND) or database in title.split()
+
+
+class CpuMeter:
+    """CPU seconds of named sources (a function giving CPU seconds so far each) between `start()` and `read()`."""
+
+    def __init__(self, sources: Mapping[str, Callable[[], float]]):
+        self.sources = dict(sources)
         self._start: dict[str, float] = {}
 
     def _now(self) -> dict[str, float]:
-        return {name: sum(tree_cpu_seconds(pid) for pid in pids) for name, pids in self.trees.items()}
+        return {name: source() for name, source in self.sources.items()}
 
     def start(self) -> None:
         self._start = self._now()
@@ -232,3 +270,12 @@ class CpuMeter:
     def read(self) -> dict[str, float]:
         now = self._now()
         return {name: now[name] - self._start.get(name, 0.0) for name in now}
+
+
+def trees(pids: Mapping[str, Iterable[int]]) -> dict[str, Callable[[], float]]:
+    """CPU sources of process trees: name -> their roots."""
+
+    def source(roots: list[int]) -> Callable[[], float]:
+        return lambda: sum(tree_cpu_seconds(pid) for pid in roots)
+
+    return {name: source(list(roots)) for name, roots in pids.items()}

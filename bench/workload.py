@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from loadgen import http_request
-
 from settlekit.events.envelope import Event, Signer, finalize, make_draft
 from settlekit.simulate import Fleet, job_stream
 
@@ -24,7 +23,7 @@ FIRST_HEARTBEAT_AT = datetime(2026, 1, 5, 10, 1, 30, tzinfo=UTC)
 HEARTBEAT_STEP = timedelta(milliseconds=10)
 
 
-def _iso(at: datetime) -> str:
+def iso_ms(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
 
@@ -37,17 +36,21 @@ class JobWork:
     signer: Signer
     setup: list[Event]
     heartbeats: list[Event] = field(default_factory=list)
+    setup_head: str | None = None  # the stream's head after a setup made by the server itself (`setup` empty)
+    first_at: datetime = FIRST_HEARTBEAT_AT
 
     @property
     def head(self) -> str:
-        return (self.heartbeats or self.setup)[-1]["chainHash"]
+        if self.heartbeats:
+            return str(self.heartbeats[-1]["chainHash"])
+        return self.setup_head or str(self.setup[-1]["chainHash"])
 
     def add_heartbeats(self, count: int) -> list[Event]:
         """`count` more heartbeats chained on the last one prepared."""
         prev = self.head
         made = []
         for n in range(len(self.heartbeats), len(self.heartbeats) + count):
-            at = _iso(FIRST_HEARTBEAT_AT + n * HEARTBEAT_STEP)
+            at = iso_ms(self.first_at + n * HEARTBEAT_STEP)
             draft = make_draft(stream_id=self.job_id, type="JOB_HEARTBEAT",
                                actor={"type": "robot", "id": self.robot_id},
                                payload={"jobId": self.job_id, "robotId": self.robot_id, "t": at, "stage": "TASK",
