@@ -313,3 +313,35 @@ def test_the_console_can_be_turned_off(tmp_path: Any) -> None:
         assert browser.get("/console/static/console.js").status_code == 404
     finally:
         db.close()
+
+
+def test_actions_and_sign_ins_are_audited(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="settlekit.console.audit"):
+        browser, csrf = sign_in(env.app, env.key_a)
+        post(browser, "/console/destination/requeue", csrf, id=env.destination_id)
+        post(browser, "/console/delivery/requeue", csrf, id="999999999")
+    records = [r for r in caplog.records if r.name == "settlekit.console.audit"]
+    assert any(r.getMessage() == "console sign-in" and getattr(r, "tenant_id", None) == TENANT_A for r in records)
+    done = [r for r in records if r.getMessage() == "console action"]
+    assert [(r.__dict__["action"], r.__dict__["outcome"]) for r in done] == [
+        ("/destination/requeue", "ok"), ("/delivery/requeue", "NOT_FOUND")]
+    assert all(r.__dict__["key_id"] and r.__dict__["tenant_id"] == TENANT_A for r in done)
+
+
+def test_an_ops_only_key_sees_the_overview_without_jobs(env: Env) -> None:
+    ops_key = create_api_key(env.db, TENANT_A, ["ops"])[1]
+    browser, _ = sign_in_at(env, ops_key, "/console/deliveries")
+    overview = browser.get("/console/")
+    assert overview.status_code == 200 and "needs the jobs:read scope" in overview.text
+    assert browser.get("/console/jobs").status_code == 403
+
+
+def sign_in_at(env: Env, api_key: str, landing: str) -> tuple[TestClient, str]:
+    browser = TestClient(env.app, base_url=ORIGIN)
+    form = browser.get("/console/login")
+    r = browser.post("/console/login", data={"csrf": csrf_of(form.text), "api_key": api_key},
+                     headers={"origin": ORIGIN}, follow_redirects=False)
+    assert r.status_code == 303
+    page = browser.get(landing)
+    assert page.status_code == 200, page.text[:300]
+    return browser, csrf_of(page.text)

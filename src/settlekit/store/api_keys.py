@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from settlekit.store.db import Database, Row
+from settlekit.store.database import Database, Row
 from settlekit.store.sql import statements
 
 API_KEY_COLUMNS = "key_id, tenant_id, scopes, status, label, secret_hash"

@@ -16,7 +16,7 @@ from settlekit.artifacts.builders import compute_artifact_hash
 from settlekit.artifacts.types import PROOF_RECEIPT, SETTLEMENT_STATEMENT, WORK_CERTIFICATE, require_artifact_type
 from settlekit.errors import ConflictError, SettlekitError, ValidationError
 from settlekit.events.canonical import parse_json, storable_json
-from settlekit.store.db import Row, Tx
+from settlekit.store.database import Row, Tx
 from settlekit.store.sql import and_where, statements
 
 _COLUMNS: Final = (

@@ -16,7 +16,7 @@ from typing import Any
 
 from settlekit.events.canonical import canonical_hash, parse_json
 from settlekit.ledger import contract_hash, legacy_contract_hash, normalize_contract_document
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
 
 # the document stored under the hash, else the one an alias of that hash names
 _RESOLVE = (

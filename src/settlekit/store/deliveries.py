@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.events.canonical import iso_millis
-from settlekit.store.db import Tx
+from settlekit.store.database import Tx
 from settlekit.store.sql import and_where, fragment, from_timestamp, statements, timestamp
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from settlekit.store.db import Tx
+from settlekit.store.database import Tx
 from settlekit.store.deliveries import REQUEUE_SET, db_time
 from settlekit.store.sql import fragment, from_timestamp
 

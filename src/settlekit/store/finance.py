@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from settlekit.events.canonical import canonical_hash, parse_json, storable_json
 from settlekit.ledger.close import PeriodEntry, StreamLeaf
-from settlekit.store.db import Row, Tx
+from settlekit.store.database import Row, Tx
 from settlekit.store.sql import statements
 
 PAGE: Final = 2000  # entries per keyset page of a period read

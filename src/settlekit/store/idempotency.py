@@ -28,7 +28,7 @@ from typing import Any
 
 from settlekit.errors import ConflictError
 from settlekit.events.canonical import canonical_hash, parse_json
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
 from settlekit.store.sql import timestamp
 
 log = logging.getLogger("settlekit.idempotency")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from settlekit.events.canonical import parse_json, storable_json, storable_text
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
 from settlekit.store.ledger_timeline import NewEntry, event_positions, timeline_rows
 
 
@@ -16,8 +15,8 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
                   position_by_event_id: Mapping[str, int] | None = None) -> None:
     """Insert `{eventId, eventType, entry}` items with their allocations, balances and timeline rows; an entry
     whose id is already stored adds nothing (re-applying is a no-op). `position_by_event_id`: the source events'
-    store positions when the caller knows them (the append does); otherwise they are read. The dialect's writer
-    takes the rows (store/<dialect>/ledger.py: on PostgreSQL one statement with nothing read back)."""
+    store positions when the caller knows them (the append does); otherwise they are read. The dialect's Tx
+    writes the rows (store/<dialect>/ledger.py: on PostgreSQL one statement with nothing read back)."""
     if not ledger_entries:
         return
     if position_by_event_id is None:
@@ -41,8 +40,7 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
                                     _text(a["partyId"]), a["partyRole"], a["currency"], a["amountCents"]))
     # the rows of every entry, as if all were new: the dialect's writer keeps those of the entries it inserts
     postings, sums = timeline_rows(timeline, position_by_event_id)
-    writer = importlib.import_module(f"settlekit.store.{tx.dialect}.ledger")
-    writer.write_entries(tx, tenant_id, job_id, entries, postings, allocation_rows, sums)
+    tx.write_ledger_rows(tenant_id, job_id, entries, postings, allocation_rows, sums)
 
 
 def write_errors(tx: Tx, tenant_id: str, job_id: str, ledger_errors: Sequence[Mapping[str, Any]],

@@ -27,7 +27,7 @@ from settlekit.events.canonical import parse_json, storable_json, storable_text
 from settlekit.jobs import process_job_events
 from settlekit.store import ledger_timeline as timeline
 from settlekit.store.contracts import contract_resolver
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
 from settlekit.store.sql import statements
 
 Progress = Callable[[int, int], None]  # (streams done, streams in all)

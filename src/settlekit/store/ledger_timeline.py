@@ -14,7 +14,7 @@ from typing import Any
 from settlekit.events.canonical import storable_text
 from settlekit.ledger.accounts import ACCOUNT_IDS
 from settlekit.ledger.timeline import Axis, buckets_of, epoch_millis, levels_of, millis_to_iso, prefix_ranges
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
 
 ACCOUNT = ""  # the party id of an account's own postings
 

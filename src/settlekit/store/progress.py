@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from settlekit.store.db import Database
+from settlekit.store.database import Database
 
 
 @dataclass(frozen=True)

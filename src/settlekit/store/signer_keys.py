@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.events.envelope import key_id_for_public_pem, load_public_key
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
 from settlekit.store.sql import fragment
 
 KEY_PURPOSES = ("robot", "operator", "server")

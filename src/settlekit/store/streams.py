@@ -11,7 +11,7 @@ from settlekit.errors import NotFoundError
 from settlekit.events.canonical import parse_json
 from settlekit.events.envelope import Event
 from settlekit.store.api_keys import API_KEY_COLUMNS, StoredApiKey, stored_api_key
-from settlekit.store.db import Database, Row
+from settlekit.store.database import Database, Row
 from settlekit.store.signer_keys import SIGNER_KEY_COLUMNS, SignerKey
 from settlekit.store.sql import and_where, statements
 

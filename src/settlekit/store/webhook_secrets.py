@@ -6,7 +6,7 @@ Rows in, rows out; what a `secret:<id>` reference means and how ids are issued l
 
 from __future__ import annotations
 
-from settlekit.store.db import Tx
+from settlekit.store.database import Tx
 
 
 def insert(tx: Tx, tenant_id: str, secret_id: str, value: str) -> None:
