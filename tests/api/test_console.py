@@ -91,6 +91,7 @@ def assert_inert(text: str) -> None:
 
 def test_sign_in_sets_a_signed_http_only_strict_cookie(env: Env) -> None:
     browser = TestClient(env.app, base_url=ORIGIN)
+    assert browser.get("/console", follow_redirects=False).headers["location"] == "/console/"
     assert browser.get("/console/jobs", follow_redirects=False).headers["location"] == "/console/login"
     form = browser.get("/console/login")
     assert form.headers["content-security-policy"].startswith("default-src 'self'")

@@ -55,7 +55,8 @@ from settlekit.store import ledger_timeline as timeline
 PREFIX = "/console"
 STATIC = Path(__file__).parent / "static"
 PAGE = 50  # rows of a listing page
-STATUS_SCAN = 200  # jobs looked at per page of a status filter (its "next page" goes on from the last one)
+STATUS_SCAN = 100  # jobs looked at per page of a status filter (its "next page" goes on from the last one)
+OVERVIEW_DESTINATIONS = 20  # destinations charted on the overview (the deliveries page lists them all)
 MAX_FORM_BYTES = 16_384
 MAX_ID = 200  # ids in a query or a form are bounded as the API bounds them in a path
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
