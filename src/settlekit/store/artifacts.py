@@ -111,7 +111,7 @@ class ArtifactStore:
         if limit == 0:
             return
         current = int(tx.scalar(
-            "SELECT count(*) FROM artifacts WHERE tenant_id = ? AND job_id = ? AND artifact_type = ?",
+            statements("artifacts", tx.dialect)["check_quota"],
             (tenant_id, job_id, artifact_type)))
         if current >= limit:
             raise ArtifactQuotaExceeded(
@@ -144,9 +144,7 @@ class ArtifactStore:
         # without a quota the insert comes first: it adds nothing on a conflict, which is then read and judged
         text = _dumps(dict(artifact))
         inserted = tx.fetchone(
-            "INSERT INTO artifacts (tenant_id, artifact_id, job_id, artifact_type, source_event_id,"
-            " source_chain_hash, artifact_hash, job_version, artifact_json, generated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING created_at",
+            statements("artifacts", tx.dialect)["put"],
             (tenant_id, artifact_id, job_id, a_type, source_event_id, anchor, a_hash, version, text, generated_at))
         if inserted is None:  # stored before (or by a concurrent insert): identical means reuse, else a conflict
             existing = self._reusable(tx, tenant_id, artifact_id, a_type, job_id, source_event_id, anchor, a_hash)
@@ -255,19 +253,16 @@ class ArtifactStore:
     def _effective_source(self, tx: Tx, tenant_id: str, job_id: str, *, settled: bool) -> str | None:
         if settled:
             settled_id = tx.scalar(
-                "SELECT event_id FROM events WHERE tenant_id = ? AND stream_id = ? AND type = 'SETTLED'"
-                " ORDER BY seq DESC LIMIT 1", (tenant_id, job_id))
+                statements("artifacts", tx.dialect)["latest_settled"], (tenant_id, job_id))
             if settled_id is not None:
                 return str(settled_id)
         completion = tx.fetchone(
-            "SELECT seq, chain_hash FROM events WHERE tenant_id = ? AND stream_id = ?"
-            " AND type IN ('EXECUTION_COMPLETED', 'JOB_EXECUTION_COMPLETED') ORDER BY seq DESC LIMIT 1",
+            statements("artifacts", tx.dialect)["effective_source"],
             (tenant_id, job_id))
         if completion is None:
             return None
         proofs = tx.fetchall(
-            "SELECT event_id, event_json FROM events WHERE tenant_id = ? AND stream_id = ?"
-            " AND type = 'PROOF_EVALUATED' AND seq > ? ORDER BY seq DESC", (tenant_id, job_id, completion[0]))
+            statements("artifacts", tx.dialect)["latest_proofs_after"], (tenant_id, job_id, completion[0]))
         for event_id, text in proofs:
             payload = parse_json(text).get("payload")
             if type(payload) is dict and payload.get("evaluatedAtChainHash") == completion[1]:
@@ -292,34 +287,31 @@ _MAX_INT64 = 2**63 - 1
 
 def event_batch_id(tx: Tx, tenant_id: str, stream_id: str, seq: int) -> Any:
     """The append batch of the event at `seq`."""
-    return tx.scalar("SELECT batch_id FROM events WHERE tenant_id = ? AND stream_id = ? AND seq = ?",
+    return tx.scalar(statements("artifacts", tx.dialect)["event_batch_id"],
                      (tenant_id, stream_id, seq))
 
 
 def batch_risk_scored(tx: Tx, tenant_id: str, stream_id: str, batch_id: Any) -> list[Row]:
     """(seq, event_json) of the RISK_SCORED events of one append batch, in stream order."""
     return tx.fetchall(
-        "SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ? AND batch_id = ?"
-        " AND type = 'RISK_SCORED' ORDER BY seq", (tenant_id, stream_id, batch_id))
+        statements("artifacts", tx.dialect)["batch_risk_scored"], (tenant_id, stream_id, batch_id))
 
 
 def batch_booked(tx: Tx, tenant_id: str, stream_id: str, event_id: str, batch_id: Any) -> Row | None:
     """(seq, event_json) of the BOOKED event `event_id` if it belongs to append batch `batch_id`."""
     return tx.fetchone(
-        "SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ? AND event_id = ?"
-        " AND type = 'BOOKED' AND batch_id = ?", (tenant_id, stream_id, event_id, batch_id))
+        statements("artifacts", tx.dialect)["batch_booked"], (tenant_id, stream_id, event_id, batch_id))
 
 
 def events_between(tx: Tx, tenant_id: str, stream_id: str, after_seq: int, through_seq: int) -> list[Row]:
     """(seq, event_json) of the stream's events in (after_seq, through_seq], in order."""
     return tx.fetchall(
-        "SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ? AND seq > ? AND seq <= ?"
-        " ORDER BY seq", (tenant_id, stream_id, after_seq, through_seq))
+        statements("artifacts", tx.dialect)["events_between"], (tenant_id, stream_id, after_seq, through_seq))
 
 
 def load_job_state(tx: Tx, tenant_id: str, job_id: str) -> Row | None:
     """(seq, state_json) of the consumer's saved fold of a job, or None."""
-    return tx.fetchone("SELECT seq, state_json FROM artifact_job_state WHERE tenant_id = ? AND job_id = ?",
+    return tx.fetchone(statements("artifacts", tx.dialect)["load_job_state"],
                        (tenant_id, job_id))
 
 
@@ -330,5 +322,5 @@ def save_job_state(tx: Tx, tenant_id: str, job_id: str, seq: int, state_json: st
 
 def load_artifact_json(tx: Tx, tenant_id: str, artifact_id: str) -> Any:
     """The stored `artifact_json` of one artifact as the driver returns it (JSONB or text), or None."""
-    return tx.scalar("SELECT artifact_json FROM artifacts WHERE tenant_id = ? AND artifact_id = ?",
+    return tx.scalar(statements("artifacts", tx.dialect)["load_artifact_json"],
                      (tenant_id, artifact_id))
