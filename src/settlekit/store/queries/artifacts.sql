@@ -23,19 +23,19 @@ SELECT seq, state_json FROM artifact_job_state WHERE tenant_id = ? AND job_id = 
 -- name: load_artifact_json
 SELECT artifact_json FROM artifacts WHERE tenant_id = ? AND artifact_id = ?
 
--- name: put
+-- name: insert
 INSERT INTO artifacts (tenant_id, artifact_id, job_id, artifact_type, source_event_id, source_chain_hash, artifact_hash, job_version, artifact_json, generated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 RETURNING created_at
 
--- name: effective_source
+-- name: last_completion
 SELECT seq, chain_hash FROM events WHERE tenant_id = ? AND stream_id = ? AND type IN ('EXECUTION_COMPLETED', 'JOB_EXECUTION_COMPLETED') ORDER BY seq DESC LIMIT 1
 
 -- name: latest_proofs_after
 SELECT event_id, event_json FROM events WHERE tenant_id = ? AND stream_id = ? AND type = 'PROOF_EVALUATED' AND seq > ? ORDER BY seq DESC
 
--- name: check_quota
+-- name: count_of_type
 SELECT count(*) FROM artifacts WHERE tenant_id = ? AND job_id = ? AND artifact_type = ?
 
 -- name: latest_settled
