@@ -91,6 +91,7 @@ def assert_inert(text: str) -> None:
 
 def test_sign_in_sets_a_signed_http_only_strict_cookie(env: Env) -> None:
     browser = TestClient(env.app, base_url=ORIGIN)
+    assert browser.get("/console", follow_redirects=False).headers["location"] == "/console/"
     assert browser.get("/console/jobs", follow_redirects=False).headers["location"] == "/console/login"
     form = browser.get("/console/login")
     assert form.headers["content-security-policy"].startswith("default-src 'self'")
@@ -345,3 +346,13 @@ def sign_in_at(env: Env, api_key: str, landing: str) -> tuple[TestClient, str]:
     page = browser.get(landing)
     assert page.status_code == 200, page.text[:300]
     return browser, csrf_of(page.text)
+
+
+def test_a_long_timeline_lists_its_first_events_and_verifies_them_all(env: Env, signed_a: tuple[TestClient, str],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("settlekit.console.web.TIMELINE_ROWS", 3)
+    browser, _ = signed_a
+    page = browser.get(f"/console/job?id={env.job_id}").text
+    events = env.api_a.get(f"/v1/jobs/{env.job_id}/events").json()["events"]
+    assert page.count('class="ok">verified') == 3 and f"{len(events) - 3} later events" in page
+    assert 'id="verified">verifies' in page
