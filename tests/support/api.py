@@ -36,7 +36,7 @@ ALL_SCOPES = ["jobs:read", "jobs:write", "finance:write", "ops", "admin"]
 
 def make_app(db: Database, **options: Any) -> Any:
     """The API on `db`; `options` are settings (`Settings` fields) or live objects of `create_app`."""
-    live = {name: options.pop(name) for name in ("destination_policy", "registered_consumers", "registry")
+    live = {name: options.pop(name) for name in ("destination_policy", "registered_consumers", "registry", "mounts")
             if name in options}
     live.setdefault("destination_policy", DestinationPolicy.local())
     live.setdefault("registry", CollectorRegistry())

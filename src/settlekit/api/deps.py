@@ -159,15 +159,21 @@ def require(scope: str, *, operator: bool = False) -> Any:
             key = await run_in_threadpool(authenticate_request, ctx, request.headers,
                                           request.client.host if request.client else None)
             request.state.api_key = key
-        if not key.allows(scope):
-            raise ForbiddenError(f"this API key lacks the {scope!r} scope", code="SCOPE_REQUIRED", scope=scope)
-        if operator and key.tenant_id != ctx.operator_tenant:
-            raise ForbiddenError("deployment-wide operations need a key of the operator tenant",
-                                 code="OPERATOR_TENANT_REQUIRED")
+        check_scope(ctx, key, scope, operator=operator)
         return key
 
     dependency.__name__ = f"require_{scope.replace(':', '_')}"
     return Depends(dependency)
+
+
+def check_scope(ctx: ApiContext, key: ApiKey, scope: str, *, operator: bool = False) -> None:
+    """SCOPE_REQUIRED unless `key` holds `scope`; OPERATOR_TENANT_REQUIRED for a deployment-wide operation
+    (`operator`) by a key of another tenant than the operator's. Every route and console page checks this way."""
+    if not key.allows(scope):
+        raise ForbiddenError(f"this API key lacks the {scope!r} scope", code="SCOPE_REQUIRED", scope=scope)
+    if operator and key.tenant_id != ctx.operator_tenant:
+        raise ForbiddenError("deployment-wide operations need a key of the operator tenant",
+                             code="OPERATOR_TENANT_REQUIRED")
 
 
 def authenticate_request(ctx: ApiContext, headers: Headers, client: str | None = None) -> ApiKey:

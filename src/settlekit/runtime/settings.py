@@ -105,6 +105,11 @@ class Settings(BaseSettings):
         2, ge=1, description="test sends (`POST /v1/destinations/{id}/test`) of one tenant in flight per API "
         "process; one more is answered 429 `TEST_SEND_BUSY`")
     test_send_timeout: float = Field(10.0, gt=0, le=60, description="whole-request deadline of a test send (s)")
+    console: bool = Field(
+        True, description="`serve` serves the operator console at `/console` (sign-in with an API key)")
+    console_session_seconds: int = Field(
+        8 * 3600, ge=60, le=7 * 24 * 3600, description="how long a console sign-in lasts (its signed session cookie "
+        "expires then; a revoked API key ends it at once)")
     dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
     max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
     import_max_bytes: int = Field(

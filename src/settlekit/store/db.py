@@ -176,7 +176,7 @@ class Database(abc.ABC):
 # migration name -> "module:function" taking the migration's Tx (imported when the migration runs)
 MIGRATION_DATA_STEPS: dict[str, str] = {
     "0016_contract_hashes": "settlekit.store.contracts:rekey_contract_documents",
-    "0022_server_secrets": "settlekit.store.cursor_secret:create",
+    "0023_server_secrets": "settlekit.store.cursor_secret:create",
 }
 
 

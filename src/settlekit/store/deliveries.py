@@ -398,6 +398,26 @@ def list_deliveries(
     return [_dlv(r) for r in tx.fetchall(sql + " ORDER BY id LIMIT ?", (*params, limit))]
 
 
+def deliveries_of_artifacts(tx: Tx, tenant_id: str, artifact_ids: Sequence[str]) -> list[Delivery]:
+    """The tenant's deliveries of the given artifacts, in id order."""
+    ids = sorted(set(artifact_ids))
+    if not ids:
+        return []
+    marks = ",".join("?" for _ in ids)
+    return [_dlv(r) for r in tx.fetchall(
+        f"SELECT {_DLV_COLS} FROM deliveries WHERE tenant_id = ? AND artifact_id IN ({marks}) ORDER BY id",
+        (tenant_id, *ids))]
+
+
+def latest_deliveries(tx: Tx, tenant_id: str, destination_id: str, *, before_id: int | None,
+                      limit: int) -> list[Delivery]:
+    """A destination's deliveries, newest first; `before_id` pages (keyset: the last id of the previous page)."""
+    sql = f"SELECT {_DLV_COLS} FROM deliveries WHERE tenant_id = ? AND destination_id = ?"
+    params: list[Any] = [tenant_id, destination_id]
+    sql = and_where(sql, params, [("id < ?", before_id)])
+    return [_dlv(r) for r in tx.fetchall(sql + " ORDER BY id DESC LIMIT ?", (*params, limit))]
+
+
 def record_attempt(
     tx: Tx,
     delivery_id: int,

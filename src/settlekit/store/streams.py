@@ -268,6 +268,37 @@ def job_page(db: Database, tenant_id: str, *, after: str | None, limit: int, sta
     return JobPage([_job_row(r) for r in matched], last, more)
 
 
+_JOB_PREFIX_PAGE = ("SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json FROM streams"
+                    " WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ? AND stream_id >= ?"
+                    " ORDER BY stream_id LIMIT ?")
+
+
+def job_prefix_page(db: Database, tenant_id: str, prefix: str, *, after: str | None, limit: int,
+                    status: str | None = None, scan: int | None = None) -> JobPage:
+    """Up to `limit` job streams of `tenant_id` whose id starts with `prefix`, after stream id `after`, in stream
+    id order (one index range: the ids from `prefix` on, until the first that does not start with it). With
+    `status`, only those whose snapshot has it, among at most `scan` streams looked at (as `job_page`)."""
+    start = after if after is not None and after > prefix else ""
+    window = limit if status is None else max(scan or limit, limit)
+    with db.read() as tx:
+        rows = tx.fetchall(_JOB_PREFIX_PAGE, (tenant_id, start, prefix, window + 1))
+    matched: list[JobRow] = []
+    last = after
+    more = False
+    for i, row in enumerate(rows):
+        if not str(row[0]).startswith(prefix):
+            break
+        if i == window or len(matched) == limit:
+            more = True
+            break
+        last = row[0]
+        job = _job_row(row)
+        snap = (job.state or {}).get("snapshot") if isinstance(job.state, dict) else None
+        if status is None or (isinstance(snap, dict) and snap.get("status") == status):
+            matched.append(job)
+    return JobPage(matched, last, more)
+
+
 def _job_row(row: Row) -> JobRow:
     return JobRow(job_id=row[0], version=int(row[1]), head_chain_hash=row[2], updated_at=row[3],
                   state=parse_json(row[4]) if row[4] else None)

@@ -1,0 +1,130 @@
+"""The console's session: a signed, expiring cookie holding the API key's id and a CSRF token, and the checks
+every form goes through (the token, double-submitted in the form, and the request's Origin)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+from starlette.requests import Request
+from starlette.responses import Response
+
+from settlekit.api.auth import ApiKey
+from settlekit.errors import SettlekitError
+
+SESSION_COOKIE = "sk_console"
+SIGN_IN_COOKIE = "sk_console_signin"  # the CSRF token of the sign-in form, before there is a session
+SIGN_IN_SECONDS = 3600
+
+
+class CsrfError(SettlekitError):
+    """A form without the session's token or from another origin."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code="FORBIDDEN", status=403)
+
+
+@dataclass(frozen=True)
+class Session:
+    key_id: str
+    csrf: str
+
+
+@dataclass(frozen=True)
+class SignedIn:
+    """The signed-in person's key (checked active now) and the session's CSRF token."""
+
+    key: ApiKey
+    csrf: str
+
+
+class Sessions:
+    """Signs and reads the console's cookies with a key of the server's own (derived from its signing key, so every
+    API process of one deployment reads the others' cookies)."""
+
+    def __init__(self, secret: bytes, max_age: int, path: str):
+        self.max_age = max_age
+        self.path = path
+        self._session = URLSafeTimedSerializer(secret, salt="settlekit.console.session")
+        self._sign_in = URLSafeTimedSerializer(secret, salt="settlekit.console.sign-in")
+
+    def issue(self, response: Response, request: Request, key_id: str) -> None:
+        value = self._session.dumps({"k": key_id, "c": secrets.token_urlsafe(24)})
+        self._set(response, request, SESSION_COOKIE, value, self.max_age)
+
+    def read(self, request: Request) -> Session | None:
+        raw = request.cookies.get(SESSION_COOKIE)
+        if not raw:
+            return None
+        try:
+            data: Any = self._session.loads(raw, max_age=self.max_age)
+        except BadSignature:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("k"), str) or not isinstance(data.get("c"), str):
+            return None
+        return Session(data["k"], data["c"])
+
+    def end(self, response: Response) -> None:
+        response.delete_cookie(SESSION_COOKIE, path=self.path, httponly=True, samesite="strict")
+
+    def sign_in_token(self, request: Request, response: Response) -> str:
+        """The sign-in form's CSRF token, set in its own short-lived cookie (reused while it is valid)."""
+        current = self._read_sign_in(request)
+        if current is not None:
+            return current
+        token = secrets.token_urlsafe(24)
+        self._set(response, request, SIGN_IN_COOKIE, self._sign_in.dumps(token), SIGN_IN_SECONDS)
+        return token
+
+    def check_sign_in(self, request: Request, form_token: str | None) -> None:
+        check_origin(request)
+        expected = self._read_sign_in(request)
+        if expected is None or not form_token or not hmac.compare_digest(expected, form_token):
+            raise CsrfError("the sign-in form has expired or did not come from this console: sign in again")
+
+    def _read_sign_in(self, request: Request) -> str | None:
+        raw = request.cookies.get(SIGN_IN_COOKIE)
+        if not raw:
+            return None
+        try:
+            token: Any = self._sign_in.loads(raw, max_age=SIGN_IN_SECONDS)
+        except BadSignature:
+            return None
+        return token if isinstance(token, str) else None
+
+    def _set(self, response: Response, request: Request, name: str, value: str, max_age: int) -> None:
+        response.set_cookie(name, value, max_age=max_age, path=self.path, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")
+
+
+def check_form(request: Request, session: SignedIn, form_token: str | None) -> None:
+    """A form posted to the console: from this origin, carrying the session's CSRF token."""
+    check_origin(request)
+    if not form_token or not hmac.compare_digest(session.csrf, form_token):
+        raise CsrfError("the form's CSRF token is missing or is not this session's: reload the page")
+
+
+def check_origin(request: Request) -> None:
+    """The request's Origin (or, without one, its Referer's origin) must be the console's own."""
+    own = f"{request.url.scheme}://{request.url.netloc}".lower()
+    origin = request.headers.get("origin")
+    if origin is None:
+        referer = request.headers.get("referer")
+        if referer:
+            parts = urlsplit(referer)
+            origin = f"{parts.scheme}://{parts.netloc}"
+    if origin is None or origin.lower() != own:
+        raise CsrfError("the form was not posted from this console's origin")
+
+
+def session_secret(server_key_pem: str | None) -> bytes:
+    """The cookie-signing key: derived from the server's private signing key when there is one (every process of a
+    deployment shares it), otherwise random for this process."""
+    if server_key_pem is None:
+        return secrets.token_bytes(32)
+    return hmac.new(server_key_pem.encode("ascii"), b"settlekit console session v1", hashlib.sha256).digest()
