@@ -241,7 +241,7 @@ class CeilingSystem(System):
 def measure(system: System, round_no: int, clients: int, seconds: float, *, profile: Path | None = None
             ) -> Window | None:
     """Start `system`, prepare its requests, load it for `seconds`, wait for its workers, check what it stored."""
-    expected = system.rate or system.default_rate
+    expected = max(system.rate or 0.0, system.default_rate)
     per_client = math.ceil(expected * seconds * 1.6 / clients) + 20
     if not system.start():
         print(f"  {system.name}: did not start\n{system.log_tail()}")
@@ -274,7 +274,7 @@ def _start_profiler(system: System, seconds: float, out: Path) -> subprocess.Pop
     api = dict(system.procs)["API"]
     return subprocess.Popen([_py_spy() or "py-spy", "record", "--pid", str(api.pid), "--duration",
                              str(max(1, int(seconds))), "--rate", "200", "--format", "raw", "--nonblocking",
-                             "--output", str(out)],
+                             "--gil", "--full-filenames", "--output", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -575,9 +575,11 @@ def profile(system: System, clients: int, seconds: float) -> None:
     print(summarize_profile(out.read_text()))
 
 
-def summarize_profile(text: str, top: int = 20) -> str:
-    """Top functions of py-spy's raw (collapsed) output, by own samples and by samples including callees."""
+def summarize_profile(text: str, top: int = 15) -> str:
+    """py-spy's raw (collapsed) samples of the thread holding the GIL: the top functions by own samples, the
+    files by own samples, and settlekit's functions by samples including what they call."""
     own: dict[str, int] = {}
+    files: dict[str, int] = {}
     total: dict[str, int] = {}
     samples = 0
     for line in text.splitlines():
@@ -586,16 +588,33 @@ def summarize_profile(text: str, top: int = 20) -> str:
             continue
         n = int(count)
         samples += n
-        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
-                  if " (" in f else f for f in stack.split(";")]
-        own[frames[-1]] = own.get(frames[-1], 0) + n
-        for frame in set(frames):
-            total[frame] = total.get(frame, 0) + n
-    lines = [f"  {samples} samples; own time:"]
-    lines += [f"    {100 * n / samples:5.1f} %  {f}" for f, n in sorted(own.items(), key=lambda x: -x[1])[:top]]
-    lines.append("  including callees:")
-    lines += [f"    {100 * n / samples:5.1f} %  {f}" for f, n in sorted(total.items(), key=lambda x: -x[1])[:top]]
-    return "\n".join(lines)
+        frames = [_frame(f) for f in stack.split(";")[1:]]  # the first names the thread
+        if not frames:
+            continue
+        label, file, _ = frames[-1]
+        own[label] = own.get(label, 0) + n
+        files[file] = files.get(file, 0) + n
+        for name in {f[0] for f in frames if f[2] and not f[1].startswith("cli/")}:
+            total[name] = total.get(name, 0) + n
+    if not samples:
+        return "  no samples"
+
+    def best(counts: dict[str, int], top: int = top) -> list[str]:
+        return [f"    {100 * n / samples:5.1f} %  {k}" for k, n in sorted(counts.items(), key=lambda x: -x[1])[:top]]
+
+    return "\n".join([f"  {samples} samples of the thread holding the GIL; own time by function:", *best(own),
+                      "  own time by file:", *best(files),
+                      "  settlekit's functions (but the command line's), including what they call:",
+                      *best(total, 2 * top)])
+
+
+def _frame(text: str) -> tuple[str, str, bool]:
+    """(function (file), file, whether it is settlekit's) of a py-spy frame `function (path:line)`."""
+    name, _, where = text.rpartition(" (")
+    path = where.rsplit(":", 1)[0]
+    ours = "/settlekit/" in path
+    short = path.split("/settlekit/", 1)[1] if ours else path.rsplit("/", 1)[-1]
+    return f"{name or text} ({short})", short, ours
 
 
 def _py_spy() -> str | None:

@@ -91,6 +91,7 @@ def assert_inert(text: str) -> None:
 
 def test_sign_in_sets_a_signed_http_only_strict_cookie(env: Env) -> None:
     browser = TestClient(env.app, base_url=ORIGIN)
+    assert browser.get("/console", follow_redirects=False).headers["location"] == "/console/"
     assert browser.get("/console/jobs", follow_redirects=False).headers["location"] == "/console/login"
     form = browser.get("/console/login")
     assert form.headers["content-security-policy"].startswith("default-src 'self'")
@@ -100,7 +101,7 @@ def test_sign_in_sets_a_signed_http_only_strict_cookie(env: Env) -> None:
     cookie = r.headers["set-cookie"]
     assert cookie.startswith("sk_console=") and "HttpOnly" in cookie and "SameSite=strict" in cookie
     assert "Path=/console" in cookie and "Max-Age=28800" in cookie and "Secure" not in cookie
-    assert env.key_a.split("_")[2] not in cookie  # the key's secret never goes into the cookie
+    assert env.key_a.split("_", 2)[2] not in cookie  # the key's secret never goes into the cookie
     assert browser.get("/console/jobs").status_code == 200
     # a tampered cookie is no session
     browser.cookies.set("sk_console", cookie.split(";")[0].split("=", 1)[1][:-2] + "xx", path="/console")
@@ -360,3 +361,13 @@ def test_delivery_ids_are_the_tenants_own(env: Env) -> None:
     for r in numeric:
         assert r.status_code == 400 and "CURSOR_NUMERIC" in r.text
     assert browser.get("/console/delivery?id=" + "A" * 32).status_code == 404
+
+
+def test_a_long_timeline_lists_its_first_events_and_verifies_them_all(env: Env, signed_a: tuple[TestClient, str],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("settlekit.console.web.TIMELINE_ROWS", 3)
+    browser, _ = signed_a
+    page = browser.get(f"/console/job?id={env.job_id}").text
+    events = env.api_a.get(f"/v1/jobs/{env.job_id}/events").json()["events"]
+    assert page.count('class="ok">verified') == 3 and f"{len(events) - 3} later events" in page
+    assert 'id="verified">verifies' in page

@@ -380,11 +380,13 @@ def test_a_probe_that_finds_the_server_still_unreachable_starts_a_new_hold(pg_ur
     the others waiting out the probe's whole allowance."""
     import psycopg
 
+    from settlekit.store.db import connect
     from settlekit.store.postgres.backend import PostgresDatabase
     from settlekit.store.reachability import Reachability
 
     now = [0.0]
-    db = PostgresDatabase(pg_url)
+    db = connect(pg_url)
+    assert isinstance(db, PostgresDatabase)
     db.reachability = Reachability(30.0, probe_allowance=600.0, clock=lambda: now[0])
     try:
         db.reachability.failed()

@@ -27,8 +27,8 @@ from settlekit.events.canonical import canonical_json, storable_json
 from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.importer import import_events, parse_import_keys, register_signers
 from settlekit.jobs import required_signer_kind
+from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.projections.artifacts import ArtifactConsumer
-from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect, opened
 from settlekit.store.signer_keys import SignerKeys
 from settlekit.store.streams import Streams

@@ -218,8 +218,8 @@ def test_imported_history_is_shown_as_settld_recorded_it(description: str, db: D
     from settlekit.artifacts.build import build_all
     from settlekit.dispatch import Dispatcher
     from settlekit.events.canonical import canonical_json
+    from settlekit.projections.artifact_store import ArtifactStore
     from settlekit.projections.artifacts import ArtifactConsumer
-    from settlekit.store.artifacts import ArtifactStore
     from support.api import client, key_for, make_app
 
     run = _run(description)

@@ -43,8 +43,8 @@ from settlekit.delivery.service import DestinationPolicy
 from settlekit.dispatch.feed import FeedReader
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
+from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.runtime.settings import Settings
-from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", *DOC_PATHS})

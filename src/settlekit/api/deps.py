@@ -25,9 +25,9 @@ from settlekit.cursors import Cursors
 from settlekit.delivery.replays import ReplayPolicy
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
+from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.store import cursor_secret
 from settlekit.store.api_keys import StoredApiKey
-from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.events import MAX_QUEUED_APPENDS
 from settlekit.store.streams import StreamHead

@@ -126,6 +126,7 @@ class ApiMiddleware:
         self.app = app
         # mounted sub-applications that authenticate their own requests (the console's session cookie)
         self.session_prefixes = tuple(f"{p}/" for p in session_prefixes)
+        self.session_roots = frozenset(session_prefixes)  # `/console` itself: a redirect to `/console/`
         self.max_routed_requests = max_routed_requests
         self.unbounded_paths = unbounded_paths
         self.routed_in_progress = 0  # requests holding a _Slot (changed on the event loop only)
@@ -187,7 +188,7 @@ class ApiMiddleware:
         if path in self.open_paths or path.startswith(self.open_prefixes):
             await self.app(scope, receive, send)
             return
-        if self.session_prefixes and path.startswith(self.session_prefixes):
+        if self.session_prefixes and (path.startswith(self.session_prefixes) or path in self.session_roots):
             await self._serve_session(scope, receive, send)
             return
         if self.direct and await self._serve_direct(scope, receive, send, exchange):

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from settlekit.cli.common import console, settings_flags
+from settlekit.store.db import url_traits
 
 log = logging.getLogger("settlekit.server")
 
@@ -177,7 +178,7 @@ def _open_database(flags: dict[str, Any], settings: Any) -> tuple[Any, dict[str,
 def _check_processes(processes: int, db_url: str) -> None:
     if processes < 1:
         raise typer.BadParameter("must be at least 1", param_hint="--workers")
-    if processes > 1 and not db_url.startswith(("postgresql://", "postgres://")):
+    if processes > 1 and not url_traits(db_url).server:
         # SQLite wakes the dispatcher in-process and serializes writers per process: one API process only
         raise typer.BadParameter("several API processes need PostgreSQL; on SQLite run one (the default)",
                                  param_hint="--workers")

@@ -56,7 +56,9 @@ from settlekit.store import ledger_timeline as timeline
 PREFIX = "/console"
 STATIC = Path(__file__).parent / "static"
 PAGE = 50  # rows of a listing page
-STATUS_SCAN = 200  # jobs looked at per page of a status filter (its "next page" goes on from the last one)
+STATUS_SCAN = 100  # jobs looked at per page of a status filter (its "next page" goes on from the last one)
+TIMELINE_ROWS = 500  # events a job page lists (every event is verified; the download holds them all)
+OVERVIEW_DESTINATIONS = 20  # destinations charted on the overview (the deliveries page lists them all)
 MAX_FORM_BYTES = 16_384
 MAX_ID = 200  # ids in a query or a form are bounded as the API bounds them in a path
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
@@ -399,7 +401,8 @@ class Console:
         can = _scopes(self.ctx, user.key)
         return self.render(
             request, "job.html", user, job_id=job_id, head=head, snapshot=(state or {}).get("snapshot"),
-            events=timeline_rows, verified=all(r["ok"] for r in timeline_rows),
+            events=timeline_rows[:TIMELINE_ROWS], hidden_events=max(0, len(timeline_rows) - TIMELINE_ROWS),
+            verified=all(r["ok"] for r in timeline_rows),
             entries=ledger_rows.entries_for_job(self.ctx.db, tenant, job_id),
             allocations=ledger_rows.allocations_for_job(self.ctx.db, tenant, job_id),
             artifacts=page.items, deliveries=by_artifact if "ops" in can else None)

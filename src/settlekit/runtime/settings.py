@@ -23,6 +23,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from settlekit.errors import ConfigurationError
+from settlekit.store.db import url_traits
 from settlekit.store.events import MAX_QUEUED_APPENDS
 
 if TYPE_CHECKING:
@@ -249,7 +250,7 @@ class Settings(BaseSettings):
         PostgreSQL, none on SQLite. `db_direct` names the server of `db_url`: another URL does not get it. Without
         `deadline` (a one-off command that may rewrite much), round trips have no time limit."""
         url = self.db_url if url is None else url
-        if not url.startswith(("postgresql://", "postgres://")):
+        if not url_traits(url).server:
             return {}
         return {"direct_url": self.db_direct if url == self.db_url else None,
                 "prepared_statements": self.db_prepared_statements, "unavailable_hold": self.db_unavailable_hold,

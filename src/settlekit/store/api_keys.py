@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from settlekit.store.db import Database, Row
+from settlekit.store.database import Database, Row
 from settlekit.store.sql import statements
 
 API_KEY_COLUMNS = "key_id, tenant_id, scopes, status, label, secret_hash"
@@ -24,7 +24,7 @@ class StoredApiKey:
 def insert(db: Database, key_id: str, tenant_id: str, secret_hash: str, scopes: Iterable[str],
            label: str | None) -> None:
     with db.transaction() as tx:
-        tx.execute("INSERT INTO api_keys (key_id, tenant_id, secret_hash, scopes, label) VALUES (?, ?, ?, ?, ?)",
+        tx.execute(statements("api_keys", tx.dialect)["insert"],
                    (key_id, tenant_id, secret_hash, ",".join(sorted(scopes)), label))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
 
 NAME = "cursor"
 SECRET_BYTES = 64

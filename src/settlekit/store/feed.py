@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
 from settlekit.store.sql import statements
 
 

@@ -11,7 +11,7 @@ from settlekit.errors import NotFoundError
 from settlekit.events.canonical import parse_json
 from settlekit.events.envelope import Event
 from settlekit.store.api_keys import API_KEY_COLUMNS, StoredApiKey, stored_api_key
-from settlekit.store.db import Database, Row
+from settlekit.store.database import Database, Row
 from settlekit.store.signer_keys import SIGNER_KEY_COLUMNS, SignerKey
 from settlekit.store.sql import and_where, statements
 
@@ -154,17 +154,15 @@ class Streams:
             limit_seq = None
             if through_chain_hash is not None:
                 limit_seq = tx.scalar(
-                    "SELECT seq FROM events WHERE tenant_id = ? AND stream_id = ? AND chain_hash = ?",
+                    statements("streams", tx.dialect)["read_stream"],
                     (tenant_id, stream_id, through_chain_hash))
                 if limit_seq is None:
                     raise NotFoundError(f"chain hash {through_chain_hash} is not in stream {stream_id}",
                                         code="ATCHAINHASH_NOT_FOUND")
             if limit_seq is None:
-                rows = tx.fetchall("SELECT event_json FROM events WHERE tenant_id = ? AND stream_id = ?"
-                                   " AND seq > ? ORDER BY seq", (tenant_id, stream_id, after_seq))
+                rows = tx.fetchall(statements("streams", tx.dialect)["events_after"], (tenant_id, stream_id, after_seq))
             else:
-                rows = tx.fetchall("SELECT event_json FROM events WHERE tenant_id = ? AND stream_id = ?"
-                                   " AND seq > ? AND seq <= ? ORDER BY seq",
+                rows = tx.fetchall(statements("streams", tx.dialect)["events_between_seqs"],
                                    (tenant_id, stream_id, after_seq, limit_seq))
         return [parse_json(r[0]) for r in rows]
 
@@ -183,7 +181,7 @@ class Streams:
 
     def high_water_mark(self) -> int:
         with self.db.query() as tx:
-            return int(tx.scalar("SELECT COALESCE(MAX(position), 0) FROM events"))
+            return int(tx.scalar(statements("streams", tx.dialect)["high_water_mark"]))
 
     def list_streams(self, tenant_id: str, *, stream_type: str | None = None, after: str | None = None,
                      limit: int = 100) -> list[StreamHead]:
