@@ -164,6 +164,9 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "INVALID_TRANSITION": ErrorSpec(409, "the event is not allowed in the job's current status"),
     "JOB_STATE_INVALID": ErrorSpec(400, "a stored job state has an unknown format"),
     "LEDGER_POSTING_INVALID": ErrorSpec(409, "the ledger posting rules refused the event; details.code says why"),
+    "LEDGER_POSTING_REJECTED": ErrorSpec(400, "`settlekit import`: a recorded event's ledger posting fails, so "
+                                              "settld's API refused it (details.reason says why); the live path "
+                                              "records such an error instead"),
     "ZONE_SET_INVALID": ErrorSpec(400, "a booking's requiredZones is malformed"),
     # --- envelopes, chains and signer keys
     "ENVELOPE_VERSION_UNSUPPORTED": ErrorSpec(400, "the envelope version `v` is not 1"),

@@ -42,6 +42,7 @@ from settlekit.delivery import service as delivery
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
+from settlekit.events.canonical import storable_json
 from settlekit.events.envelope import VerificationError, load_public_key, verify_link
 from settlekit.jobs.types import JOB_STATES
 from settlekit.ledger.timeline import millis_to_iso, parse_instant
@@ -135,7 +136,19 @@ def _when(value: Any) -> str:
 
 
 def _pretty(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode("utf-8")
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):  # imported history: nested past 255 levels, a lone surrogate
+        return storable_json(value)
+
+
+def _download(value: Any) -> bytes:
+    """JSON of events or an artifact as stored: orjson where it can; a value nested past 255 levels or holding a
+    lone surrogate (imported history) as the store writes it (any depth, the surrogate as its escape)."""
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return storable_json(value).encode("utf-8")
 
 
 def _text(source: Any, name: str, *, required: bool = False, max_length: int = MAX_ID) -> str | None:
@@ -443,7 +456,7 @@ class Console:
         assert job_id is not None
         job_head(self.ctx, user.key.tenant_id, job_id)
         events = self.ctx.store.streams.read_stream(user.key.tenant_id, job_id)
-        return Response(orjson.dumps(events), media_type="application/json",
+        return Response(_download(events), media_type="application/json",
                         headers={"content-disposition": content_disposition(f"{job_id}.json")})
 
     def artifact(self, request: Request, user: SignedIn) -> Response:
@@ -453,7 +466,7 @@ class Console:
             found = self.ctx.artifacts.get(tx, user.key.tenant_id, artifact_id)
         if found is None:
             raise NotFoundError(f"artifact {artifact_id} not found", code="ARTIFACT_NOT_FOUND")
-        return Response(orjson.dumps(found.artifact), media_type="application/json",
+        return Response(_download(found.artifact), media_type="application/json",
                         headers={"content-disposition": content_disposition(f"{artifact_id}.json")})
 
     # --- deliveries ----------------------------------------------------------------------------------------------
