@@ -26,7 +26,7 @@ from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.events.canonical import canonical_hash
 from settlekit.store.db import Database
-from support.api import TENANT_A, TENANT_B, client, key_for, make_app
+from support.api import TENANT_A, TENANT_B, client, delivery_token, key_for, make_app
 from support.receiver import FaultyReceiver
 
 SECRET = generate_secret()
@@ -80,7 +80,8 @@ class Env:
         return {int(r[0]): (r[1], r[2], int(r[3]), r[4]) for r in found}
 
     def attempt_log(self, delivery_id: int) -> list[int]:
-        return [a["attempt"] for a in self.a.get(f"/v1/deliveries/{delivery_id}").json()["attemptLog"]]
+        shown = delivery_token(self.db, TENANT_A, delivery_id)
+        return [a["attempt"] for a in self.a.get(f"/v1/deliveries/{shown}").json()["attemptLog"]]
 
 
 @pytest.fixture

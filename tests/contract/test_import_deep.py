@@ -4,7 +4,8 @@ settld's API stored events whose payloads nest about 2,000 levels (the offline p
 live path refuses more than 256 levels in new input, but `settlekit import` takes such an event, up to
 `MAX_RECORDED_DEPTH` levels, and everything it reaches reads and writes it without recursion: the store on both
 backends, the job view and listing (its status filter too), the job's events and export, the event feed, the
-artifact projection, webhook bodies, the ledger rebuild, and the offline tools.
+artifact projection, webhook bodies, the ledger rebuild, the month close, the console's job page and downloads,
+and the offline tools.
 """
 
 from __future__ import annotations
@@ -31,14 +32,16 @@ from settlekit.delivery.sink import WebhookDeliverySink, artifact_loader
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.dispatch import Dispatcher
 from settlekit.events.canonical import canonical_json, parse_json, plain_json, same_json
-from settlekit.events.envelope import finalize
+from settlekit.events.envelope import Signer, finalize
 from settlekit.events.recorded import MAX_RECORDED_DEPTH, recorded_envelope
 from settlekit.importer import import_events
 from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.projections.artifacts import ArtifactConsumer
+from settlekit.projections.finance import close_month
 from settlekit.store import deliveries
 from settlekit.store.db import Database
-from support.api import client, key_for, make_app
+from support.api import client, key_for
+from support.console import make_console_app, sign_in
 from support.receiver import FaultyReceiver
 
 TENANT = "tenant_default"
@@ -105,7 +108,9 @@ def test_deep_history_is_stored_served_and_delivered(which: str, streams: dict[s
     # a re-run recognises every stored event
     assert (import_events(store, TENANT, events).skipped, 0) == (len(events), 0)
 
-    api = client(make_app(db), key_for(db, TENANT))
+    key = key_for(db, TENANT)
+    app = make_console_app(db)
+    api = client(app, key)
     path = f"/v1/jobs/{quote(job_id, safe='')}"
     view = parse_json(api.get(path).content)
     assert view["version"] == len(events) and _depth(view["job"]) >= MAX_RECORDED_DEPTH - 3 if which == "bound" \
@@ -143,8 +148,19 @@ def test_deep_history_is_stored_served_and_delivered(which: str, streams: dict[s
         got = api.get(f"/v1/artifacts/{quote(artifact.artifact['artifactId'], safe='')}")
         assert got.status_code == 200 and same_json(parse_json(got.content), artifact.artifact)
 
+    # the console shows the job (every event verified), its export and its artifacts
+    browser, _ = sign_in(app, key)
+    page = browser.get("/console/job", params={"id": job_id})
+    assert page.status_code == 200 and page.text.count('class="ok">verified') == len(events)
+    export = browser.get("/console/job/export", params={"id": job_id})
+    assert export.status_code == 200 and same_json(parse_json(export.content), recorded)
+    shown = browser.get("/console/artifact", params={"id": stored[0].artifact["artifactId"]})
+    assert shown.status_code == 200 and same_json(parse_json(shown.content), stored[0].artifact)
+
     report = rebuild(db, tenant_id=TENANT)
     assert report.differences == []
+    closed = close_month(db, TENANT, events[0]["at"][:7], Signer.generate(), now=NOW)
+    assert closed.document["artifactType"] == "MonthClose.v1"
 
     # the offline tools read the file at any depth
     stream = tmp_path / "stream.json"
