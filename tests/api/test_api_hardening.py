@@ -173,8 +173,8 @@ def test_a_405_allows_every_method_of_the_path(db: Database) -> None:
     paths = app.openapi()["paths"]
     methods = {path: {m.upper() for m in ops if m in ("get", "post", "put", "patch", "delete")}
                for path, ops in paths.items()}
-    # a parameter is one path segment, a delivery id digits only (its route's `:int`: /v1/deliveries/requeue is
-    # not a delivery's URL)
+    # a parameter is one path segment; a delivery id is a token of 16 or more characters or digits (its route's
+    # convertor), so /v1/deliveries/requeue is not a delivery's URL
     templates = {path: re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(path).replace(
         re.escape("{delivery_id}"), "[0-9]+")) + "$") for path in paths}
     checked = 0

@@ -380,11 +380,13 @@ def test_a_probe_that_finds_the_server_still_unreachable_starts_a_new_hold(pg_ur
     the others waiting out the probe's whole allowance."""
     import psycopg
 
+    from settlekit.store.db import connect
     from settlekit.store.postgres.backend import PostgresDatabase
     from settlekit.store.reachability import Reachability
 
     now = [0.0]
-    db = PostgresDatabase(pg_url)
+    db = connect(pg_url)
+    assert isinstance(db, PostgresDatabase)
     db.reachability = Reachability(30.0, probe_allowance=600.0, clock=lambda: now[0])
     try:
         db.reachability.failed()
@@ -460,7 +462,11 @@ def test_requests_still_sending_their_body_take_nothing_from_the_routed_bound(db
         never = asyncio.Event()
         sent: list[Any] = []
 
+        reading = 0  # requests that asked for their body
+
         async def receive() -> dict[str, Any]:
+            nonlocal reading
+            reading += 1
             await never.wait()
             return {"type": "http.disconnect"}
 
@@ -468,9 +474,12 @@ def test_requests_still_sending_their_body_take_nothing_from_the_routed_bound(db
             sent.append(message)
 
         stalled = []
-        for _ in range(3):  # one after the other: each is authenticated, then waits for its body
+        for n in range(1, 4):  # one after the other: each is authenticated, then waits for its body
             stalled.append(asyncio.ensure_future(app(dict(scope), receive, send)))
-            await asyncio.sleep(0.3)
+            deadline = time.monotonic() + HANG_GUARD
+            while reading < n:
+                assert time.monotonic() < deadline, "the request never asked for its body"
+                await asyncio.sleep(0.01)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://api",
                                      headers={"authorization": f"Bearer {api_key}"}) as api:

@@ -17,8 +17,8 @@ from settlekit.delivery.sink import WebhookDeliverySink
 from settlekit.dispatch import Dispatcher
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json
+from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.projections.artifacts import ArtifactConsumer
-from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.deliveries import Destination, put_destination
 from settlekit.store.streams import row_to_stored

@@ -7,6 +7,7 @@ interval far longer than the window, a waiting loop runs exactly one turn, a bus
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -37,6 +38,18 @@ def turns(reg: CollectorRegistry) -> float:
 
 def sample(reg: CollectorRegistry, name: str) -> float:
     return reg.get_sample_value(name, {"consumer": "c", "instance_id": SHARED_INSTANCE}) or 0.0
+
+
+class RecordingEvent(threading.Event):
+    """A stop event that records each wait's timeout: once the loop waits, no turn runs until it is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        return super().wait(timeout)
 
 
 def wait_until(pred: Any, timeout: float = 10.0) -> bool:
@@ -78,14 +91,15 @@ def test_full_gap_list_waits_reports_and_recovers(
         assert sample(reg, "settlekit_consumer_blocked_turns_total") == 3
         assert sample(reg, "settlekit_consumer_oldest_gap_age_seconds") > 0
 
-        # The background loop: one turn, then it waits for the poll interval (nothing notifies it).
+        # The background loop: one turn, then it waits for the whole poll interval (nothing notifies it).
+        waits = RecordingEvent()
+        d._stop = waits
         before = turns(reg)
         d.start()
-        assert wait_until(lambda: turns(reg) >= before + 1)
-        time.sleep(0.5)  # a busy loop would run hundreds of turns here
+        assert wait_until(lambda: waits.timeouts)
         during = turns(reg) - before
         d.stop()
-        assert during == 1
+        assert (during, waits.timeouts) == (1, [3600.0])
         assert not set(blocked) & set(seen)
     finally:
         release.set()

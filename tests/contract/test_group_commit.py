@@ -318,7 +318,8 @@ def test_a_caller_that_stops_waiting_fails_nobody_in_its_group(db: Database) -> 
         while _queued(recorder) < 2:
             await asyncio.sleep(0.01)
         gone.cancel()
-        await asyncio.sleep(0.05)  # the cancellation reaches the queued append's future
+        await asyncio.wait([gone], timeout=10)  # the cancellation reaches the queued append's future
+        assert gone.cancelled()
         gate.release()
         return await asyncio.wait_for(kept, 10)
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from settlekit.append import HISTORY, job_appender
+from settlekit.application.ledger import rebuild
 from settlekit.errors import ConflictError
 from settlekit.store import ledger_timeline as timeline
 from settlekit.store.db import Database
-from settlekit.store.ledger_rebuild import rebuild
 from support import failpoints
 from support.ledger import OTHER_TENANT, TENANT, load_vectors
 from support.streams import StreamBuilder

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import VECTORS
 from settlekit.append import job_appender
+from settlekit.application.ledger import rebuild
 from settlekit.artifacts.builders import resolve_contract
 from settlekit.events.canonical import canonical_hash, parse_json
 from settlekit.events.envelope import Signer, finalize, make_draft
@@ -29,7 +30,6 @@ from settlekit.store import ledger as ledger_rows
 from settlekit.store import ledger_timeline as timeline
 from settlekit.store.contracts import get_contract, put_contract
 from settlekit.store.db import Database
-from settlekit.store.ledger_rebuild import rebuild
 from support.streams import OPERATOR_ACTOR, ROBOT_ACTOR, StreamBuilder, booking_payload
 
 T = "tenant_c"

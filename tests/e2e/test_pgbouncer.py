@@ -22,7 +22,7 @@ import pytest
 from conftest import PG_ADMIN_URL
 from settlekit.errors import DatabaseUnavailableError
 from settlekit.store.db import connect
-from support.multiprocess import free_port, run_shared_workload
+from support.multiprocess import assert_nothing_lost_or_duplicated, free_port, run_shared_workload
 from support.pgbouncer import pgbouncer, pooled
 
 
@@ -61,11 +61,12 @@ def test_listen_on_the_direct_connection_wakes_on_a_commit_through_the_pooler(pg
 
 def test_apis_and_workers_through_pgbouncer_in_transaction_mode(pg_url: str, tmp_path: Path,
                                                                pgbouncer_port: int) -> None:
-    run_shared_workload(pg_url, tmp_path, {
+    outcome = run_shared_workload(pg_url, tmp_path, {
         "SETTLEKIT_DB": pooled(pg_url, pgbouncer_port),
         "SETTLEKIT_DB_DIRECT": pg_url,
         "SETTLEKIT_DB_PREPARED_STATEMENTS": "false",
     })
+    assert_nothing_lost_or_duplicated(outcome)
     stats = _pooler_stats(pgbouncer_port, urlsplit(pg_url).username or "postgres")
     # the workload's transactions went through the pooler, not around it
     assert stats["total_xact_count"] > 1000, stats

@@ -34,7 +34,8 @@ BEYOND_SCHEMA = {
                             "1 to 9999 (its offset moves it)",
     "PRECONDITION_REQUIRED": "a server draft needs x-expected-prev-chain-hash; a client-finalized event does not",
     # values only the server can judge: what it issued or stored, where a host resolves, a parse no pattern makes
-    "CURSOR_INVALID": "a cursor is an opaque token the server issued",
+    "CURSOR_INVALID": "a cursor or id is an opaque token the server issued to the tenant",
+    "CURSOR_NUMERIC": "a number where a token is expected (an old cursor) is refused as such",
     "CONSUMER_RESET_INVALID": "a reset target at or below the consumer's head",
     "SECRET_NOT_FOUND": "a secretRef names a secret this tenant stored",
     "DESTINATION_URL_FORBIDDEN": "the URL's host, what it resolves to and the deployment's network policy",

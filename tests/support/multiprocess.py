@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -26,6 +27,21 @@ from settlekit.simulate import SCENARIO_ORDER, Fleet, job_stream, scenario_for
 from settlekit.store.db import connect
 
 TENANT = "tenant_mp"
+
+
+@dataclass(frozen=True)
+class SharedWorkloadOutcome:
+    """What the shared workload left behind, for the test to judge."""
+
+    events_sent: int
+    events_stored: int
+    streams_exported_intact: int  # streams whose export equals what was sent and verifies
+    artifacts_built: frozenset[str]
+    artifacts_received: frozenset[str]
+    duplicate_deliveries: int
+    delivery_states: dict[str, int]
+    ledger_total_cents: int
+    exit_codes: tuple[int, ...]
 
 
 def free_port() -> int:
@@ -54,11 +70,11 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     pytest.fail(f"{url} not ready: {log.read_text()[-2000:]}")
 
 
-def run_shared_workload(check_url: str, tmp_path: Path, process_env: dict[str, str]) -> None:
+def run_shared_workload(check_url: str, tmp_path: Path, process_env: dict[str, str]) -> SharedWorkloadOutcome:
     """Start two `serve --no-workers` and two `worker` processes with `process_env` (SETTLEKIT_DB and the
-    like), drive every scenario through both APIs, wait for the workers, and assert that every event is stored
-    once, every artifact built once and delivered once to a loopback receiver. `check_url` is a direct URL of
-    the same database, for the set-up and the checks."""
+    like), drive every scenario through both APIs (every append must be acknowledged), wait for the workers to
+    deliver to a loopback receiver, stop every process with SIGTERM and report what was stored, built and
+    delivered. `check_url` is a direct URL of the same database, for the set-up and the checks."""
     db = connect(check_url)
     db.migrate()
     _, api_key = create_api_key(db, TENANT, ["admin"])
@@ -123,27 +139,44 @@ def run_shared_workload(check_url: str, tmp_path: Path, process_env: dict[str, s
             artifact_ids = {r[0] for r in tx.fetchall("SELECT artifact_id FROM artifacts WHERE tenant_id = ?",
                                                       (TENANT,))}
             delivery_states = dict(tx.fetchall("SELECT state, count(*) FROM deliveries GROUP BY state"))
-        assert stored_events == sum(len(s) for s in streams.values())
+        intact = 0
         for job_id, events in streams.items():
             exported = clients[0].get(f"/v1/jobs/{job_id}/export").json()
-            assert exported == events
-            verify_chain(exported, fleet.public_keys())
-        received = {a["artifactId"] for a in receiver.artifacts}
-        assert received == artifact_ids and artifact_ids
-        assert receiver.duplicates == 0, "a delivery was sent twice"
-        assert delivery_states == {"delivered": len(artifact_ids)}
+            if exported == events:
+                verify_chain(exported, fleet.public_keys())
+                intact += 1
         balances = clients[1].get("/v1/ledger/balances").json()
-        assert balances["balances"] and balances["totalCents"] == 0
+        assert balances["balances"], balances
     finally:
         for proc, _ in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
+        codes: list[int] = []
         for proc, log in procs:
             try:
                 code = proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 pytest.fail(f"process did not stop on SIGTERM: {log.read_text()[-2000:]}")
+            codes.append(code)
             assert code == 0, log.read_text()[-3000:]
         receiver.stop()
         db.close()
+    return SharedWorkloadOutcome(
+        events_sent=sum(len(events) for events in streams.values()), events_stored=stored_events,
+        streams_exported_intact=intact, artifacts_built=frozenset(artifact_ids),
+        artifacts_received=frozenset(a["artifactId"] for a in receiver.artifacts),
+        duplicate_deliveries=receiver.duplicates, delivery_states=delivery_states,
+        ledger_total_cents=balances["totalCents"], exit_codes=tuple(codes))
+
+
+def assert_nothing_lost_or_duplicated(outcome: SharedWorkloadOutcome) -> None:
+    """Every event stored once and exported intact, every artifact built once and delivered exactly once, the
+    ledger balanced, every process stopped cleanly."""
+    assert outcome.events_stored == outcome.events_sent > 0
+    assert outcome.streams_exported_intact == 2 * len(SCENARIO_ORDER)
+    assert outcome.artifacts_received == outcome.artifacts_built and outcome.artifacts_built
+    assert outcome.duplicate_deliveries == 0, "a delivery was sent twice"
+    assert outcome.delivery_states == {"delivered": len(outcome.artifacts_built)}
+    assert outcome.ledger_total_cents == 0
+    assert outcome.exit_codes == (0, 0, 0, 0)

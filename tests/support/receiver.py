@@ -52,6 +52,11 @@ class FaultyReceiver(ReceiverServer):
         with self._faults_lock:
             self._faults.clear()
 
+    def faults_left(self) -> int:
+        """Faults queued that no request has met yet."""
+        with self._faults_lock:
+            return len(self._faults)
+
     def next_fault(self) -> Fault | None:
         with self._faults_lock:
             return self._faults.popleft() if self._faults else None

@@ -156,7 +156,9 @@ def test_a_forfeiture_settld_refuses_is_refused_with_its_message(path: str, valu
 def test_a_forfeiture_may_name_its_decision_by_reference_only() -> None:
     state, forfeit = state_before(*FORFEIT)
     by_ref = _changed(_changed(forfeit, "decisionEventRef", ...), "decisionRef", "dec_1")
-    process_job_events(state, [by_ref], live=True)
+    hold = process_job_events(state, [by_ref], live=True).state["snapshot"]["settlementHold"]
+    assert (hold["status"], hold["decisionRef"], hold["forfeitedAt"]) == (
+        "FORFEITED", "dec_1", forfeit["payload"]["forfeitedAt"])
 
 
 @pytest.mark.parametrize("event_type", ["SETTLEMENT_HELD", "SETTLEMENT_RELEASED", "SETTLEMENT_FORFEITED",

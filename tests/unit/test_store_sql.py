@@ -79,12 +79,10 @@ def test_postgres_statements_stay_within_psycopgs_parse_cache() -> None:
 
 
 def test_every_migration_data_step_names_a_migration_of_both_dialects_and_a_function() -> None:
-    import importlib
+    from settlekit.store.db import migration_files
+    from settlekit.store.migration_steps import DATA_STEPS
 
-    from settlekit.store.db import MIGRATION_DATA_STEPS, migration_files
-
-    for name, target in MIGRATION_DATA_STEPS.items():
+    for name, step in DATA_STEPS.items():
         for dialect in DIALECTS:
             assert name in {n for n, _ in migration_files(dialect)}, (name, dialect)
-        module_name, _, function = target.partition(":")
-        assert callable(getattr(importlib.import_module(module_name), function)), target
+        assert callable(step), name

@@ -9,7 +9,7 @@ path no route serves answers 404 with or without a key. Errors are RFC 9457 prob
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
@@ -17,8 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from prometheus_client import REGISTRY, CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match, Mount
-from starlette.types import Scope
+from starlette.responses import RedirectResponse
+from starlette.routing import Match, Mount, Route
+from starlette.types import ASGIApp, Scope
 
 from settlekit.api.admission import OutboundSlots
 from settlekit.api.deps import ApiContext, auth_thread_pool, url_check_slots
@@ -42,14 +43,17 @@ from settlekit.delivery.service import DestinationPolicy
 from settlekit.dispatch.feed import FeedReader
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
+from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.runtime.settings import Settings
-from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database, connect
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", *DOC_PATHS})
 OPEN_PREFIXES = (f"{ASSETS_PATH}/",)
 # long-lived answers, not counted against `max_routed_requests` (the feed bounds its streams per tenant)
 UNBOUNDED_PATHS = frozenset({"/v1/events/stream"})
+# A sub-application mounted at a path prefix (`create_app(mounts=...)`), built on the API's context: it
+# authenticates its own requests (the console: a session cookie), within the API's bound of routed requests.
+SubApp = Callable[[ApiContext], ASGIApp]
 
 
 def create_app(
@@ -61,13 +65,15 @@ def create_app(
     registered_consumers: Sequence[str] | None = None,
     registry: CollectorRegistry | None = None,
     close_db: bool = False,
+    mounts: Mapping[str, SubApp] | None = None,
 ) -> FastAPI:
     """Build the API on a Database (or a URL, opened, migrated and closed with the app) with `settings` (default:
     `Settings()`, from the environment): body limit, rate limits, operator tenant and the webhook network policy.
     The live objects are given as they are: `destination_policy` (default: from the settings),
     `registered_consumers`, the metrics `registry` (default: the global one). Destination secrets given by value
     are stored per tenant in the database. Consumer verbs need an `admin` key of the operator tenant.
-    `close_db`: close a given Database when the app shuts down (a URL's is always closed).
+    `close_db`: close a given Database when the app shuts down (a URL's is always closed). `mounts`: sub-applications
+    by path prefix (the operator console), each authenticating its own requests.
     """
     settings = settings if settings is not None else Settings()
     owned = isinstance(db, str)
@@ -106,10 +112,20 @@ def create_app(
     app.router.routes.extend(route for router in ROUTERS for route in router.routes)
     # settld's clients (api.settld_compat): a sub-application, outside the OpenAPI document
     app.router.routes.append(Mount(SETTLD_PREFIX, app=compat_app(ctx)))
+    for prefix, build in (mounts or {}).items():
+        app.router.routes.append(Route(prefix, _redirect_to(f"{prefix}/"), include_in_schema=False))
+        app.router.routes.append(Mount(prefix, app=build(ctx)))
     add_docs(app)
     document(app, OPEN_PATHS, UNBOUNDED_PATHS)
-    _add_middleware(app, ctx, settings)
+    _add_middleware(app, ctx, settings, tuple(mounts or ()))
     return app
+
+
+def _redirect_to(location: str) -> Callable[..., RedirectResponse]:
+    def redirect(request: object) -> RedirectResponse:
+        return RedirectResponse(location, status_code=308)
+
+    return redirect
 
 
 def _destination_policy(settings: Settings) -> DestinationPolicy:
@@ -148,14 +164,15 @@ def _add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, unhandled_error_handler)
 
 
-def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings) -> None:
+def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings, session_prefixes: tuple[str, ...]) -> None:
     """The one middleware (api.middleware: request id and log line, metrics, input guard, auth, body limit)."""
     direct = [DirectRoute(route, DIRECT_HANDLERS[route.path], DIRECT_PREFETCH.get(route.path))
               for route in app.router.routes
               if isinstance(route, APIRoute) and route.path in DIRECT_HANDLERS and "POST" in (route.methods or ())]
     app.add_middleware(ApiMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,
                        routed=_routed_by(app), max_body_bytes=settings.max_body_bytes, direct=direct,
-                       max_routed_requests=settings.max_routed_requests, unbounded_paths=UNBOUNDED_PATHS)
+                       max_routed_requests=settings.max_routed_requests, unbounded_paths=UNBOUNDED_PATHS,
+                       session_prefixes=session_prefixes)
     # outermost: settld's error shape for every answer under its prefix, the middleware's refusals included
     app.add_middleware(SettldErrors, at_root=settings.settld_compat_at_root)
     append_metrics_for(ctx.registry)  # registered now: every append outcome is exported (at 0) before the first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,11 +21,13 @@ from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
 from settlekit.append import Appender
+from settlekit.cursors import Cursors
 from settlekit.delivery.replays import ReplayPolicy
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
+from settlekit.projections.artifact_store import ArtifactStore
+from settlekit.store import cursor_secret
 from settlekit.store.api_keys import StoredApiKey
-from settlekit.store.artifacts import ArtifactStore
 from settlekit.store.db import Database
 from settlekit.store.events import MAX_QUEUED_APPENDS
 from settlekit.store.streams import StreamHead
@@ -80,6 +83,8 @@ DecimalDigits = BeforeValidator(_decimal_digits)
 IdPath = Annotated[int, Path(ge=0, le=MAX_INT64), DecimalDigits]
 PositionQuery = Annotated[int, Query(ge=0, le=MAX_INT64), DecimalDigits]
 OptionalPositionQuery = Annotated[int | None, Query(ge=0, le=MAX_INT64), DecimalDigits]
+# an opaque token the API returned (settlekit/cursors.py); a number in its place is 400 CURSOR_NUMERIC
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,200}$"
 # Text ids in a path are bounded like the ids they name (job, account, signer key and consumer names: 1..200
 # characters; destinations 1..64; artifact ids join a job id and an event id): a longer one is 400 SCHEMA_INVALID,
 # and every write's idempotency record, which holds the path, stays within what the backends index.
@@ -120,6 +125,19 @@ class ApiContext:
     # OVERLOADED at once; SETTLEKIT_MAX_QUEUED_APPENDS sets both).
     auth_threads: ThreadPoolExecutor = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_APPENDS))
     extra: dict[str, Any] = field(default_factory=dict)
+    # the opaque, tenant-bound tokens shown for event positions and delivery ids (settlekit/cursors.py)
+    cursors: Cursors = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cursors = Cursors(functools.partial(cursor_secret.read, self.db))
+
+
+async def cursors_ready(ctx: ApiContext) -> Cursors:
+    """The context's cursors with their secret read: the first use reads it from the database on a worker
+    thread, never on the event loop."""
+    if not ctx.cursors.loaded:
+        await anyio.to_thread.run_sync(ctx.cursors.load)
+    return ctx.cursors
 
 
 def url_check_slots(max_routed_requests: int) -> OutboundSlots:
@@ -175,15 +193,21 @@ def require(scope: str, *, operator: bool = False) -> Any:
             key = await run_in_threadpool(authenticate_request, ctx, request.headers,
                                           request.client.host if request.client else None)
             request.state.api_key = key
-        if not key.allows(scope):
-            raise ForbiddenError(f"this API key lacks the {scope!r} scope", code="SCOPE_REQUIRED", scope=scope)
-        if operator and key.tenant_id != ctx.operator_tenant:
-            raise ForbiddenError("deployment-wide operations need a key of the operator tenant",
-                                 code="OPERATOR_TENANT_REQUIRED")
+        check_scope(ctx, key, scope, operator=operator)
         return key
 
     dependency.__name__ = f"require_{scope.replace(':', '_')}"
     return Depends(dependency)
+
+
+def check_scope(ctx: ApiContext, key: ApiKey, scope: str, *, operator: bool = False) -> None:
+    """SCOPE_REQUIRED unless `key` holds `scope`; OPERATOR_TENANT_REQUIRED for a deployment-wide operation
+    (`operator`) by a key of another tenant than the operator's. Every route and console page checks this way."""
+    if not key.allows(scope):
+        raise ForbiddenError(f"this API key lacks the {scope!r} scope", code="SCOPE_REQUIRED", scope=scope)
+    if operator and key.tenant_id != ctx.operator_tenant:
+        raise ForbiddenError("deployment-wide operations need a key of the operator tenant",
+                             code="OPERATOR_TENANT_REQUIRED")
 
 
 def authenticate_request(ctx: ApiContext, headers: Headers, client: str | None = None) -> ApiKey:

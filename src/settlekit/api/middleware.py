@@ -7,8 +7,10 @@
    database or a flood cannot pile up requests waiting for the threads routes run on. A request counts from its
    arrival until its answer starts, except while its body is received: slow clients do not take from the bound.
    Authentication outside the open paths (a refused request for a path no route serves is 404), the key's rate
-   limit; answers to an authenticated request carry its RateLimit-* headers. While the database is known to be
-   unreachable, 503 DATABASE_UNAVAILABLE at once, before any thread waits on it.
+   limit; answers to an authenticated request carry its RateLimit-* headers. A mounted sub-application that
+   authenticates its own requests (the console's session cookie) is held to the same bound, not authenticated
+   here. While the database is known to be unreachable, 503 DATABASE_UNAVAILABLE at once, before any thread waits
+   on it.
 4. The raw body of a write, up to the limit (413 PAYLOAD_TOO_LARGE beyond, Content-Length checked first); a JSON
    body's strings must be storable (400 SCHEMA_INVALID).
 
@@ -119,8 +121,12 @@ class ApiMiddleware:
 
     def __init__(self, app: ASGIApp, ctx: ApiContext, *, open_paths: frozenset[str], open_prefixes: tuple[str, ...],
                  routed: Callable[[Scope], bool], max_body_bytes: int, direct: Sequence[DirectRoute] = (),
-                 max_routed_requests: int = 256, unbounded_paths: frozenset[str] = frozenset()):
+                 max_routed_requests: int = 256, unbounded_paths: frozenset[str] = frozenset(),
+                 session_prefixes: tuple[str, ...] = ()):
         self.app = app
+        # mounted sub-applications that authenticate their own requests (the console's session cookie)
+        self.session_prefixes = tuple(f"{p}/" for p in session_prefixes)
+        self.session_roots = frozenset(session_prefixes)  # `/console` itself: a redirect to `/console/`
         self.max_routed_requests = max_routed_requests
         self.unbounded_paths = unbounded_paths
         self.routed_in_progress = 0  # requests holding a _Slot (changed on the event loop only)
@@ -159,7 +165,7 @@ class ApiMiddleware:
 
     def _finish(self, scope: Scope, exchange: _Exchange, started: float, failed: bool) -> None:
         seconds = time.perf_counter() - started
-        route = getattr(scope.get("route"), "path_format", None)  # the template as documented, without `:int`
+        route = getattr(scope.get("route"), "path_format", None)  # the template as documented, no convertors
         if failed:
             status = 500
         elif exchange.client_left:
@@ -182,6 +188,9 @@ class ApiMiddleware:
         if path in self.open_paths or path.startswith(self.open_prefixes):
             await self.app(scope, receive, send)
             return
+        if self.session_prefixes and (path.startswith(self.session_prefixes) or path in self.session_roots):
+            await self._serve_session(scope, receive, send)
+            return
         if self.direct and await self._serve_direct(scope, receive, send, exchange):
             return
         slot = _Slot(self, bounded=path not in self.unbounded_paths)
@@ -190,6 +199,17 @@ class ApiMiddleware:
                 await self._overloaded(scope, receive, send)
                 return
             await self._serve_routed(scope, receive, send, exchange, slot)
+        finally:
+            slot.release()
+
+    async def _serve_session(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request to a sub-application that authenticates it itself: within the bound of routed requests."""
+        slot = _Slot(self, bounded=True)
+        try:
+            if not slot.take():
+                await self._overloaded(scope, receive, send)
+                return
+            await self.app(scope, receive, slot.released_on_answer(send))
         finally:
             slot.release()
 

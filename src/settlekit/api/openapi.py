@@ -32,6 +32,12 @@ PAYLOAD_VALUE_REF = "#/components/schemas/PayloadValue"
 PAYLOAD_OBJECT_REF = "#/components/schemas/PayloadObject"
 PAYLOAD_NAME: dict[str, Any] = {"pattern": NO_NUL, "not": {"const": "__proto__"}}
 """A member name in an event payload."""
+PY_SPACE = ("\\t\\n\\v\\f\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f"
+            "\\u3000")
+"""Python's white space (`str.isspace`, `\\s` of its `re`) as the members of a regex class: spelled out, as `\\s`
+differs between regex engines."""
+NO_SPACE = f"^[^\\u0000{PY_SPACE}]+$"
+"""The pattern of an id without white space (event and job ids)."""
 JS_NONBLANK = ("^[^\\u0000]*[^\\u0000\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
                "\\ufeff][^\\u0000]*$")
 """A string JavaScript's `trim` leaves non-empty (settld's non-empty string), without U+0000."""

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from settlekit.errors import ConfigurationError, DatabaseUnavailableError, SettlekitError, ValidationError
 from settlekit.events.canonical import parse_json
-from settlekit.store.db import Database, connect
+from settlekit.store.db import Database, connect, url_traits
 
 console = Console(stderr=True, soft_wrap=True)  # one error, one line
 
@@ -73,11 +73,10 @@ def fail(exc: SettlekitError, code: int | None = None, note: str = "") -> NoRetu
 
 def require_existing_sqlite(url: str) -> None:
     """Commands that only read refuse a SQLite path with no file (opening it would create an empty database)."""
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///"):])
-        if not path.is_file():
-            raise DatabaseUnavailableError(f"no SQLite database at {path} (create one with `settlekit migrate`)",
-                                           code="DATABASE_NOT_FOUND", path=str(path))
+    path = url_traits(url).file
+    if path is not None and not path.is_file():
+        raise DatabaseUnavailableError(f"no SQLite database at {path} (create one with `settlekit migrate`)",
+                                       code="DATABASE_NOT_FOUND", path=str(path))
 
 
 def database_url(db: str | None) -> str:
@@ -92,7 +91,7 @@ def open_database(url: str | None, *, reading: bool = False) -> Database:
     url = database_url(url)
     if reading:
         require_existing_sqlite(url)
-    if url.startswith("sqlite:"):
+    if not url_traits(url).server:
         return connect(url)
     from settlekit.runtime.settings import Settings
 

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 from rich.markup import escape
 
+from settlekit.application.ledger import RebuildReport
 from settlekit.cli.common import (
     USAGE_EXIT,
     DbOption,
@@ -28,7 +29,6 @@ from settlekit.jobs.stream_postings import posting_records
 from settlekit.ledger.timeline import Axis, decode_cursor, encode_cursor, parse_instant
 from settlekit.store import ledger_timeline as timeline
 from settlekit.store.db import Database
-from settlekit.store.ledger_rebuild import RebuildReport
 
 MAX_POSITION = 2**63 - 1
 
@@ -173,7 +173,7 @@ def rebuild(
     """Recompute every journal entry and party allocation from the job streams into shadow tables and report any
     difference from the stored ledger (none expected). Exit 0 when there is none or --apply swapped the rebuilt
     ledger in; 1 when differences were found and left as they are."""
-    from settlekit.store.ledger_rebuild import rebuild as run_rebuild
+    from settlekit.application.ledger import rebuild as run_rebuild
 
     def action(database: Database) -> RebuildReport:
         with _progress_bar() as advance:

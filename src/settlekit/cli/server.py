@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from settlekit.cli.common import console, settings_flags
+from settlekit.store.db import url_traits
 
 log = logging.getLogger("settlekit.server")
 
@@ -42,6 +43,7 @@ API_SETTINGS = (
     "max_routed_requests", "rate_limit_per_second", "rate_limit_burst", "auth_failure_rate_per_second",
     "auth_failure_burst", "operator_tenant", "feed_max_streams_per_tenant", "feed_poll_interval",
     "feed_heartbeat_interval", "settld_compat_at_root", "test_send_concurrency", "test_send_timeout",
+    "console", "console_session_seconds",
 )
 METRICS_SETTINGS = ("metrics_host", "metrics_port")
 HEALTHCHECK_TIMEOUT_SECONDS = 60  # `serve --workers N`: a process silent this long is replaced
@@ -101,6 +103,7 @@ def api_process_app(flags: dict[str, Any], server_key_pem: str, parent_pid: int 
     database pool and logging, the parent's server key, no background workers. It ends when `parent_pid` (the
     `serve` process) dies (`die_with_parent`)."""
     from settlekit.api.app import create_app
+    from settlekit.console import console_mounts
     from settlekit.events.envelope import Signer
     from settlekit.metrics import shared_registry
     from settlekit.runtime.logging import configure_logging
@@ -113,7 +116,8 @@ def api_process_app(flags: dict[str, Any], server_key_pem: str, parent_pid: int 
     settings = Settings(**flags)
     configure_logging(settings.log_level)
     database = connect(settings.db_url, **settings.database_options())
-    app = create_app(database, settings, server_signer=Signer.from_pem(server_key_pem), close_db=True)
+    app = create_app(database, settings, server_signer=Signer.from_pem(server_key_pem), close_db=True,
+                     mounts=console_mounts(settings))
     feed = app.state.settlekit.feed
     if feed is not None:
         _on_exit_signal(feed.close)
@@ -174,7 +178,7 @@ def _open_database(flags: dict[str, Any], settings: Any) -> tuple[Any, dict[str,
 def _check_processes(processes: int, db_url: str) -> None:
     if processes < 1:
         raise typer.BadParameter("must be at least 1", param_hint="--workers")
-    if processes > 1 and not db_url.startswith(("postgresql://", "postgres://")):
+    if processes > 1 and not url_traits(db_url).server:
         # SQLite wakes the dispatcher in-process and serializes writers per process: one API process only
         raise typer.BadParameter("several API processes need PostgreSQL; on SQLite run one (the default)",
                                  param_hint="--workers")
@@ -245,9 +249,11 @@ def _uvicorn_config(app: Any, settings: Any, **options: Any) -> Any:
 def _serve_one(database: Any, settings: Any) -> None:
     """The API in this process."""
     from settlekit.api.app import create_app
+    from settlekit.console import console_mounts
     from settlekit.runtime.workers import load_server_signer
 
-    app_ = create_app(database, settings, server_signer=load_server_signer(settings.server_key_file))
+    app_ = create_app(database, settings, server_signer=load_server_signer(settings.server_key_file),
+                      mounts=console_mounts(settings))
     feed = app_.state.settlekit.feed
     _graceful_server(_uvicorn_config(app_, settings), feed.close if feed is not None else None).run()
 

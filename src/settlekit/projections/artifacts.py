@@ -32,9 +32,9 @@ from settlekit.delivery.sink import WebhookDeliverySink
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import iso_millis, parse_json, storable_json
 from settlekit.events.js import get, truthy
+from settlekit.projections.artifact_store import ArtifactConflict, ArtifactQuotaExceeded, ArtifactStore
 from settlekit.projections.sinks import DeliverySink
 from settlekit.store import artifacts as repo
-from settlekit.store.artifacts import ArtifactConflict, ArtifactQuotaExceeded, ArtifactStore
 from settlekit.store.db import Tx
 
 log = logging.getLogger("settlekit.artifacts")

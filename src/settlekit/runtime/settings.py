@@ -23,6 +23,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from settlekit.errors import ConfigurationError
+from settlekit.store.db import url_traits
 from settlekit.store.events import MAX_QUEUED_APPENDS
 
 if TYPE_CHECKING:
@@ -105,6 +106,11 @@ class Settings(BaseSettings):
         2, ge=1, description="test sends (`POST /v1/destinations/{id}/test`) of one tenant in flight per API "
         "process; one more is answered 429 `TEST_SEND_BUSY`")
     test_send_timeout: float = Field(10.0, gt=0, le=60, description="whole-request deadline of a test send (s)")
+    console: bool = Field(
+        True, description="`serve` serves the operator console at `/console` (sign-in with an API key)")
+    console_session_seconds: int = Field(
+        8 * 3600, ge=60, le=7 * 24 * 3600, description="how long a console sign-in lasts (its session and signed "
+        "cookie expire then; signing out or revoking the API key ends it at once, in every process)")
     dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
     max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
     import_max_bytes: int = Field(
@@ -244,7 +250,7 @@ class Settings(BaseSettings):
         PostgreSQL, none on SQLite. `db_direct` names the server of `db_url`: another URL does not get it. Without
         `deadline` (a one-off command that may rewrite much), round trips have no time limit."""
         url = self.db_url if url is None else url
-        if not url.startswith(("postgresql://", "postgres://")):
+        if not url_traits(url).server:
             return {}
         return {"direct_url": self.db_direct if url == self.db_url else None,
                 "prepared_statements": self.db_prepared_statements, "unavailable_hold": self.db_unavailable_hold,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from settlekit.store.db import Database, Row
+from settlekit.store import console_sessions
+from settlekit.store.database import Database, Row
 from settlekit.store.sql import statements
 
 API_KEY_COLUMNS = "key_id, tenant_id, scopes, status, label, secret_hash"
@@ -24,17 +25,22 @@ class StoredApiKey:
 def insert(db: Database, key_id: str, tenant_id: str, secret_hash: str, scopes: Iterable[str],
            label: str | None) -> None:
     with db.transaction() as tx:
-        tx.execute("INSERT INTO api_keys (key_id, tenant_id, secret_hash, scopes, label) VALUES (?, ?, ?, ?, ?)",
+        tx.execute(statements("api_keys", tx.dialect)["insert"],
                    (key_id, tenant_id, secret_hash, ",".join(sorted(scopes)), label))
 
 
 def revoke(db: Database, key_id: str, *, tenant_id: str | None = None) -> bool:
-    """Mark a key revoked (only if it belongs to `tenant_id`, when given); False when no such key."""
+    """Mark a key revoked (only if it belongs to `tenant_id`, when given) and end its console sessions; False when
+    no such key."""
     with db.transaction() as tx:
         named = statements("api_keys", tx.dialect)
         if tenant_id is None:
-            return tx.execute(named["revoke"], (key_id,)) > 0
-        return tx.execute(named["revoke_for_tenant"], (key_id, tenant_id)) > 0
+            revoked = tx.execute(named["revoke"], (key_id,)) > 0
+        else:
+            revoked = tx.execute(named["revoke_for_tenant"], (key_id, tenant_id)) > 0
+        if revoked:
+            console_sessions.delete_for_key(tx, key_id)
+        return revoked
 
 
 def find(db: Database, key_id: str) -> StoredApiKey | None:

@@ -3,54 +3,30 @@ the global event order, written once for both backends.
 
 Statements live in `store/queries/consumers.sql` (portable) and `store/<dialect>/queries/consumers.sql`; what the
 two databases do differently (row locks, PostgreSQL's transaction-id horizon, SQLite's in-process turn marks) is a
-`ConsumerDialect` in `store/postgres/consumers.py` and `store/sqlite/consumers.py`, picked once per repository.
+`ConsumerDialect` in `store/postgres/consumers.py` and `store/sqlite/consumers.py`, the database's `family.consumers`.
 Every method runs in the caller's transaction unless it says otherwise; transaction boundaries are the caller's.
 """
 
 from __future__ import annotations
 
-import abc
-import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
-from settlekit.errors import ConflictError
 from settlekit.events.canonical import parse_json
-from settlekit.store.db import Database, Dialect, Row, Tx
+from settlekit.store.database import ConsumerDialect, Database, Row, Tx
+from settlekit.store.rows import BlockedProbe, ConsumerRowLocked, Gap, LockMode, Writer, gap_ranges
 from settlekit.store.sql import statements
 from settlekit.store.streams import StoredEvent
 
-LockMode = Literal["none", "skip", "wait", "nowait"]
-"""How a state read locks the row: not at all, skipping a locked row, waiting for it, or failing at once."""
+# the row types live in store/rows.py (the dialects use them too); consumers of this repository import them here
+__all__ = ["BlockedProbe", "ConsumerDialect", "ConsumerRepository", "ConsumerRowLocked", "ConsumerState",
+           "DispatchedEvent", "Gap", "LockMode", "PrecheckRow", "Writer", "dump_gaps", "gap_ranges", "parse_gaps"]
 
 # ---------------------------------------------------------------------------------------------------- row types
-
-
-@dataclass(frozen=True)
-class Gap:
-    """An inclusive range of positions below the cursor that were invisible when observed.
-
-    `seen_at` (unix seconds, 0 = unknown) is when the range was first recorded; it only feeds the oldest-gap
-    gauge and takes no part in equality."""
-
-    lo: int
-    hi: int
-    xmax: int
-    seen_at: float = field(default=0.0, compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"from": self.lo, "to": self.hi, "xmax": str(self.xmax)}
-        if self.seen_at:
-            out["at"] = round(self.seen_at, 3)
-        return out
-
-    @property
-    def size(self) -> int:
-        return self.hi - self.lo + 1
 
 
 def parse_gaps(value: Any) -> list[Gap]:
@@ -152,16 +128,6 @@ class DispatchedEvent(StoredEvent):
         return str(self.__dict__["_type"])
 
 
-@dataclass(frozen=True)
-class Writer:
-    """An open transaction that holds a transaction id (PostgreSQL, from pg_stat_activity)."""
-
-    pid: int
-    database: str | None
-    state: str | None
-    age_seconds: float
-
-
 class PrecheckRow(NamedTuple):
     """One consumer row as the dispatcher's idle pre-check sees it (the driver's values, unconverted)."""
 
@@ -174,99 +140,7 @@ class PrecheckRow(NamedTuple):
     high_water_mark: int
 
 
-class ConsumerRowLocked(ConflictError):
-    """A `nowait` state read met a row another transaction holds: the consumer is in a turn (the dispatcher's
-    ConsumerProcessing names the consumer; the code is the same)."""
-
-    code = "CONSUMER_PROCESSING"
-
-
 # ---------------------------------------------------------------------------------------------------- dialects
-
-
-class BlockedProbe(NamedTuple):
-    """A consumer row's version (its tuple's xmin: any update changes it), its cursor, the first visible position
-    past the cursor, the transaction ids of the database running now and the horizon."""
-
-    revision: str
-    cursor: int
-    next_position: int | None
-    running: frozenset[int]
-    horizon: int
-
-
-class ConsumerDialect(abc.ABC):
-    """What PostgreSQL and SQLite do differently for consumers."""
-
-    commits_out_of_order: bool
-    """True when a lower position can become visible after a higher one (concurrent writers), so positions the
-    fetch skipped must be kept as pending gaps."""
-
-    row_locks: Mapping[LockMode, str]
-    """The clause appended to a state read for each lock mode."""
-
-    @abc.abstractmethod
-    def fetchone_locking(self, tx: Tx, sql: str, params: Sequence[Any]) -> Row | None:
-        """Run a locking read; a row held elsewhere under `nowait` raises ConsumerRowLocked."""
-
-    @abc.abstractmethod
-    def fetch_events(self, tx: Tx, after: str, cursor: int, gaps: Sequence[Gap], limit: int) -> list[Row]:
-        """Event rows in a pending gap or past the cursor (`after` is the statement without gaps)."""
-
-    @abc.abstractmethod
-    def horizon(self, tx: Tx) -> int:
-        """A transaction id below which every writer has ended (taken before the turn's fetch)."""
-
-    def snapshot(self, tx: Tx) -> tuple[int, frozenset[int]]:
-        """`horizon`, with the transaction ids running now (none where writers are serial)."""
-        return self.horizon(tx), frozenset()
-
-    def blocked_probe(self, tx: Tx, name: str, instance_id: str) -> BlockedProbe | None:
-        """What a blocked turn compares with the last one, the state row locked (None: no row, or it is held
-        elsewhere). Only where commits come out of order (gaps exist)."""
-        raise NotImplementedError
-
-    @abc.abstractmethod
-    def observation_xid(self, db: Database) -> int:
-        """A transaction id assigned now: once the horizon passes it, every writer that drew a position before
-        this call has ended."""
-
-    @abc.abstractmethod
-    def oldest_writer(self, db: Database) -> Writer | None:
-        """The open transaction that keeps the horizon from moving on, when the database can tell."""
-
-    @abc.abstractmethod
-    def turn(self, db: Database, name: str, instance_id: str) -> AbstractContextManager[None]:
-        """Held around a turn's transaction, so that other threads of this process can see the turn."""
-
-    @abc.abstractmethod
-    def turn_in_process(self, db: Database, name: str, instance_id: str) -> bool:
-        """True when a turn of this process holds the row and only this process can tell."""
-
-    @abc.abstractmethod
-    def processing_keys(self, tx: Tx, db: Database, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        """The (name, instance_id) rows a turn holds right now."""
-
-
-def _postgres() -> ConsumerDialect:
-    from settlekit.store.postgres.consumers import PostgresConsumers
-
-    return PostgresConsumers()
-
-
-def _sqlite() -> ConsumerDialect:
-    from settlekit.store.sqlite.consumers import SqliteConsumers
-
-    return SqliteConsumers()
-
-
-_DIALECTS: Mapping[Dialect, Callable[[], ConsumerDialect]] = {"postgres": _postgres, "sqlite": _sqlite}
-
-
-@functools.cache
-def consumer_dialect(dialect: Dialect) -> ConsumerDialect:
-    """The consumer part of a dialect (one instance each)."""
-    return _DIALECTS[dialect]()
 
 
 # ---------------------------------------------------------------------------------------------------- repository
@@ -291,17 +165,12 @@ def _state(row: Sequence[Any]) -> tuple[ConsumerState, float]:
     return state, float(row[10] or 0.0)
 
 
-def gap_ranges(gaps: Sequence[Gap]) -> tuple[str, list[int]]:
-    """`position BETWEEN ? AND ? OR …` over the gaps, with its parameters."""
-    return " OR ".join("position BETWEEN ? AND ?" for _ in gaps), [v for g in gaps for v in (g.lo, g.hi)]
-
-
 class ConsumerRepository:
     """The only code that reads or writes consumer rows, for one database."""
 
     def __init__(self, db: Database):
         self.db = db
-        self._dialect = consumer_dialect(db.dialect)
+        self._dialect = db.family.consumers
         self._sql = sql = statements("consumers", db.dialect)
         self._read_state = {mode: sql["state"] + clause for mode, clause in self._dialect.row_locks.items()}
         self._precheck: dict[int, str] = {}  # by the number of names

@@ -16,7 +16,8 @@ from typing import Any
 
 from settlekit.events.canonical import canonical_hash, parse_json
 from settlekit.ledger import contract_hash, legacy_contract_hash, normalize_contract_document
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
+from settlekit.store.sql import statements
 
 # the document stored under the hash, else the one an alias of that hash names
 _RESOLVE = (
@@ -50,8 +51,7 @@ def store_contract(db: Database, tenant_id: str, document: Any) -> StoredContrac
     digest = contract_hash(document)
     legacy = legacy_contract_hash(document)
     with db.transaction() as tx:
-        created = tx.execute("INSERT INTO contract_documents (tenant_id, contract_hash, contract_id, document_json)"
-                             " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        created = tx.execute(statements("contracts", tx.dialect)["store_contract"],
                              (tenant_id, digest, normalized.get("contractId"),
                               json.dumps(document, ensure_ascii=False, separators=(",", ":")))) > 0
         if legacy != digest:
@@ -80,17 +80,17 @@ def rekey_contract_documents(tx: Tx) -> int:
     """
     moved = 0
     for tenant_id, old, document_json in tx.fetchall(
-            "SELECT tenant_id, contract_hash, document_json FROM contract_documents"):
+            statements("contracts", tx.dialect)["contract_documents"]):
         new = canonical_hash(parse_json(document_json))
         if new == old:
             continue
-        taken = tx.scalar("SELECT 1 FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?",
+        taken = tx.scalar(statements("contracts", tx.dialect)["contract_stored"],
                           (tenant_id, new))
         if taken is None:
-            tx.execute("UPDATE contract_documents SET contract_hash = ? WHERE tenant_id = ? AND contract_hash = ?",
+            tx.execute(statements("contracts", tx.dialect)["rekey_contract"],
                        (new, tenant_id, old))
         else:  # the same document is already stored under its new hash: the old row is a duplicate
-            tx.execute("DELETE FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?", (tenant_id, old))
+            tx.execute(statements("contracts", tx.dialect)["drop_duplicate_contract"], (tenant_id, old))
         tx.execute(_ADD_ALIAS, (tenant_id, old, new))
         moved += 1
     return moved

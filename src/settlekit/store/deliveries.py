@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.events.canonical import iso_millis
-from settlekit.store.db import Tx
+from settlekit.store.database import Tx
 from settlekit.store.sql import and_where, fragment, from_timestamp, statements, timestamp
 
 
@@ -216,17 +216,7 @@ def put_destination(tx: Tx, dest: Destination, *, now: datetime) -> None:
     types = json.dumps(sorted(dest.artifact_types)) if dest.artifact_types else None
     ts = db_time(tx, now)
     tx.execute(
-        "INSERT INTO destinations (tenant_id, destination_id, kind, url, secret_ref, signing, artifact_types,"
-        " ordering, allow_private_network, status, disabled_reason, previous_secret_ref,"
-        " previous_secret_expires_at, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (tenant_id, destination_id) DO UPDATE SET kind = excluded.kind, url = excluded.url,"
-        " secret_ref = excluded.secret_ref, signing = excluded.signing,"
-        " artifact_types = excluded.artifact_types,"
-        " ordering = excluded.ordering, allow_private_network = excluded.allow_private_network,"
-        " status = excluded.status, disabled_reason = excluded.disabled_reason,"
-        " previous_secret_ref = excluded.previous_secret_ref,"
-        " previous_secret_expires_at = excluded.previous_secret_expires_at, updated_at = excluded.updated_at",
+        statements("deliveries", tx.dialect)["put_destination"],
         (
             dest.tenant_id,
             dest.destination_id,
@@ -300,8 +290,7 @@ def disable_if_active(tx: Tx, tenant_id: str, destination_id: str, *, reason: st
     here orders concurrent disablers: exactly one of them sees it active."""
     ts = db_time(tx, now)
     n = tx.execute(
-        "UPDATE destinations SET status = 'disabled', disabled_reason = ?, disabled_at = ?, updated_at = ?"
-        " WHERE tenant_id = ? AND destination_id = ? AND status = 'active'",
+        statements("deliveries", tx.dialect)["disable_if_active"],
         (reason, ts, ts, tenant_id, destination_id),
     )
     return n == 1
@@ -312,17 +301,14 @@ def disable_if_active(tx: Tx, tenant_id: str, destination_id: str, *, reason: st
 
 def count_pending(tx: Tx, tenant_id: str) -> int:
     """Pending deliveries of a tenant."""
-    return int(tx.scalar("SELECT count(*) FROM deliveries WHERE tenant_id = ? AND state = 'pending'", (tenant_id,)))
+    return int(tx.scalar(statements("deliveries", tx.dialect)["count_pending"], (tenant_id,)))
 
 
 def insert_delivery(tx: Tx, row: NewDelivery, *, now: datetime) -> int:
     """Create a pending delivery due at `now`; 0 when the tenant already has one with its dedupe key."""
     ts = db_time(tx, now)
     return tx.execute(
-        "INSERT INTO deliveries (tenant_id, destination_id, artifact_type, artifact_id, artifact_hash,"
-        " dedupe_key, message_id, scope_key, order_seq, priority, order_key, next_attempt_at, created_at,"
-        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (tenant_id, dedupe_key) DO NOTHING",
+        statements("deliveries", tx.dialect)["insert_delivery"],
         (
             row.tenant_id,
             row.destination_id,
@@ -398,6 +384,26 @@ def list_deliveries(
     return [_dlv(r) for r in tx.fetchall(sql + " ORDER BY id LIMIT ?", (*params, limit))]
 
 
+def deliveries_of_artifacts(tx: Tx, tenant_id: str, artifact_ids: Sequence[str]) -> list[Delivery]:
+    """The tenant's deliveries of the given artifacts, in id order."""
+    ids = sorted(set(artifact_ids))
+    if not ids:
+        return []
+    marks = ",".join("?" for _ in ids)
+    return [_dlv(r) for r in tx.fetchall(
+        f"SELECT {_DLV_COLS} FROM deliveries WHERE tenant_id = ? AND artifact_id IN ({marks}) ORDER BY id",
+        (tenant_id, *ids))]
+
+
+def latest_deliveries(tx: Tx, tenant_id: str, destination_id: str, *, before_id: int | None,
+                      limit: int) -> list[Delivery]:
+    """A destination's deliveries, newest first; `before_id` pages (keyset: the last id of the previous page)."""
+    sql = f"SELECT {_DLV_COLS} FROM deliveries WHERE tenant_id = ? AND destination_id = ?"
+    params: list[Any] = [tenant_id, destination_id]
+    sql = and_where(sql, params, [("id < ?", before_id)])
+    return [_dlv(r) for r in tx.fetchall(sql + " ORDER BY id DESC LIMIT ?", (*params, limit))]
+
+
 def record_attempt(
     tx: Tx,
     delivery_id: int,
@@ -410,8 +416,7 @@ def record_attempt(
     response_snippet: str | None,
 ) -> None:
     tx.execute(
-        "INSERT INTO delivery_attempts (delivery_id, attempt, started_at, duration_ms, http_status, error,"
-        " response_snippet) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (delivery_id, attempt) DO NOTHING",
+        statements("deliveries", tx.dialect)["record_attempt"],
         (delivery_id, attempt, db_time(tx, started_at), duration_ms, http_status, error, response_snippet),
     )
 
@@ -419,7 +424,7 @@ def record_attempt(
 def list_attempts(tx: Tx, delivery_id: int) -> list[tuple[int, int | None, str | None]]:
     """(attempt, http_status, error) rows in attempt order."""
     rows = tx.fetchall(
-        "SELECT attempt, http_status, error FROM delivery_attempts WHERE delivery_id = ? ORDER BY attempt",
+        statements("deliveries", tx.dialect)["list_attempts"],
         (delivery_id,),
     )
     return [(int(r[0]), r[1], r[2]) for r in rows]
@@ -563,21 +568,20 @@ def cleanup_expired(tx: Tx, *, now: datetime, limit: int = 10000) -> int:
     and only the outer condition is checked on that newer version."""
     cutoff = db_time(tx, now)
     return tx.execute(
-        "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries WHERE expires_at IS NOT NULL"
-        " AND expires_at < ? LIMIT ?) AND expires_at IS NOT NULL AND expires_at < ?",
+        statements("deliveries", tx.dialect)["cleanup_expired"],
         (cutoff, limit, cutoff),
     )
 
 
 def pending_counts(tx: Tx) -> dict[str, int]:
     """Rows per state over all tenants (for the `settlekit_deliveries_pending{state}` gauge)."""
-    rows = tx.fetchall("SELECT state, count(*) FROM deliveries GROUP BY state")
+    rows = tx.fetchall(statements("deliveries", tx.dialect)["pending_counts"])
     return {str(r[0]): int(r[1]) for r in rows}
 
 
 def oldest_pending_created_at(tx: Tx) -> datetime | None:
     """Creation time of the oldest pending delivery (all tenants), for the oldest-pending gauge."""
-    return from_timestamp(tx.scalar("SELECT min(created_at) FROM deliveries WHERE state = 'pending'"))
+    return from_timestamp(tx.scalar(statements("deliveries", tx.dialect)["oldest_pending_created_at"]))
 
 
 def count_due(tx: Tx, *, now: datetime) -> int:
@@ -643,14 +647,12 @@ def claim_ids(tx: Tx, ids: Sequence[int], *, worker: str, lease: timedelta, now:
 
 
 def get_circuit(tx: Tx, tenant_id: str, destination_id: str) -> Circuit | None:
-    row = tx.fetchone("SELECT circuit_failures, circuit_opens, circuit_open_until FROM destinations"
-                      " WHERE tenant_id = ? AND destination_id = ?", (tenant_id, destination_id))
+    row = tx.fetchone(statements("deliveries", tx.dialect)["get_circuit"], (tenant_id, destination_id))
     return None if row is None else Circuit(int(row[0]), int(row[1]), from_timestamp(row[2]))
 
 
 def set_circuit(tx: Tx, tenant_id: str, destination_id: str, circuit: Circuit) -> None:
-    tx.execute("UPDATE destinations SET circuit_failures = ?, circuit_opens = ?, circuit_open_until = ?"
-               " WHERE tenant_id = ? AND destination_id = ?",
+    tx.execute(statements("deliveries", tx.dialect)["set_circuit"],
                (circuit.failures, circuit.opens,
                 db_time(tx, circuit.open_until) if circuit.open_until is not None else None,
                 tenant_id, destination_id))
@@ -677,7 +679,7 @@ def destination_disabled_at(tx: Tx, tenant_id: str, destination_id: str) -> date
     """When the destination was disabled (None when active or unknown)."""
     return from_timestamp(
         tx.scalar(
-            "SELECT disabled_at FROM destinations WHERE tenant_id = ? AND destination_id = ?",
+            statements("deliveries", tx.dialect)["destination_disabled_at"],
             (tenant_id, destination_id),
         )
     )
@@ -685,7 +687,7 @@ def destination_disabled_at(tx: Tx, tenant_id: str, destination_id: str) -> date
 
 def destination_active_since(tx: Tx, tenant_id: str, destination_id: str) -> datetime | None:
     """When the destination was last enabled, else first saved (None when unknown)."""
-    row = tx.fetchone("SELECT enabled_at, created_at FROM destinations WHERE tenant_id = ? AND destination_id = ?",
+    row = tx.fetchone(statements("deliveries", tx.dialect)["destination_active_since"],
                       (tenant_id, destination_id))
     return None if row is None else from_timestamp(row[0] if row[0] is not None else row[1])
 
@@ -765,8 +767,7 @@ _SECRET_REF_COLUMNS: Final = ("secret_ref", "previous_secret_ref")
 def end_expired_rotations(tx: Tx, tenant_id: str, *, now: datetime) -> int:
     """Forget the tenant's rotated-out secrets whose grace period is over at `now`."""
     return tx.execute(
-        "UPDATE destinations SET previous_secret_ref = NULL, previous_secret_expires_at = NULL"
-        " WHERE tenant_id = ? AND previous_secret_expires_at IS NOT NULL AND previous_secret_expires_at <= ?",
+        statements("deliveries", tx.dialect)["end_expired_rotations"],
         (tenant_id, db_time(tx, now)),
     )
 
@@ -774,7 +775,7 @@ def end_expired_rotations(tx: Tx, tenant_id: str, *, now: datetime) -> int:
 def secret_refs(tx: Tx, tenant_id: str) -> list[tuple[str, str | None]]:
     """(secret_ref, previous_secret_ref) of every destination of the tenant."""
     return [(r[0], r[1]) for r in tx.fetchall(
-        "SELECT secret_ref, previous_secret_ref FROM destinations WHERE tenant_id = ?", (tenant_id,))]
+        statements("deliveries", tx.dialect)["secret_refs"], (tenant_id,))]
 
 
 def destinations_with_ref_scheme(tx: Tx, scheme: str) -> list[tuple[str, str, str, str, str | None]]:
@@ -783,8 +784,7 @@ def destinations_with_ref_scheme(tx: Tx, scheme: str) -> list[tuple[str, str, st
     if not scheme.isalpha():
         raise ValidationError(f"not a secret reference scheme: {scheme!r}", field="scheme")
     rows = tx.fetchall(
-        "SELECT tenant_id, destination_id, signing, secret_ref, previous_secret_ref FROM destinations"
-        " WHERE secret_ref LIKE ? OR previous_secret_ref LIKE ? ORDER BY tenant_id, destination_id",
+        statements("deliveries", tx.dialect)["destinations_with_ref_scheme"],
         (f"{scheme}:%", f"{scheme}:%"),
     )
     return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]

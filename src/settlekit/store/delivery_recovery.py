@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from settlekit.store.db import Tx
+from settlekit.store.database import Tx
 from settlekit.store.deliveries import REQUEUE_SET, db_time
-from settlekit.store.sql import fragment, from_timestamp
+from settlekit.store.sql import fragment, from_timestamp, statements
 
 _REPLAY_WHERE: Final = " WHERE tenant_id = ? AND destination_id = ? AND created_at >= ? AND created_at < ?"
 
@@ -65,7 +65,7 @@ def running_replay(tx: Tx, tenant_id: str, destination_id: str) -> ReplayRow | N
 
 
 def running_replays_of(tx: Tx, tenant_id: str) -> int:
-    return int(tx.scalar("SELECT count(*) FROM delivery_replays WHERE tenant_id = ? AND status = 'running'",
+    return int(tx.scalar(statements("delivery_recovery", tx.dialect)["running_replays_of"],
                          (tenant_id,)))
 
 
@@ -93,7 +93,7 @@ def list_replays(tx: Tx, tenant_id: str, destination_id: str, *, limit: int) -> 
 
 
 def any_running_replay(tx: Tx) -> bool:
-    return tx.fetchone("SELECT 1 FROM delivery_replays WHERE status = 'running' LIMIT 1") is not None
+    return tx.fetchone(statements("delivery_recovery", tx.dialect)["any_running_replay"]) is not None
 
 
 def lock_running_replays(tx: Tx, *, limit: int) -> list[ReplayRow]:
@@ -127,8 +127,7 @@ def replay_chunk(tx: Tx, replay: ReplayRow, *, limit: int, now: datetime) -> tup
 def update_replay(tx: Tx, replay_id: str, *, status: str, replayed: int, skipped: int, cursor_id: int,
                   now: datetime, finished: bool) -> None:
     ts = db_time(tx, now)
-    tx.execute("UPDATE delivery_replays SET status = ?, replayed = ?, skipped = ?, cursor_id = ?, updated_at = ?,"
-               " finished_at = ? WHERE replay_id = ?",
+    tx.execute(statements("delivery_recovery", tx.dialect)["update_replay"],
                (status, replayed, skipped, cursor_id, ts, ts if finished else None, replay_id))
 
 
@@ -142,14 +141,12 @@ def update_streak(tx: Tx, tenant_id: str, destination_id: str, *, reset: bool, f
     first = db_time(tx, first_failure) if first_failure is not None else None
     if reset and not failures:
         # the common case, all well: no write (and no row lock) unless a streak is to be ended
-        tx.execute("UPDATE destinations SET failure_streak = 0, failing_since = NULL"
-                   " WHERE tenant_id = ? AND destination_id = ? AND failure_streak <> 0", (tenant_id, destination_id))
+        tx.execute(statements("delivery_recovery", tx.dialect)["end_streak"], (tenant_id, destination_id))
     elif reset:
-        tx.execute("UPDATE destinations SET failure_streak = ?, failing_since = ?"
-                   " WHERE tenant_id = ? AND destination_id = ?", (failures, first, tenant_id, destination_id))
+        tx.execute(statements("delivery_recovery", tx.dialect)["set_streak"],
+                   (failures, first, tenant_id, destination_id))
     elif failures:
-        tx.execute("UPDATE destinations SET failure_streak = failure_streak + ?,"
-                   " failing_since = COALESCE(failing_since, ?) WHERE tenant_id = ? AND destination_id = ?",
+        tx.execute(statements("delivery_recovery", tx.dialect)["extend_streak"],
                    (failures, first, tenant_id, destination_id))
 
 
@@ -159,17 +156,14 @@ def disable_if_failing(tx: Tx, tenant_id: str, destination_id: str, *, min_failu
     and began at or before `failing_before`; True when this call disabled it."""
     ts = db_time(tx, now)
     return tx.execute(
-        "UPDATE destinations SET status = 'disabled', disabled_reason = ?, disabled_at = ?, updated_at = ?"
-        " WHERE tenant_id = ? AND destination_id = ? AND status = 'active' AND failure_streak >= ?"
-        " AND failing_since IS NOT NULL AND failing_since <= ?",
+        statements("delivery_recovery", tx.dialect)["disable_if_failing"],
         (reason, ts, ts, tenant_id, destination_id, min_failures, db_time(tx, failing_before)),
     ) == 1
 
 
 def streak(tx: Tx, tenant_id: str, destination_id: str) -> tuple[int, datetime | None]:
     """(failed attempts in a row, when the run began) of the destination; (0, None) when unknown."""
-    row = tx.fetchone("SELECT failure_streak, failing_since FROM destinations WHERE tenant_id = ?"
-                      " AND destination_id = ?", (tenant_id, destination_id))
+    row = tx.fetchone(statements("delivery_recovery", tx.dialect)["streak"], (tenant_id, destination_id))
     return (0, None) if row is None else (int(row[0]), from_timestamp(row[1]))
 
 
@@ -199,12 +193,17 @@ def attempts_in_window(tx: Tx, tenant_id: str, destination_id: str, *, since: da
     return [AttemptRow(_time(r[0]), float(r[1]), r[2], r[3], int(r[4])) for r in rows]
 
 
-def delivery_states(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime,
-                    until: datetime) -> dict[str, int]:
-    """The destination's deliveries created in [since, until) per state."""
-    rows = tx.fetchall(f"SELECT state, count(*) FROM deliveries{_REPLAY_WHERE} GROUP BY state",
-                       (tenant_id, destination_id, db_time(tx, since), db_time(tx, until)))
-    return {str(r[0]): int(r[1]) for r in rows}
+def delivery_states(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime, until: datetime,
+                    limit: int) -> tuple[dict[str, int], int, datetime | None]:
+    """The newest `limit` deliveries of the destination created in [since, until), counted per state (an
+    index-only scan of at most `limit` entries): (counts, deliveries counted, creation time of the oldest
+    counted)."""
+    rows = tx.fetchall(
+        f"SELECT state, count(*), min(created_at) FROM (SELECT state, created_at FROM deliveries{_REPLAY_WHERE}"
+        " ORDER BY created_at DESC LIMIT ?) newest GROUP BY state",
+        (tenant_id, destination_id, db_time(tx, since), db_time(tx, until), limit))
+    oldest = [t for t in (from_timestamp(r[2]) for r in rows) if t is not None]
+    return {str(r[0]): int(r[1]) for r in rows}, sum(int(r[1]) for r in rows), min(oldest, default=None)
 
 
 def _time(value: Any) -> datetime:

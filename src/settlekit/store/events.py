@@ -1,105 +1,26 @@
 """The event recorder: writes one append batch in one transaction (one round trip on PostgreSQL).
 
-The append use case (`settlekit.append`) builds a `CommitBatch`; the recorder hands it to the backend of the
-database's dialect (`store/postgres/events.py`, `store/sqlite/events.py`), which checks the expected stream head,
-inserts the events, moves the head with the new snapshot and runs `after` (the domain's rows, the idempotency
-record) in the same transaction.
+The append use case (`settlekit.append`) builds a `CommitBatch` (store/rows.py); the recorder hands it to the
+database's dialect family (`db.family.events`: store/postgres/events.py, store/sqlite/events.py), which checks the
+expected stream head, inserts the events, moves the head with the new snapshot and runs `after` (the domain's
+rows, the idempotency record) in the same transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
 
 from settlekit import failpoints
 from settlekit.errors import DatabaseUnavailableError, OverloadedError
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import AfterCommit, Database, EventWriter
+from settlekit.store.rows import CommitBatch, Committed, DuplicateKey, GroupRolledBack, HeadMismatch, duplicate_kind
 
-
-@dataclass(frozen=True, slots=True)
-class CommitBatch:
-    """One append, ready to write: finalized envelopes and their stored JSON text, in stream order.
-
-    `prev_chain_hash` is the head the batch links to (None: the stream must not exist yet, or be empty when
-    `expected_version` is 0); `expected_version`, when given, must also match the head's seq. `snapshot_json`
-    replaces the stream's stored state (None keeps it)."""
-
-    tenant_id: str
-    stream_id: str
-    stream_type: str
-    prev_chain_hash: str | None
-    expected_version: int | None
-    events: Sequence[dict[str, Any]]
-    jsons: Sequence[str]
-    snapshot_json: str | None
-    batch_id: str
-    correlation_id: str | None = None
-    causation_id: str | None = None
-
-    @property
-    def creates_stream(self) -> bool:
-        """The batch may create the stream (it expects no head)."""
-        return self.prev_chain_hash is None and self.expected_version in (None, 0)
-
-
-class Committed(NamedTuple):
-    base_seq: int  # the head's seq before the batch: its events got base_seq + 1, base_seq + 2, ...
-    positions: list[int]
-
-
-class HeadMismatch(NamedTuple):
-    """The stream head is not the one the batch expects: nothing was written."""
-
-    seq: int | None  # None: the stream does not exist
-    chain_hash: str | None
-
-
-# Runs inside the append transaction once the events are in: (tx, base_seq, positions).
-AfterCommit = Callable[[Tx, int, list[int]], None]
-
-
-class DuplicateKey(Exception):
-    """A write broke a uniqueness rule; `kind` says which: "idempotency" (the key was recorded concurrently),
-    "event_id" (an event id is already stored), "stream" (a concurrent append took the same seq, or the stream
-    already holds the chain hash) or "other" (a rule of another table: a fault, never a conflict to answer)."""
-
-    def __init__(self, constraint: str):
-        super().__init__(constraint)
-        self.kind = duplicate_kind(constraint)
-
-
-def duplicate_kind(constraint: str) -> str:
-    """The uniqueness rule a constraint name (PostgreSQL) or message (SQLite) stands for."""
-    if "idempotency" in constraint:
-        return "idempotency"
-    if "event_id" in constraint:
-        return "event_id"
-    if any(name in constraint for name in _STREAM_RULES):
-        return "stream"
-    return "other"
-
-
-# the stream's uniqueness rules: PostgreSQL's constraint names, SQLite's "UNIQUE constraint failed: …" columns
-_STREAM_RULES = ("events_stream_seq", "events_stream_chain_hash", "streams_pkey", "events.stream_id",
-                 "streams.stream_id")
-
-
-class GroupRolledBack(Exception):
-    """The database refused a statement of a group's transaction, so its COMMIT did not take effect: nothing of the
-    group is written (unlike a failure whose outcome is unknown, such as a lost connection during the COMMIT)."""
-
-
-class _Backend(Protocol):
-    def commit(self, db: Any, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch: ...
-
-    def write_group(self, db: Any, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
-                    before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]: ...
+__all__ = ["MAX_QUEUED_APPENDS", "AfterCommit", "CommitBatch", "Committed", "DuplicateKey", "EventRecorder",
+           "GroupCommitter", "GroupRolledBack", "HeadMismatch", "duplicate_kind"]
 
 
 # appends a GroupCommitter holds at most (queued or being written); far above what a process keeps in flight
@@ -113,7 +34,7 @@ class EventRecorder:
 
     def __init__(self, db: Database, *, group_commit: bool = False, max_queued: int = MAX_QUEUED_APPENDS):
         self.db = db
-        backend: _Backend = importlib.import_module(f"settlekit.store.{db.dialect}.events")
+        backend = db.family.events
         self._commit = backend.commit
         self.group = GroupCommitter(db, backend, max_queued=max_queued) if group_commit else None
 
@@ -159,7 +80,7 @@ class GroupCommitter:
     group that cannot reach the database is answered DatabaseUnavailableError as a whole (no append of it is
     to blame, so it is not written again one by one)."""
 
-    def __init__(self, db: Database, backend: _Backend, *, max_group: int = 64,
+    def __init__(self, db: Database, backend: EventWriter, *, max_group: int = 64,
                  max_queued: int = MAX_QUEUED_APPENDS):
         self.db = db
         self.backend = backend

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
 from settlekit.store.sql import statements
 
 
@@ -44,6 +44,11 @@ class FeedRepository:
             sql = self._by_types[len(types)] = sql + " ORDER BY position LIMIT ?"
         rows = tx.fetchall(sql, (tenant_id, after, upto, *types, limit))
         return [FeedEvent(int(r[0]), r[1], r[2]) for r in rows]
+
+    def tenant_last(self, tx: Tx, tenant_id: str, after: int, upto: int) -> int | None:
+        """The position of the tenant's last event in (after, upto], of any type (None without one)."""
+        value = tx.scalar(self._sql["tenant_last"], (tenant_id, after, upto))
+        return None if value is None else int(value)
 
     def raw_page(self, tx: Tx, tenant_id: str, after: int, limit: int) -> list[FeedEvent]:
         """A plain page of the tenant's events past `after`, with no settled bound (not commit-safe: for

@@ -8,8 +8,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from settlekit.events.canonical import canonical_hash, parse_json, storable_json
+from settlekit.ledger import merkle
 from settlekit.ledger.close import PeriodEntry, StreamLeaf
-from settlekit.store.db import Row, Tx
+from settlekit.ledger.merkle import Node
+from settlekit.store.database import Row, Tx
 from settlekit.store.sql import statements
 
 PAGE: Final = 2000  # entries per keyset page of a period read
@@ -26,26 +28,24 @@ def lock_tenant_closes(tx: Tx, tenant_id: str) -> None:
 
 def tenants_to_close(tx: Tx) -> list[str]:
     """Tenants with journal entries or job streams."""
-    rows = tx.fetchall("SELECT tenant_id FROM ledger_entries UNION SELECT tenant_id FROM streams"
-                       " WHERE stream_type = 'job'")
+    rows = tx.fetchall(statements("finance", tx.dialect)["tenants_to_close"])
     return sorted(r[0] for r in rows)
 
 
 def closed_months(tx: Tx, tenant_id: str) -> list[str]:
-    rows = tx.fetchall("SELECT month FROM finance_closes WHERE tenant_id = ?", (tenant_id,))
+    rows = tx.fetchall(statements("finance", tx.dialect)["closed_months"], (tenant_id,))
     return sorted(r[0] for r in rows)
 
 
 def close_document(tx: Tx, tenant_id: str, month: str) -> dict[str, Any] | None:
-    text = tx.scalar("SELECT document_json FROM finance_closes WHERE tenant_id = ? AND month = ?", (tenant_id, month))
+    text = tx.scalar(statements("finance", tx.dialect)["close_document"], (tenant_id, month))
     return None if text is None else dict(parse_json(text))
 
 
 def insert_close(tx: Tx, tenant_id: str, month: str, doc: dict[str, Any]) -> None:
     log = doc["merkleLog"]
     tx.execute(
-        "INSERT INTO finance_closes (tenant_id, month, artifact_hash, tree_size, root_hash, journal_sha256,"
-        " document_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        statements("finance", tx.dialect)["insert_close"],
         (tenant_id, month, doc["artifactHash"], log["treeSize"], log["rootHash"], doc["journal"]["sha256"],
          storable_json(doc)))
 
@@ -53,9 +53,7 @@ def insert_close(tx: Tx, tenant_id: str, month: str, doc: dict[str, Any]) -> Non
 def insert_close_artifact(tx: Tx, tenant_id: str, doc: dict[str, Any]) -> None:
     """The close document as an artifact row, so the delivery worker can load and send it."""
     tx.execute(
-        "INSERT INTO artifacts (tenant_id, artifact_id, job_id, artifact_type, source_event_id, source_chain_hash,"
-        " artifact_hash, job_version, artifact_json, generated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT DO NOTHING",
+        statements("finance", tx.dialect)["insert_close_artifact"],
         (tenant_id, doc["artifactId"], doc["jobId"], doc["artifactType"], doc["sourceEventId"], doc["atChainHash"],
          doc["artifactHash"], doc["jobVersion"], storable_json(doc), doc["generatedAt"]))
 
@@ -95,9 +93,7 @@ def job_events_between(tx: Tx, tenant_id: str, start: str, end: str) -> list[tup
 
 def latest_leaves(tx: Tx, tenant_id: str) -> dict[str, StreamLeaf]:
     rows = tx.fetchall(
-        "SELECT stream_id, head_chain_hash, event_count FROM finance_log_leaves l WHERE tenant_id = ? AND leaf_index ="
-        " (SELECT max(leaf_index) FROM finance_log_leaves m WHERE m.tenant_id = l.tenant_id"
-        " AND m.stream_id = l.stream_id)", (tenant_id,))
+        statements("finance", tx.dialect)["latest_leaves"], (tenant_id,))
     return {r[0]: StreamLeaf(r[0], r[1], int(r[2])) for r in rows}
 
 
@@ -113,17 +109,44 @@ def leaf_hashes(tx: Tx, tenant_id: str, size: int | None = None) -> list[bytes]:
 
 def append_leaves(tx: Tx, tenant_id: str, month: str, first_index: int, leaves: Sequence[StreamLeaf]) -> None:
     tx.executemany(
-        "INSERT INTO finance_log_leaves (tenant_id, leaf_index, period, stream_id, head_chain_hash, event_count,"
-        " leaf_hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        statements("finance", tx.dialect)["append_leaves"],
         [(tenant_id, first_index + i, month, leaf.stream_id, leaf.head_chain_hash, leaf.event_count,
           leaf.hash().hex()) for i, leaf in enumerate(leaves)])
+
+
+def append_nodes(tx: Tx, tenant_id: str, nodes: Sequence[tuple[int, int, bytes]]) -> None:
+    """Store perfect subtrees of the log, (level >= 1, index, hash) each."""
+    tx.executemany(statements("finance", tx.dialect)["append_nodes"],
+                   [(tenant_id, level, index, digest.hex()) for level, index, digest in nodes])
+
+
+def subtree_hashes(tx: Tx, tenant_id: str, nodes: Sequence[Node]) -> dict[Node, bytes]:
+    """The stored hashes of these perfect subtrees (level 0: the leaves); a node not stored is left out."""
+    found: dict[Node, bytes] = {}
+    leaves = sorted({index for level, index in nodes if level == 0})
+    if leaves:
+        rows = tx.fetchall("SELECT leaf_index, leaf_hash FROM finance_log_leaves WHERE tenant_id = ?"
+                           f" AND leaf_index IN ({', '.join('?' * len(leaves))})", (tenant_id, *leaves))
+        found.update(((0, int(r[0])), bytes.fromhex(r[1])) for r in rows)
+    upper = sorted({n for n in nodes if n[0] > 0})
+    if upper:
+        rows = tx.fetchall("SELECT level, node_index, node_hash FROM finance_log_nodes WHERE tenant_id = ? AND ("
+                           + " OR ".join(["(level = ? AND node_index = ?)"] * len(upper)) + ")",
+                           (tenant_id, *(v for n in upper for v in n)))
+        found.update(((int(r[0]), int(r[1])), bytes.fromhex(r[2])) for r in rows)
+    return found
+
+
+def build_log_nodes(tx: Tx) -> None:
+    """Migration 0025's data step: the perfect subtrees of every tenant's log closed so far."""
+    for (tenant_id,) in tx.fetchall("SELECT DISTINCT tenant_id FROM finance_log_leaves ORDER BY tenant_id"):
+        append_nodes(tx, tenant_id, merkle.nodes_completed(leaf_hashes(tx, tenant_id), 0))
 
 
 def leaf_of_stream(tx: Tx, tenant_id: str, month: str, stream_id: str) -> tuple[int, StreamLeaf] | None:
     """The leaf a close of `month` appended for the stream, with its index."""
     row = tx.fetchone(
-        "SELECT leaf_index, head_chain_hash, event_count FROM finance_log_leaves"
-        " WHERE tenant_id = ? AND period = ? AND stream_id = ?", (tenant_id, month, stream_id))
+        statements("finance", tx.dialect)["leaf_of_stream"], (tenant_id, month, stream_id))
     return None if row is None else (int(row[0]), StreamLeaf(stream_id, row[1], int(row[2])))
 
 
@@ -165,12 +188,10 @@ def _entry(r: Row, shares: list[tuple[int, str, str, int]]) -> PeriodEntry:
 def put_gl_mapping(tx: Tx, tenant_id: str, mapping: dict[str, Any]) -> str:
     digest = canonical_hash(mapping)
     tx.execute(
-        "INSERT INTO finance_gl_mappings (tenant_id, mapping_hash, mapping_json) VALUES (?, ?, ?)"
-        " ON CONFLICT (tenant_id) DO UPDATE SET mapping_hash = excluded.mapping_hash,"
-        " mapping_json = excluded.mapping_json", (tenant_id, digest, storable_json(mapping)))
+        statements("finance", tx.dialect)["put_gl_mapping"], (tenant_id, digest, storable_json(mapping)))
     return digest
 
 
 def gl_mapping(tx: Tx, tenant_id: str) -> tuple[dict[str, Any], str] | None:
-    row = tx.fetchone("SELECT mapping_json, mapping_hash FROM finance_gl_mappings WHERE tenant_id = ?", (tenant_id,))
+    row = tx.fetchone(statements("finance", tx.dialect)["gl_mapping"], (tenant_id,))
     return None if row is None else (dict(parse_json(row[0])), row[1])

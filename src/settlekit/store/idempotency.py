@@ -28,8 +28,8 @@ from typing import Any
 
 from settlekit.errors import ConflictError
 from settlekit.events.canonical import canonical_hash, parse_json
-from settlekit.store.db import Database, Tx
-from settlekit.store.sql import timestamp
+from settlekit.store.database import Database, Tx
+from settlekit.store.sql import statements, timestamp
 
 log = logging.getLogger("settlekit.idempotency")
 
@@ -122,8 +122,7 @@ def record(tx: Tx, scope: KeyScope, hashed: str, status: int, response_json: str
     request wait for this transaction, then fail with a unique violation and replay)."""
     now = now or datetime.now(UTC)
     expires = _expires(tx, now + timedelta(days=ttl_days)) if ttl_days > 0 else None
-    tx.execute("INSERT INTO idempotency_keys (tenant_id, principal_id, endpoint, idem_key, request_hash,"
-               " status_code, response_json, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    tx.execute(statements("idempotency", tx.dialect)["record"],
                (*scope.params, hashed, status, response_json, expires))
 
 
@@ -162,8 +161,7 @@ def _take(db: Database, scope: KeyScope, hashed: str, lease: timedelta, now: dat
     with db.transaction() as tx:
         if stale_token is None:
             done = tx.execute(
-                "INSERT INTO idempotency_keys (tenant_id, principal_id, endpoint, idem_key, request_hash,"
-                " status_code, response_json, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                statements("idempotency", tx.dialect)["take"],
                 (*scope.params, hashed, PENDING, token, _expires(tx, now + lease)))
         else:  # the holder died: its lease ran out
             done = tx.execute("UPDATE idempotency_keys SET response_json = ?, expires_at = ?" + _KEY_WHERE
@@ -254,4 +252,4 @@ def purge_expired(db: Database, *, now: datetime | None = None) -> int:
 
 def purge_expired_in(tx: Tx, *, now: datetime) -> int:
     """`purge_expired` inside the caller's transaction (the cleanup scheduler runs it with other deletes)."""
-    return tx.execute("DELETE FROM idempotency_keys WHERE expires_at < ?", (timestamp(tx.dialect, now),))
+    return tx.execute(statements("idempotency", tx.dialect)["purge_expired_in"], (timestamp(tx.dialect, now),))

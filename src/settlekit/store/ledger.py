@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from settlekit.events.canonical import parse_json, storable_json, storable_text
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
 from settlekit.store.ledger_timeline import NewEntry, event_positions, timeline_rows
+from settlekit.store.sql import statements
 
 
 def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[Mapping[str, Any]],
@@ -16,8 +16,8 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
                   position_by_event_id: Mapping[str, int] | None = None) -> None:
     """Insert `{eventId, eventType, entry}` items with their allocations, balances and timeline rows; an entry
     whose id is already stored adds nothing (re-applying is a no-op). `position_by_event_id`: the source events'
-    store positions when the caller knows them (the append does); otherwise they are read. The dialect's writer
-    takes the rows (store/<dialect>/ledger.py: on PostgreSQL one statement with nothing read back)."""
+    store positions when the caller knows them (the append does); otherwise they are read. The dialect's Tx
+    writes the rows (store/<dialect>/ledger.py: on PostgreSQL one statement with nothing read back)."""
     if not ledger_entries:
         return
     if position_by_event_id is None:
@@ -41,8 +41,7 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, ledger_entries: Sequence[
                                     _text(a["partyId"]), a["partyRole"], a["currency"], a["amountCents"]))
     # the rows of every entry, as if all were new: the dialect's writer keeps those of the entries it inserts
     postings, sums = timeline_rows(timeline, position_by_event_id)
-    writer = importlib.import_module(f"settlekit.store.{tx.dialect}.ledger")
-    writer.write_entries(tx, tenant_id, job_id, entries, postings, allocation_rows, sums)
+    tx.write_ledger_rows(tenant_id, job_id, entries, postings, allocation_rows, sums)
 
 
 def write_errors(tx: Tx, tenant_id: str, job_id: str, ledger_errors: Sequence[Mapping[str, Any]],
@@ -50,8 +49,7 @@ def write_errors(tx: Tx, tenant_id: str, job_id: str, ledger_errors: Sequence[Ma
     """Record posting errors `{eventId, eventType, error: {code, message}}` (once per source event; nothing is
     read back)."""
     tx.executemany(
-        "INSERT INTO ledger_errors (tenant_id, job_id, source_event_id, event_type, source_seq, code, message)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        statements("ledger", tx.dialect)["write_errors"],
         [(tenant_id, job_id, item["eventId"], item["eventType"], seq_by_event_id[item["eventId"]],
           item["error"]["code"], _text(item["error"]["message"])) for item in ledger_errors])
 
@@ -59,8 +57,7 @@ def write_errors(tx: Tx, tenant_id: str, job_id: str, ledger_errors: Sequence[Ma
 def errors_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[str, Any]]:
     """The job's recorded posting errors in stream order, in the `ledger postings` form."""
     with db.read() as tx:
-        rows = tx.fetchall("SELECT source_event_id, event_type, code, message FROM ledger_errors"
-                           " WHERE tenant_id = ? AND job_id = ? ORDER BY source_seq", (tenant_id, job_id))
+        rows = tx.fetchall(statements("ledger", tx.dialect)["errors_for_job"], (tenant_id, job_id))
     return [{"eventId": r[0], "eventType": r[1], "error": {"code": r[2], "message": r[3]}} for r in rows]
 
 
@@ -81,26 +78,21 @@ def balances(db: Database, tenant_id: str | None = None) -> dict[str, dict[str, 
 
 def entries_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[str, Any]]:
     with db.read() as tx:
-        rows = tx.fetchall("SELECT source_event_id, event_type, entry_json FROM ledger_entries"
-                           " WHERE tenant_id = ? AND job_id = ? ORDER BY source_seq, entry_index", (tenant_id, job_id))
+        rows = tx.fetchall(statements("ledger", tx.dialect)["entries_for_job"], (tenant_id, job_id))
     return [{"eventId": r[0], "eventType": r[1], "entry": parse_json(r[2])} for r in rows]
 
 
 def entry_ids_for_event(db: Database, tenant_id: str, job_id: str, event_id: str) -> list[str]:
     """The ids of the journal entries an event of the job posted, in posting order."""
     with db.read() as tx:
-        rows = tx.fetchall("SELECT entry_id FROM ledger_entries WHERE tenant_id = ? AND job_id = ?"
-                           " AND source_event_id = ? ORDER BY entry_index", (tenant_id, job_id, event_id))
+        rows = tx.fetchall(statements("ledger", tx.dialect)["entry_ids_for_event"], (tenant_id, job_id, event_id))
     return [str(r[0]) for r in rows]
 
 
 def allocations_for_job(db: Database, tenant_id: str, job_id: str) -> list[dict[str, Any]]:
     with db.read() as tx:
         rows = tx.fetchall(
-            "SELECT a.entry_id, a.posting_id, a.account_id, a.party_id, a.party_role, a.currency, a.amount_cents"
-            " FROM ledger_allocations a JOIN ledger_entries e ON e.tenant_id = a.tenant_id AND e.entry_id = a.entry_id"
-            " WHERE a.tenant_id = ? AND e.job_id = ?"
-            " ORDER BY e.source_seq, e.entry_index, CAST(substr(a.posting_id, 2) AS INTEGER), a.party_id",
+            statements("ledger", tx.dialect)["allocations_for_job"],
             (tenant_id, job_id))
     return [{"tenantId": tenant_id, "entryId": r[0], "postingId": r[1], "accountId": r[2], "partyId": r[3],
              "partyRole": r[4], "currency": r[5], "amountCents": int(r[6])} for r in rows]

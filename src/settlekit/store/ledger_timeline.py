@@ -14,7 +14,8 @@ from typing import Any
 from settlekit.events.canonical import storable_text
 from settlekit.ledger.accounts import ACCOUNT_IDS
 from settlekit.ledger.timeline import Axis, buckets_of, epoch_millis, levels_of, millis_to_iso, prefix_ranges
-from settlekit.store.db import Database, Tx
+from settlekit.store.database import Database, Tx
+from settlekit.store.sql import statements
 
 ACCOUNT = ""  # the party id of an account's own postings
 
@@ -143,7 +144,7 @@ def balances_as_of_query(tenant_id: str, axis: Axis, value: int, party_id: str =
 def head_position(db: Database, tenant_id: str) -> int | None:
     """The highest position of the tenant's postings (None without any)."""
     with db.query() as tx:
-        value = tx.scalar("SELECT MAX(position) FROM ledger_postings WHERE tenant_id = ? AND party_id = ?",
+        value = tx.scalar(statements("ledger_timeline", tx.dialect)["head_position"],
                           (tenant_id, ACCOUNT))
     return None if value is None else int(value)
 
@@ -153,7 +154,7 @@ def account_known(db: Database, tenant_id: str, account_id: str) -> bool:
     if account_id in ACCOUNT_IDS:
         return True
     with db.query() as tx:
-        return tx.fetchone("SELECT 1 FROM ledger_balances WHERE tenant_id = ? AND account_id = ?",
+        return tx.fetchone(statements("ledger_timeline", tx.dialect)["account_known"],
                            (tenant_id, account_id)) is not None
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from settlekit.store.db import Tx
+from settlekit.store.database import Tx
 from settlekit.store.sql import statements
 
 CLEANUP_LOCK_KEY = 0x5E77_C1EA  # PostgreSQL advisory lock key of the retention cleanups

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from settlekit.store.db import Database
+from settlekit.store.database import Database
+from settlekit.store.sql import statements
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,8 @@ class Outstanding:
 def outstanding(db: Database) -> Outstanding:
     """The counts, read in one transaction."""
     with db.read() as tx:
-        undelivered = tx.scalar("SELECT count(*) FROM deliveries WHERE state <> 'delivered'")
-        artifacts = tx.scalar("SELECT count(*) FROM artifacts")
-        consumers = tx.scalar("SELECT count(*) FROM consumer_state")
-        behind = tx.scalar("SELECT count(*) FROM consumer_state WHERE last_processed_position <"
-                           " (SELECT COALESCE(max(position), 0) FROM events)")
+        undelivered = tx.scalar(statements("progress", tx.dialect)["outstanding"])
+        artifacts = tx.scalar(statements("progress", tx.dialect)["count_artifacts"])
+        consumers = tx.scalar(statements("progress", tx.dialect)["count_consumers"])
+        behind = tx.scalar(statements("progress", tx.dialect)["consumers_behind"])
     return Outstanding(int(undelivered), int(artifacts), int(consumers), int(behind))

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from settlekit.store.db import Row, Tx
+from settlekit.store.database import Row, Tx
 
 
 class ScopedTx(Tx):
@@ -35,6 +35,12 @@ class ScopedTx(Tx):
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self._enter()
         self._tx.executemany(sql, rows)
+
+    def write_ledger_rows(self, tenant_id: str, job_id: str, entries: Sequence[Sequence[Any]],
+                          postings: Sequence[Sequence[Any]], allocations: Sequence[Sequence[Any]],
+                          sums: Sequence[Sequence[Any]]) -> None:
+        self._enter()
+        self._tx.write_ledger_rows(tenant_id, job_id, entries, postings, allocations, sums)
 
     def savepoint(self) -> contextlib.AbstractContextManager[None]:
         self._enter()

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.events.envelope import key_id_for_public_pem, load_public_key
-from settlekit.store.db import Database, Tx
-from settlekit.store.sql import fragment
+from settlekit.store.database import Database, Tx
+from settlekit.store.sql import fragment, statements
 
 KEY_PURPOSES = ("robot", "operator", "server")
 KEY_STATUSES = ("active", "rotated", "revoked")
@@ -108,12 +108,12 @@ def _register(tx: Tx, tenant_id: str, public_key_pem: str, purpose: str, entity_
         raise ValidationError(f"purpose must be one of {KEY_PURPOSES}", code="SCHEMA_INVALID")
     load_public_key(public_key_pem)
     key_id = key_id_for_public_pem(public_key_pem)
-    row = tx.fetchone("SELECT purpose, public_key_pem FROM signer_keys WHERE tenant_id = ? AND key_id = ?",
+    row = tx.fetchone(statements("signer_keys", tx.dialect)["register"],
                       (tenant_id, key_id))
     if row is not None:
         if row[0] != purpose:
             raise ConflictError(f"key {key_id} is already registered as {row[0]}", code="SIGNER_KEY_CONFLICT")
         return key_id, False
-    tx.execute("INSERT INTO signer_keys (tenant_id, key_id, public_key_pem, purpose, entity_id)"
-               " VALUES (?, ?, ?, ?, ?)", (tenant_id, key_id, public_key_pem, purpose, entity_id))
+    tx.execute(statements("signer_keys", tx.dialect)["insert_key"],
+               (tenant_id, key_id, public_key_pem, purpose, entity_id))
     return key_id, True

@@ -23,7 +23,7 @@ from typing import Any
 
 from settlekit.errors import ConfigurationError
 from settlekit.events.canonical import iso_millis
-from settlekit.store.db import Dialect
+from settlekit.store.database import Dialect
 
 DIALECTS: tuple[Dialect, ...] = ("postgres", "sqlite")
 

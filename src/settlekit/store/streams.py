@@ -11,7 +11,7 @@ from settlekit.errors import NotFoundError
 from settlekit.events.canonical import parse_json
 from settlekit.events.envelope import Event
 from settlekit.store.api_keys import API_KEY_COLUMNS, StoredApiKey, stored_api_key
-from settlekit.store.db import Database, Row
+from settlekit.store.database import Database, Row
 from settlekit.store.signer_keys import SIGNER_KEY_COLUMNS, SignerKey
 from settlekit.store.sql import and_where, statements
 
@@ -154,17 +154,15 @@ class Streams:
             limit_seq = None
             if through_chain_hash is not None:
                 limit_seq = tx.scalar(
-                    "SELECT seq FROM events WHERE tenant_id = ? AND stream_id = ? AND chain_hash = ?",
+                    statements("streams", tx.dialect)["read_stream"],
                     (tenant_id, stream_id, through_chain_hash))
                 if limit_seq is None:
                     raise NotFoundError(f"chain hash {through_chain_hash} is not in stream {stream_id}",
                                         code="ATCHAINHASH_NOT_FOUND")
             if limit_seq is None:
-                rows = tx.fetchall("SELECT event_json FROM events WHERE tenant_id = ? AND stream_id = ?"
-                                   " AND seq > ? ORDER BY seq", (tenant_id, stream_id, after_seq))
+                rows = tx.fetchall(statements("streams", tx.dialect)["events_after"], (tenant_id, stream_id, after_seq))
             else:
-                rows = tx.fetchall("SELECT event_json FROM events WHERE tenant_id = ? AND stream_id = ?"
-                                   " AND seq > ? AND seq <= ? ORDER BY seq",
+                rows = tx.fetchall(statements("streams", tx.dialect)["events_between_seqs"],
                                    (tenant_id, stream_id, after_seq, limit_seq))
         return [parse_json(r[0]) for r in rows]
 
@@ -183,7 +181,7 @@ class Streams:
 
     def high_water_mark(self) -> int:
         with self.db.query() as tx:
-            return int(tx.scalar("SELECT COALESCE(MAX(position), 0) FROM events"))
+            return int(tx.scalar(statements("streams", tx.dialect)["high_water_mark"]))
 
     def list_streams(self, tenant_id: str, *, stream_type: str | None = None, after: str | None = None,
                      limit: int = 100) -> list[StreamHead]:
@@ -260,12 +258,50 @@ def job_page(db: Database, tenant_id: str, *, after: str | None, limit: int, sta
         last = after
         for row in rows:
             last = row[0]
-            if row[5]:
+            if row[5] or (row[5] is None and _snapshot_status(row[4]) == status):
                 matched.append(row)
                 if len(matched) == limit:
                     break
         more = last is not None and tx.fetchone(_JOB_AFTER, (tenant_id, last)) is not None
     return JobPage([_job_row(r) for r in matched], last, more)
+
+
+def _snapshot_status(snapshot_json: str | None) -> Any:
+    """The job status in a stored snapshot the database's JSON functions could not read (nested too deep)."""
+    state = parse_json(snapshot_json) if snapshot_json else None
+    job = state.get("snapshot") if isinstance(state, dict) else None
+    return job.get("status") if isinstance(job, dict) else None
+
+
+_JOB_PREFIX_PAGE = ("SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json FROM streams"
+                    " WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ? AND stream_id >= ?"
+                    " ORDER BY stream_id LIMIT ?")
+
+
+def job_prefix_page(db: Database, tenant_id: str, prefix: str, *, after: str | None, limit: int,
+                    status: str | None = None, scan: int | None = None) -> JobPage:
+    """Up to `limit` job streams of `tenant_id` whose id starts with `prefix`, after stream id `after`, in stream
+    id order (one index range: the ids from `prefix` on, until the first that does not start with it). With
+    `status`, only those whose snapshot has it, among at most `scan` streams looked at (as `job_page`)."""
+    start = after if after is not None and after > prefix else ""
+    window = limit if status is None else max(scan or limit, limit)
+    with db.read() as tx:
+        rows = tx.fetchall(_JOB_PREFIX_PAGE, (tenant_id, start, prefix, window + 1))
+    matched: list[JobRow] = []
+    last = after
+    more = False
+    for i, row in enumerate(rows):
+        if not str(row[0]).startswith(prefix):
+            break
+        if i == window or len(matched) == limit:
+            more = True
+            break
+        last = row[0]
+        job = _job_row(row)
+        snap = (job.state or {}).get("snapshot") if isinstance(job.state, dict) else None
+        if status is None or (isinstance(snap, dict) and snap.get("status") == status):
+            matched.append(job)
+    return JobPage(matched, last, more)
 
 
 def _job_row(row: Row) -> JobRow:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
-from settlekit.api.openapi import IDEMPOTENT, JSON_VALUE_REF, NO_NUL, problems
+from settlekit.api.openapi import IDEMPOTENT, JSON_VALUE_REF, NO_NUL, PY_SPACE, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.errors import ConfigurationError
 from settlekit.ledger.accounts import ACCOUNT_IDS
@@ -106,9 +106,8 @@ def consistency(request: Request, from_month: Annotated[str, Query(alias="from",
     return JsonResponse(fin.consistency_proof(context(request).db, key.tenant_id, from_month, to_month))
 
 
-# Python's str.strip white space, without U+0000 (ledger.journal.require_gl_mapping: a non-blank glAccount)
-_NON_BLANK = ("^[^\\u0000]*[^\\u0000\\t\\n\\v\\f\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029"
-              "\\u202f\\u205f\\u3000][^\\u0000]*$")
+# not only Python's white space, nor U+0000 (ledger.journal.require_gl_mapping: a non-blank glAccount)
+_NON_BLANK = f"^[^\\u0000]*[^\\u0000{PY_SPACE}][^\\u0000]*$"
 _OPEN_MEMBERS: dict[str, Any] = {"propertyNames": {"pattern": NO_NUL}, "additionalProperties": {"$ref": JSON_VALUE_REF}}
 GL_MAPPING_SCHEMA: dict[str, Any] = {
     "type": "object", "title": "GlMapping", "required": ["schemaVersion", "accounts"], **_OPEN_MEMBERS,

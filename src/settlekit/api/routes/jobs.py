@@ -26,6 +26,7 @@ from settlekit.api.deps import (
     PositionQuery,
     TextIdPath,
     context,
+    cursors_ready,
     idempotency_key,
     job_head,
     job_not_found,
@@ -39,6 +40,7 @@ from settlekit.api.openapi import (
     IDEMPOTENCY_HEADERS,
     IDEMPOTENT,
     JS_NONBLANK,
+    NO_SPACE,
     PAYLOAD_NAME,
     PAYLOAD_VALUE_REF,
     problems,
@@ -118,7 +120,8 @@ async def measured_append(ctx: ApiContext, appending: Awaitable[AppendResult],
         result = await appending
         outcome = "replayed" if result.replayed else "existing" if result.already_exists else "created"
         if respond is None:
-            return _append_response(result)
+            await cursors_ready(ctx)
+            return _append_response(ctx, result)
         answer = respond(result)
         return answer if isinstance(answer, Response) else await answer
     except SettlekitError as exc:
@@ -165,23 +168,24 @@ class CreateJob(BaseModel):
     its tenantId defaults to the key's tenant, and may only name it."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    jobId: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\s\u0000]+$")
+    jobId: str | None = Field(default=None, min_length=1, max_length=200, pattern=NO_SPACE)
     actor: Actor | None = None
     payload: dict[str, Any] = Field(json_schema_extra=JOB_CREATED_PAYLOAD)
 
 
-def _append_body(result: AppendResult) -> dict[str, Any]:
+def _append_body(ctx: ApiContext, result: AppendResult) -> dict[str, Any]:
     state = result.snapshot
+    positions = ctx.cursors.encode_all("event", result.tenant_id, result.positions)  # the tenant's cursors
     return {"jobId": result.stream_id, "events": result.events, "firstSeq": result.first_seq,
-            "positions": result.positions, "headChainHash": result.head_chain_hash,
+            "positions": positions, "headChainHash": result.head_chain_hash,
             "job": state.get("snapshot") if isinstance(state, dict) else None,
             "alreadyExists": result.already_exists}
 
 
-def _append_response(result: AppendResult) -> JsonResponse:
+def _append_response(ctx: ApiContext, result: AppendResult) -> JsonResponse:
     status = 200 if result.already_exists else 201
     headers = {"Idempotent-Replayed": "true"} if result.replayed else None
-    return JsonResponse(_append_body(result), status_code=status, headers=headers)
+    return JsonResponse(_append_body(ctx, result), status_code=status, headers=headers)
 
 
 async def append_with_key(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
@@ -245,7 +249,7 @@ async def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendR
 FINALIZED_KEYS = ("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash")
 
 _NON_EMPTY: dict[str, Any] = {"type": "string", "minLength": 1}
-_EVENT_ID: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^\\s\\u0000]+$"}
+_EVENT_ID: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NO_SPACE}
 _HEX64: dict[str, Any] = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 _TYPE: dict[str, Any] = {"type": "string", "enum": sorted(KNOWN_EVENT_TYPES)}
 # a draft is signed by the server key: the types a robot's or an operator's key must sign are not drafts

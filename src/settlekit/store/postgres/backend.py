@@ -20,7 +20,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from settlekit.errors import DatabaseUnavailableError
-from settlekit.store.db import Database, Dialect, EventListener, Row, Tx, migration_files, run_migration_data_step
+from settlekit.store.database import Database, Dialect, DialectFamily, EventListener, Row, Tx, migration_files
+from settlekit.store.migration_steps import run_data_step
+from settlekit.store.postgres import ledger as ledger_writer
 from settlekit.store.postgres.ledger import LedgerRows
 from settlekit.store.reachability import Reachability
 
@@ -169,6 +171,11 @@ class PostgresTx(Tx):
         self._cur.execute(pg_sql(sql), params)
         return self._cur.fetchall()
 
+    def write_ledger_rows(self, tenant_id: str, job_id: str, entries: Sequence[Sequence[Any]],
+                          postings: Sequence[Sequence[Any]], allocations: Sequence[Sequence[Any]],
+                          sums: Sequence[Sequence[Any]]) -> None:
+        ledger_writer.write_entries(self, tenant_id, job_id, entries, postings, allocations, sums)
+
     def fetchall_binary(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Binary parameters and results: arrays of JSON text need no escaping."""
         self._cur.execute(pg_sql(sql).replace("%s", "%b"), params, binary=True)
@@ -231,11 +238,12 @@ class PostgresDatabase(Database):
     dialect: Dialect = "postgres"
     wakes_across_processes = True
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 16, timeout: float = 1.5,
+    def __init__(self, url: str, *, family: DialectFamily, min_size: int = 1, max_size: int = 16, timeout: float = 1.5,
                  reconnect_timeout: float = 2.0, connect_timeout: int = 5, direct_url: str | None = None,
                  prepared_statements: bool = True, unavailable_hold: float = 1.0,
                  statement_timeout: float | None = None):
         self.url = url
+        self.family = family
         # each round trip waits at most this long for its answer (None: no limit; migrations never have one)
         self.statement_timeout = statement_timeout or None
         # a probe waits for the pool at most `timeout`; past that allowance another caller may probe
@@ -399,7 +407,7 @@ class PostgresDatabase(Database):
                     if name in done:
                         continue
                     tx.raw.execute(sql)
-                    run_migration_data_step(name, tx)
+                    run_data_step(name, tx)
                     tx.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
                     applied.append(name)
             tx.run_after_commit()

@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg.errors
 
-from settlekit.store.consumers import BlockedProbe, ConsumerDialect, ConsumerRowLocked, Gap, LockMode, Writer
-from settlekit.store.db import Database, Row, Tx
+from settlekit.store.database import ConsumerDialect, Database, Row, Tx
+from settlekit.store.rows import BlockedProbe, ConsumerRowLocked, Gap, LockMode, Writer
 
 _EVENTS_IN_GAPS_OR_AFTER = (
     "SELECT position, tenant_id, stream_id, stream_type, seq, event_json, txid::text::bigint, event_id, type,"

@@ -13,9 +13,10 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-from settlekit.store.events import AfterCommit, CommitBatch, Committed, DuplicateKey, GroupRolledBack, HeadMismatch
+from settlekit.store.database import AfterCommit
 from settlekit.store.postgres.backend import PostgresDatabase, PostgresTx, pg_sql
 from settlekit.store.postgres.ledger import LedgerRows
+from settlekit.store.rows import CommitBatch, Committed, DuplicateKey, GroupRolledBack, HeadMismatch
 
 _APPEND_SQL = pg_sql(
     "SELECT outcome, base_seq, head_hash, positions FROM settlekit_append(?::text, ?::text, ?::text,"

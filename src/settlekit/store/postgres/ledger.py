@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from settlekit.store.db import Tx
+from settlekit.store.database import Tx
 
 # Rows of one input entry are matched to the inserted entries by (entry id, source event id, index in the event):
 # a repeated entry id (an id the tenant already has, or two equal ids in one append) adds nothing.

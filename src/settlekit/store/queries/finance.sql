@@ -63,3 +63,49 @@ FROM finance_entry_periods p
 JOIN ledger_allocations a ON a.tenant_id = p.tenant_id AND a.entry_id = p.entry_id
 WHERE p.tenant_id = ? AND p.period = ? AND (p.at ${collate_c}, p.entry_id ${collate_c}) > (?, ?)
   AND (p.at ${collate_c}, p.entry_id ${collate_c}) <= (?, ?)
+
+-- name: tenants_to_close
+SELECT tenant_id FROM ledger_entries UNION SELECT tenant_id FROM streams WHERE stream_type = 'job'
+
+-- name: closed_months
+SELECT month FROM finance_closes WHERE tenant_id = ?
+
+-- name: close_document
+SELECT document_json FROM finance_closes WHERE tenant_id = ? AND month = ?
+
+-- name: insert_close
+INSERT INTO finance_closes (tenant_id, month, artifact_hash, tree_size, root_hash, journal_sha256, document_json)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+
+-- name: insert_close_artifact
+INSERT INTO artifacts (tenant_id, artifact_id, job_id, artifact_type, source_event_id, source_chain_hash, artifact_hash, job_version, artifact_json, generated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT DO NOTHING
+
+-- name: latest_leaves
+SELECT stream_id, head_chain_hash, event_count
+FROM finance_log_leaves l
+WHERE tenant_id = ? AND leaf_index = (SELECT max(leaf_index)
+FROM finance_log_leaves m
+WHERE m.tenant_id = l.tenant_id AND m.stream_id = l.stream_id)
+
+-- name: append_leaves
+INSERT INTO finance_log_leaves (tenant_id, leaf_index, period, stream_id, head_chain_hash, event_count, leaf_hash)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+
+-- name: append_nodes
+INSERT INTO finance_log_nodes (tenant_id, level, node_index, node_hash) VALUES (?, ?, ?, ?)
+
+-- name: leaf_of_stream
+SELECT leaf_index, head_chain_hash, event_count
+FROM finance_log_leaves
+WHERE tenant_id = ? AND period = ? AND stream_id = ?
+
+-- name: put_gl_mapping
+INSERT INTO finance_gl_mappings (tenant_id, mapping_hash, mapping_json)
+VALUES (?, ?, ?)
+ON CONFLICT (tenant_id) DO UPDATE
+SET mapping_hash = excluded.mapping_hash, mapping_json = excluded.mapping_json
+
+-- name: gl_mapping
+SELECT mapping_json, mapping_hash FROM finance_gl_mappings WHERE tenant_id = ?

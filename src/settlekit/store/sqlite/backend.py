@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from settlekit.errors import ConfigurationError, DatabaseUnavailableError
-from settlekit.store.db import Database, Dialect, Row, Tx, migration_files, run_migration_data_step
+from settlekit.store.database import Database, Dialect, DialectFamily, Row, Tx, migration_files
+from settlekit.store.migration_steps import run_data_step
+from settlekit.store.sqlite import ledger as ledger_writer
 
 try:
     import fcntl
@@ -211,6 +213,11 @@ class SqliteTx(Tx):
             raise
         self._conn.execute(f"RELEASE {name}")
 
+    def write_ledger_rows(self, tenant_id: str, job_id: str, entries: Sequence[Sequence[Any]],
+                          postings: Sequence[Sequence[Any]], allocations: Sequence[Sequence[Any]],
+                          sums: Sequence[Sequence[Any]]) -> None:
+        ledger_writer.write_entries(self, tenant_id, job_id, entries, postings, allocations, sums)
+
     @property
     def raw(self) -> sqlite3.Connection:
         return self._conn
@@ -222,11 +229,12 @@ class SqliteTx(Tx):
 class SqliteDatabase(Database):
     dialect: Dialect = "sqlite"
 
-    def __init__(self, url: str, *, busy_timeout_ms: int = 30000):
+    def __init__(self, url: str, *, family: DialectFamily, busy_timeout_ms: int = 30000):
         path = url[len("sqlite:///"):]
         if not path or path == ":memory:":
             raise ConfigurationError("SQLite needs a file path: sqlite:///path.db", code="DATABASE_URL_INVALID")
         self.url = url
+        self.family = family
         self.path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
@@ -326,7 +334,7 @@ class SqliteDatabase(Database):
                     continue
                 for statement in _split_statements(sql):
                     conn.execute(statement)
-                run_migration_data_step(name, SqliteTx(conn))
+                run_data_step(name, SqliteTx(conn))
                 conn.execute("INSERT INTO schema_migrations (name) VALUES (?)", (name,))
                 applied.append(name)
         except BaseException:

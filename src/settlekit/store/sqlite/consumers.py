@@ -12,8 +12,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from settlekit.store.consumers import ConsumerDialect, Gap, LockMode, Writer, gap_ranges
-from settlekit.store.db import Database, Row, Tx
+from settlekit.store.database import ConsumerDialect, Database, Row, Tx
+from settlekit.store.rows import Gap, LockMode, Writer, gap_ranges
 
 _local_turns: set[tuple[str, str, str]] = set()
 _local_lock = threading.Lock()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 
-from settlekit.store.db import Tx
-from settlekit.store.events import AfterCommit, CommitBatch, Committed, DuplicateKey, HeadMismatch
+from settlekit.store.database import AfterCommit, Tx
+from settlekit.store.rows import CommitBatch, Committed, DuplicateKey, HeadMismatch
 from settlekit.store.sqlite.backend import SqliteDatabase
 
 

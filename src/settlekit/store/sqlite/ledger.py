@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from settlekit.store.db import Tx
+from settlekit.store.database import Tx
 from settlekit.store.ledger_timeline import ADD_SUM, INSERT_POSTING
 
 
