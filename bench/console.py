@@ -31,12 +31,12 @@ from prometheus_client import CollectorRegistry
 from common import scratch_pg
 from settlekit.api.app import create_app
 from settlekit.api.auth import create_api_key
+from settlekit.application import finance as fin
 from settlekit.console import console_mounts
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.sink import WebhookDeliverySink
 from settlekit.dispatch import Dispatcher
-from settlekit.projections import finance as fin
 from settlekit.projections.artifacts import artifacts_consumer
 from settlekit.runtime.settings import Settings
 from settlekit.simulate import Fleet, job_stream, scenario_for

@@ -39,13 +39,13 @@ from settlekit.api.routes.jobs import DIRECT_HANDLERS, DIRECT_PREFETCH, append_m
 from settlekit.api.settld_compat import PREFIX as SETTLD_PREFIX
 from settlekit.api.settld_compat import SettldErrors, compat_app
 from settlekit.append import job_appender
+from settlekit.application.database import Database, connect
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.dispatch.feed import FeedReader
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
 from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.runtime.settings import Settings
-from settlekit.store.db import Database, connect
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", *DOC_PATHS})
 OPEN_PREFIXES = (f"{ASSETS_PATH}/",)

@@ -20,12 +20,12 @@ from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
 from settlekit.append import Appender
+from settlekit.application.database import Database
 from settlekit.delivery.replays import ReplayPolicy
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.store.api_keys import StoredApiKey
-from settlekit.store.db import Database
 from settlekit.store.events import MAX_QUEUED_APPENDS
 from settlekit.store.streams import StreamHead
 

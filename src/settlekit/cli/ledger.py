@@ -10,6 +10,7 @@ from typing import Any
 import typer
 from rich.markup import escape
 
+from settlekit.application.database import Database
 from settlekit.application.ledger import RebuildReport
 from settlekit.cli.common import (
     USAGE_EXIT,
@@ -28,7 +29,6 @@ from settlekit.events.canonical import canonical_json
 from settlekit.jobs.stream_postings import posting_records
 from settlekit.ledger.timeline import Axis, decode_cursor, encode_cursor, parse_instant
 from settlekit.store import ledger_timeline as timeline
-from settlekit.store.db import Database
 
 MAX_POSITION = 2**63 - 1
 

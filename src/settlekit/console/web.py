@@ -29,22 +29,23 @@ from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from settlekit import dispatch
 from settlekit.api.auth import ApiKey, authenticate
 from settlekit.api.deps import MAX_INT64, ApiContext, check_scope, job_head
 from settlekit.api.ratelimit import RateLimitedError
 from settlekit.api.responses import content_disposition
+from settlekit.application import consumers as consumer_ops
+from settlekit.application import finance as fin
 from settlekit.console import charts
 from settlekit.console.session import CsrfError, Sessions, SignedIn, check_form, session_secret
 from settlekit.delivery import recovery, replays
 from settlekit.delivery import service as delivery
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
+from settlekit.dispatch import SHARED_INSTANCE
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.events.envelope import VerificationError, load_public_key, verify_link
 from settlekit.jobs.types import JOB_STATES
 from settlekit.ledger.timeline import decode_cursor, encode_cursor, millis_to_iso, parse_instant
-from settlekit.projections import finance as fin
 from settlekit.runtime.settings import Settings
 from settlekit.store import api_keys, streams
 from settlekit.store import deliveries as delivery_store
@@ -341,7 +342,7 @@ class Console:
                 [(d, (s["successRate"] or 0.0) * 100) for d, s in rows], maximum=100, unit="%")
             out["dead_letters"] = sum(s["deliveries"]["failed"] for _, s in rows)
         if "dispatcher" in can:
-            consumers = dispatch.list_consumers(self.ctx.db, self.ctx.registered_consumers)
+            consumers = consumer_ops.list_consumers(self.ctx.db, self.ctx.registered_consumers)
             out["consumers"] = consumers
             out["lag_chart"] = charts.bars([(p.state.name, float(p.lag)) for p in consumers], unit=" events")
         return out
@@ -575,11 +576,11 @@ class Console:
     # --- dispatcher ----------------------------------------------------------------------------------------------
 
     def dispatcher(self, request: Request, user: SignedIn) -> Response:
-        consumers = dispatch.list_consumers(self.ctx.db, self.ctx.registered_consumers)
+        consumers = consumer_ops.list_consumers(self.ctx.db, self.ctx.registered_consumers)
         now = time.time()
         rows = []
         for p in consumers:
-            letters = (dispatch.dead_letters(self.ctx.db, p.state.name, p.state.instance_id)
+            letters = (consumer_ops.dead_letters(self.ctx.db, p.state.name, p.state.instance_id)
                        if p.state.status != "never-run" else [])
             gaps = [(g, now - g.seen_at if g.seen_at else None) for g in p.state.pending_gaps]
             rows.append({"p": p, "state": p.state.to_json(), "gaps": gaps, "dead_letters": letters[-PAGE:]})
@@ -589,18 +590,18 @@ class Console:
     async def consumer_action(self, request: Request, user: SignedIn, form: Form) -> Response:
         verb = request.path_params["verb"]
         name = _text(form, "name", required=True)
-        instance = _text(form, "instance") or dispatch.SHARED_INSTANCE
+        instance = _text(form, "instance") or SHARED_INSTANCE
         assert name is not None
         db = self.ctx.db
 
         def act() -> Response:
             if verb == "rearm":
-                state = dispatch.restart_consumer(db, name, instance)
+                state = consumer_ops.restart_consumer(db, name, instance)
                 return self.done(request, user, "Consumer rearmed", None, result=state.to_json(),
                                  back=f"{PREFIX}/dispatcher")
             if verb == "skip":
                 with db.transaction() as tx:
-                    result = dispatch.skip_poison(db, name, instance, tx=tx)
+                    result = consumer_ops.skip_poison(db, name, instance, tx=tx)
                 return self.done(request, user, "Blocking event skipped", None,
                                  result={"skippedPosition": result.skipped_position, **result.state.to_json()},
                                  back=f"{PREFIX}/dispatcher")

@@ -14,8 +14,8 @@ from settlekit.api.deps import DecimalDigits, IdPath, OptionalPositionQuery, con
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Deliveries, DeliveriesBackfilled, DeliveryDetail, DeliveryRequeued
+from settlekit.application.database import Tx
 from settlekit.delivery import service as delivery
-from settlekit.store.db import Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 

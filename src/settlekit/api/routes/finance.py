@@ -15,8 +15,8 @@ from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
+from settlekit.application import finance as fin
 from settlekit.errors import ConfigurationError
-from settlekit.projections import finance as fin
 
 router = APIRouter(prefix="/v1/finance", tags=["finance"])
 MONTH_PATTERN = r"^([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])$"  # years 0001-9999

@@ -1,0 +1,9 @@
+"""The database the use cases run on, as the entry points see it: opened from its URL (`connect`, `opened`),
+what a URL allows (`url_traits`), and the handles they pass to the use cases (`Database`, a transaction `Tx` that
+several use cases share, an `EventListener` for wake-ups). Only the store reads or writes through them."""
+
+from __future__ import annotations
+
+from settlekit.store.db import Database, EventListener, Tx, UrlTraits, connect, opened, url_traits
+
+__all__ = ["Database", "EventListener", "Tx", "UrlTraits", "connect", "opened", "url_traits"]
