@@ -96,7 +96,7 @@ def seed(db: Database, url: str, app: Any, key: str, jobs: int) -> dict[str, Any
         for table in COPIES:
             conn.execute(f"VACUUM ANALYZE {table}")
     month = str(api.get(f"/v1/jobs/{ids[0]}").json()["job"]["createdAt"])[:7]
-    signer = app.state.settlekit.store.server_signer
+    signer = app.state.settlekit.appender.server_signer
     fin.close_month(db, TENANT, month, signer, now=datetime.now(UTC))
     print(f"seeded {counts['streams']:,} jobs, {counts['events']:,} events, {counts['artifacts']:,} artifacts, "
           f"{counts['deliveries']:,} deliveries (copies: {time.perf_counter() - started:.1f} s)", flush=True)
@@ -191,7 +191,7 @@ def main() -> int:
             print(f"slowest page p50: {worst:.1f} ms at {seeded['counts']['streams']:,} jobs / "
                   f"{seeded['counts']['events']:,} events (target < {TARGET_MS:.0f} ms)")
         finally:
-            app.state.settlekit.store.close()
+            app.state.settlekit.appender.close()
             db.close()
     return 0
 

@@ -83,7 +83,7 @@ def create_app(
     policy = destination_policy or _destination_policy(settings)
     ctx = ApiContext(
         db=database,
-        store=job_appender(database, server_signer=server_signer, group_commit=True,
+        appender=job_appender(database, server_signer=server_signer, group_commit=True,
                            max_queued=settings.max_queued_appends),
         auth_threads=auth_thread_pool(settings.max_queued_appends),
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
@@ -149,7 +149,7 @@ def _lifespan_closing(ctx: ApiContext, database: Database | None
         if ctx.feed is not None:
             ctx.feed.close()
         await asyncio.to_thread(ctx.auth_threads.shutdown, wait=True, cancel_futures=True)
-        ctx.store.close()
+        ctx.appender.close()
         if database is not None:
             database.close()
 

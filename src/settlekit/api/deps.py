@@ -60,7 +60,7 @@ AUTH_THREADS = 8  # see ApiContext.auth_threads
 @dataclass
 class ApiContext:
     db: Database
-    store: Appender
+    appender: Appender
     limiter: RateLimiter
     artifacts: ArtifactStore
     destination_policy: DestinationPolicy
@@ -107,7 +107,7 @@ def context(request: Request) -> ApiContext:
 
 def job_head(ctx: ApiContext, tenant: str, job_id: str) -> tuple[StreamHead, dict[str, Any] | None]:
     """The job's stream head and stored state; JOB_NOT_FOUND unless `job_id` is a job of `tenant`."""
-    head, state = ctx.store.streams.head_and_snapshot(tenant, job_id)
+    head, state = ctx.appender.streams.head_and_snapshot(tenant, job_id)
     if head is None or head.stream_type != "job":
         raise job_not_found(job_id)
     return head, state

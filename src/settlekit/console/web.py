@@ -96,7 +96,7 @@ class _Headers:
 
 def console_app(ctx: ApiContext, settings: Settings) -> ASGIApp:
     """The console over the API's context `ctx`."""
-    signer = ctx.store.server_signer
+    signer = ctx.appender.server_signer
     console = Console(ctx, Sessions(session_secret(signer.private_key_pem() if signer else None),
                                     settings.console_session_seconds, PREFIX))
     app = Starlette(routes=console.routes(), exception_handlers={
@@ -397,7 +397,7 @@ class Console:
         assert job_id is not None
         tenant = user.key.tenant_id
         head, state = job_head(self.ctx, tenant, job_id)
-        events = self.ctx.store.streams.read_stream(tenant, job_id)
+        events = self.ctx.appender.streams.read_stream(tenant, job_id)
         timeline_rows = self._verified(tenant, events)
         with self.ctx.db.read() as tx:
             page = self.ctx.artifacts.list_for_job(tx, tenant, job_id, after=None, limit=500)
@@ -417,8 +417,8 @@ class Console:
     def _verified(self, tenant: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The timeline: each event with whether its link, hashes and signature verify (as the offline verifier)."""
         ids = {str(e["signerKeyId"]) for e in events if isinstance(e.get("signerKeyId"), str)}
-        keys = {k: s.public_key_pem for k, s in self.ctx.store.signer_keys.find(tenant, ids).items()}
-        signer = self.ctx.store.server_signer
+        keys = {k: s.public_key_pem for k, s in self.ctx.appender.signer_keys.find(tenant, ids).items()}
+        signer = self.ctx.appender.server_signer
         if signer is not None:
             keys.setdefault(signer.key_id, signer.public_key_pem)
         loaded: dict[str, Any] = {}
@@ -449,7 +449,7 @@ class Console:
         job_id = _text(request.query_params, "id", required=True)
         assert job_id is not None
         job_head(self.ctx, user.key.tenant_id, job_id)
-        events = self.ctx.store.streams.read_stream(user.key.tenant_id, job_id)
+        events = self.ctx.appender.streams.read_stream(user.key.tenant_id, job_id)
         return Response(orjson.dumps(events), media_type="application/json",
                         headers={"content-disposition": content_disposition(f"{job_id}.json")})
 

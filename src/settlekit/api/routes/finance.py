@@ -50,7 +50,7 @@ _CLOSE_READ = problems("FINANCE_CLOSE_NOT_FOUND", "FINANCE_CLOSE_MISMATCH")
                                    "CONFIGURATION_INVALID")})
 def close(month: MonthPath, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
     ctx = context(request)
-    signer = ctx.store.server_signer
+    signer = ctx.appender.server_signer
     if signer is None:
         raise ConfigurationError("the server has no signing key, so it cannot sign a close",
                                  code="CONFIGURATION_INVALID")
