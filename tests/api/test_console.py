@@ -16,7 +16,7 @@ from conftest import backend_database
 from settlekit.api.auth import create_api_key, revoke_api_key
 from settlekit.store import streams
 from settlekit.store.db import Database
-from support.api import TENANT_A, TENANT_B, TestClient, client, key_for, seed_tenant, tenant_rows
+from support.api import TENANT_A, TENANT_B, TestClient, client, delivery_row_id, key_for, seed_tenant, tenant_rows
 from support.console import (
     HOSTILE_JOB_ID,
     LONG,
@@ -45,7 +45,7 @@ class Env:
     api_a: TestClient
     job_id: str
     destination_id: str
-    delivery_id: int
+    delivery_id: str  # as the console shows it to the tenant
     artifact_id: str
 
 
@@ -101,7 +101,7 @@ def test_sign_in_sets_a_signed_http_only_strict_cookie(env: Env) -> None:
     cookie = r.headers["set-cookie"]
     assert cookie.startswith("sk_console=") and "HttpOnly" in cookie and "SameSite=strict" in cookie
     assert "Path=/console" in cookie and "Max-Age=28800" in cookie and "Secure" not in cookie
-    assert env.key_a.split("_")[2] not in cookie  # the key's secret never goes into the cookie
+    assert env.key_a.split("_", 2)[2] not in cookie  # the key's secret never goes into the cookie
     assert browser.get("/console/jobs").status_code == 200
     # a tampered cookie is no session
     browser.cookies.set("sk_console", cookie.split(";")[0].split("=", 1)[1][:-2] + "xx", path="/console")
@@ -320,7 +320,7 @@ def test_actions_and_sign_ins_are_audited(env: Env, caplog: pytest.LogCaptureFix
     with caplog.at_level("INFO", logger="settlekit.console.audit"):
         browser, csrf = sign_in(env.app, env.key_a)
         post(browser, "/console/destination/requeue", csrf, id=env.destination_id)
-        post(browser, "/console/delivery/requeue", csrf, id="999999999")
+        post(browser, "/console/delivery/requeue", csrf, id="A" * 32)  # no delivery of the tenant
     records = [r for r in caplog.records if r.name == "settlekit.console.audit"]
     assert any(r.getMessage() == "console sign-in" and getattr(r, "tenant_id", None) == TENANT_A for r in records)
     done = [r for r in records if r.getMessage() == "console action"]
@@ -346,6 +346,21 @@ def sign_in_at(env: Env, api_key: str, landing: str) -> tuple[TestClient, str]:
     page = browser.get(landing)
     assert page.status_code == 200, page.text[:300]
     return browser, csrf_of(page.text)
+
+
+def test_delivery_ids_are_the_tenants_own(env: Env) -> None:
+    """The console names deliveries as the API does: the tenant's opaque id, never the global row id."""
+    browser, csrf = sign_in(env.app, env.key_a)
+    page = browser.get(f"/console/destination?id={env.destination_id}").text
+    row = delivery_row_id(env.db, TENANT_A, env.delivery_id)
+    assert f"delivery?id={env.delivery_id}" in page and f"delivery?id={row}\"" not in page
+    detail = browser.get(f"/console/delivery?id={env.delivery_id}")
+    assert detail.status_code == 200 and env.delivery_id in detail.text
+    numeric = (browser.get(f"/console/delivery?id={row}"),
+               post(browser, "/console/delivery/requeue", csrf, id=str(row)))
+    for r in numeric:
+        assert r.status_code == 400 and "CURSOR_NUMERIC" in r.text
+    assert browser.get("/console/delivery?id=" + "A" * 32).status_code == 404
 
 
 def test_a_long_timeline_lists_its_first_events_and_verifies_them_all(env: Env, signed_a: tuple[TestClient, str],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +21,8 @@ from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
 from settlekit.append import Appender
-from settlekit.application.database import Database
+from settlekit.application.database import Database, cursor_secret
+from settlekit.cursors import Cursors
 from settlekit.delivery.replays import ReplayPolicy
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
@@ -46,6 +48,8 @@ DecimalDigits = BeforeValidator(_decimal_digits)
 IdPath = Annotated[int, DecimalDigits, Path(ge=0, le=MAX_INT64)]
 PositionQuery = Annotated[int, DecimalDigits, Query(ge=0, le=MAX_INT64)]
 OptionalPositionQuery = Annotated[int | None, DecimalDigits, Query(ge=0, le=MAX_INT64)]
+# an opaque token the API returned (settlekit/cursors.py); a number in its place is 400 CURSOR_NUMERIC
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,200}$"
 # Text ids in a path are bounded like the ids they name (job, account, signer key and consumer names: 1..200
 # characters; destinations 1..64; artifact ids join a job id and an event id): a longer one is 400 SCHEMA_INVALID,
 # and every write's idempotency record, which holds the path, stays within what the backends index.
@@ -86,6 +90,19 @@ class ApiContext:
     # OVERLOADED at once; SETTLEKIT_MAX_QUEUED_APPENDS sets both).
     auth_threads: ThreadPoolExecutor = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_APPENDS))
     extra: dict[str, Any] = field(default_factory=dict)
+    # the opaque, tenant-bound tokens shown for event positions and delivery ids (settlekit/cursors.py)
+    cursors: Cursors = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cursors = Cursors(functools.partial(cursor_secret, self.db))
+
+
+async def cursors_ready(ctx: ApiContext) -> Cursors:
+    """The context's cursors with their secret read: the first use reads it from the database on a worker
+    thread, never on the event loop."""
+    if not ctx.cursors.loaded:
+        await anyio.to_thread.run_sync(ctx.cursors.load)
+    return ctx.cursors
 
 
 def url_check_slots(max_routed_requests: int) -> OutboundSlots:

@@ -4,6 +4,12 @@ several use cases share, an `EventListener` for wake-ups). Only the store reads 
 
 from __future__ import annotations
 
+from settlekit.store import cursor_secret as _cursor_secret
 from settlekit.store.db import Database, EventListener, Tx, UrlTraits, connect, opened, url_traits
 
-__all__ = ["Database", "EventListener", "Tx", "UrlTraits", "connect", "opened", "url_traits"]
+__all__ = ["Database", "EventListener", "Tx", "UrlTraits", "connect", "cursor_secret", "opened", "url_traits"]
+
+
+def cursor_secret(db: Database) -> bytes:
+    """The deployment's cursor secret (what `settlekit.cursors.Cursors` derives its key from)."""
+    return _cursor_secret.read(db)

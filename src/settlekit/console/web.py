@@ -30,22 +30,24 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from settlekit.api.auth import ApiKey, authenticate
-from settlekit.api.deps import MAX_INT64, ApiContext, check_scope, job_head
+from settlekit.api.deps import MAX_INT64, ApiContext, check_scope, cursors_ready, job_head
 from settlekit.api.ratelimit import RateLimitedError
 from settlekit.api.responses import content_disposition
 from settlekit.application import consumers as consumer_ops
 from settlekit.application import finance as fin
 from settlekit.console import charts
 from settlekit.console.session import CsrfError, Sessions, SignedIn, check_form, session_secret
+from settlekit.cursors import DELIVERY, POSTINGS
 from settlekit.delivery import recovery, replays
 from settlekit.delivery import service as delivery
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
 from settlekit.dispatch import SHARED_INSTANCE
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
+from settlekit.events.canonical import storable_json
 from settlekit.events.envelope import VerificationError, load_public_key, verify_link
 from settlekit.jobs.types import JOB_STATES
-from settlekit.ledger.timeline import decode_cursor, encode_cursor, millis_to_iso, parse_instant
+from settlekit.ledger.timeline import millis_to_iso, parse_instant
 from settlekit.runtime.settings import Settings
 from settlekit.store import api_keys, streams
 from settlekit.store import deliveries as delivery_store
@@ -135,7 +137,19 @@ def _when(value: Any) -> str:
 
 
 def _pretty(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode("utf-8")
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):  # imported history: nested past 255 levels, a lone surrogate
+        return storable_json(value)
+
+
+def _download(value: Any) -> bytes:
+    """JSON of events or an artifact as stored: orjson where it can; a value nested past 255 levels or holding a
+    lone surrogate (imported history) as the store writes it (any depth, the surrogate as its escape)."""
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return storable_json(value).encode("utf-8")
 
 
 def _text(source: Any, name: str, *, required: bool = False, max_length: int = MAX_ID) -> str | None:
@@ -148,15 +162,6 @@ def _text(source: Any, name: str, *, required: bool = False, max_length: int = M
     if not isinstance(value, str) or len(value) > max_length or "\x00" in value:
         raise ValidationError(f"{name} must be 1..{max_length} characters", code="SCHEMA_INVALID", field=name)
     return value
-
-
-def _int(source: Any, name: str) -> int | None:
-    value = source.get(name)
-    if not value:
-        return None
-    if not isinstance(value, str) or not value.isdigit() or len(value) > 19 or int(value) > MAX_INT64:
-        raise ValidationError(f"{name} must be a number", code="SCHEMA_INVALID", field=name)
-    return int(value)
 
 
 def _instant(source: Any, name: str) -> datetime | None:
@@ -176,6 +181,8 @@ class Console:
         self.ctx = ctx
         self.sessions = sessions
         self.env = _env()
+        # a delivery's id as its tenant sees it (settlekit/cursors.py): the row id counts every tenant's deliveries
+        self.env.filters["delivery_id"] = lambda d: ctx.cursors.encode(DELIVERY, d.tenant_id, d.id)
         self.samples: list[tuple[float, float, float]] = []  # (time, appends counted, seconds spent), for the chart
         self.samples_lock = threading.Lock()
 
@@ -450,7 +457,7 @@ class Console:
         assert job_id is not None
         job_head(self.ctx, user.key.tenant_id, job_id)
         events = self.ctx.appender.streams.read_stream(user.key.tenant_id, job_id)
-        return Response(orjson.dumps(events), media_type="application/json",
+        return Response(_download(events), media_type="application/json",
                         headers={"content-disposition": content_disposition(f"{job_id}.json")})
 
     def artifact(self, request: Request, user: SignedIn) -> Response:
@@ -460,7 +467,7 @@ class Console:
             found = self.ctx.artifacts.get(tx, user.key.tenant_id, artifact_id)
         if found is None:
             raise NotFoundError(f"artifact {artifact_id} not found", code="ARTIFACT_NOT_FOUND")
-        return Response(orjson.dumps(found.artifact), media_type="application/json",
+        return Response(_download(found.artifact), media_type="application/json",
                         headers={"content-disposition": content_disposition(f"{artifact_id}.json")})
 
     # --- deliveries ----------------------------------------------------------------------------------------------
@@ -480,7 +487,7 @@ class Console:
         tenant = user.key.tenant_id
         dest = delivery.get_destination(self.ctx.db, tenant, dest_id)
         stats = recovery.destination_stats(self.ctx.db, tenant, dest_id)
-        before = _int(request.query_params, "before")
+        before = self._delivery_row(tenant, request.query_params, "before", not_found=False)
         with self.ctx.db.read() as tx:
             latest = delivery_store.latest_deliveries(tx, tenant, dest_id, before_id=before, limit=PAGE)
         now = datetime.now(UTC).replace(microsecond=0)
@@ -488,10 +495,23 @@ class Console:
                            replay_since=(now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S"),
                            replay_until=(now + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S"),
                            replays=replays.list_for(self.ctx.db, tenant, dest_id),
-                           next_before=latest[-1].id if len(latest) == PAGE else None)
+                           next_before=latest[-1] if len(latest) == PAGE else None)
+
+    def _delivery_row(self, tenant_id: str, source: Any, name: str, *, not_found: bool = True) -> int | None:
+        """The row behind a delivery id of the tenant in `source[name]` (None when absent): a number is
+        CURSOR_NUMERIC; another token NOT_FOUND (`not_found`) or CURSOR_INVALID."""
+        token = _text(source, name, max_length=200)
+        if token is None:
+            return None
+        if not_found and not (token.isascii() and token.isdigit()):
+            found = self.ctx.cursors.values(DELIVERY, tenant_id, token)
+            if found is None:
+                raise NotFoundError("delivery not found", code="NOT_FOUND")
+            return found[0]
+        return self.ctx.cursors.decode(DELIVERY, tenant_id, token, field=name)[0]
 
     def delivery(self, request: Request, user: SignedIn) -> Response:
-        delivery_id = _int(request.query_params, "id")
+        delivery_id = self._delivery_row(user.key.tenant_id, request.query_params, "id")
         if delivery_id is None:
             raise ValidationError("id is required", code="SCHEMA_INVALID", field="id")
         detail = delivery.get_delivery(self.ctx.db, user.key.tenant_id, delivery_id)
@@ -555,16 +575,23 @@ class Console:
         return await run_in_threadpool(act)
 
     async def delivery_requeue(self, request: Request, user: SignedIn, form: Form) -> Response:
-        delivery_id = _int(form, "id")
+        await cursors_ready(self.ctx)
+        delivery_id = self._delivery_row(user.key.tenant_id, form, "id")
         if delivery_id is None:
             raise ValidationError("id is required", code="SCHEMA_INVALID", field="id")
+        shown = _text(form, "id", max_length=200)
 
         def act() -> Response:
             with self.ctx.db.transaction() as tx:
-                delivery.requeue_delivery(self.ctx.db, user.key.tenant_id, delivery_id, actor=user.key.key_id,
-                                          tx=tx)
-            return self.done(request, user, "Delivery requeued", None, result={"deliveryId": delivery_id},
-                             back=f"{PREFIX}/delivery?id={delivery_id}")
+                try:
+                    delivery.requeue_delivery(self.ctx.db, user.key.tenant_id, delivery_id, actor=user.key.key_id,
+                                              tx=tx)
+                except SettlekitError as exc:
+                    if "delivery_id" in exc.details:  # named as the tenant knows it
+                        exc.details["delivery_id"] = shown
+                    raise
+            return self.done(request, user, "Delivery requeued", None, result={"deliveryId": shown},
+                             back=f"{PREFIX}/delivery?id={shown}")
 
         return await run_in_threadpool(act)
 
@@ -643,12 +670,15 @@ class Console:
             raise NotFoundError(f"no ledger account {account_id!r}", code="LEDGER_ACCOUNT_NOT_FOUND")
         cursor = _text(q, "cursor", max_length=800)
         after = None
+        listing = (account_id, party_id)
         if cursor:
-            after = decode_cursor(cursor, account_id, party_id)
-            if after is None:
+            found = self.ctx.cursors.values(POSTINGS, tenant, cursor, count=3, listing=listing)
+            if found is None:
                 raise ValidationError("invalid cursor", code="CURSOR_INVALID", field="cursor")
+            after = (found[0], found[1], found[2])
         page = timeline.account_postings(self.ctx.db, tenant, account_id, after=after, limit=PAGE, party_id=party_id)
-        next_cursor = encode_cursor(account_id, party_id, page.last_key) if page.more and page.last_key else None
+        next_cursor = (self.ctx.cursors.encode(POSTINGS, tenant, *page.last_key, listing=listing)
+                       if page.more and page.last_key else None)
         return self.render(request, "account.html", user, account_id=account_id, party=party or "",
                            postings=page.postings, next_cursor=next_cursor)
 

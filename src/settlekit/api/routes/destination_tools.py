@@ -91,6 +91,10 @@ class DeliveryCounts(BaseModel):
     pending: int
     delivered: int
     failed: int
+    truncated: bool = Field(description="the window held more deliveries than one count reads (10,000): the "
+                                        "counts are those of the newest 10,000")
+    countedSince: str | None = Field(description="the creation time of the oldest delivery counted when "
+                                                 "truncated, else the window's start")
 
 
 class StatsOut(BaseModel):
@@ -103,7 +107,8 @@ class StatsOut(BaseModel):
     successRate: float | None = Field(description="succeeded / total attempts of the window (None: none)")
     latencyMs: Latency
     lastError: LastError | None
-    deliveries: DeliveryCounts = Field(description="deliveries created in the window, per state")
+    deliveries: DeliveryCounts = Field(description="deliveries created in the window, per state (at most the "
+                                               "newest 10,000 of them: see `truncated`)")
     consecutiveFailures: int = Field(description="failed attempts in a row now")
     failingSince: str | None
     circuit: Circuit

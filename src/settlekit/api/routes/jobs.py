@@ -26,6 +26,7 @@ from settlekit.api.deps import (
     PositionQuery,
     TextIdPath,
     context,
+    cursors_ready,
     idempotency_key,
     job_head,
     job_not_found,
@@ -107,7 +108,8 @@ async def measured_append(ctx: ApiContext, appending: Awaitable[AppendResult],
         result = await appending
         outcome = "replayed" if result.replayed else "existing" if result.already_exists else "created"
         if respond is None:
-            return _append_response(result)
+            await cursors_ready(ctx)
+            return _append_response(ctx, result)
         answer = respond(result)
         return answer if isinstance(answer, Response) else await answer
     except SettlekitError as exc:
@@ -137,18 +139,19 @@ class CreateJob(BaseModel):
     payload: dict[str, Any]
 
 
-def _append_body(result: AppendResult) -> dict[str, Any]:
+def _append_body(ctx: ApiContext, result: AppendResult) -> dict[str, Any]:
     state = result.snapshot
+    positions = ctx.cursors.encode_all("event", result.tenant_id, result.positions)  # the tenant's cursors
     return {"jobId": result.stream_id, "events": result.events, "firstSeq": result.first_seq,
-            "positions": result.positions, "headChainHash": result.head_chain_hash,
+            "positions": positions, "headChainHash": result.head_chain_hash,
             "job": state.get("snapshot") if isinstance(state, dict) else None,
             "alreadyExists": result.already_exists}
 
 
-def _append_response(result: AppendResult) -> JsonResponse:
+def _append_response(ctx: ApiContext, result: AppendResult) -> JsonResponse:
     status = 200 if result.already_exists else 201
     headers = {"Idempotent-Replayed": "true"} if result.replayed else None
-    return JsonResponse(_append_body(result), status_code=status, headers=headers)
+    return JsonResponse(_append_body(ctx, result), status_code=status, headers=headers)
 
 
 async def append_with_key(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
