@@ -295,9 +295,13 @@ def test_another_tenant_sees_nothing_of_tenant_a(env: Env) -> None:
 def test_sign_out_and_revocation_end_the_session(env: Env) -> None:
     secret_key = create_api_key(env.db, TENANT_A, ["jobs:read"])
     browser, csrf = sign_in(env.app, secret_key[1])
+    copy = TestClient(env.app, base_url=ORIGIN)  # the cookie copied to another browser (or another API process)
+    copy.cookies.set("sk_console", browser.cookies.get("sk_console") or "", path="/console")
+    assert copy.get("/console/jobs").status_code == 200
     r = post(browser, "/console/logout", csrf)
     assert r.status_code == 303 and 'sk_console=""' in r.headers["set-cookie"]
     assert browser.get("/console/jobs", follow_redirects=False).status_code == 303
+    assert copy.get("/console/jobs", follow_redirects=False).headers["location"] == "/console/login"
     again, _ = sign_in(env.app, secret_key[1])
     revoke_api_key(env.db, secret_key[0])
     assert again.get("/console/jobs", follow_redirects=False).headers["location"] == "/console/login"

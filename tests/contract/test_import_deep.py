@@ -4,8 +4,8 @@ settld's API stored events whose payloads nest about 2,000 levels (the offline p
 live path refuses more than 256 levels in new input, but `settlekit import` takes such an event, up to
 `MAX_RECORDED_DEPTH` levels, and everything it reaches reads and writes it without recursion: the store on both
 backends, the job view and listing (its status filter too), the job's events and export, the event feed, the
-artifact projection, webhook bodies, the ledger rebuild, the console's job page and downloads, and the offline
-tools.
+artifact projection, webhook bodies, the ledger rebuild, the month close, the console's job page and downloads,
+and the offline tools.
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ from settlekit.delivery.sink import WebhookDeliverySink, artifact_loader
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.dispatch import Dispatcher
 from settlekit.events.canonical import canonical_json, parse_json, plain_json, same_json
-from settlekit.events.envelope import finalize
+from settlekit.events.envelope import Signer, finalize
 from settlekit.events.recorded import MAX_RECORDED_DEPTH, recorded_envelope
 from settlekit.importer import import_events
 from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.projections.artifacts import ArtifactConsumer
+from settlekit.projections.finance import close_month
 from settlekit.store import deliveries
 from settlekit.store.db import Database
 from support.api import client, key_for
@@ -158,6 +159,8 @@ def test_deep_history_is_stored_served_and_delivered(which: str, streams: dict[s
 
     report = rebuild(db, tenant_id=TENANT)
     assert report.differences == []
+    closed = close_month(db, TENANT, events[0]["at"][:7], Signer.generate(), now=NOW)
+    assert closed.document["artifactType"] == "MonthClose.v1"
 
     # the offline tools read the file at any depth
     stream = tmp_path / "stream.json"

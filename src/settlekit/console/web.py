@@ -98,7 +98,7 @@ class _Headers:
 def console_app(ctx: ApiContext, settings: Settings) -> ASGIApp:
     """The console over the API's context `ctx`."""
     signer = ctx.store.server_signer
-    console = Console(ctx, Sessions(session_secret(signer.private_key_pem() if signer else None),
+    console = Console(ctx, Sessions(ctx.db, session_secret(signer.private_key_pem() if signer else None),
                                     settings.console_session_seconds, PREFIX))
     app = Starlette(routes=console.routes(), exception_handlers={
         SignInRequired: console.to_sign_in, SettlekitError: console.error_page})
@@ -227,7 +227,8 @@ class Console:
         quota = self.ctx.limiter.acquire(found.key_id)
         if quota is not None and quota.wait > 0:
             raise RateLimitedError("rate limit exceeded for this API key", quota)
-        return SignedIn(ApiKey(found.key_id, found.tenant_id, found.scopes, found.status, found.label), session.csrf)
+        return SignedIn(ApiKey(found.key_id, found.tenant_id, found.scopes, found.status, found.label), session.csrf,
+                        session.session_id, session.flash)
 
     def _page(self, view: Callable[[Request, SignedIn], Response], scope: str | None, *,
               operator: bool = False) -> Callable[[Request], Awaitable[Response]]:
@@ -307,19 +308,19 @@ class Console:
             audit.info("console sign-in refused", extra={"client": address})
             return self._sign_in_page(request, failed=True)
         signed = RedirectResponse(f"{PREFIX}/", status_code=303)
-        self.sessions.issue(signed, request, key.key_id)
+        await run_in_threadpool(self.sessions.issue, signed, request, key)
         audit.info("console sign-in", extra={"tenant_id": key.tenant_id, "key_id": key.key_id})
         return signed
 
     async def sign_out(self, request: Request) -> Response:
         form = await _form(request)
-        session = self.sessions.read(request)
+        session = await run_in_threadpool(self.sessions.read, request)
         response = RedirectResponse(f"{PREFIX}/login", status_code=303)
         if session is not None:
             check_form(request, SignedIn(ApiKey(session.key_id, "", frozenset()), session.csrf),
                        _text(form, "csrf", max_length=200))
             audit.info("console sign-out", extra={"key_id": session.key_id})
-        self.sessions.end(response)
+        await run_in_threadpool(self.sessions.end, response, session)
         return response
 
     # --- overview ------------------------------------------------------------------------------------------------
