@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import orjson
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -265,9 +265,13 @@ class Console:
 
     def render(self, request: Request, template: str, user: SignedIn | None, status_code: int = 200,
                **values: Any) -> HTMLResponse:
+        flash = None
+        if user is not None and user.flash is not None and template != "overview_panel.html" \
+                and self.sessions.take_flash(user.session_id):  # shown once, by the first page that takes it
+            flash = orjson.loads(user.flash)
         html = self.env.get_template(template).render(
             user=user, key=user.key if user else None, csrf=user.csrf if user else None, path=request.url.path,
-            can=_scopes(self.ctx, user.key) if user else set(), **values)
+            can=_scopes(self.ctx, user.key) if user else set(), flash=flash, **values)
         return HTMLResponse(html, status_code=status_code)
 
     async def to_sign_in(self, request: Request, exc: Exception) -> Response:
@@ -531,7 +535,8 @@ class Console:
                 sent = await recovery.send_test(ctx.db, tenant, dest_id, policy=ctx.destination_policy,
                                                 sender=SenderConfig(timeout=timeout,
                                                                     connect_timeout=min(5.0, timeout)))
-            return self.done(request, user, "Test message sent", dest_id, result=sent.to_json())
+            return await run_in_threadpool(lambda: self.done(request, user, "Test message sent", dest_id,
+                                                             result=sent.to_json()))
 
         def act() -> Response:
             if verb == "replay":
@@ -598,8 +603,13 @@ class Console:
 
     def done(self, request: Request, user: SignedIn, title: str, destination_id: str | None, *,
              result: dict[str, Any], secret: str | None = None, back: str | None = None) -> Response:
-        return self.render(request, "done.html", user, title=title, destination_id=destination_id, result=result,
-                           secret=secret, back=back)
+        """Post/redirect/get: the outcome goes into the session as a one-shot message and the answer is a redirect
+        (303) to the page it concerns, which shows it once; reloading that page repeats nothing."""
+        flash = {"title": title, "destination_id": destination_id, "result": result, "secret": secret}
+        self.sessions.flash(user.session_id, orjson.dumps(flash).decode("utf-8"))
+        if back is None:
+            back = f"{PREFIX}/destination?id={quote(destination_id, safe='')}" if destination_id else f"{PREFIX}/"
+        return RedirectResponse(back, status_code=303)
 
     # --- dispatcher ----------------------------------------------------------------------------------------------
 
