@@ -64,10 +64,10 @@ from settlekit.api.responses import JsonResponse, dumps
 from settlekit.api.routes.jobs import APPEND_CODES, FINALIZED_KEYS, append_with_key, is_finance_type, measured_append
 from settlekit.append import AppendResult
 from settlekit.application import ledger as ledger_rows
+from settlekit.application.jobs import StreamHead
 from settlekit.errors import ConflictError, SettlekitError, ValidationError
 from settlekit.events.js import js_trim
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
-from settlekit.store.streams import StreamHead
 
 PREFIX = "/compat/settld"
 ROOT_PATHS = ("/jobs",)  # what `settld_compat_at_root` serves at the origin too (with what lies under it)

@@ -187,7 +187,7 @@ def export(
 ) -> None:
     """Write a stream in the offline verifier's format (a JSON array of events, one a line), or with --proof /
     --consistency and --month a proof over the tenant's Merkle log (for `settlekit verify --proof`)."""
-    from settlekit.store.streams import Streams
+    from settlekit.application.jobs import Streams
 
     if proof is not None or consistency is not None:
         _export_proof(db, tenant, month, proof, consistency, out)
@@ -343,7 +343,7 @@ def contracts_add(
     as_json: JsonOption = False,
 ) -> None:
     """Validate and store a contract document; prints its hash (the operatorContractHash jobs pin)."""
-    from settlekit.store.contracts import put_contract
+    from settlekit.application.contracts import put_contract
 
     body = read_json(document)
     digest = run_with_db(db, lambda database: put_contract(database, tenant, body), error_exit=1)

@@ -40,12 +40,12 @@ from settlekit.api.responses import JsonResponse, content_disposition
 from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, JobView
 from settlekit.append import AppendResult, Idempotency
 from settlekit.append.appender import AppendOptions, StreamPrecondition, named_key_ids
+from settlekit.application import jobs as streams
+from settlekit.application.jobs import StreamHead, StreamRead
+from settlekit.application.keys import StoredApiKey
 from settlekit.errors import CATALOGUE, ConflictError, SettlekitError, ValidationError
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.metrics import PerRegistry
-from settlekit.store import streams
-from settlekit.store.api_keys import StoredApiKey
-from settlekit.store.streams import StreamHead, StreamRead
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
