@@ -412,3 +412,22 @@ def test_requests_are_labelled_by_their_full_route_template(env: Env, signed_a: 
     assert console <= templates and not any("script" in label or "LLLL" in label for label in labels)
     logged = {getattr(r, "route", None) for r in caplog.records if getattr(r, "path", "").startswith("/console")}
     assert {"/console/job", "/console/destination/{verb}"} <= logged and logged - {None} <= templates
+
+
+def test_the_overview_append_rate_comes_from_the_database(env: Env, signed_a: tuple[TestClient, str]) -> None:
+    """Every API process appends to one log: the overview counts from it, the tenant its own events, the operator
+    the whole deployment's too."""
+    from datetime import UTC, datetime
+
+    from settlekit.store import append_rate
+
+    browser, _ = signed_a
+    page = browser.get("/console/overview/panel").text
+    hour = append_rate.tenant_recent(env.db, TENANT_A, datetime.now(UTC))[1]
+    assert hour > 0 and f"{hour:,} in the last hour" in page
+    assert 'id="deployment-appends"' not in page  # other tenants' volume is the operator's to see
+    operator, _ = sign_in(env.app, env.key_operator)
+    whole = append_rate.deployment_rate(env.db, datetime.now(UTC))
+    page = operator.get("/console/overview/panel").text
+    assert 'id="deployment-appends"' in page and f"{whole.last_hour:,} in the last hour" in page
+    assert whole.last_hour >= hour
