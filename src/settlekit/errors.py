@@ -147,7 +147,10 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "JOB_ALREADY_EXISTS": ErrorSpec(409, "a job with this id already exists"),
     "JOB_TENANT_MISMATCH": ErrorSpec(403, "a JOB_CREATED payload names a tenant other than the API key's (or than "
                                           "`import --tenant`, without `--retenant`)"),
-    "CURSOR_INVALID": ErrorSpec(400, "the page cursor is malformed or does not belong to this listing"),
+    "CURSOR_INVALID": ErrorSpec(400, "the cursor or id token is malformed, altered, or belongs to another listing "
+                                     "or tenant"),
+    "CURSOR_NUMERIC": ErrorSpec(400, "a number where the API takes an opaque token it returned (event positions, "
+                                     "delivery ids): numeric cursors and ids are no longer accepted"),
     "IDEMPOTENCY_CONFLICT": ErrorSpec(409, "the Idempotency-Key was used with a different request"),
     "IDEMPOTENCY_KEY_REUSED": ErrorSpec(409, "the append's idempotency key was used with a different append"),
     "IDEMPOTENCY_IN_PROGRESS": ErrorSpec(409, "a request with this Idempotency-Key is still running"),
@@ -161,6 +164,9 @@ CATALOGUE: Final[Mapping[str, ErrorSpec]] = {
     "INVALID_TRANSITION": ErrorSpec(409, "the event is not allowed in the job's current status"),
     "JOB_STATE_INVALID": ErrorSpec(400, "a stored job state has an unknown format"),
     "LEDGER_POSTING_INVALID": ErrorSpec(409, "the ledger posting rules refused the event; details.code says why"),
+    "LEDGER_POSTING_REJECTED": ErrorSpec(400, "`settlekit import`: a recorded event's ledger posting fails, so "
+                                              "settld's API refused it (details.reason says why); the live path "
+                                              "records such an error instead"),
     "ZONE_SET_INVALID": ErrorSpec(400, "a booking's requiredZones is malformed"),
     # --- envelopes, chains and signer keys
     "ENVELOPE_VERSION_UNSUPPORTED": ErrorSpec(400, "the envelope version `v` is not 1"),

@@ -10,7 +10,7 @@ import pytest
 
 from settlekit.store import ledger as ledger_rows
 from settlekit.store.db import Database
-from support.api import client, key_for, make_app
+from support.api import client, event_cursor, key_for, make_app
 from support.ledger import OTHER_TENANT, TENANT, load_vectors
 
 
@@ -26,8 +26,11 @@ def test_balances_now_as_of_and_per_party(api: Any, db: Database) -> None:
     late = api.get("/v1/ledger/balances", params={"asOf": "2100-01-01T00:00:00+02:00"}).json()
     assert late["balances"] == now["balances"] and late["asOf"] == "2099-12-31T22:00:00.000Z"
     assert api.get("/v1/ledger/balances", params={"asOf": "2000-01-01T00:00:00Z"}).json()["balances"] == {}
-    head = api.get("/v1/ledger/balances", params={"position": 2**62}).json()
-    assert head["balances"] == now["balances"] and head["position"] == 2**62
+    last = event_cursor(db, TENANT, last_position(db, TENANT))
+    head = api.get("/v1/ledger/balances", params={"position": last}).json()
+    assert head["balances"] == now["balances"] and head["position"] == last
+    first = event_cursor(db, TENANT, first_position(db, TENANT))
+    assert api.get("/v1/ledger/balances", params={"position": first}).json()["balances"] != now["balances"]
     platform = api.get("/v1/ledger/balances", params={"party": "pty_platform"}).json()
     assert platform["partyId"] == "pty_platform" and platform["balances"]
     assert api.get("/v1/ledger/balances", params={"party": "pty_none"}).json()["balances"] == {}
@@ -35,19 +38,30 @@ def test_balances_now_as_of_and_per_party(api: Any, db: Database) -> None:
 
 def test_balances_of_another_tenant_are_its_own(api: Any, db: Database) -> None:
     other = client(make_app(db), key_for(db, OTHER_TENANT))
-    body = other.get("/v1/ledger/balances", params={"position": 2**62}).json()
+    body = other.get("/v1/ledger/balances",
+                     params={"position": event_cursor(db, OTHER_TENANT, last_position(db, OTHER_TENANT))}).json()
     assert body["tenantId"] == OTHER_TENANT and body["balances"] == ledger_rows.balances(db, OTHER_TENANT)[OTHER_TENANT]
 
 
 @pytest.mark.parametrize("params", [{"asOf": "yesterday"}, {"asOf": "2026-01-01T00:00:00"},
-                                    {"asOf": "2026-01-01T00:00:00Z", "position": 3}])
+                                    {"asOf": "2026-01-01T00:00:00Z", "position": "AAAA"}])
 def test_bad_as_of_is_a_400(api: Any, params: dict[str, Any]) -> None:
     r = api.get("/v1/ledger/balances", params=params)
     assert r.status_code == 400 and r.json()["code"] == "LEDGER_AS_OF_INVALID"
 
 
-def test_postings_pages_follow_the_cursor(api: Any) -> None:
-    seen: list[tuple[int, str]] = []
+def last_position(db: Database, tenant: str) -> int:
+    with db.read() as tx:
+        return int(tx.scalar("SELECT MAX(position) FROM events WHERE tenant_id = ?", (tenant,)))
+
+
+def first_position(db: Database, tenant: str) -> int:
+    with db.read() as tx:
+        return int(tx.scalar("SELECT MIN(position) FROM events WHERE tenant_id = ?", (tenant,)))
+
+
+def test_postings_pages_follow_the_cursor(api: Any, db: Database) -> None:
+    seen: list[tuple[str, str]] = []
     cursor = None
     while True:
         r = api.get("/v1/ledger/accounts/acct_cash/postings", params={"limit": 2, **({"cursor": cursor} if cursor
@@ -62,11 +76,18 @@ def test_postings_pages_follow_the_cursor(api: Any) -> None:
     everything = api.get("/v1/ledger/accounts/acct_cash/postings", params={"limit": 500}).json()
     assert seen == [(p["position"], p["entryId"]) for p in everything["postings"]] and len(seen) > 2
     assert everything["nextCursor"] is None
+    # each posting's position is its event's cursor, as the event feed shows it
+    posting = everything["postings"][0]
+    with db.read() as tx:
+        position = int(tx.scalar("SELECT position FROM events WHERE tenant_id = ? AND event_id = ?",
+                                 (TENANT, posting["eventId"])))
+    assert posting["position"] == event_cursor(db, TENANT, position)
 
 
 def test_bad_cursor_and_unknown_account(api: Any) -> None:
     first = api.get("/v1/ledger/accounts/acct_cash/postings", params={"limit": 1}).json()
-    for cursor in ("not base64!", "e30", first["nextCursor"] + "x"):
+    old_style = "WyJhY2N0X2Nhc2giLCIiLDEsMCwwXQ"  # the base64 JSON cursors before they were sealed
+    for cursor in ("not base64!", "e30", first["nextCursor"] + "x", old_style, "12"):
         r = api.get("/v1/ledger/accounts/acct_cash/postings", params={"cursor": cursor})
         assert r.status_code == 400 and r.json()["code"] == "CURSOR_INVALID", cursor
     # a cursor of another listing

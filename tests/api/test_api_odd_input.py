@@ -65,7 +65,7 @@ def test_a_last_event_id_digit_that_is_not_ascii_is_400(db: Database) -> None:
     key = key_for(db, TENANT_A, ["jobs:read"])
     got = asgi_request(app, "GET", "/v1/events/stream", [(b"authorization", f"Bearer {key}".encode()),
                                                           (b"last-event-id", b"\xb2")])  # latin-1 '²'
-    assert got["status"] == 400 and json.loads(got["body"])["code"] == "SCHEMA_INVALID"
+    assert got["status"] == 400 and json.loads(got["body"])["code"] == "CURSOR_INVALID"
 
 
 @pytest.mark.parametrize("as_of", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])

@@ -81,7 +81,7 @@ def test_deliveries_and_requeue(seeded_env: tuple[Database, Any, Seeded]) -> Non
     r = api.post(f"/v1/deliveries/{seeded.delivery_id}/requeue")
     assert r.status_code == 409 and r.json()["details"]["state"] == "pending"
     with db.transaction() as tx:
-        tx.execute("UPDATE deliveries SET state = 'failed', attempts = 5 WHERE id = ?", (seeded.delivery_id,))
+        tx.execute("UPDATE deliveries SET state = 'failed', attempts = 5 WHERE id = ?", (seeded.delivery_row,))
     r = api.post(f"/v1/deliveries/{seeded.delivery_id}/requeue")
     assert r.status_code == 200, r.text
     detail = api.get(f"/v1/deliveries/{seeded.delivery_id}").json()
@@ -90,8 +90,12 @@ def test_deliveries_and_requeue(seeded_env: tuple[Database, Any, Seeded]) -> Non
         tx.execute("UPDATE deliveries SET state = 'failed' WHERE tenant_id = ?", (TENANT_A,))
     r = api.post(f"/v1/destinations/{seeded.destination_id}/requeue")
     assert r.status_code == 200 and r.json()["requeued"] == len(api.get("/v1/deliveries").json()["deliveries"])
-    assert api.get("/v1/deliveries/999999").status_code == 404
-    assert api.post("/v1/deliveries/999999/requeue").status_code == 404
+    unknown = "A" * 32  # not a delivery id of this tenant
+    assert api.get(f"/v1/deliveries/{unknown}").status_code == 404
+    assert api.post(f"/v1/deliveries/{unknown}/requeue").status_code == 404
+    for path in (f"/v1/deliveries/{seeded.delivery_row}", f"/v1/deliveries/{seeded.delivery_row}/requeue"):
+        r = api.get(path) if path.endswith(str(seeded.delivery_row)) else api.post(path)
+        assert r.status_code == 400 and r.json()["code"] == "CURSOR_NUMERIC", r.text
 
 
 def test_artifacts_routes(seeded_env: tuple[Database, Any, Seeded]) -> None:

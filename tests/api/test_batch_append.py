@@ -17,7 +17,7 @@ from settlekit.client import Client
 from settlekit.events.envelope import verify_chain
 from settlekit.simulate import Fleet
 from settlekit.store.db import Database
-from support.api import TENANT_A, key_for, make_app
+from support.api import TENANT_A, key_for, make_app, position_of
 from support.http_server import serve
 
 sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
@@ -47,8 +47,8 @@ def _version(http: httpx.Client, job: JobWork) -> int:
     return int(http.get(f"/v1/jobs/{job.job_id}").json()["version"])
 
 
-def test_a_batch_of_100_finalized_events_is_one_append(env: tuple[httpx.Client, JobWork, dict[str, str], str]
-                                                       ) -> None:
+def test_a_batch_of_100_finalized_events_is_one_append(env: tuple[httpx.Client, JobWork, dict[str, str], str],
+                                                       db: Database) -> None:
     http, job, keys, _ = env
     path = f"/v1/jobs/{job.job_id}/events"
     batch = job.add_heartbeats(BATCH)
@@ -56,7 +56,8 @@ def test_a_batch_of_100_finalized_events_is_one_append(env: tuple[httpx.Client, 
     assert r.status_code == 201, r.text
     body = r.json()
     assert body["firstSeq"] == len(job.setup) + 1 and len(body["positions"]) == BATCH
-    assert body["positions"] == sorted(body["positions"]) and body["headChainHash"] == batch[-1]["chainHash"]
+    positions = [position_of(db, TENANT_A, p) for p in body["positions"]]  # the tenant's cursors
+    assert positions == sorted(positions) and body["headChainHash"] == batch[-1]["chainHash"]
     assert body["job"]["execution"]["lastHeartbeatAt"] == batch[-1]["at"]
     stored = http.get(f"/v1/jobs/{job.job_id}/export").json()
     assert stored == job.setup + batch

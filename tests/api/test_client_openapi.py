@@ -106,6 +106,11 @@ def test_each_method_matches_its_operation(document: dict[str, Any]) -> None:
         documented = {(n, where) for n, where in declared if where in ("path", "query")}
         if sent != documented:
             wrong.append(f"{name}: sends {sorted(sent)}, the document has {sorted(documented)}")
+        schemas = {p["name"]: p.get("schema", {}) for p in map(_resolved(document), op.get("parameters", []))}
+        for param, value in params.items():
+            types = _types(schemas.get(param, {}))
+            if isinstance(value, (int, str)) and types and _JSON_TYPE[type(value)] not in types:
+                wrong.append(f"{name}: sends {param} as {type(value).__name__}, the document has {sorted(types)}")
         if (body is not UNSET) != ("requestBody" in op):
             wrong.append(f"{name}: body {'sent' if body is not UNSET else 'not sent'}, the document "
                          f"{'has' if 'requestBody' in op else 'has no'} requestBody")
@@ -118,6 +123,17 @@ def test_each_method_matches_its_operation(document: dict[str, Any]) -> None:
             if required:
                 wrong.append(f"{name}: required body fields {sorted(required)} are never sent")
     assert not wrong, "\n".join(wrong)
+
+
+_JSON_TYPE = {int: "integer", str: "string", bool: "boolean"}
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    """The JSON types a parameter's schema allows (cursors and ids are strings, counts integers)."""
+    found = {schema["type"]} if "type" in schema else set()
+    for variant in schema.get("anyOf", []):
+        found |= _types(variant)
+    return found - {"null"}
 
 
 def _body_schema(document: dict[str, Any], op: dict[str, Any]) -> dict[str, Any] | None:

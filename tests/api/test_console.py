@@ -16,7 +16,7 @@ from conftest import backend_database
 from settlekit.api.auth import create_api_key, revoke_api_key
 from settlekit.store import streams
 from settlekit.store.db import Database
-from support.api import TENANT_A, TENANT_B, TestClient, client, key_for, seed_tenant, tenant_rows
+from support.api import TENANT_A, TENANT_B, TestClient, client, delivery_row_id, key_for, seed_tenant, tenant_rows
 from support.console import (
     HOSTILE_JOB_ID,
     LONG,
@@ -45,7 +45,7 @@ class Env:
     api_a: TestClient
     job_id: str
     destination_id: str
-    delivery_id: int
+    delivery_id: str  # as the console shows it to the tenant
     artifact_id: str
 
 
@@ -207,30 +207,45 @@ def test_actions_need_the_csrf_token_and_this_origin(env: Env, signed_a: tuple[T
     assert post(other, "/console/destination/disable", csrf, id=env.destination_id).status_code == 403
 
 
+def act(browser: TestClient, path: str, csrf: str, landing: str, **fields: str) -> str:
+    """Post an action: it answers 303 to `landing` (post/redirect/get), whose page shows the outcome once."""
+    r = post(browser, path, csrf, **fields)
+    assert r.status_code == 303 and r.headers["location"] == landing, (path, r.status_code, r.text[:500])
+    page = browser.get(landing)
+    assert page.status_code == 200 and 'id="outcome"' in page.text, page.text[:500]
+    return html.unescape(page.text)
+
+
 def test_destination_actions(env: Env, signed_a: tuple[TestClient, str]) -> None:
     browser, csrf = signed_a
-    r = post(browser, "/console/destination/replay", csrf, id=env.destination_id, since="2026-01-01T00:00:00",
-             until="2026-01-02T00:00:00")
-    assert r.status_code == 200 and "Replay started" in r.text, r.text[:500]
+    landing = f"/console/destination?id={env.destination_id}"
+    page = act(browser, "/console/destination/replay", csrf, landing, id=env.destination_id,
+               since="2026-01-01T00:00:00", until="2026-01-02T00:00:00")
+    assert "Replay started" in page
     replays = env.api_a.get(f"/v1/destinations/{env.destination_id}/replays").json()["replays"]
-    assert replays[0]["replayId"] in r.text
-    r = post(browser, "/console/destination/requeue", csrf, id=env.destination_id)
-    assert r.status_code == 200 and '"requeued"' in html.unescape(r.text)
-    r = post(browser, "/console/destination/disable", csrf, id=env.destination_id, reason="maintenance")
-    assert r.status_code == 200
+    assert replays[0]["replayId"] in page
+    # reloading the page it landed on shows the page alone and repeats nothing
+    again = browser.get(landing).text
+    assert 'id="outcome"' not in again and "Replay started" not in again
+    assert env.api_a.get(f"/v1/destinations/{env.destination_id}/replays").json()["replays"] == replays
+    assert '"requeued"' in act(browser, "/console/destination/requeue", csrf, landing, id=env.destination_id)
+    act(browser, "/console/destination/disable", csrf, landing, id=env.destination_id, reason="maintenance")
     assert env.api_a.get(f"/v1/destinations/{env.destination_id}").json()["status"] == "disabled"
-    r = post(browser, "/console/destination/enable", csrf, id=env.destination_id)
-    assert r.status_code == 200
+    act(browser, "/console/destination/enable", csrf, landing, id=env.destination_id)
     assert env.api_a.get(f"/v1/destinations/{env.destination_id}").json()["status"] == "active"
     before = env.api_a.get(f"/v1/destinations/{env.destination_id}").json()["secretRef"]
-    r = post(browser, "/console/destination/rotate-secret", csrf, id=env.destination_id)
-    assert r.status_code == 200 and 'id="new-secret">whsec_' in r.text
+    page = act(browser, "/console/destination/rotate-secret", csrf, landing, id=env.destination_id)
+    assert 'id="new-secret">whsec_' in page
+    secret = page.split('id="new-secret">', 1)[1].split("<", 1)[0]
+    assert secret not in browser.get(landing).text  # shown once
     after = env.api_a.get(f"/v1/destinations/{env.destination_id}").json()
     assert after["secretRef"] != before and after["previousSecretRef"] == before
-    r = post(browser, "/console/destination/test", csrf, id=env.destination_id)
-    assert r.status_code == 200 and '"ok": false' in html.unescape(r.text)  # nothing listens on the destination's port
+    page = act(browser, "/console/destination/test", csrf, landing, id=env.destination_id)
+    assert '"ok": false' in page  # nothing listens on the destination's port
     r = post(browser, "/console/delivery/requeue", csrf, id=str(env.delivery_id))
-    assert r.status_code in (200, 409)
+    assert r.status_code in (303, 409)
+    if r.status_code == 303:
+        assert r.headers["location"] == f"/console/delivery?id={env.delivery_id}"
 
 
 def test_scopes_follow_the_api_routes(env: Env) -> None:
@@ -255,12 +270,12 @@ def test_dispatcher_rearm_and_skip(env: Env) -> None:
     assert_inert(page.text)
     consumers = {c["name"]: c for c in client(env.app, env.key_operator).get("/v1/ops/consumers").json()["consumers"]}
     assert consumers[PROBE_CONSUMER]["status"] == "dead"
-    r = post(operator, "/console/dispatcher/rearm", csrf, name=PROBE_CONSUMER)
-    assert r.status_code == 200 and "Consumer rearmed" in r.text, r.text[:500]
+    assert "Consumer rearmed" in act(operator, "/console/dispatcher/rearm", csrf, "/console/dispatcher",
+                                     name=PROBE_CONSUMER)
     state = client(env.app, env.key_operator).get(f"/v1/ops/consumers/{PROBE_CONSUMER}").json()
     assert state["storedStatus"] != "dead"
     r = post(operator, "/console/dispatcher/skip", csrf, name=PROBE_CONSUMER)
-    assert r.status_code in (200, 409), r.text[:500]
+    assert r.status_code in (303, 409), r.text[:500]
     assert post(operator, "/console/dispatcher/rearm", csrf, name="no_such_consumer").status_code == 404
 
 
@@ -295,9 +310,13 @@ def test_another_tenant_sees_nothing_of_tenant_a(env: Env) -> None:
 def test_sign_out_and_revocation_end_the_session(env: Env) -> None:
     secret_key = create_api_key(env.db, TENANT_A, ["jobs:read"])
     browser, csrf = sign_in(env.app, secret_key[1])
+    copy = TestClient(env.app, base_url=ORIGIN)  # the cookie copied to another browser (or another API process)
+    copy.cookies.set("sk_console", browser.cookies.get("sk_console") or "", path="/console")
+    assert copy.get("/console/jobs").status_code == 200
     r = post(browser, "/console/logout", csrf)
     assert r.status_code == 303 and 'sk_console=""' in r.headers["set-cookie"]
     assert browser.get("/console/jobs", follow_redirects=False).status_code == 303
+    assert copy.get("/console/jobs", follow_redirects=False).headers["location"] == "/console/login"
     again, _ = sign_in(env.app, secret_key[1])
     revoke_api_key(env.db, secret_key[0])
     assert again.get("/console/jobs", follow_redirects=False).headers["location"] == "/console/login"
@@ -320,7 +339,7 @@ def test_actions_and_sign_ins_are_audited(env: Env, caplog: pytest.LogCaptureFix
     with caplog.at_level("INFO", logger="settlekit.console.audit"):
         browser, csrf = sign_in(env.app, env.key_a)
         post(browser, "/console/destination/requeue", csrf, id=env.destination_id)
-        post(browser, "/console/delivery/requeue", csrf, id="999999999")
+        post(browser, "/console/delivery/requeue", csrf, id="A" * 32)  # no delivery of the tenant
     records = [r for r in caplog.records if r.name == "settlekit.console.audit"]
     assert any(r.getMessage() == "console sign-in" and getattr(r, "tenant_id", None) == TENANT_A for r in records)
     done = [r for r in records if r.getMessage() == "console action"]
@@ -346,6 +365,21 @@ def sign_in_at(env: Env, api_key: str, landing: str) -> tuple[TestClient, str]:
     page = browser.get(landing)
     assert page.status_code == 200, page.text[:300]
     return browser, csrf_of(page.text)
+
+
+def test_delivery_ids_are_the_tenants_own(env: Env) -> None:
+    """The console names deliveries as the API does: the tenant's opaque id, never the global row id."""
+    browser, csrf = sign_in(env.app, env.key_a)
+    page = browser.get(f"/console/destination?id={env.destination_id}").text
+    row = delivery_row_id(env.db, TENANT_A, env.delivery_id)
+    assert f"delivery?id={env.delivery_id}" in page and f"delivery?id={row}\"" not in page
+    detail = browser.get(f"/console/delivery?id={env.delivery_id}")
+    assert detail.status_code == 200 and env.delivery_id in detail.text
+    numeric = (browser.get(f"/console/delivery?id={row}"),
+               post(browser, "/console/delivery/requeue", csrf, id=str(row)))
+    for r in numeric:
+        assert r.status_code == 400 and "CURSOR_NUMERIC" in r.text
+    assert browser.get("/console/delivery?id=" + "A" * 32).status_code == 404
 
 
 def test_a_long_timeline_lists_its_first_events_and_verifies_them_all(env: Env, signed_a: tuple[TestClient, str],

@@ -26,7 +26,7 @@ from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 from settlekit.events.canonical import canonical_hash
 from settlekit.store.db import Database
-from support.api import TENANT_A, TENANT_B, client, key_for, make_app
+from support.api import TENANT_A, TENANT_B, client, delivery_token, key_for, make_app
 from support.receiver import FaultyReceiver
 
 SECRET = generate_secret()
@@ -80,7 +80,8 @@ class Env:
         return {int(r[0]): (r[1], r[2], int(r[3]), r[4]) for r in found}
 
     def attempt_log(self, delivery_id: int) -> list[int]:
-        return [a["attempt"] for a in self.a.get(f"/v1/deliveries/{delivery_id}").json()["attemptLog"]]
+        shown = delivery_token(self.db, TENANT_A, delivery_id)
+        return [a["attempt"] for a in self.a.get(f"/v1/deliveries/{shown}").json()["attemptLog"]]
 
 
 @pytest.fixture
@@ -180,7 +181,14 @@ def test_stats_auto_disable_with_reason_and_re_enable(env: Env) -> None:
         assert stats["status"] == "active" and stats["consecutiveFailures"] == 3 and stats["failingSince"]
         assert stats["attempts"] == {"total": 4, "succeeded": 1, "failed": 3, "truncated": False}
         assert stats["successRate"] == 0.25 and stats["lastError"]["httpStatus"] == 500
-        assert stats["deliveries"] == {"pending": 3, "delivered": 1, "failed": 0}
+        assert stats["deliveries"] == {"pending": 3, "delivered": 1, "failed": 0, "truncated": False,
+                                       "countedSince": stats["since"]}
+        # a count reads at most the newest STATS_DELIVERIES deliveries of the window, and says so
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("settlekit.delivery.recovery.STATS_DELIVERIES", 2)
+            bounded = env.a.get("/v1/destinations/d1/stats").json()["deliveries"]
+        assert bounded["truncated"] and bounded["pending"] + bounded["delivered"] + bounded["failed"] == 2
+        assert stats["since"] < bounded["countedSince"] <= stats["until"]
         assert all(stats["latencyMs"][p] is not None for p in ("p50", "p90", "p99"))
         # a run long enough: the next failed attempt disables the destination, with a reason the tenant sees
         rx.inject(500, count=1)

@@ -17,7 +17,7 @@ from settlekit.append import Appender, DomainOutcome, PassThroughDomain
 from settlekit.events.envelope import Event
 from settlekit.store.consumers import ConsumerRepository
 from settlekit.store.db import Database, Tx
-from support.api import TENANT_A, TENANT_B, client, key_for, make_app
+from support.api import TENANT_A, TENANT_B, client, event_cursor, key_for, make_app, position_of
 
 ACTOR = {"type": "system", "id": "feed-test"}
 
@@ -75,26 +75,35 @@ class Holder:
 
 
 class Follower:
-    """A feed client: keeps `next` and every event it was given."""
+    """A feed client: keeps `next` (and, to check it, the position behind it) and every event it was given (by
+    the position behind its cursor)."""
 
-    def __init__(self, api: Any, *, limit: int = 3):
+    def __init__(self, api: Any, tenant: str = TENANT_A, *, limit: int = 3):
         self.api = api
+        self.tenant = tenant
         self.limit = limit
+        self.cursor: str | None = None
         self.after = 0
         self.seen: list[tuple[int, str]] = []
+
+    def position(self, token: str) -> int:
+        return position_of(self.api.app.state.settlekit.db, self.tenant, token)
 
     def poll(self) -> int:
         """Page until the feed has nothing more now; returns the number of events received."""
         got = 0
         while True:
-            r = self.api.get("/v1/events", params={"after": self.after, "limit": self.limit})
+            params: dict[str, Any] = {"limit": self.limit}
+            if self.cursor is not None:
+                params["after"] = self.cursor
+            r = self.api.get("/v1/events", params=params)
             assert r.status_code == 200, r.text
             body = r.json()
-            self.seen.extend((item["position"], item["event"]["id"]) for item in body["events"])
+            self.seen.extend((self.position(item["position"]), item["event"]["id"]) for item in body["events"])
             got += len(body["events"])
-            moved = body["next"] != self.after
-            assert body["next"] >= self.after
-            self.after = body["next"]
+            moved = body["next"] != self.cursor
+            assert self.position(body["next"]) >= self.after
+            self.cursor, self.after = body["next"], self.position(body["next"])
             if not body["events"] and not moved:
                 return got
 
@@ -123,6 +132,11 @@ def committed(db: Database, tenant: str) -> list[tuple[int, str]]:
     with db.read() as tx:
         rows = tx.fetchall("SELECT position, event_id FROM events WHERE tenant_id = ? ORDER BY position", (tenant,))
     return [(int(p), str(e)) for p, e in rows]
+
+
+def shown(db: Database, tenant: str) -> list[tuple[str, str]]:
+    """The tenant's committed events as the feed shows them: (position cursor, event id)."""
+    return [(event_cursor(db, tenant, p), e) for p, e in committed(db, tenant)]
 
 
 def concurrent_writers(db: Database) -> bool:
@@ -175,7 +189,7 @@ def test_follower_sees_every_committed_event_once_in_order(db: Database) -> None
     b_ids = {e for _, e in committed(db, TENANT_B)}
     assert b_ids and not b_ids & {e for _, e in follower.seen}
     # the other tenant's follower sees only its own
-    other = Follower(client(app, key_b), limit=100)
+    other = Follower(client(app, key_b), TENANT_B, limit=100)
     other.poll_until(committed(db, TENANT_B)[-1][0])
     assert other.seen == committed(db, TENANT_B)
 
@@ -189,15 +203,21 @@ def test_types_filter_limit_and_envelopes_as_stored(db: Database) -> None:
     body = r.json()
     assert [item["event"]["type"] for item in body["events"]] == ["B"]
     assert body["next"] == body["events"][0]["position"]
+    position = position_of(db, TENANT_A, body["next"])
     with db.read() as tx:
-        stored = tx.scalar("SELECT event_json FROM events WHERE position = ?", (body["next"],))
+        stored = tx.scalar("SELECT event_json FROM events WHERE position = ?", (position,))
     assert f'"event":{stored}' in r.text
     rest = api.get("/v1/events", params={"types": "B", "after": body["next"]}).json()
     assert [item["event"]["type"] for item in rest["events"]] == ["B"]
+    # past the last B the cursor rests on the tenant's last event of any type
+    assert position_of(db, TENANT_A, rest["next"]) == max(p for p, _ in committed(db, TENANT_A))
     too_many = ",".join(f"T{i}" for i in range(60))
-    for params in ({"types": "bad type!"}, {"limit": 0}, {"after": -1}, {"types": too_many}):
+    for params in ({"types": "bad type!"}, {"limit": 0}, {"after": "1.5"}, {"types": too_many}):
         r = api.get("/v1/events", params=params)
         assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID", (params, r.text)
+    for params, code in (({"after": -1}, "CURSOR_INVALID"), ({"after": 3}, "CURSOR_NUMERIC")):
+        r = api.get("/v1/events", params=params)
+        assert r.status_code == 400 and r.json()["code"] == code, (params, r.text)
     assert client(make_app(db)).get("/v1/events").status_code == 401
 
 
@@ -234,10 +254,10 @@ def served(db: Database) -> Iterator[tuple[str, Any]]:
         yield out
 
 
-def read_sse(lines: Iterator[str], want: int) -> tuple[list[tuple[int, str]], int]:
+def read_sse(lines: Iterator[str], want: int) -> tuple[list[tuple[str, str]], int]:
     """(id, event id) of the next `want` messages of a stream's lines, and the heartbeat comments seen
     meanwhile."""
-    out: list[tuple[int, str]] = []
+    out: list[tuple[str, str]] = []
     heartbeats = 0
     current: dict[str, str] = {}
     for line in lines:
@@ -248,7 +268,7 @@ def read_sse(lines: Iterator[str], want: int) -> tuple[list[tuple[int, str]], in
         elif line.startswith("data: "):
             current["data"] = line[6:]
         elif line == "" and "data" in current:
-            out.append((int(current["id"]), httpx.Response(200, content=current["data"]).json()["id"]))
+            out.append((current["id"], httpx.Response(200, content=current["data"]).json()["id"]))
             current = {}
             if len(out) == want:
                 break
@@ -261,7 +281,7 @@ def test_sse_follows_resumes_with_last_event_id_and_limits_streams(db: Database,
     headers = {"authorization": f"Bearer {key_for(db, TENANT_A, ['jobs:read'])}"}
     append(db, TENANT_A, "s1", 3)
     append(db, TENANT_B, "b1", 2)
-    expected = committed(db, TENANT_A)
+    expected = shown(db, TENANT_A)
     with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
         with http.stream("GET", "/v1/events/stream") as first:
             assert first.status_code == 200
@@ -269,7 +289,7 @@ def test_sse_follows_resumes_with_last_event_id_and_limits_streams(db: Database,
             got, _ = read_sse(first.iter_lines(), 2)
         assert got == expected[:2]
         # resume: the id of the last message received; new events arrive while connected
-        resume = {"Last-Event-ID": str(got[-1][0])}
+        resume = {"Last-Event-ID": got[-1][0]}
         with http.stream("GET", "/v1/events/stream", params={"after": 0}, headers=resume) as second:
             lines = second.iter_lines()
             rest, _ = read_sse(lines, 1)
@@ -279,8 +299,8 @@ def test_sse_follows_resumes_with_last_event_id_and_limits_streams(db: Database,
             if holder is not None:
                 holder.finish()
             more, heartbeats = read_sse(lines, 3 if holder else 2)
-        assert got + rest + more == committed(db, TENANT_A)
-        with http.stream("GET", "/v1/events/stream", headers={"Last-Event-ID": str(more[-1][0])}) as quiet:
+        assert got + rest + more == shown(db, TENANT_A)
+        with http.stream("GET", "/v1/events/stream", headers={"Last-Event-ID": more[-1][0]}) as quiet:
             quiet_lines = quiet.iter_lines()  # kept: an abandoned line iterator closes the connection
             assert read_sse_heartbeat(quiet_lines)
             with http.stream("GET", "/v1/events/stream") as also:
@@ -289,8 +309,9 @@ def test_sse_follows_resumes_with_last_event_id_and_limits_streams(db: Database,
                     assert third.status_code == 429
                     third.read()
                     assert third.json()["code"] == "FEED_STREAM_LIMIT" and int(third.headers["retry-after"]) >= 1
-        r = http.get("/v1/events/stream", headers={"Last-Event-ID": "x1"})
-        assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID"
+        for last_event_id, code in (("x1", "CURSOR_INVALID"), ("x.1", "CURSOR_INVALID"), ("7", "CURSOR_NUMERIC")):
+            r = http.get("/v1/events/stream", headers={"Last-Event-ID": last_event_id})
+            assert r.status_code == 400 and r.json()["code"] == code, (last_event_id, r.text)
     deadline = time.monotonic() + 10
     while app.state.settlekit.feed.open_count(TENANT_A):  # the server notices closed connections
         assert time.monotonic() < deadline, "a closed stream kept its slot"
@@ -324,7 +345,7 @@ def test_sse_stream_ends_at_shutdown_and_resumes_on_the_next_server(db: Database
     the next server's stream, resumed with Last-Event-ID, sends exactly what came after."""
     headers = {"authorization": f"Bearer {key_for(db, TENANT_A, ['jobs:read'])}"}
     append(db, TENANT_A, "s1", 2)
-    seen: list[tuple[int, str]] = []
+    seen: list[tuple[str, str]] = []
     ended = threading.Event()
     # the stream is closed on this side only after the server has stopped (closing it first would end it here)
     with contextlib.ExitStack() as client_side:
@@ -347,9 +368,9 @@ def test_sse_stream_ends_at_shutdown_and_resumes_on_the_next_server(db: Database
     append(db, TENANT_A, "s2", 2)  # while no server runs
     append(db, TENANT_B, "b1", 1)
     with serving(db) as (base, _), httpx.Client(base_url=base, headers=headers, timeout=30) as http, \
-            http.stream("GET", "/v1/events/stream", headers={"Last-Event-ID": str(seen[-1][0])}) as stream:
+            http.stream("GET", "/v1/events/stream", headers={"Last-Event-ID": seen[-1][0]}) as stream:
         seen += read_sse(stream.iter_lines(), 2)[0]
-    assert seen == committed(db, TENANT_A)
+    assert seen == shown(db, TENANT_A)
 
 
 @pytest.mark.parametrize("outcome", ["commit", "rollback"])

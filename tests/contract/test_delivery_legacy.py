@@ -1,6 +1,7 @@
 """Crash-loop guard (a delivery whose send kills its worker on every claim is dead-lettered as crash_loop after
-max_claims claims, the others keep flowing) and legacy `file:` secret refs (never read; `deliveries secrets
-migrate` imports the ones inside the secrets directory in their own tenant's area, refuses the rest)."""
+max_claims claims, the others keep flowing), legacy `file:` secret refs (never read; `deliveries secrets
+migrate` imports the ones inside the secrets directory in their own tenant's area, refuses the rest) and the legacy
+`x-proxy-delivery-id` header (the id the tenant sees, not the row id)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from typing import Any
 
 import pytest
 from test_delivery_faults import RealClock, fast_worker
-from test_delivery_worker import SECRET, Artifacts, add_destination, artifact, deliveries, run
+from test_delivery_worker import SECRET, Artifacts, add_destination, artifact, deliveries, make_worker, run
 
+from settlekit.cursors import DELIVERY, Cursors
 from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.legacy_secrets import migrate_file_refs
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.secrets import secret_id_of
 from settlekit.delivery.signing import generate_secret
+from settlekit.store import cursor_secret
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database
 from support.failpoints import SimulatedCrash
@@ -232,3 +235,16 @@ def test_max_claims_must_be_positive(db: Database, bad: int) -> None:
 
     with pytest.raises(ConfigurationError):
         fast_worker(db, Artifacts(), RealClock(), "w", config={"max_claims": bad})
+
+
+def test_the_legacy_delivery_id_header_is_the_id_the_tenant_sees(db: Database) -> None:
+    """The row id counts every tenant's deliveries: the header carries the tenant's token, as the API shows it."""
+    arts, clock = Artifacts(), RealClock()
+    dest = add_destination(db, "http://127.0.0.1:9/legacy", "inline:" + SECRET, signing="settld_legacy")
+    doc = arts.add(artifact("j1", 1))
+    with db.transaction() as tx:
+        enqueue_artifact(tx, "ten", doc, now=clock())
+    row = deliveries(db)[0]
+    request = make_worker(db, arts, clock)._prepare(row, dest, doc, clock(), [SECRET])
+    shown = Cursors(cursor_secret.read(db)).encode(DELIVERY, "ten", row.id)
+    assert request.headers["x-proxy-delivery-id"] == shown != str(row.id)

@@ -18,18 +18,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from settlekit.append import job_appender
+from settlekit.application import finance as FIN
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json
 from settlekit.events.envelope import Signer, finalize, make_draft
 from settlekit.ledger import accounts as A
+from settlekit.ledger import merkle
 from settlekit.ledger.close import (
+    StreamLeaf,
     verify_close_document,
     verify_consistency_proof,
     verify_inclusion_proof,
 )
 from settlekit.ledger.postings import make_entry
 from settlekit.ledger.timeline import parse_instant
-from settlekit.projections import finance as FIN
 from settlekit.simulate import SCENARIO_ORDER, Fleet, job_stream
 from settlekit.store import ledger as ledger_rows
 from settlekit.store import ledger_timeline as timeline
@@ -412,3 +414,66 @@ def test_a_carried_entry_with_an_offset_names_the_month_of_its_instant(db: Datab
     feb = _close(db, tenant, "2026-02")
     assert feb["statement"]["carriedIn"] == [{"entryId": "e_jan", "sourceEventId": "evt_e_jan",
                                               "originalPeriod": "2026-01"}]
+
+
+def _proofs(db: Database, tenant: str, months: dict[str, list[str]]) -> list[dict[str, Any]]:
+    out = [FIN.inclusion_proof(db, tenant, month, job) for month, jobs in months.items() for job in jobs]
+    return out + [FIN.consistency_proof(db, tenant, old, new) for old in months for new in months if old <= new]
+
+
+def test_proofs_read_stored_subtrees_and_equal_the_proofs_over_every_leaf(db: Database,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    tenant = _tenant()
+    for i in range(11):
+        _extend(db, tenant, f"job_{i:02d}", datetime(2026, 1, 10, tzinfo=UTC))
+    for i in range(5, 12):
+        _extend(db, tenant, f"job_{i:02d}", datetime(2026, 2, 3, tzinfo=UTC))
+    _extend(db, tenant, "job_20", datetime(2026, 3, 2, tzinfo=UTC))
+    docs = [_close(db, tenant, month) for month in ("2026-01", "2026-02", "2026-03")]
+    assert [d["merkleLog"]["treeSize"] for d in docs] == [11, 18, 19]
+    months = {"2026-01": [f"job_{i:02d}" for i in range(11)], "2026-02": [f"job_{i:02d}" for i in range(5, 12)],
+              "2026-03": ["job_20"]}
+    with monkeypatch.context() as patch:  # the stored subtrees alone: no read of the whole log
+        patch.setattr(FIN.F, "leaf_hashes", lambda *a, **k: pytest.fail("a proof read every leaf"))
+        stored = _proofs(db, tenant, months)
+    with monkeypatch.context() as patch:  # the path over every leaf (a log without stored subtrees)
+        patch.setattr(FIN.F, "subtree_hashes", lambda *a, **k: {})
+        over_leaves = _proofs(db, tenant, months)
+    assert [canonical_json(p) for p in stored] == [canonical_json(p) for p in over_leaves]
+    for proof in stored:
+        verify = verify_inclusion_proof if proof["proofType"] == FIN.INCLUSION_PROOF else verify_consistency_proof
+        assert verify(proof)["ok"], proof
+    # the migration's data step builds the same subtrees for a log closed before they were stored
+    with db.transaction() as tx:
+        query = "SELECT level, node_index, node_hash FROM finance_log_nodes WHERE tenant_id = ? ORDER BY 1, 2"
+        before = tx.fetchall(query, (tenant,))
+        tx.execute("DELETE FROM finance_log_nodes WHERE tenant_id = ?", (tenant,))
+        FIN.F.build_log_nodes(tx)
+        assert tx.fetchall(query, (tenant,)) == before and len(before) == 16  # 9 + 4 + 2 + 1 over 19 leaves
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.integers(min_value=1, max_value=70), min_size=1, max_size=3), data=st.data())
+def test_subtrees_stored_by_closes_fold_into_the_proofs_over_every_leaf(db: Database, batches: list[int],
+                                                                        data: st.DataObject) -> None:
+    """Store level: leaves appended in batches as closes append them, each batch's completed subtrees stored;
+    every audit path and consistency proof read from them equals the one computed over all the leaves."""
+    tenant = _tenant()
+    sizes = []
+    with db.transaction() as tx:
+        for n, count in enumerate(batches):
+            first = sizes[-1] if sizes else 0
+            leaves = [StreamLeaf(f"s_{first + i}", f"{first + i:064x}", 1) for i in range(count)]
+            FIN.F.append_leaves(tx, tenant, f"2026-{n + 1:02d}", first, leaves)
+            FIN.F.append_nodes(tx, tenant, merkle.nodes_completed(FIN.F.leaf_hashes(tx, tenant), first))
+            sizes.append(first + count)
+    with db.read() as tx:
+        hashes = FIN.F.leaf_hashes(tx, tenant)
+        for size in sizes:
+            index = data.draw(st.integers(min_value=0, max_value=size - 1))
+            ranges = merkle.inclusion_ranges(index, size)
+            assert FIN._subtrees(tx, tenant, size, ranges) == merkle.inclusion_path(hashes[:size], index)
+            for old in sizes:
+                if old <= size:
+                    assert FIN._subtrees(tx, tenant, size, merkle.consistency_ranges(size, old)) == \
+                        merkle.consistency_proof(hashes[:size], old)

@@ -19,13 +19,13 @@ from typer.testing import CliRunner
 
 from conftest import backend_database, differential_corpus, load_differential, load_vector, scenario_names
 from settlekit.append import HISTORY, job_appender
+from settlekit.application.imports import import_events, parse_import_keys, register_signers
 from settlekit.artifacts.build import build_all
 from settlekit.cli import app
 from settlekit.dispatch import Dispatcher
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.canonical import canonical_json, storable_json
 from settlekit.events.envelope import Signer, finalize, make_draft
-from settlekit.importer import import_events, parse_import_keys, register_signers
 from settlekit.jobs import required_signer_kind
 from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.projections.artifacts import ArtifactConsumer
@@ -386,16 +386,29 @@ def _has_lone_surrogate(x: Any) -> bool:
     return False
 
 
-def _first_rejection(v: dict[str, Any]) -> int:
-    """The issue's rule: the import stops at the first of `serverRejections` (all events when there is none)."""
+def _server_rejection(v: dict[str, Any]) -> int:
+    """The first of `serverRejections` (the reference API's domain rules; all events when there is none)."""
     return v["serverRejections"][0]["index"] if v["serverRejections"] else len(v["events"])
 
 
+def _first_posting_error(v: dict[str, Any]) -> int:
+    """The first event whose posting fails (`ledgerErrors`), which settld's API refuses ("ledger posting
+    rejected"; settld's core records it and goes on); all events when there is none."""
+    failed = {error["eventId"] for error in v["ledgerErrors"]}
+    return next((i for i, e in enumerate(v["events"]) if e["id"] in failed), len(v["events"]))
+
+
+def _first_rejection(v: dict[str, Any]) -> int:
+    """The issue's rule: the import stops where settld's API first refused the stream, at the first of
+    `serverRejections` or at the first posting error (all events when there is neither)."""
+    return min(_server_rejection(v), _first_posting_error(v))
+
+
 def _strict_stop(v: dict[str, Any]) -> tuple[int, str | None]:
-    """Where `--strict` (the rules for new input) stops: earlier than the first rejection at an unsigned event
-    or at a lone surrogate."""
+    """Where `--strict` (the rules for new input, which record a posting error and go on) stops: earlier than the
+    first of `serverRejections` at an unsigned event or at a lone surrogate."""
     events = v["events"]
-    stop = _first_rejection(v)
+    stop = _server_rejection(v)
     for i, e in enumerate(events[:stop]):
         if _unsigned([e]):
             return i, "SIGNER_POLICY_VIOLATION"
@@ -433,6 +446,8 @@ def test_corpus_stream_imports_up_to_its_first_server_rejection(name: str, corpu
     v = load_differential(name)
     stop = _first_rejection(v)
     result = _check_import(corpus_db, v, stop)
+    if stop < _server_rejection(v):
+        assert result.refused is not None and result.refused.code == "LEDGER_POSTING_REJECTED", result.refused
     counts = _counts(v["events"][:stop])
     assert (result.unsigned, result.lone_surrogates) == (counts["unsigned"], counts["loneSurrogates"])
 
@@ -447,7 +462,7 @@ def _strict_cases() -> list[str]:
 def test_strict_import_stops_at_the_rules_for_new_input(name: str, corpus_db: Database) -> None:
     v = load_differential(name)
     stop, code = _strict_stop(v)
-    assert stop < _first_rejection(v)
+    assert stop < _server_rejection(v)
     # a tenant of its own: the corpus test stores these streams (and their event ids) for tenant_default
     result = _check_import(corpus_db, v, stop, strict=True, tenant="tenant_strict")
     assert result.refused is not None and result.refused.code == code

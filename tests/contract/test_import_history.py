@@ -23,11 +23,11 @@ import pytest
 
 from conftest import VECTORS, backend_database, differential_corpus
 from settlekit.append import job_appender
+from settlekit.application.imports import import_events, named_tenant, parse_import_keys, register_signers
 from settlekit.errors import ValidationError
-from settlekit.events.canonical import canonical_json, parse_json
+from settlekit.events.canonical import canonical_json, parse_json, same_json
 from settlekit.events.envelope import VerificationError, verify_chain
-from settlekit.events.recorded import check_nesting, recorded_envelope
-from settlekit.importer import import_events, named_tenant, parse_import_keys, register_signers
+from settlekit.events.recorded import recorded_envelope
 from settlekit.store.db import Database
 from support.huge_streams import corpus_stream, huge_stream, stream_digest
 
@@ -119,15 +119,6 @@ def _chain_failure(events: list[dict[str, Any]]) -> int | None:
     return None
 
 
-def _too_deep(events: list[dict[str, Any]]) -> int | None:
-    for i, event in enumerate(events):
-        try:
-            check_nesting(event, i)
-        except ValidationError:
-            return i
-    return None
-
-
 def _stored_ids(db: Database, tenant: str, stream_id: str) -> list[str]:
     with db.read() as tx:
         rows = tx.fetchall("SELECT event_id FROM events WHERE tenant_id = ? AND stream_id = ? ORDER BY seq",
@@ -159,20 +150,9 @@ def test_import_stops_where_settlds_api_first_refused(n: int, history_dbs: Calla
             moved, (moved, "JOB_TENANT_MISMATCH"))
         assert _stored_ids(history_db, tenant, stream_id) == [e["id"] for e in events[:moved]]
         return
-    deep = _too_deep(events[:stop])
-    if deep is not None:  # settlekit stores at most 256 levels (README, deliberate differences)
-        assert (result.appended, result.refused and (result.refused.index, result.refused.code)) == (
-            deep, (deep, "JSON_INVALID"))
-        assert _stored_ids(history_db, tenant, stream_id) == [e["id"] for e in events[:deep]]
-        return
     if rejection is not None and REGISTRY.search(rejection["message"] or ""):
         # settld's robot and operator registry (zones, shifts, reservations): settlekit keeps none (README), so
         # the import goes on; the harness's registry is an assumption, not the stream's history
-        assert result.appended > stop and _stored_ids(history_db, tenant, stream_id)[:stop + 1] == [
-            e["id"] for e in events[:stop + 1]]
-        return
-    if rejection is not None and rejection["error"] == "ledger posting rejected":
-        # settlekit records a posting error and goes on (README, deliberate differences)
         assert result.appended > stop and _stored_ids(history_db, tenant, stream_id)[:stop + 1] == [
             e["id"] for e in events[:stop + 1]]
         return
@@ -181,9 +161,12 @@ def test_import_stops_where_settlds_api_first_refused(n: int, history_dbs: Calla
     if failure == stop:  # refused by the chain check, as settld's API refused it
         assert rejection is not None and rejection["error"] == "event chain verification failed"
         assert result.refused is not None and result.refused.code in VERIFICATION_CODES, result.refused
+    elif rejection is not None and rejection["error"] == "ledger posting rejected":
+        assert result.refused is not None and result.refused.code == "LEDGER_POSTING_REJECTED", result.refused
+        assert rejection["message"] in result.refused.message
     assert _stored_ids(history_db, tenant, stream_id) == [e["id"] for e in events[:stop]]
     stored = store.streams.read_stream(tenant, stream_id)
-    assert stored == [recorded_envelope(e, i) for i, e in enumerate(events[:stop])]
+    assert same_json(stored, [recorded_envelope(e, i) for i, e in enumerate(events[:stop])])
 
 
 def test_retenant_takes_a_job_created_naming_another_tenant(db: Database) -> None:
@@ -207,7 +190,9 @@ def _run(description: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("description", ["d102_claims: restart, foreign", "d140_amounts: envelope",
                                          "d026_coverage: foreign, signatures, at",
-                                         "d118_lifecycle: foreign, signatures, envelope"])
+                                         "d118_lifecycle: foreign, signatures, envelope",
+                                         "d003_basic: deep", "d026_coverage: keys, deep", "d034_proof: deep",
+                                         "d005_basic: restart, signatures, deep, at"])
 def test_imported_history_is_shown_as_settld_recorded_it(description: str, db: Database) -> None:
     """The job view is settld's reducer over the whole stream (a second JOB_CREATED restarts the job; an unknown
     type is a revision); the job's events and the feed hold every event as recorded, unknown types included, and
@@ -231,12 +216,12 @@ def test_imported_history_is_shown_as_settld_recorded_it(description: str, db: D
     recorded = [recorded_envelope(e, i) for i, e in enumerate(events)]
     job_id = events[0]["streamId"]
     api = client(make_app(db), key_for(db, TENANT))
-    view = api.get(f"/v1/jobs/{quote(job_id, safe='')}").json()
-    assert view["version"] == len(events) and view["job"] == run["job"]
-    listed = api.get(f"/v1/jobs/{quote(job_id, safe='')}/events").json()["events"]
-    assert listed == recorded
-    feed = api.get("/v1/events", params={"limit": 500}).json()["events"]
-    assert [item["event"] for item in feed if item["event"]["streamId"] == job_id] == recorded
+    view = parse_json(api.get(f"/v1/jobs/{quote(job_id, safe='')}").content)
+    assert view["version"] == len(events) and same_json(view["job"], run["job"])
+    listed = parse_json(api.get(f"/v1/jobs/{quote(job_id, safe='')}/events").content)["events"]
+    assert same_json(listed, recorded)
+    feed = parse_json(api.get("/v1/events", params={"limit": 500}).content)["events"]
+    assert same_json([item["event"] for item in feed if item["event"]["streamId"] == job_id], recorded)
     Dispatcher(db, [ArtifactConsumer().consumer()], listen=False).drain()
     with db.read() as tx:
         page = ArtifactStore().list_for_job(tx, TENANT, job_id, limit=100)
@@ -247,7 +232,7 @@ def test_imported_history_is_shown_as_settld_recorded_it(description: str, db: D
         artifact_id = artifact.artifact["artifactId"]
         if len(artifact_id) <= 500:
             got = api.get(f"/v1/artifacts/{quote(artifact_id, safe='')}")
-            assert got.status_code == 200 and got.json() == artifact.artifact
+            assert got.status_code == 200 and same_json(parse_json(got.content), artifact.artifact)
 
 
 @pytest.mark.parametrize("description", ["d140_amounts: envelope", "d065_sla: envelope", "d127_lifecycle: at",
@@ -329,8 +314,8 @@ def test_the_month_close_places_imported_times_by_their_instant(db: Database) ->
     counted in every month (its text sorts first)."""
     from datetime import UTC, datetime
 
+    from settlekit.application.finance import close_month
     from settlekit.events.envelope import Signer, finalize, make_draft
-    from settlekit.projections.finance import close_month
 
     events = _run("d044_proof: restart, at")["events"]
     store = job_appender(db)

@@ -150,8 +150,9 @@ def interleaved_jobs(draw: st.DrawFn) -> list[tuple[str, list[dict[str, Any]]]]:
     chunks: list[list[tuple[str, list[dict[str, Any]]]]] = []
     for j in range(draw(st.integers(1, 3))):
         b = StreamBuilder(job_id=f"job_{j}", prefix=f"evt_{j}")
-        amount = draw(st.integers(1, 10**9))
-        lifecycle_to_executing(b, amount=amount, coverage_fee=draw(st.integers(0, amount)))
+        amount = draw(st.integers(100, 10**9))
+        # no zero posting (no fee, or too little left for a share): settld's API refuses one, history stops there
+        lifecycle_to_executing(b, amount=amount, coverage_fee=draw(st.integers(1, amount // 2)))
         b.add("EXECUTION_COMPLETED", {}, ROBOT_ACTOR)
         b.add("SETTLED", {})
         cut = draw(st.integers(1, len(b.events) - 1))

@@ -172,6 +172,11 @@ def test_console_in_chromium(driver: Any, site: dict[str, Any], tmp_path: Path) 
     assert "Replay started" in page.text("#outcome"), page.text()
     replay_ids = {r["replayId"] for r in api.get("/v1/destinations/dst_a/replays").json()["replays"]}
     assert any(replay_id in page.text("#result") for replay_id in replay_ids)
+    assert "/console/destination?id=dst_a" in driver.current_url  # redirected (303) to the page: a reload is a GET
+    driver.refresh()
+    _wait(lambda: driver.execute_script("return document.readyState") == "complete", "reload")
+    assert not driver.find_elements("id", "outcome")  # the message was shown once
+    assert {r["replayId"] for r in api.get("/v1/destinations/dst_a/replays").json()["replays"]} == replay_ids
 
     page.open("/console/dispatcher")
     assert PROBE_CONSUMER in page.text()

@@ -13,6 +13,7 @@ from conftest import load_vector
 from settlekit.api.app import create_app
 from settlekit.api.auth import create_api_key
 from settlekit.api.ratelimit import RateLimiter
+from settlekit.cursors import DELIVERY, EVENT, Cursors
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.sink import WebhookDeliverySink
@@ -20,6 +21,7 @@ from settlekit.dispatch import Dispatcher
 from settlekit.events.envelope import Signer
 from settlekit.projections.artifacts import artifacts_consumer
 from settlekit.runtime.settings import Settings
+from settlekit.store import cursor_secret
 from settlekit.store.db import Database
 from support.contracts import settld_accepted_contracts
 
@@ -54,6 +56,31 @@ def key_for(db: Database, tenant: str, scopes: list[str] | None = None) -> str:
     return create_api_key(db, tenant, scopes or ALL_SCOPES)[1]
 
 
+def cursors_of(db: Database) -> Cursors:
+    """The deployment's cursor codec (the key every API process on `db` derives)."""
+    return Cursors(cursor_secret.read(db))
+
+
+def position_of(db: Database, tenant: str, token: str) -> int:
+    """The event position behind a cursor the API returned to `tenant`."""
+    return cursors_of(db).decode(EVENT, tenant, token, field="cursor")[0]
+
+
+def event_cursor(db: Database, tenant: str, position: int) -> str:
+    """The cursor the API shows `tenant` for an event position."""
+    return cursors_of(db).encode(EVENT, tenant, position)
+
+
+def delivery_token(db: Database, tenant: str, delivery_id: int) -> str:
+    """The id the API shows `tenant` for a delivery row."""
+    return cursors_of(db).encode(DELIVERY, tenant, delivery_id)
+
+
+def delivery_row_id(db: Database, tenant: str, token: str) -> int:
+    """The delivery row behind an id the API returned to `tenant`."""
+    return cursors_of(db).decode(DELIVERY, tenant, token, field="deliveryId")[0]
+
+
 @dataclass
 class Seeded:
     vector: dict[str, Any]
@@ -61,11 +88,12 @@ class Seeded:
     destination_id: str
     destination_url: str
     artifact_id: str
-    delivery_id: int
+    delivery_id: str  # as the API shows it to the tenant
     key_ids: list[str]
     markers: list[str] = field(default_factory=list)
     contract_hash: str = ""  # a contract document the tenant registered
     replay_id: str = ""  # a replay of its destination
+    delivery_row: int = 0  # the row behind delivery_id
 
 
 def seed_tenant(db: Database, api: TestClient, vector_name: str = "settle_completed.json") -> Seeded:
@@ -96,8 +124,8 @@ def seed_tenant(db: Database, api: TestClient, vector_name: str = "settle_comple
                                                              "until": "2000-01-02T00:00:00Z"})
     assert replay.status_code == 202, replay.text
     markers = [vector["events"][-1]["chainHash"], url, arts[0]["artifactHash"], TENANT_A]
-    return Seeded(vector, job_id, "dst_a", url, arts[0]["artifactId"], int(deliveries[0]["id"]), key_ids, markers,
-                  contract_hash, replay.json()["replayId"])
+    return Seeded(vector, job_id, "dst_a", url, arts[0]["artifactId"], deliveries[0]["id"], key_ids, markers,
+                  contract_hash, replay.json()["replayId"], delivery_row_id(db, TENANT_A, deliveries[0]["id"]))
 
 
 def tenant_rows(db: Database, tenant: str) -> dict[str, Any]:

@@ -62,11 +62,11 @@ def test_a_batch_keeps_its_events_and_key_until_sent(tmp_path: Path) -> None:
     with Spool(path) as spool:  # a restart: the same batch, the same key
         again = spool.next_batch("job_a", max_events=5)
         assert again == first
-        spool.mark_sent(first, [11, 12, 13])
+        spool.mark_sent(first, ["c11", "c12", "c13"])
         second = spool.next_batch("job_a", max_events=100)
         assert second is not None and len(second.seqs) == 5 and second.idempotency_key != first.idempotency_key
         assert second.prev_chain_hash == list(spool.export())[2]["event"]["chainHash"]
-        assert [e["position"] for e in spool.export()][:3] == [11, 12, 13]
+        assert [e["position"] for e in spool.export()][:3] == ["c11", "c12", "c13"]
 
 
 def test_a_blocked_stream_refuses_new_events_until_discarded(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_prune_forgets_only_what_the_api_holds(tmp_path: Path) -> None:
         _fill(spool, "job_a", 5)
         batch = spool.next_batch("job_a", max_events=3)
         assert batch is not None
-        spool.mark_sent(batch, [1, 2, 3])
+        spool.mark_sent(batch, ["c1", "c2", "c3"])
         head = spool.head("job_a").chain_hash
         assert spool.prune("2000-01-01T00:00:00.000Z") == 0
         assert spool.prune("9999-01-01T00:00:00.000Z") == 3

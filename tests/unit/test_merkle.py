@@ -161,3 +161,35 @@ def test_tampered_consistency_proofs_fail(leaves: list[bytes], data: st.DataObje
     rewritten[data.draw(st.integers(0, old - 1))] = merkle.leaf_hash(b"rewritten history")
     forged_root = merkle.root_from_leaf_hashes(rewritten)
     assert not merkle.verify_consistency(old, new, old_root, forged_root, merkle.consistency_proof(rewritten, old))
+
+
+@settings(max_examples=100, deadline=None)
+@given(leaf_lists, st.lists(st.integers(min_value=0, max_value=40), max_size=4))
+def test_proofs_from_stored_subtrees_equal_the_proofs_over_every_leaf(leaves: list[bytes], cuts: list[int]) -> None:
+    """Closes append leaves in batches, each storing the perfect subtrees it completes; every inclusion path and
+    consistency proof folded from them is the RFC's, for every tree size a close signed."""
+    hashes = hashes_of(leaves)
+    sizes = sorted({min(c, len(hashes)) for c in cuts} | {len(hashes)})
+    stored: dict[merkle.Node, bytes] = {(0, i): h for i, h in enumerate(hashes)}
+    done = 0
+    for size in sizes:
+        for level, index, digest in merkle.nodes_completed(hashes[:size], done):
+            assert (level, index) not in stored and ((index + 1) << level) > done
+            stored[(level, index)] = digest
+        done = size
+    assert len(stored) == len(hashes) + len(merkle.nodes_completed(hashes, 0))
+    for size in sizes:
+        for i in range(size):
+            path = [merkle.range_hash(stored, s, e) for s, e in merkle.inclusion_ranges(i, size)]
+            assert path == naive_path(i, leaves[:size]) == merkle.inclusion_path(hashes[:size], i)
+        for old in sizes:
+            if old <= size:
+                proof = [merkle.range_hash(stored, s, e) for s, e in merkle.consistency_ranges(size, old)]
+                assert proof == merkle.consistency_proof(hashes[:size], old)
+
+
+def test_a_proof_reads_logarithmically_many_subtrees() -> None:
+    size = 100_000
+    for index in (0, 1, 4_097, 65_535, 65_536, 99_999):
+        nodes = {n for s, e in merkle.inclusion_ranges(index, size) for n in merkle.range_nodes(s, e)}
+        assert len(nodes) <= 2 * size.bit_length()

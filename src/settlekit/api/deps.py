@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,14 +21,14 @@ from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
 from settlekit.append import Appender
+from settlekit.application.database import Database, cursor_secret
+from settlekit.application.jobs import MAX_QUEUED_APPENDS, StreamHead
+from settlekit.application.keys import StoredApiKey
+from settlekit.cursors import Cursors
 from settlekit.delivery.replays import ReplayPolicy
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.projections.artifact_store import ArtifactStore
-from settlekit.store.api_keys import StoredApiKey
-from settlekit.store.db import Database
-from settlekit.store.events import MAX_QUEUED_APPENDS
-from settlekit.store.streams import StreamHead
 
 # Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_INT64 = 2**63 - 1
@@ -46,6 +47,8 @@ DecimalDigits = BeforeValidator(_decimal_digits)
 IdPath = Annotated[int, DecimalDigits, Path(ge=0, le=MAX_INT64)]
 PositionQuery = Annotated[int, DecimalDigits, Query(ge=0, le=MAX_INT64)]
 OptionalPositionQuery = Annotated[int | None, DecimalDigits, Query(ge=0, le=MAX_INT64)]
+# an opaque token the API returned (settlekit/cursors.py); a number in its place is 400 CURSOR_NUMERIC
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,200}$"
 # Text ids in a path are bounded like the ids they name (job, account, signer key and consumer names: 1..200
 # characters; destinations 1..64; artifact ids join a job id and an event id): a longer one is 400 SCHEMA_INVALID,
 # and every write's idempotency record, which holds the path, stays within what the backends index.
@@ -60,7 +63,7 @@ AUTH_THREADS = 8  # see ApiContext.auth_threads
 @dataclass
 class ApiContext:
     db: Database
-    store: Appender
+    appender: Appender
     limiter: RateLimiter
     artifacts: ArtifactStore
     destination_policy: DestinationPolicy
@@ -86,6 +89,19 @@ class ApiContext:
     # OVERLOADED at once; SETTLEKIT_MAX_QUEUED_APPENDS sets both).
     auth_threads: ThreadPoolExecutor = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_APPENDS))
     extra: dict[str, Any] = field(default_factory=dict)
+    # the opaque, tenant-bound tokens shown for event positions and delivery ids (settlekit/cursors.py)
+    cursors: Cursors = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cursors = Cursors(functools.partial(cursor_secret, self.db))
+
+
+async def cursors_ready(ctx: ApiContext) -> Cursors:
+    """The context's cursors with their secret read: the first use reads it from the database on a worker
+    thread, never on the event loop."""
+    if not ctx.cursors.loaded:
+        await anyio.to_thread.run_sync(ctx.cursors.load)
+    return ctx.cursors
 
 
 def url_check_slots(max_routed_requests: int) -> OutboundSlots:
@@ -107,7 +123,7 @@ def context(request: Request) -> ApiContext:
 
 def job_head(ctx: ApiContext, tenant: str, job_id: str) -> tuple[StreamHead, dict[str, Any] | None]:
     """The job's stream head and stored state; JOB_NOT_FOUND unless `job_id` is a job of `tenant`."""
-    head, state = ctx.store.streams.head_and_snapshot(tenant, job_id)
+    head, state = ctx.appender.streams.head_and_snapshot(tenant, job_id)
     if head is None or head.stream_type != "job":
         raise job_not_found(job_id)
     return head, state

@@ -1,5 +1,5 @@
 """The event feed's Server-Sent Events: per-tenant connection counts, one shared watch for newly settled
-positions, and the stream body (`id:` the position, `data:` the envelope as stored, comment heartbeats).
+positions, and the stream body (`id:` the position's cursor, `data:` the envelope as stored, comment heartbeats).
 
 New events are noticed by one process-wide watch, not one per client: it reads the settled bound after every
 append wake-up of the database (PostgreSQL: a LISTEN session of its own on the direct URL, `SETTLEKIT_DB_DIRECT`
@@ -28,10 +28,10 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from settlekit.api.responses import dumps
+from settlekit.application.database import EventListener
+from settlekit.application.jobs import FeedEvent
 from settlekit.dispatch.feed import FeedPage, FeedReader
 from settlekit.errors import SettlekitError
-from settlekit.store.db import EventListener
-from settlekit.store.feed import FeedEvent
 
 log = logging.getLogger("settlekit.api.feed")
 
@@ -43,9 +43,16 @@ class FeedStreamLimitError(SettlekitError):
     status = 429
 
 
-def sse_events(events: Sequence[FeedEvent]) -> bytes:
-    """Events as SSE messages: `id` the position, `data` the envelope JSON as stored (one line)."""
-    return "".join(f"id: {e.position}\ndata: {e.raw_json}\n\n" for e in events).encode("utf-8")
+EventIds = Callable[[Sequence[int]], Sequence[str]]
+"""The ids a stream shows for event positions (the tenant's cursors, settlekit/cursors.py)."""
+
+
+def sse_events(events: Sequence[FeedEvent], event_ids: EventIds | None = None) -> bytes:
+    """Events as SSE messages: `id` the position (as `event_ids` shows it), `data` the envelope JSON as stored
+    (one line)."""
+    positions = [e.position for e in events]
+    ids = event_ids(positions) if event_ids is not None else [str(p) for p in positions]
+    return "".join(f"id: {i}\ndata: {e.raw_json}\n\n" for i, e in zip(ids, events, strict=True)).encode("utf-8")
 
 
 HEARTBEAT = b": heartbeat\n\n"
@@ -106,18 +113,21 @@ class FeedStreams:
         self.closing = True
 
     def response(self, tenant_id: str, after: int, types: Sequence[str], limit: int,
-                 key_active: Callable[[], bool] | None = None) -> StreamingResponse:
+                 key_active: Callable[[], bool] | None = None,
+                 event_ids: EventIds | None = None) -> StreamingResponse:
         """The stream of the tenant's events past `after` (FeedStreamLimitError over the tenant's limit); with
-        `key_active`, the stream ends once it answers False (asked every heartbeat interval)."""
+        `key_active`, the stream ends once it answers False (asked every heartbeat interval); `event_ids`: the
+        SSE ids of positions (default: the positions)."""
         release = self.acquire(tenant_id)
-        return _ReleasingStream(self.events(tenant_id, after, types, limit, key_active), release)
+        return _ReleasingStream(self.events(tenant_id, after, types, limit, key_active, event_ids), release)
 
     async def events(self, tenant_id: str, after: int, types: Sequence[str], limit: int,
-                     key_active: Callable[[], bool] | None = None) -> AsyncIterator[bytes]:
+                     key_active: Callable[[], bool] | None = None,
+                     event_ids: EventIds | None = None) -> AsyncIterator[bytes]:
         """The stream body (`_events`); one that cannot go on ends with `sse_problem` (see the module
         docstring)."""
         try:
-            async for chunk in self._events(tenant_id, after, types, limit, key_active):
+            async for chunk in self._events(tenant_id, after, types, limit, key_active, event_ids):
                 yield chunk
         except SettlekitError as exc:
             log.warning("event stream ended: %s", exc.code, extra={"tenant": tenant_id, "error_code": exc.code,
@@ -125,7 +135,8 @@ class FeedStreams:
             yield sse_problem(exc)
 
     async def _events(self, tenant_id: str, after: int, types: Sequence[str], limit: int,
-                      key_active: Callable[[], bool] | None = None) -> AsyncIterator[bytes]:
+                      key_active: Callable[[], bool] | None = None,
+                      event_ids: EventIds | None = None) -> AsyncIterator[bytes]:
         """Pages of events as they settle, a heartbeat after each quiet interval; it ends when the process closes
         or `key_active` says the key was revoked: asked before each page of events is sent (in the page's thread
         trip), and every heartbeat interval while nothing is sent."""
@@ -142,10 +153,10 @@ class FeedStreams:
             page, active = await anyio.to_thread.run_sync(read, position)
             if not active:
                 return
-            position = page.next
+            position = page.scanned  # the stream's own position is never shown: it may pass the settled bound
             if page.events:
                 checked_at = time.monotonic()
-                yield sse_events(page.events)
+                yield sse_events(page.events, event_ids)
                 quiet_since = time.monotonic()
                 if len(page.events) >= limit:
                     continue

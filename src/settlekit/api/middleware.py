@@ -50,10 +50,10 @@ from settlekit.api.guards import InputError, check_json_body, check_request_head
 from settlekit.api.problems import error_headers, no_route_problem, problem_from_error, problem_response
 from settlekit.api.ratelimit import Quota
 from settlekit.api.request_log import HEADER, MAX_PROBLEM_BYTES, error_code, log_request, request_id_from
+from settlekit.application.keys import StoredApiKey
 from settlekit.errors import OverloadedError, SettlekitError
 from settlekit.metrics import PerRegistry
 from settlekit.runtime import logging as logs
-from settlekit.store.api_keys import StoredApiKey
 
 _REQUEST_ID = HEADER.encode()
 _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -3,7 +3,6 @@ attachment header of a download."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 from urllib.parse import quote
@@ -11,16 +10,19 @@ from urllib.parse import quote
 import orjson
 from starlette.responses import Response
 
+from settlekit.events.canonical import plain_json
+
 _ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 
 
 def dumps(value: Any) -> bytes:
     """Compact UTF-8 JSON (not the canonical form: answers are not hashed). orjson where it can; what it refuses
-    (integers beyond 64 bits, lone surrogates in strings) takes the standard library's path, whose errors stand."""
+    (integers beyond 64 bits, lone surrogates in strings, more than 255 levels of nesting) takes the standard
+    library's path, whose errors stand (`plain_json`: any depth)."""
     try:
         return orjson.dumps(value, option=_ORJSON_OPTIONS)
     except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        return plain_json(value).encode("utf-8")
 
 
 class JsonResponse(Response):

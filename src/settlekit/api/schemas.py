@@ -78,7 +78,8 @@ class Appended(_Closed):
     jobId: str
     events: list[Event]
     firstSeq: int
-    positions: list[int]
+    positions: list[str] = Field(description="each event's position as an opaque cursor of the tenant (`after` of "
+                                             "the event feed, `position` of the ledger balances)")
     headChainHash: str
     job: JobState | None = Field(description=JOB_DESCRIPTION)
     alreadyExists: bool
@@ -242,7 +243,8 @@ class DestinationRequeued(_Closed):
 class Delivery(_Closed):
     """A delivery row (member names as stored; timestamps ISO-8601 UTC with milliseconds)."""
 
-    id: int
+    id: str = Field(description="the delivery's id: an opaque token of the tenant (also the legacy "
+                                "`x-proxy-delivery-id` header)", pattern=r"^[A-Za-z0-9_-]{1,200}$")
     tenant_id: str
     destination_id: str
     artifact_type: str
@@ -269,7 +271,7 @@ class Delivery(_Closed):
 
 class Deliveries(_Closed):
     deliveries: list[Delivery]
-    nextAfterId: int | None = Field(description="Pass as `afterId` for the next page; null on the last one.")
+    nextAfterId: str | None = Field(description="Pass as `afterId` for the next page; null on the last one.")
 
 
 class Attempt(_Closed):
@@ -291,7 +293,7 @@ class DeliveriesBackfilled(_Closed):
 
 
 class DeliveryRequeued(_Closed):
-    deliveryId: int
+    deliveryId: str
     requeued: int
 
 

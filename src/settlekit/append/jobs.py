@@ -10,6 +10,7 @@ from typing import Any
 
 from settlekit.append.appender import Appender
 from settlekit.append.domain import DomainOutcome, DomainRead
+from settlekit.errors import ValidationError
 from settlekit.events.envelope import Event
 from settlekit.jobs import (
     deserialize_state,
@@ -154,8 +155,12 @@ class JobStreamDomain:
 
         # The live path: payload validation, transitions and the API's append-time rules refuse (nothing is
         # written); a posting error does not refuse the event, it is stored without an entry and recorded.
+        # Recorded history stops at a posting error instead: settld's API refused that event, so it is in none of
+        # its exports, and nothing after it is either.
         result = process_job_events(snapshot, events, tenant_id=tenant_id, contract_resolver=resolver,
                                     live=self.server_rules, recorded=recorded)
+        if recorded and result.ledger_errors:
+            raise _posting_rejected(events, result.ledger_errors[0])
         if not result.ledger_entries and not result.ledger_errors:
             return DomainOutcome(snapshot=result.state)
         seq_by_event_id = {e["id"]: first_seq + i for i, e in enumerate(events)}
@@ -172,6 +177,15 @@ class JobStreamDomain:
             ledger_rows.write_errors(tx, tenant_id, stream_id, result.ledger_errors, seq_by_event_id)
 
         return DomainOutcome(snapshot=result.state, write=write)
+
+
+def _posting_rejected(events: Sequence[Event], error: Mapping[str, Any]) -> ValidationError:
+    """The refusal of the recorded event whose posting failed, as settld's API refused it ("ledger posting
+    rejected"); `index` is its place in the batch."""
+    index = next(i for i, e in enumerate(events) if e["id"] == error["eventId"])
+    reason, message = error["error"]["code"], error["error"]["message"]
+    return ValidationError(f"event {index}: ledger posting rejected ({reason}): {message}",
+                           code="LEDGER_POSTING_REJECTED", index=index, reason=reason)
 
 
 def job_appender(db: Database, *, server_rules: bool = True, **options: Any) -> Appender:

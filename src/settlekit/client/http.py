@@ -20,6 +20,7 @@ from settlekit.client.operations import UNSET, Json, Operations
 from settlekit.client.retry import RetryPolicy
 from settlekit.client.sse import ServerSentEvent, aparse, asse_lines, parse, sse_lines
 from settlekit.errors import SettlekitError
+from settlekit.events.canonical import parse_json_deep
 
 _PARAM = re.compile(r"\{([a-z_]+)\}")
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -74,7 +75,10 @@ def decode(response: httpx.Response) -> Json:
                                   f"{response.headers.get('location', 'nowhere')!r}), not the API itself",
                                   answerStatus=response.status_code)
     if "json" in response.headers.get("content-type", ""):
-        return response.json()
+        try:
+            return response.json()
+        except RecursionError:  # imported history may nest thousands of levels: read without recursion
+            return parse_json_deep(response.text)
     return response.text
 
 

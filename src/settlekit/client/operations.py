@@ -73,9 +73,10 @@ class Operations(Generic[R, S]):
 
     # --- ledger and artifacts
 
-    def ledger_balances(self, *, as_of: str | None = None, position: int | None = None,
+    def ledger_balances(self, *, as_of: str | None = None, position: str | None = None,
                         party: str | None = None) -> R:
-        """Balances per account: now, or as of an instant (ISO-8601 with offset) or ledger position; a party's."""
+        """Balances per account: now, or as of an instant (ISO-8601 with offset) or an event's position cursor
+        (from the event feed or an append's `positions`); a party's."""
         return self._call("GET /v1/ledger/balances", asOf=as_of, position=position, party=party)
 
     def account_postings(self, account_id: str, *, party: str | None = None, limit: int | None = None,
@@ -212,15 +213,16 @@ class Operations(Generic[R, S]):
         return self._call("GET /v1/destinations/{destination_id}/stats", destination_id=destination_id,
                           since=since, until=until)
 
-    def list_feed_events(self, *, after: int | None = None, types: Sequence[str] | None = None,
+    def list_feed_events(self, *, after: str | None = None, types: Sequence[str] | None = None,
                          limit: int | None = None) -> R:
-        """The tenant's events past a position, commit-safe ({events: [{position, event}], next})."""
+        """The tenant's events past a position cursor (`next` of the previous page; none: from the first),
+        commit-safe ({events: [{position, event}], next}); cursors are opaque strings."""
         return self._call("GET /v1/events", after=after, types=",".join(types) if types else None, limit=limit)
 
-    def stream_feed_events(self, *, after: int | None = None, types: Sequence[str] | None = None,
-                           limit: int | None = None, last_event_id: int | None = None) -> S:
-        """The tenant's events as Server-Sent Events (id = position); resume with `last_event_id`."""
-        headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else None
+    def stream_feed_events(self, *, after: str | None = None, types: Sequence[str] | None = None,
+                           limit: int | None = None, last_event_id: str | None = None) -> S:
+        """The tenant's events as Server-Sent Events (id = the position cursor); resume with `last_event_id`."""
+        headers = {"Last-Event-ID": last_event_id} if last_event_id is not None else None
         return self._stream("GET /v1/events/stream", headers=headers, after=after,
                             types=",".join(types) if types else None, limit=limit)
 
@@ -231,11 +233,12 @@ class Operations(Generic[R, S]):
 
     def list_deliveries(self, *, state: Literal["pending", "delivered", "failed"] | None = None,
                         destination_id: str | None = None, limit: int | None = None,
-                        after_id: int | None = None) -> R:
+                        after_id: str | None = None) -> R:
+        """A page of the tenant's deliveries ({deliveries, nextAfterId}); ids are opaque strings."""
         return self._call("GET /v1/deliveries", state=state, destinationId=destination_id, limit=limit,
                           afterId=after_id)
 
-    def get_delivery(self, delivery_id: int) -> R:
+    def get_delivery(self, delivery_id: str) -> R:
         """One delivery with its attempt log."""
         return self._call("GET /v1/deliveries/{delivery_id}", delivery_id=delivery_id)
 
@@ -245,7 +248,7 @@ class Operations(Generic[R, S]):
         return self._call("POST /v1/deliveries/requeue", body=fields(since=since, destinationId=destination_id),
                           idempotency_key=idempotency_key)
 
-    def requeue_delivery(self, delivery_id: int, *, idempotency_key: str | None = None) -> R:
+    def requeue_delivery(self, delivery_id: str, *, idempotency_key: str | None = None) -> R:
         return self._call("POST /v1/deliveries/{delivery_id}/requeue", delivery_id=delivery_id,
                           idempotency_key=idempotency_key)
 

@@ -263,8 +263,9 @@ class Spool:
                              [(key, r[0]) for r in rows])
             return _batch(stream_id, key, rows)
 
-    def mark_sent(self, batch: Batch, positions: Sequence[int] | None) -> None:
-        """The API holds the batch's events (committed now, or found already there)."""
+    def mark_sent(self, batch: Batch, positions: Sequence[str] | None) -> None:
+        """The API holds the batch's events (committed now, or found already there); `positions`: the position
+        cursors its answer gave them (opaque strings, the event feed's `after`)."""
         sent_at = _now()
         values = positions if positions is not None and len(positions) == len(batch.seqs) else [None] * len(batch.seqs)
         with self._write() as conn:

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from settlekit.events.canonical import parse_json_deep
+
 
 @dataclass(frozen=True)
 class ServerSentEvent:
@@ -19,7 +21,10 @@ class ServerSentEvent:
     retry: int | None = None
 
     def json(self) -> Any:
-        return json.loads(self.data)
+        try:
+            return json.loads(self.data)
+        except RecursionError:  # imported history may nest thousands of levels: read without recursion
+            return parse_json_deep(self.data)
 
 
 @dataclass

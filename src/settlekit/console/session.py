@@ -1,5 +1,7 @@
-"""The console's session: a signed, expiring cookie holding the API key's id and a CSRF token, and the checks
-every form goes through (the token, double-submitted in the form, and the request's Origin)."""
+"""The console's session: a signed, expiring cookie holding a session id, and a server-side row for it (the API
+key it acts with, its CSRF token, the one-shot message of its last action) that signing out or revoking the key
+deletes, so a copied cookie ends with it in every API process; and the checks every form goes through (the
+session's token in the form, and the request's Origin)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,6 +19,8 @@ from starlette.responses import Response
 
 from settlekit.api.auth import ApiKey
 from settlekit.errors import SettlekitError
+from settlekit.store import console_sessions
+from settlekit.store.database import Database
 
 SESSION_COOKIE = "sk_console"
 SIGN_IN_COOKIE = "sk_console_signin"  # the CSRF token of the sign-in form, before there is a session
@@ -31,8 +36,10 @@ class CsrfError(SettlekitError):
 
 @dataclass(frozen=True)
 class Session:
+    session_id: str
     key_id: str
     csrf: str
+    flash: str | None = None  # JSON of the last action's message, not yet shown
 
 
 @dataclass(frozen=True)
@@ -41,23 +48,32 @@ class SignedIn:
 
     key: ApiKey
     csrf: str
+    session_id: str = ""
+    flash: str | None = None
 
 
 class Sessions:
     """Signs and reads the console's cookies with a key of the server's own (derived from its signing key, so every
-    API process of one deployment reads the others' cookies)."""
+    API process of one deployment reads the others' cookies), over the sessions stored in `db`."""
 
-    def __init__(self, secret: bytes, max_age: int, path: str):
+    def __init__(self, db: Database, secret: bytes, max_age: int, path: str):
+        self.db = db
         self.max_age = max_age
         self.path = path
-        self._session = URLSafeTimedSerializer(secret, salt="settlekit.console.session")
+        self._session = URLSafeTimedSerializer(secret, salt="settlekit.console.session.v2")
         self._sign_in = URLSafeTimedSerializer(secret, salt="settlekit.console.sign-in")
 
-    def issue(self, response: Response, request: Request, key_id: str) -> None:
-        value = self._session.dumps({"k": key_id, "c": secrets.token_urlsafe(24)})
-        self._set(response, request, SESSION_COOKIE, value, self.max_age)
+    def issue(self, response: Response, request: Request, key: ApiKey) -> None:
+        """Start a session for `key` (a new row) and set its cookie (blocking: call from a worker thread)."""
+        session_id = secrets.token_urlsafe(32)
+        now = datetime.now(UTC)
+        console_sessions.insert(self.db, session_id, key_id=key.key_id, tenant_id=key.tenant_id,
+                                csrf=secrets.token_urlsafe(24), expires_at=now + timedelta(seconds=self.max_age),
+                                now=now)
+        self._set(response, request, SESSION_COOKIE, self._session.dumps({"s": session_id}), self.max_age)
 
     def read(self, request: Request) -> Session | None:
+        """The session the cookie names, while its row lasts (blocking: call from a worker thread)."""
         raw = request.cookies.get(SESSION_COOKIE)
         if not raw:
             return None
@@ -65,12 +81,26 @@ class Sessions:
             data: Any = self._session.loads(raw, max_age=self.max_age)
         except BadSignature:
             return None
-        if not isinstance(data, dict) or not isinstance(data.get("k"), str) or not isinstance(data.get("c"), str):
+        if not isinstance(data, dict) or not isinstance(data.get("s"), str):
             return None
-        return Session(data["k"], data["c"])
+        stored = console_sessions.find(self.db, data["s"], now=datetime.now(UTC))
+        if stored is None:
+            return None
+        return Session(data["s"], stored.key_id, stored.csrf, stored.flash)
 
-    def end(self, response: Response) -> None:
+    def end(self, response: Response, session: Session | None) -> None:
+        """End the session (its row, so every copy of the cookie) and clear the cookie (blocking)."""
+        if session is not None:
+            console_sessions.delete(self.db, session.session_id)
         response.delete_cookie(SESSION_COOKIE, path=self.path, httponly=True, samesite="strict")
+
+    def flash(self, session_id: str, message: str) -> None:
+        """Keep a one-shot message (JSON) for the session's next page (blocking)."""
+        console_sessions.set_flash(self.db, session_id, message)
+
+    def take_flash(self, session_id: str) -> bool:
+        """Clear the session's message; True when this call cleared it, so it is shown once (blocking)."""
+        return console_sessions.take_flash(self.db, session_id)
 
     def sign_in_token(self, request: Request, response: Response) -> str:
         """The sign-in form's CSRF token, set in its own short-lived cookie (reused while it is valid)."""

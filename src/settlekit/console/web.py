@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import orjson
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -29,22 +29,25 @@ from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from settlekit import dispatch
 from settlekit.api.auth import ApiKey, authenticate
-from settlekit.api.deps import MAX_INT64, ApiContext, check_scope, job_head
+from settlekit.api.deps import MAX_INT64, ApiContext, check_scope, cursors_ready, job_head
 from settlekit.api.ratelimit import RateLimitedError
 from settlekit.api.responses import content_disposition
+from settlekit.application import consumers as consumer_ops
+from settlekit.application import finance as fin
 from settlekit.console import charts
 from settlekit.console.session import CsrfError, Sessions, SignedIn, check_form, session_secret
+from settlekit.cursors import DELIVERY, POSTINGS
 from settlekit.delivery import recovery, replays
 from settlekit.delivery import service as delivery
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
+from settlekit.dispatch import SHARED_INSTANCE
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
+from settlekit.events.canonical import storable_json
 from settlekit.events.envelope import VerificationError, load_public_key, verify_link
 from settlekit.jobs.types import JOB_STATES
-from settlekit.ledger.timeline import decode_cursor, encode_cursor, millis_to_iso, parse_instant
-from settlekit.projections import finance as fin
+from settlekit.ledger.timeline import millis_to_iso, parse_instant
 from settlekit.runtime.settings import Settings
 from settlekit.store import api_keys, streams
 from settlekit.store import deliveries as delivery_store
@@ -95,8 +98,8 @@ class _Headers:
 
 def console_app(ctx: ApiContext, settings: Settings) -> ASGIApp:
     """The console over the API's context `ctx`."""
-    signer = ctx.store.server_signer
-    console = Console(ctx, Sessions(session_secret(signer.private_key_pem() if signer else None),
+    signer = ctx.appender.server_signer
+    console = Console(ctx, Sessions(ctx.db, session_secret(signer.private_key_pem() if signer else None),
                                     settings.console_session_seconds, PREFIX))
     app = Starlette(routes=console.routes(), exception_handlers={
         SignInRequired: console.to_sign_in, SettlekitError: console.error_page})
@@ -134,7 +137,19 @@ def _when(value: Any) -> str:
 
 
 def _pretty(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode("utf-8")
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):  # imported history: nested past 255 levels, a lone surrogate
+        return storable_json(value)
+
+
+def _download(value: Any) -> bytes:
+    """JSON of events or an artifact as stored: orjson where it can; a value nested past 255 levels or holding a
+    lone surrogate (imported history) as the store writes it (any depth, the surrogate as its escape)."""
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):
+        return storable_json(value).encode("utf-8")
 
 
 def _text(source: Any, name: str, *, required: bool = False, max_length: int = MAX_ID) -> str | None:
@@ -147,15 +162,6 @@ def _text(source: Any, name: str, *, required: bool = False, max_length: int = M
     if not isinstance(value, str) or len(value) > max_length or "\x00" in value:
         raise ValidationError(f"{name} must be 1..{max_length} characters", code="SCHEMA_INVALID", field=name)
     return value
-
-
-def _int(source: Any, name: str) -> int | None:
-    value = source.get(name)
-    if not value:
-        return None
-    if not isinstance(value, str) or not value.isdigit() or len(value) > 19 or int(value) > MAX_INT64:
-        raise ValidationError(f"{name} must be a number", code="SCHEMA_INVALID", field=name)
-    return int(value)
 
 
 def _instant(source: Any, name: str) -> datetime | None:
@@ -175,6 +181,8 @@ class Console:
         self.ctx = ctx
         self.sessions = sessions
         self.env = _env()
+        # a delivery's id as its tenant sees it (settlekit/cursors.py): the row id counts every tenant's deliveries
+        self.env.filters["delivery_id"] = lambda d: ctx.cursors.encode(DELIVERY, d.tenant_id, d.id)
         self.samples: list[tuple[float, float, float]] = []  # (time, appends counted, seconds spent), for the chart
         self.samples_lock = threading.Lock()
 
@@ -220,7 +228,8 @@ class Console:
         quota = self.ctx.limiter.acquire(found.key_id)
         if quota is not None and quota.wait > 0:
             raise RateLimitedError("rate limit exceeded for this API key", quota)
-        return SignedIn(ApiKey(found.key_id, found.tenant_id, found.scopes, found.status, found.label), session.csrf)
+        return SignedIn(ApiKey(found.key_id, found.tenant_id, found.scopes, found.status, found.label), session.csrf,
+                        session.session_id, session.flash)
 
     def _page(self, view: Callable[[Request, SignedIn], Response], scope: str | None, *,
               operator: bool = False) -> Callable[[Request], Awaitable[Response]]:
@@ -256,9 +265,13 @@ class Console:
 
     def render(self, request: Request, template: str, user: SignedIn | None, status_code: int = 200,
                **values: Any) -> HTMLResponse:
+        flash = None
+        if user is not None and user.flash is not None and template != "overview_panel.html" \
+                and self.sessions.take_flash(user.session_id):  # shown once, by the first page that takes it
+            flash = orjson.loads(user.flash)
         html = self.env.get_template(template).render(
             user=user, key=user.key if user else None, csrf=user.csrf if user else None, path=request.url.path,
-            can=_scopes(self.ctx, user.key) if user else set(), **values)
+            can=_scopes(self.ctx, user.key) if user else set(), flash=flash, **values)
         return HTMLResponse(html, status_code=status_code)
 
     async def to_sign_in(self, request: Request, exc: Exception) -> Response:
@@ -300,19 +313,19 @@ class Console:
             audit.info("console sign-in refused", extra={"client": address})
             return self._sign_in_page(request, failed=True)
         signed = RedirectResponse(f"{PREFIX}/", status_code=303)
-        self.sessions.issue(signed, request, key.key_id)
+        await run_in_threadpool(self.sessions.issue, signed, request, key)
         audit.info("console sign-in", extra={"tenant_id": key.tenant_id, "key_id": key.key_id})
         return signed
 
     async def sign_out(self, request: Request) -> Response:
         form = await _form(request)
-        session = self.sessions.read(request)
+        session = await run_in_threadpool(self.sessions.read, request)
         response = RedirectResponse(f"{PREFIX}/login", status_code=303)
         if session is not None:
             check_form(request, SignedIn(ApiKey(session.key_id, "", frozenset()), session.csrf),
                        _text(form, "csrf", max_length=200))
             audit.info("console sign-out", extra={"key_id": session.key_id})
-        self.sessions.end(response)
+        await run_in_threadpool(self.sessions.end, response, session)
         return response
 
     # --- overview ------------------------------------------------------------------------------------------------
@@ -341,7 +354,7 @@ class Console:
                 [(d, (s["successRate"] or 0.0) * 100) for d, s in rows], maximum=100, unit="%")
             out["dead_letters"] = sum(s["deliveries"]["failed"] for _, s in rows)
         if "dispatcher" in can:
-            consumers = dispatch.list_consumers(self.ctx.db, self.ctx.registered_consumers)
+            consumers = consumer_ops.list_consumers(self.ctx.db, self.ctx.registered_consumers)
             out["consumers"] = consumers
             out["lag_chart"] = charts.bars([(p.state.name, float(p.lag)) for p in consumers], unit=" events")
         return out
@@ -396,7 +409,7 @@ class Console:
         assert job_id is not None
         tenant = user.key.tenant_id
         head, state = job_head(self.ctx, tenant, job_id)
-        events = self.ctx.store.streams.read_stream(tenant, job_id)
+        events = self.ctx.appender.streams.read_stream(tenant, job_id)
         timeline_rows = self._verified(tenant, events)
         with self.ctx.db.read() as tx:
             page = self.ctx.artifacts.list_for_job(tx, tenant, job_id, after=None, limit=500)
@@ -416,8 +429,8 @@ class Console:
     def _verified(self, tenant: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The timeline: each event with whether its link, hashes and signature verify (as the offline verifier)."""
         ids = {str(e["signerKeyId"]) for e in events if isinstance(e.get("signerKeyId"), str)}
-        keys = {k: s.public_key_pem for k, s in self.ctx.store.signer_keys.find(tenant, ids).items()}
-        signer = self.ctx.store.server_signer
+        keys = {k: s.public_key_pem for k, s in self.ctx.appender.signer_keys.find(tenant, ids).items()}
+        signer = self.ctx.appender.server_signer
         if signer is not None:
             keys.setdefault(signer.key_id, signer.public_key_pem)
         loaded: dict[str, Any] = {}
@@ -448,8 +461,8 @@ class Console:
         job_id = _text(request.query_params, "id", required=True)
         assert job_id is not None
         job_head(self.ctx, user.key.tenant_id, job_id)
-        events = self.ctx.store.streams.read_stream(user.key.tenant_id, job_id)
-        return Response(orjson.dumps(events), media_type="application/json",
+        events = self.ctx.appender.streams.read_stream(user.key.tenant_id, job_id)
+        return Response(_download(events), media_type="application/json",
                         headers={"content-disposition": content_disposition(f"{job_id}.json")})
 
     def artifact(self, request: Request, user: SignedIn) -> Response:
@@ -459,7 +472,7 @@ class Console:
             found = self.ctx.artifacts.get(tx, user.key.tenant_id, artifact_id)
         if found is None:
             raise NotFoundError(f"artifact {artifact_id} not found", code="ARTIFACT_NOT_FOUND")
-        return Response(orjson.dumps(found.artifact), media_type="application/json",
+        return Response(_download(found.artifact), media_type="application/json",
                         headers={"content-disposition": content_disposition(f"{artifact_id}.json")})
 
     # --- deliveries ----------------------------------------------------------------------------------------------
@@ -479,7 +492,7 @@ class Console:
         tenant = user.key.tenant_id
         dest = delivery.get_destination(self.ctx.db, tenant, dest_id)
         stats = recovery.destination_stats(self.ctx.db, tenant, dest_id)
-        before = _int(request.query_params, "before")
+        before = self._delivery_row(tenant, request.query_params, "before", not_found=False)
         with self.ctx.db.read() as tx:
             latest = delivery_store.latest_deliveries(tx, tenant, dest_id, before_id=before, limit=PAGE)
         now = datetime.now(UTC).replace(microsecond=0)
@@ -487,10 +500,23 @@ class Console:
                            replay_since=(now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S"),
                            replay_until=(now + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S"),
                            replays=replays.list_for(self.ctx.db, tenant, dest_id),
-                           next_before=latest[-1].id if len(latest) == PAGE else None)
+                           next_before=latest[-1] if len(latest) == PAGE else None)
+
+    def _delivery_row(self, tenant_id: str, source: Any, name: str, *, not_found: bool = True) -> int | None:
+        """The row behind a delivery id of the tenant in `source[name]` (None when absent): a number is
+        CURSOR_NUMERIC; another token NOT_FOUND (`not_found`) or CURSOR_INVALID."""
+        token = _text(source, name, max_length=200)
+        if token is None:
+            return None
+        if not_found and not (token.isascii() and token.isdigit()):
+            found = self.ctx.cursors.values(DELIVERY, tenant_id, token)
+            if found is None:
+                raise NotFoundError("delivery not found", code="NOT_FOUND")
+            return found[0]
+        return self.ctx.cursors.decode(DELIVERY, tenant_id, token, field=name)[0]
 
     def delivery(self, request: Request, user: SignedIn) -> Response:
-        delivery_id = _int(request.query_params, "id")
+        delivery_id = self._delivery_row(user.key.tenant_id, request.query_params, "id")
         if delivery_id is None:
             raise ValidationError("id is required", code="SCHEMA_INVALID", field="id")
         detail = delivery.get_delivery(self.ctx.db, user.key.tenant_id, delivery_id)
@@ -509,7 +535,8 @@ class Console:
                 sent = await recovery.send_test(ctx.db, tenant, dest_id, policy=ctx.destination_policy,
                                                 sender=SenderConfig(timeout=timeout,
                                                                     connect_timeout=min(5.0, timeout)))
-            return self.done(request, user, "Test message sent", dest_id, result=sent.to_json())
+            return await run_in_threadpool(lambda: self.done(request, user, "Test message sent", dest_id,
+                                                             result=sent.to_json()))
 
         def act() -> Response:
             if verb == "replay":
@@ -554,32 +581,44 @@ class Console:
         return await run_in_threadpool(act)
 
     async def delivery_requeue(self, request: Request, user: SignedIn, form: Form) -> Response:
-        delivery_id = _int(form, "id")
+        await cursors_ready(self.ctx)
+        delivery_id = self._delivery_row(user.key.tenant_id, form, "id")
         if delivery_id is None:
             raise ValidationError("id is required", code="SCHEMA_INVALID", field="id")
+        shown = _text(form, "id", max_length=200)
 
         def act() -> Response:
             with self.ctx.db.transaction() as tx:
-                delivery.requeue_delivery(self.ctx.db, user.key.tenant_id, delivery_id, actor=user.key.key_id,
-                                          tx=tx)
-            return self.done(request, user, "Delivery requeued", None, result={"deliveryId": delivery_id},
-                             back=f"{PREFIX}/delivery?id={delivery_id}")
+                try:
+                    delivery.requeue_delivery(self.ctx.db, user.key.tenant_id, delivery_id, actor=user.key.key_id,
+                                              tx=tx)
+                except SettlekitError as exc:
+                    if "delivery_id" in exc.details:  # named as the tenant knows it
+                        exc.details["delivery_id"] = shown
+                    raise
+            return self.done(request, user, "Delivery requeued", None, result={"deliveryId": shown},
+                             back=f"{PREFIX}/delivery?id={shown}")
 
         return await run_in_threadpool(act)
 
     def done(self, request: Request, user: SignedIn, title: str, destination_id: str | None, *,
              result: dict[str, Any], secret: str | None = None, back: str | None = None) -> Response:
-        return self.render(request, "done.html", user, title=title, destination_id=destination_id, result=result,
-                           secret=secret, back=back)
+        """Post/redirect/get: the outcome goes into the session as a one-shot message and the answer is a redirect
+        (303) to the page it concerns, which shows it once; reloading that page repeats nothing."""
+        flash = {"title": title, "destination_id": destination_id, "result": result, "secret": secret}
+        self.sessions.flash(user.session_id, orjson.dumps(flash).decode("utf-8"))
+        if back is None:
+            back = f"{PREFIX}/destination?id={quote(destination_id, safe='')}" if destination_id else f"{PREFIX}/"
+        return RedirectResponse(back, status_code=303)
 
     # --- dispatcher ----------------------------------------------------------------------------------------------
 
     def dispatcher(self, request: Request, user: SignedIn) -> Response:
-        consumers = dispatch.list_consumers(self.ctx.db, self.ctx.registered_consumers)
+        consumers = consumer_ops.list_consumers(self.ctx.db, self.ctx.registered_consumers)
         now = time.time()
         rows = []
         for p in consumers:
-            letters = (dispatch.dead_letters(self.ctx.db, p.state.name, p.state.instance_id)
+            letters = (consumer_ops.dead_letters(self.ctx.db, p.state.name, p.state.instance_id)
                        if p.state.status != "never-run" else [])
             gaps = [(g, now - g.seen_at if g.seen_at else None) for g in p.state.pending_gaps]
             rows.append({"p": p, "state": p.state.to_json(), "gaps": gaps, "dead_letters": letters[-PAGE:]})
@@ -589,18 +628,18 @@ class Console:
     async def consumer_action(self, request: Request, user: SignedIn, form: Form) -> Response:
         verb = request.path_params["verb"]
         name = _text(form, "name", required=True)
-        instance = _text(form, "instance") or dispatch.SHARED_INSTANCE
+        instance = _text(form, "instance") or SHARED_INSTANCE
         assert name is not None
         db = self.ctx.db
 
         def act() -> Response:
             if verb == "rearm":
-                state = dispatch.restart_consumer(db, name, instance)
+                state = consumer_ops.restart_consumer(db, name, instance)
                 return self.done(request, user, "Consumer rearmed", None, result=state.to_json(),
                                  back=f"{PREFIX}/dispatcher")
             if verb == "skip":
                 with db.transaction() as tx:
-                    result = dispatch.skip_poison(db, name, instance, tx=tx)
+                    result = consumer_ops.skip_poison(db, name, instance, tx=tx)
                 return self.done(request, user, "Blocking event skipped", None,
                                  result={"skippedPosition": result.skipped_position, **result.state.to_json()},
                                  back=f"{PREFIX}/dispatcher")
@@ -642,12 +681,15 @@ class Console:
             raise NotFoundError(f"no ledger account {account_id!r}", code="LEDGER_ACCOUNT_NOT_FOUND")
         cursor = _text(q, "cursor", max_length=800)
         after = None
+        listing = (account_id, party_id)
         if cursor:
-            after = decode_cursor(cursor, account_id, party_id)
-            if after is None:
+            found = self.ctx.cursors.values(POSTINGS, tenant, cursor, count=3, listing=listing)
+            if found is None:
                 raise ValidationError("invalid cursor", code="CURSOR_INVALID", field="cursor")
+            after = (found[0], found[1], found[2])
         page = timeline.account_postings(self.ctx.db, tenant, account_id, after=after, limit=PAGE, party_id=party_id)
-        next_cursor = encode_cursor(account_id, party_id, page.last_key) if page.more and page.last_key else None
+        next_cursor = (self.ctx.cursors.encode(POSTINGS, tenant, *page.last_key, listing=listing)
+                       if page.more and page.last_key else None)
         return self.render(request, "account.html", user, account_id=account_id, party=party or "",
                            postings=page.postings, next_cursor=next_cursor)
 

@@ -40,6 +40,7 @@ AUTO_DISABLED: Final = "failing"
 TEST_TYPE: Final = "settlekit.test"
 MAX_WINDOW: Final = timedelta(days=90)
 STATS_ATTEMPTS: Final = 50_000  # attempts one statistics window reads at most (the newest)
+STATS_DELIVERIES: Final = 10_000  # deliveries one statistics window counts per state at most (the newest)
 
 
 def _now(now: datetime | None) -> datetime:
@@ -164,7 +165,8 @@ def destination_stats(db: Database, tenant_id: str, destination_id: str, *, sinc
     check_window(start, end)
     with db.read() as tx:
         rows = store.attempts_in_window(tx, tenant_id, destination_id, since=start, until=end, limit=STATS_ATTEMPTS)
-        states = store.delivery_states(tx, tenant_id, destination_id, since=start, until=end)
+        states, counted, oldest = store.delivery_states(tx, tenant_id, destination_id, since=start, until=end,
+                                                        limit=STATS_DELIVERIES)
         failures, failing_since = store.streak(tx, tenant_id, destination_id)
     ok = sum(1 for r in rows if r.http_status is not None and 200 <= r.http_status < 300)
     latencies = sorted(r.duration_ms for r in rows)
@@ -176,7 +178,9 @@ def destination_stats(db: Database, tenant_id: str, destination_id: str, *, sinc
         "successRate": round(ok / len(rows), 6) if rows else None,
         "latencyMs": {name: percentile(latencies, q) for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))},
         "lastError": _last_error(rows),
-        "deliveries": {state: states.get(state, 0) for state in ("pending", "delivered", "failed")},
+        "deliveries": {**{state: states.get(state, 0) for state in ("pending", "delivered", "failed")},
+                       "truncated": counted >= STATS_DELIVERIES,
+                       "countedSince": _iso(oldest) if counted >= STATS_DELIVERIES else _iso(start)},
         "consecutiveFailures": failures, "failingSince": _iso(failing_since),
         "circuit": circuit.to_json(dest.circuit, _now(now)),
     }

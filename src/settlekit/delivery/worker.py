@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry
 
 from settlekit import failpoints
+from settlekit.cursors import DELIVERY, Cursors
 from settlekit.delivery import circuit as breaker
 from settlekit.delivery import metrics as m
 from settlekit.delivery import replays
@@ -62,6 +63,7 @@ from settlekit.delivery.ssrf import AsyncResolver, SsrfPolicy
 from settlekit.dispatch.outage import OutageBackoff
 from settlekit.errors import ConfigurationError, DatabaseUnavailableError, SettlekitError
 from settlekit.events.canonical import canonical_bytes
+from settlekit.store import cursor_secret
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database, Tx
 
@@ -145,9 +147,12 @@ class DeliveryWorker:
         rng: random.Random | None = None,
         resolver: AsyncResolver | None = None,
         registry: CollectorRegistry | None = None,
+        cursors: Cursors | None = None,
     ):
         self.db = db
         self.config = config or WorkerConfig()
+        # a delivery's id as its tenant sees it (the legacy x-proxy-delivery-id header): the tenant's token
+        self.cursors = cursors or Cursors(functools.partial(cursor_secret.read, db))
         renew = self.config.renew_interval
         if self.config.max_claims < 1:
             raise ConfigurationError("max_claims must be at least 1", code="SETTINGS_INVALID",
@@ -330,6 +335,7 @@ class DeliveryWorker:
                          busy_tenants=busy_tenants, quarantine_free=quarantine_free)
         if not picks:
             return claim
+        self.cursors.load()  # the secret is read once, before the claim's transaction
         with self.db.transaction() as tx:  # the claim checks again that each is still pending and unleased
             rank = {p.id: i for i, p in enumerate(picks)}
             claimed = sorted(store.claim_ids(tx, list(rank), worker=self.worker_id, lease=self.config.lease,
@@ -571,7 +577,7 @@ class DeliveryWorker:
             body=body,
             message_id=d.message_id,
             dedupe_key=d.dedupe_key,
-            delivery_id=str(d.id),
+            delivery_id=self.cursors.encode(DELIVERY, d.tenant_id, d.id),
             artifact_type=d.artifact_type,
             artifact_id=d.artifact_id,
             artifact_hash=d.artifact_hash,

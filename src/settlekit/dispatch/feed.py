@@ -26,11 +26,14 @@ DEFAULT_SCAN = 10_000
 
 @dataclass(frozen=True)
 class FeedPage:
-    """Events of one tenant past the asked position, and `next`: the position to ask for next (the last event's
-    when the page is full, else the settled bound, which may lie past events of other tenants)."""
+    """Events of one tenant past the asked position; `next`: the position to show the tenant to ask from next
+    (the last event's when the page is full, else the tenant's last settled event's: it moves with the tenant's
+    own events only, never with other tenants'); `scanned`: how far the read looked (the settled bound when the
+    page is not full), where a reader that keeps its position to itself (the SSE stream) goes on from."""
 
     events: list[FeedEvent]
     next: int
+    scanned: int
 
 
 class FeedReader:
@@ -55,10 +58,16 @@ class FeedReader:
         might still commit."""
         bound = self.safe_bound(after)
         if bound <= after:
-            return FeedPage([], after)
+            return FeedPage([], after, after)
         with self.db.query() as tx:
             events = self._feed.tenant_events(tx, tenant_id, after, bound, types, limit)
-        return FeedPage(events, events[-1].position if len(events) >= limit else bound)
+            if len(events) >= limit:
+                return FeedPage(events, events[-1].position, events[-1].position)
+            # every event of the tenant up to `bound` was read: `next` may pass its last one (of any type, so a
+            # type filter does not read the same unmatched events again), never the other tenants' events
+            last = self._feed.tenant_last(tx, tenant_id, after, bound) if types else None
+        own = last if last is not None else events[-1].position if events else after
+        return FeedPage(events, own, bound)
 
     def safe_bound(self, after: int) -> int:
         """The highest position past `after` below which nothing can still commit (`after` itself when none).

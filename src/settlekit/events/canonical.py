@@ -164,11 +164,15 @@ _encode_sorted = _SORTED_ENCODER.encode
 
 
 def _path_join(path: str, key: str | int) -> str:
+    return path + _path_step(key)
+
+
+def _path_step(key: str | int) -> str:
     if isinstance(key, int):
-        return f"{path}[{key}]"
+        return f"[{key}]"
     if key.isidentifier():
-        return f"{path}.{key}"
-    return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+        return f".{key}"
+    return f"[{json.dumps(key, ensure_ascii=False)}]"
 
 
 _encode_basestring = json.encoder.encode_basestring  # JSON.stringify's escapes for every other character
@@ -217,10 +221,100 @@ def storable_size(x: Any) -> int:
 
 
 def _standard_storable_json(x: Any) -> str:
-    text = _STORE_ENCODER.encode(x)
+    text = plain_json(x)
     if text.isascii() or _SURROGATE.search(text) is None:
         return text
     return _SURROGATE.sub(_escape_surrogate, text)
+
+
+def plain_json(x: Any) -> str:
+    """What `json.dumps(x, ensure_ascii=False, separators=(",", ":"), allow_nan=False)` writes (keys in their own
+    order, lone surrogates left as they are), at any depth: the standard encoder recurses and stops near the
+    recursion limit, so a value nested deeper is written by a loop instead (imported history may nest thousands
+    of levels). Raises ValueError for NaN or an infinity and TypeError for what is not JSON, as json does."""
+    try:
+        return _STORE_ENCODER.encode(x)
+    except RecursionError:
+        return _write_plain(x)
+
+
+def _plain_scalar(v: Any) -> str:
+    if isinstance(v, str):
+        return _encode_basestring(v)
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, int):
+        return int.__repr__(v)
+    if isinstance(v, float):
+        if v != v or v in (math.inf, -math.inf):
+            raise ValueError("Out of range float values are not JSON compliant: " + repr(v))
+        return float.__repr__(v)
+    raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
+
+
+def _plain_key(k: Any) -> str:
+    if isinstance(k, str):
+        return k
+    if isinstance(k, bool) or k is None:
+        return "null" if k is None else "true" if k else "false"
+    if isinstance(k, int | float):
+        return _plain_scalar(k)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(k).__name__}")
+
+
+def _write_plain(x: Any) -> str:
+    """`plain_json` without recursion: a stack of what is left to write, each entry a value or (marked True) text
+    written as it is."""
+    out: list[str] = []
+    stack: list[tuple[bool, Any]] = [(False, x)]
+    while stack:
+        raw, v = stack.pop()
+        if raw:
+            out.append(v)
+        elif isinstance(v, dict):
+            items = list(v.items())
+            out.append("{")
+            stack.append((True, "}"))
+            for n in range(len(items) - 1, -1, -1):
+                key, child = items[n]
+                stack.append((False, child))
+                stack.append((True, ("," if n else "") + _encode_basestring(_plain_key(key)) + ":"))
+        elif isinstance(v, list | tuple):
+            out.append("[")
+            stack.append((True, "]"))
+            for n in range(len(v) - 1, -1, -1):
+                stack.append((False, v[n]))
+                if n:
+                    stack.append((True, ","))
+        else:
+            out.append(_plain_scalar(v))
+    return "".join(out)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """`a == b` for parsed JSON values at any depth (Python's `==` recurses and stops near the recursion limit)."""
+    try:
+        return bool(a == b)
+    except RecursionError:
+        pass
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if isinstance(x, dict) or isinstance(y, dict):
+            if not (isinstance(x, dict) and isinstance(y, dict)) or x.keys() != y.keys():
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif isinstance(x, list | tuple) or isinstance(y, list | tuple):
+            if type(x) is not type(y) or len(x) != len(y):
+                return False
+            stack.extend(zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True
 
 
 def storable_text(s: str) -> str:
@@ -231,24 +325,44 @@ def storable_text(s: str) -> str:
     return _SURROGATE.sub(_escape_surrogate, s)
 
 
+PathNode = tuple[Any, str | int] | None  # (parent node, key or index); None is the root, "$"
+
+
+def _render_path(node: PathNode, root: str = "$") -> str:
+    steps: list[str] = []
+    while node is not None:
+        node, key = node
+        steps.append(_path_step(key))
+    steps.append(root)
+    return "".join(reversed(steps))
+
+
 def find_lone_surrogate(x: Any, path: str = "$") -> str | None:
-    """JSON path of the first string (value or key) holding a lone surrogate, or None."""
-    t = type(x)
-    if t is str:
-        return path if _SURROGATE.search(x) is not None else None
-    if t is dict:
-        for k, v in x.items():
-            if type(k) is str and _SURROGATE.search(k) is not None:
-                return _path_join(path, "<key>")
-            found = find_lone_surrogate(v, _path_join(path, k if type(k) is str else str(k)))
-            if found is not None:
-                return found
-    elif t is list or t is tuple:
-        for i, v in enumerate(x):
-            found = find_lone_surrogate(v, _path_join(path, i))
-            if found is not None:
-                return found
+    """JSON path of the first string (value or key) holding a lone surrogate, or None. Depth first in key order,
+    without recursion (any depth)."""
+    stack: list[tuple[Any, PathNode]] = [(x, None)]
+    while stack:
+        value, node = stack.pop()
+        t = type(value)
+        if t is str:
+            if _SURROGATE.search(value) is not None:
+                return _render_path(node, path)
+        elif value is _BAD_KEY:
+            return _render_path(node, path)
+        elif t is dict:
+            pending: list[tuple[Any, PathNode]] = []
+            for k, v in value.items():
+                if type(k) is str and _SURROGATE.search(k) is not None:
+                    pending.append((_BAD_KEY, (node, "<key>")))  # found when the walk gets there
+                    break
+                pending.append((v, (node, k if type(k) is str else str(k))))
+            stack.extend(reversed(pending))
+        elif t is list or t is tuple:
+            stack.extend((value[i], (node, i)) for i in range(len(value) - 1, -1, -1))
     return None
+
+
+_BAD_KEY: Final = object()  # an object's key holding a lone surrogate, in the walk of `find_lone_surrogate`
 
 
 def _check_json_string(value: str, path: str) -> None:
@@ -301,35 +415,28 @@ def require_well_formed(x: Any, path: str = "$", *, hashed_keys: bool = False) -
 
 
 def _find_proto_key(x: Any, path: str) -> str | None:
-    t = type(x)
-    if t is dict:
-        for k, v in x.items():
-            where = _path_join(path, k) if type(k) is str else path
-            if k == PROTO_KEY:
-                return where
-            found = _find_proto_key(v, where)
-            if found is not None:
-                return found
-    elif t is list or t is tuple:
-        for i, v in enumerate(x):
-            found = _find_proto_key(v, _path_join(path, i))
-            if found is not None:
-                return found
+    """JSON path of the first "__proto__" key, depth first in key order, without recursion (any depth)."""
+    stack: list[tuple[Any, PathNode]] = [(x, None)]
+    while stack:
+        value, node = stack.pop()
+        t = type(value)
+        if t is dict:
+            pending: list[tuple[Any, PathNode]] = []
+            for k, v in value.items():
+                where = (node, k) if type(k) is str else node
+                if k == PROTO_KEY:
+                    pending.append((_PROTO_FOUND, where))
+                    break
+                pending.append((v, where))
+            stack.extend(reversed(pending))
+        elif t is list or t is tuple:
+            stack.extend((value[i], (node, i)) for i in range(len(value) - 1, -1, -1))
+        elif value is _PROTO_FOUND:
+            return _render_path(node, path)
     return None
 
 
-PathNode = tuple[Any, str | int] | None  # (parent node, key or index); None is the root, "$"
-
-
-def _render_path(node: PathNode, root: str = "$") -> str:
-    keys: list[str | int] = []
-    while node is not None:
-        node, key = node
-        keys.append(key)
-    path = root
-    for key in reversed(keys):
-        path = _path_join(path, key)
-    return path
+_PROTO_FOUND: Final = object()  # a "__proto__" key, in the walk of `_find_proto_key`
 
 
 def _write_scalar(x: Any, node: PathNode) -> str:

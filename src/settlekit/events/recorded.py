@@ -114,14 +114,17 @@ def dropped_fields(item: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in item if k not in ENVELOPE_FIELDS)
 
 
-MAX_STORED_DEPTH: Final = 256
-"""Arrays and objects nested deeper than this in a recorded event are refused (JSON_INVALID), as in a request body:
-the store, the projections and webhook receivers read events with parsers that stop near their recursion limit."""
+MAX_RECORDED_DEPTH: Final = 10_000
+"""Arrays and objects nested deeper than this in a recorded event are refused (JSON_INVALID). settld's canonical JSON
+recurses, so its hash (hence its API) stops near 2,200 levels under node's default stack: anything it stored is far
+within. settlekit reads, hashes, stores and serves recorded events without recursion, and the databases' own JSON
+readers (a job listing's status filter) are kept from the rare deeper snapshot."""
 
 
-def check_nesting(event: Mapping[str, Any], index: int, limit: int = MAX_STORED_DEPTH) -> None:
-    """Refuse an event whose arrays and objects nest more than `limit` levels (walked without recursion)."""
-    stack: list[tuple[Any, int]] = [(event, 0)]
+def check_nesting(event: Mapping[str, Any], index: int, limit: int = MAX_RECORDED_DEPTH) -> None:
+    """Refuse an event whose arrays and objects nest more than `limit` levels, the event's own object the first
+    (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(event, 1)]
     while stack:
         item, depth = stack.pop()
         if type(item) is dict:

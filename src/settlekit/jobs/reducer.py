@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from settlekit.errors import ValidationError
+from settlekit.events.canonical import plain_json
 from settlekit.events.js import js_nonblank
 from settlekit.events.js import truthy as js_truthy
 from settlekit.jobs.errors import InvalidJobTransition
@@ -475,7 +476,12 @@ def _assist_update(status: str, at_key: str, kept: tuple[str, ...], replaced: tu
 
 def _index_key(v: Any) -> str:
     """Index key of an id value: the string itself, other JSON values in a form no string id can take."""
-    return v if type(v) is str else "\x00" + json.dumps(v, sort_keys=True)
+    if type(v) is str:
+        return v
+    try:
+        return "\x00" + json.dumps(v, sort_keys=True)
+    except RecursionError:  # nested deeper than json writes (recorded history): its plain text, keys as they come
+        return "\x01" + plain_json(v)
 
 
 def _keyed_put(items: list[Any], index: dict[str, int], item_id: Any, item: Any) -> None:

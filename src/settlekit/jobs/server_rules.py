@@ -135,15 +135,26 @@ def load_facts(stored_state: Mapping[str, Any] | None) -> Facts:
 
 def _copy_tree(value: Any) -> Any:
     """A deep copy of parsed JSON: dicts and lists are copied, strings and numbers shared (immutable); anything
-    else takes copy.deepcopy. Several times faster than deepcopy on the stored facts."""
-    kind = type(value)
-    if kind is dict:
-        return {k: _copy_tree(v) for k, v in value.items()}
-    if kind is list:
-        return [_copy_tree(v) for v in value]
-    if kind in _SHARED_TYPES:
-        return value
-    return copy.deepcopy(value)
+    else takes copy.deepcopy. Several times faster than deepcopy on the stored facts, and without recursion (a
+    recorded payload kept in the facts may nest thousands of levels)."""
+    def copied(item: Any, pending: list[tuple[Any, Any]]) -> Any:
+        kind = type(item)
+        if kind is dict or kind is list:
+            container: Any = {} if kind is dict else []
+            pending.append((item, container))
+            return container
+        return item if kind in _SHARED_TYPES else copy.deepcopy(item)
+
+    pending: list[tuple[Any, Any]] = []
+    root = copied(value, pending)
+    while pending:
+        source, target = pending.pop()
+        if type(source) is dict:
+            for k, v in source.items():
+                target[k] = copied(v, pending)
+        else:
+            target.extend(copied(v, pending) for v in source)
+    return root
 
 
 _SHARED_TYPES: Final = frozenset({str, int, float, bool, type(None)})

@@ -9,7 +9,7 @@ SHA-256 of nothing.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 
@@ -45,42 +45,93 @@ def _subtree(hashes: Sequence[bytes], start: int, end: int) -> bytes:
     return root_from_leaf_hashes(hashes[start:end])
 
 
-def inclusion_path(hashes: Sequence[bytes], index: int) -> list[bytes]:
-    """PATH(m, D[n]) of RFC 6962 §2.1.1 for leaf `index` of the tree over `hashes` (leaf hashes)."""
-    if not 0 <= index < len(hashes):
-        raise ValueError(f"leaf index {index} is outside a tree of size {len(hashes)}")
-    path: list[bytes] = []
-    start, end, m = 0, len(hashes), index
+def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
+    """The leaf ranges [start, end) whose subtree hashes make PATH(index, D[size]) of RFC 6962 §2.1.1, in path
+    order (nearest the leaf first)."""
+    if not 0 <= index < size:
+        raise ValueError(f"leaf index {index} is outside a tree of size {size}")
+    ranges: list[tuple[int, int]] = []
+    start, end, m = 0, size, index
     while end - start > 1:
         k = _split(end - start)
         if m < k:
-            path.append(_subtree(hashes, start + k, end))
+            ranges.append((start + k, end))
             end = start + k
         else:
-            path.append(_subtree(hashes, start, start + k))
+            ranges.append((start, start + k))
             start, m = start + k, m - k
-    path.reverse()
-    return path
+    ranges.reverse()
+    return ranges
+
+
+def consistency_ranges(size: int, old_size: int) -> list[tuple[int, int]]:
+    """The leaf ranges whose subtree hashes make PROOF(old_size, D[size]) of RFC 6962 §2.1.2, in proof order."""
+    if not 0 <= old_size <= size:
+        raise ValueError(f"old size {old_size} is outside 0..{size}")
+    if old_size in (0, size):
+        return []
+    return _subproof_ranges(0, size, old_size, True)
+
+
+def _subproof_ranges(start: int, end: int, m: int, complete: bool) -> list[tuple[int, int]]:
+    n = end - start
+    if m == n:
+        return [] if complete else [(start, end)]
+    k = _split(n)
+    if m <= k:
+        return _subproof_ranges(start, start + k, m, complete) + [(start + k, end)]
+    return _subproof_ranges(start + k, end, m - k, False) + [(start, start + k)]
+
+
+def inclusion_path(hashes: Sequence[bytes], index: int) -> list[bytes]:
+    """PATH(m, D[n]) of RFC 6962 §2.1.1 for leaf `index` of the tree over `hashes` (leaf hashes)."""
+    return [_subtree(hashes, start, end) for start, end in inclusion_ranges(index, len(hashes))]
 
 
 def consistency_proof(hashes: Sequence[bytes], old_size: int) -> list[bytes]:
     """PROOF(m, D[n]) of RFC 6962 §2.1.2 between the first `old_size` leaves and all of `hashes`."""
-    n = len(hashes)
-    if not 0 <= old_size <= n:
-        raise ValueError(f"old size {old_size} is outside 0..{n}")
-    if old_size in (0, n):
-        return []
-    return _subproof(hashes, 0, n, old_size, True)
+    return [_subtree(hashes, start, end) for start, end in consistency_ranges(len(hashes), old_size)]
 
 
-def _subproof(hashes: Sequence[bytes], start: int, end: int, m: int, complete: bool) -> list[bytes]:
-    n = end - start
-    if m == n:
-        return [] if complete else [_subtree(hashes, start, end)]
-    k = _split(n)
-    if m <= k:
-        return _subproof(hashes, start, start + k, m, complete) + [_subtree(hashes, start + k, end)]
-    return _subproof(hashes, start + k, end, m - k, False) + [_subtree(hashes, start, start + k)]
+# --- stored subtrees ---------------------------------------------------------------------------------------------
+# A node (level, index) is the perfect subtree over leaves [index * 2**level, (index + 1) * 2**level): once its
+# last leaf is in the log its hash never changes, so it can be stored. Every subtree a proof names is the fold of
+# at most log2(n) such nodes, so a proof reads O(log n) stored hashes instead of every leaf.
+
+Node = tuple[int, int]  # (level, index); level 0 is a leaf
+
+
+def range_nodes(start: int, end: int) -> list[Node]:
+    """The perfect subtrees, largest first, whose fold is MTH(D[start:end]) for a subtree of an RFC 6962 tree
+    (its start is a multiple of the power of two at or above its size)."""
+    nodes: list[Node] = []
+    while start < end:
+        level = (end - start).bit_length() - 1
+        nodes.append((level, start >> level))
+        start += 1 << level
+    return nodes
+
+
+def range_hash(nodes: Mapping[Node, bytes], start: int, end: int) -> bytes:
+    """MTH(D[start:end]) from stored perfect subtrees: the tree over 2**a + rest leaves splits at 2**a, so its
+    hash is node(P_a, MTH(rest)), folded from the right."""
+    parts = [nodes[n] for n in range_nodes(start, end)]
+    folded = parts[-1]
+    for part in reversed(parts[:-1]):
+        folded = node_hash(part, folded)
+    return folded
+
+
+def nodes_completed(hashes: Sequence[bytes], old_size: int) -> list[tuple[int, int, bytes]]:
+    """(level, index, hash) of every node above the leaves that the leaves past `old_size` complete."""
+    out: list[tuple[int, int, bytes]] = []
+    level, below = 0, list(hashes)
+    while len(below) > 1:
+        level += 1
+        above = [node_hash(below[i], below[i + 1]) for i in range(0, len(below) - 1, 2)]
+        out.extend((level, i, h) for i, h in enumerate(above) if (i + 1) << level > old_size)
+        below = above
+    return out
 
 
 def root_from_inclusion(leaf: bytes, index: int, size: int, path: Sequence[bytes]) -> bytes | None:

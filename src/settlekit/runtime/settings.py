@@ -109,8 +109,8 @@ class Settings(BaseSettings):
     console: bool = Field(
         True, description="`serve` serves the operator console at `/console` (sign-in with an API key)")
     console_session_seconds: int = Field(
-        8 * 3600, ge=60, le=7 * 24 * 3600, description="how long a console sign-in lasts (its signed session cookie "
-        "expires then; a revoked API key ends it at once)")
+        8 * 3600, ge=60, le=7 * 24 * 3600, description="how long a console sign-in lasts (its session and signed "
+        "cookie expire then; signing out or revoking the API key ends it at once, in every process)")
     dispatch_batch_size: int = Field(200, ge=1, description="events per dispatcher turn")
     max_body_bytes: int = Field(1_048_576, ge=1, description="API request body limit (bytes)")
     import_max_bytes: int = Field(

@@ -132,6 +132,7 @@ CLEANUP_BATCH = 10_000  # expired deliveries deleted per transaction
 class CleanupResult:
     deliveries: int = 0
     idempotency_keys: int = 0
+    console_sessions: int = 0
     skipped: bool = False  # another process held the cleanup lock: this tick did nothing
 
 
@@ -150,7 +151,8 @@ _cleanup_metrics: PerRegistry[_CleanupMetrics] = PerRegistry(_CleanupMetrics)
 
 class CleanupScheduler:
     """Deletes rows past their retention every `interval` seconds, on a thread of its own: delivered and failed
-    deliveries past `expires_at` (their attempt logs cascade) and idempotency keys past their TTL or lease.
+    deliveries past `expires_at` (their attempt logs cascade), idempotency keys past their TTL or lease and console
+    sessions past their expiry.
 
     Safe with many worker processes on one database: the deletes are idempotent, and on PostgreSQL a
     transaction-scoped advisory lock (`store.maintenance`) lets one process run a tick at a time (the others skip
@@ -172,8 +174,8 @@ class CleanupScheduler:
 
     def tick(self) -> CleanupResult:
         """One cleanup pass now; raises what the database raises."""
+        from settlekit.store import console_sessions, idempotency
         from settlekit.store import deliveries as delivery_store
-        from settlekit.store import idempotency
 
         now = self.clock()
         result = CleanupResult()
@@ -185,11 +187,13 @@ class CleanupScheduler:
                 deleted = delivery_store.cleanup_expired(tx, now=now, limit=self.batch)
                 if batch_no == 0:
                     result.idempotency_keys = idempotency.purge_expired_in(tx, now=now)
+                    result.console_sessions = console_sessions.purge_expired_in(tx, now=now)
             result.deliveries += deleted
             if deleted < self.batch:
                 break
         self.metrics.deleted.labels("deliveries").inc(result.deliveries)
         self.metrics.deleted.labels("idempotency_keys").inc(result.idempotency_keys)
+        self.metrics.deleted.labels("console_sessions").inc(result.console_sessions)
         return result
 
     def run_once(self) -> CleanupResult | None:

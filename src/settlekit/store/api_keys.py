@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from settlekit.store import console_sessions
 from settlekit.store.database import Database, Row
 from settlekit.store.sql import statements
 
@@ -29,12 +30,17 @@ def insert(db: Database, key_id: str, tenant_id: str, secret_hash: str, scopes: 
 
 
 def revoke(db: Database, key_id: str, *, tenant_id: str | None = None) -> bool:
-    """Mark a key revoked (only if it belongs to `tenant_id`, when given); False when no such key."""
+    """Mark a key revoked (only if it belongs to `tenant_id`, when given) and end its console sessions; False when
+    no such key."""
     with db.transaction() as tx:
         named = statements("api_keys", tx.dialect)
         if tenant_id is None:
-            return tx.execute(named["revoke"], (key_id,)) > 0
-        return tx.execute(named["revoke_for_tenant"], (key_id, tenant_id)) > 0
+            revoked = tx.execute(named["revoke"], (key_id,)) > 0
+        else:
+            revoked = tx.execute(named["revoke_for_tenant"], (key_id, tenant_id)) > 0
+        if revoked:
+            console_sessions.delete_for_key(tx, key_id)
+        return revoked
 
 
 def find(db: Database, key_id: str) -> StoredApiKey | None:

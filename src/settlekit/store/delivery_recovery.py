@@ -193,12 +193,17 @@ def attempts_in_window(tx: Tx, tenant_id: str, destination_id: str, *, since: da
     return [AttemptRow(_time(r[0]), float(r[1]), r[2], r[3], int(r[4])) for r in rows]
 
 
-def delivery_states(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime,
-                    until: datetime) -> dict[str, int]:
-    """The destination's deliveries created in [since, until) per state."""
-    rows = tx.fetchall(f"SELECT state, count(*) FROM deliveries{_REPLAY_WHERE} GROUP BY state",
-                       (tenant_id, destination_id, db_time(tx, since), db_time(tx, until)))
-    return {str(r[0]): int(r[1]) for r in rows}
+def delivery_states(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime, until: datetime,
+                    limit: int) -> tuple[dict[str, int], int, datetime | None]:
+    """The newest `limit` deliveries of the destination created in [since, until), counted per state (an
+    index-only scan of at most `limit` entries): (counts, deliveries counted, creation time of the oldest
+    counted)."""
+    rows = tx.fetchall(
+        f"SELECT state, count(*), min(created_at) FROM (SELECT state, created_at FROM deliveries{_REPLAY_WHERE}"
+        " ORDER BY created_at DESC LIMIT ?) newest GROUP BY state",
+        (tenant_id, destination_id, db_time(tx, since), db_time(tx, until), limit))
+    oldest = [t for t in (from_timestamp(r[2]) for r in rows) if t is not None]
+    return {str(r[0]): int(r[1]) for r in rows}, sum(int(r[1]) for r in rows), min(oldest, default=None)
 
 
 def _time(value: Any) -> datetime:

@@ -45,6 +45,11 @@ class FeedRepository:
         rows = tx.fetchall(sql, (tenant_id, after, upto, *types, limit))
         return [FeedEvent(int(r[0]), r[1], r[2]) for r in rows]
 
+    def tenant_last(self, tx: Tx, tenant_id: str, after: int, upto: int) -> int | None:
+        """The position of the tenant's last event in (after, upto], of any type (None without one)."""
+        value = tx.scalar(self._sql["tenant_last"], (tenant_id, after, upto))
+        return None if value is None else int(value)
+
     def raw_page(self, tx: Tx, tenant_id: str, after: int, limit: int) -> list[FeedEvent]:
         """A plain page of the tenant's events past `after`, with no settled bound (not commit-safe: for
         measuring the feed against)."""

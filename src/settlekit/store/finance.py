@@ -8,7 +8,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from settlekit.events.canonical import canonical_hash, parse_json, storable_json
+from settlekit.ledger import merkle
 from settlekit.ledger.close import PeriodEntry, StreamLeaf
+from settlekit.ledger.merkle import Node
 from settlekit.store.database import Row, Tx
 from settlekit.store.sql import statements
 
@@ -110,6 +112,35 @@ def append_leaves(tx: Tx, tenant_id: str, month: str, first_index: int, leaves: 
         statements("finance", tx.dialect)["append_leaves"],
         [(tenant_id, first_index + i, month, leaf.stream_id, leaf.head_chain_hash, leaf.event_count,
           leaf.hash().hex()) for i, leaf in enumerate(leaves)])
+
+
+def append_nodes(tx: Tx, tenant_id: str, nodes: Sequence[tuple[int, int, bytes]]) -> None:
+    """Store perfect subtrees of the log, (level >= 1, index, hash) each."""
+    tx.executemany(statements("finance", tx.dialect)["append_nodes"],
+                   [(tenant_id, level, index, digest.hex()) for level, index, digest in nodes])
+
+
+def subtree_hashes(tx: Tx, tenant_id: str, nodes: Sequence[Node]) -> dict[Node, bytes]:
+    """The stored hashes of these perfect subtrees (level 0: the leaves); a node not stored is left out."""
+    found: dict[Node, bytes] = {}
+    leaves = sorted({index for level, index in nodes if level == 0})
+    if leaves:
+        rows = tx.fetchall("SELECT leaf_index, leaf_hash FROM finance_log_leaves WHERE tenant_id = ?"
+                           f" AND leaf_index IN ({', '.join('?' * len(leaves))})", (tenant_id, *leaves))
+        found.update(((0, int(r[0])), bytes.fromhex(r[1])) for r in rows)
+    upper = sorted({n for n in nodes if n[0] > 0})
+    if upper:
+        rows = tx.fetchall("SELECT level, node_index, node_hash FROM finance_log_nodes WHERE tenant_id = ? AND ("
+                           + " OR ".join(["(level = ? AND node_index = ?)"] * len(upper)) + ")",
+                           (tenant_id, *(v for n in upper for v in n)))
+        found.update(((int(r[0]), int(r[1])), bytes.fromhex(r[2])) for r in rows)
+    return found
+
+
+def build_log_nodes(tx: Tx) -> None:
+    """Migration 0025's data step: the perfect subtrees of every tenant's log closed so far."""
+    for (tenant_id,) in tx.fetchall("SELECT DISTINCT tenant_id FROM finance_log_leaves ORDER BY tenant_id"):
+        append_nodes(tx, tenant_id, merkle.nodes_completed(leaf_hashes(tx, tenant_id), 0))
 
 
 def leaf_of_stream(tx: Tx, tenant_id: str, month: str, stream_id: str) -> tuple[int, StreamLeaf] | None:

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from settlekit.store import cursor_secret
 from settlekit.store.contracts import rekey_contract_documents
 from settlekit.store.database import Tx
+from settlekit.store.finance import build_log_nodes
 
 DATA_STEPS: Mapping[str, Callable[[Tx], object]] = {
     "0016_contract_hashes": rekey_contract_documents,
+    "0024_server_secrets": cursor_secret.create,
+    "0025_finance_log_nodes": build_log_nodes,
 }
 
 

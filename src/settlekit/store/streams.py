@@ -258,12 +258,19 @@ def job_page(db: Database, tenant_id: str, *, after: str | None, limit: int, sta
         last = after
         for row in rows:
             last = row[0]
-            if row[5]:
+            if row[5] or (row[5] is None and _snapshot_status(row[4]) == status):
                 matched.append(row)
                 if len(matched) == limit:
                     break
         more = last is not None and tx.fetchone(_JOB_AFTER, (tenant_id, last)) is not None
     return JobPage([_job_row(r) for r in matched], last, more)
+
+
+def _snapshot_status(snapshot_json: str | None) -> Any:
+    """The job status in a stored snapshot the database's JSON functions could not read (nested too deep)."""
+    state = parse_json(snapshot_json) if snapshot_json else None
+    job = state.get("snapshot") if isinstance(state, dict) else None
+    return job.get("status") if isinstance(job, dict) else None
 
 
 _JOB_PREFIX_PAGE = ("SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json FROM streams"

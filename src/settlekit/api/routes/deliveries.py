@@ -1,44 +1,87 @@
 """Deliveries of the tenant's artifacts to its destinations (scope `ops`): list, read with the attempt log,
-requeue one, backfill the ones missing since a time."""
+requeue one, backfill the ones missing since a time. A delivery's id is shown as the tenant's opaque token
+(settlekit/cursors.py): the row id counts every tenant's deliveries."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import DecimalDigits, IdPath, OptionalPositionQuery, context, require
+from settlekit.api.deps import CURSOR_PATTERN, DecimalDigits, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Deliveries, DeliveriesBackfilled, DeliveryDetail, DeliveryRequeued
+from settlekit.application.database import Tx
+from settlekit.cursors import DELIVERY, Cursors
 from settlekit.delivery import service as delivery
-from settlekit.store.db import Tx
+from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 
+DeliveryIdPath = Annotated[str, Path(min_length=1, max_length=200, pattern=CURSOR_PATTERN,
+                                     description="a delivery's id as the API returned it")]
+
+
+def _row_id(cursors: Cursors, tenant_id: str, delivery_id: str) -> int:
+    """The row behind a delivery id of the tenant: 404 for any other token (another tenant's, altered), 400
+    CURSOR_NUMERIC for a number (a row id, as ids were shown before)."""
+    if delivery_id.isascii() and delivery_id.isdigit():
+        raise ValidationError("delivery ids are the opaque ids the API returns; numeric ids are no longer accepted",
+                              code="CURSOR_NUMERIC", field="deliveryId")
+    found = cursors.values(DELIVERY, tenant_id, delivery_id)
+    if found is None:
+        raise NotFoundError("delivery not found", delivery_id=delivery_id)
+    return found[0]
+
+
+@contextmanager
+def _shown_as(delivery_id: str) -> Iterator[None]:
+    """A refusal about the delivery names it by the id the tenant gave, never by its row id."""
+    try:
+        yield
+    except SettlekitError as exc:
+        if "delivery_id" in exc.details:
+            exc.details["delivery_id"] = delivery_id
+        raise
+
+
+def delivery_json(cursors: Cursors, d: Any) -> dict[str, Any]:
+    """A delivery row as the tenant sees it: its id as the tenant's token."""
+    return {**d.to_json(), "id": cursors.encode(DELIVERY, d.tenant_id, d.id)}
+
 
 @router.get("/deliveries", summary="The tenant's deliveries (filter by state / destination; keyset pages)",
-            response_model=Deliveries)
+            response_model=Deliveries, responses=problems("CURSOR_INVALID", "CURSOR_NUMERIC"))
 def list_deliveries(request: Request, key: ApiKey = require("ops"),
                     state: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
                     destinationId: Annotated[str | None, Query(max_length=64)] = None,
                     limit: Annotated[int, DecimalDigits, Query(ge=1, le=1000)] = 100,
-                    afterId: OptionalPositionQuery = None) -> JsonResponse:
-    found = delivery.list_deliveries(context(request).db, key.tenant_id, state=state, destination_id=destinationId,
-                                     limit=limit, after_id=afterId)
-    next_after = found[-1].id if len(found) == limit else None
-    return JsonResponse({"deliveries": [d.to_json() for d in found], "nextAfterId": next_after})
+                    afterId: Annotated[str | None, Query(min_length=1, max_length=200, pattern=CURSOR_PATTERN,
+                                                         description="`nextAfterId` of the previous page")] = None
+                    ) -> JsonResponse:
+    ctx = context(request)
+    after = None if afterId is None else ctx.cursors.decode(DELIVERY, key.tenant_id, afterId, field="afterId")[0]
+    found = delivery.list_deliveries(ctx.db, key.tenant_id, state=state, destination_id=destinationId,
+                                     limit=limit, after_id=after)
+    shown = [delivery_json(ctx.cursors, d) for d in found]
+    next_after = shown[-1]["id"] if len(found) == limit else None
+    return JsonResponse({"deliveries": shown, "nextAfterId": next_after})
 
 
 @router.get("/deliveries/{delivery_id}", summary="One delivery with its attempt log", response_model=DeliveryDetail,
-            responses=problems("NOT_FOUND"))
-def get_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
-    detail = delivery.get_delivery(context(request).db, key.tenant_id, delivery_id)
+            responses=problems("NOT_FOUND", "CURSOR_NUMERIC"))
+def get_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+    ctx = context(request)
+    with _shown_as(delivery_id):
+        detail = delivery.get_delivery(ctx.db, key.tenant_id, _row_id(ctx.cursors, key.tenant_id, delivery_id))
     attempts = [{"attempt": a, "httpStatus": s, "error": e} for a, s, e in detail.attempts]
-    return JsonResponse({**detail.delivery.to_json(), "attemptLog": attempts})
+    return JsonResponse({**delivery_json(ctx.cursors, detail.delivery), "attemptLog": attempts})
 
 
 class BackfillIn(BaseModel):
@@ -65,12 +108,15 @@ def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = requir
 
 
 @router.post("/deliveries/{delivery_id}/requeue", summary="Requeue a failed delivery", response_model=DeliveryRequeued,
-             responses=problems("NOT_FOUND", "CONFLICT"), openapi_extra=IDEMPOTENT)
-def requeue_delivery(delivery_id: IdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+             responses=problems("NOT_FOUND", "CONFLICT", "CURSOR_NUMERIC"), openapi_extra=IDEMPOTENT)
+def requeue_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
+    with _shown_as(delivery_id):
+        row_id = _row_id(ctx.cursors, key.tenant_id, delivery_id)
 
     def action(tx: Tx) -> tuple[int, Any]:
-        delivery.requeue_delivery(ctx.db, key.tenant_id, delivery_id, actor=key.key_id, tx=tx)
+        with _shown_as(delivery_id):
+            delivery.requeue_delivery(ctx.db, key.tenant_id, row_id, actor=key.key_id, tx=tx)
         return 200, {"deliveryId": delivery_id, "requeued": 1}
 
     return idempotency.write_in_transaction(request, key, None, action)

@@ -18,9 +18,9 @@ from settlekit.api.deps import DestinationIdPath, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Circuit
+from settlekit.application.database import Tx
 from settlekit.delivery import recovery, replays
 from settlekit.delivery.sender import SenderConfig
-from settlekit.store.db import Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 
@@ -91,6 +91,10 @@ class DeliveryCounts(BaseModel):
     pending: int
     delivered: int
     failed: int
+    truncated: bool = Field(description="the window held more deliveries than one count reads (10,000): the "
+                                        "counts are those of the newest 10,000")
+    countedSince: str | None = Field(description="the creation time of the oldest delivery counted when "
+                                                 "truncated, else the window's start")
 
 
 class StatsOut(BaseModel):
@@ -103,7 +107,8 @@ class StatsOut(BaseModel):
     successRate: float | None = Field(description="succeeded / total attempts of the window (None: none)")
     latencyMs: Latency
     lastError: LastError | None
-    deliveries: DeliveryCounts = Field(description="deliveries created in the window, per state")
+    deliveries: DeliveryCounts = Field(description="deliveries created in the window, per state (at most the "
+                                               "newest 10,000 of them: see `truncated`)")
     consecutiveFailures: int = Field(description="failed attempts in a row now")
     failingSince: str | None
     circuit: Circuit

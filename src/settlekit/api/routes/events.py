@@ -1,7 +1,8 @@
 """The tenant's event feed (scope `jobs:read`): catch-up pages (`GET /v1/events`) and a Server-Sent Events stream
 (`GET /v1/events/stream`). Both are commit-safe: an event is never passed over because its transaction commits
 after a later position's (dispatch/feed.py), so following `next` (or the SSE ids) sees every committed event of
-the tenant once, in position order."""
+the tenant once, in position order. Positions are shown as opaque tokens bound to the tenant (settlekit/cursors.py):
+a global position would count every other tenant's events."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from settlekit.api.auth import ApiKey, still_active
-from settlekit.api.deps import MAX_INT64, ApiContext, PageLimit, PositionQuery, context, require
+from settlekit.api.deps import CURSOR_PATTERN, ApiContext, PageLimit, context, cursors_ready, require
 from settlekit.api.feed import FeedStreams
+from settlekit.api.openapi import problems
+from settlekit.cursors import Cursors
 from settlekit.errors import ConfigurationError, ValidationError
 
 router = APIRouter(prefix="/v1", tags=["events"])
@@ -27,29 +30,22 @@ TypesQuery = Annotated[str | None, Query(max_length=5000, description="event typ
 
 
 class FeedItem(BaseModel):
-    position: int = Field(description="the event's global position (the feed's cursor)")
+    position: str = Field(description="the event's position as an opaque cursor of the tenant (`after` of a "
+                                      "later read, the SSE id)", pattern=CURSOR_PATTERN)
     event: dict[str, Any] = Field(description="the event envelope exactly as stored")
 
 
 class FeedPageOut(BaseModel):
-    """A page of the tenant's events in position order. Ask again with `after=next`: it is the last event's
-    position when the page is full, else the highest position known to be settled (it may lie past other
-    tenants' events)."""
+    """A page of the tenant's events in position order. Ask again with `after=next`: the last event's cursor when
+    the page is full, else the cursor past every settled event of the tenant (it moves only with the tenant's own
+    events)."""
 
     events: list[FeedItem]
-    next: int
+    next: str = Field(pattern=CURSOR_PATTERN)
 
 
-def _problem(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/problem+json": {}}}
-
-
-_FEED_PROBLEMS: dict[int | str, dict[str, Any]] = {
-    400: _problem("SCHEMA_INVALID: a malformed `types`, `after`, `limit` or Last-Event-ID"),
-    401: _problem("UNAUTHENTICATED or API_KEY_INVALID"),
-    403: _problem("SCOPE_REQUIRED: the key lacks `jobs:read`"),
-    429: _problem("RATE_LIMITED"),
-}
+# an `after` or Last-Event-ID that is not a cursor the API returned to the tenant, or a number (an old position)
+_FEED_PROBLEMS = problems("CURSOR_INVALID", "CURSOR_NUMERIC")
 
 
 def parse_types(value: str | None) -> tuple[str, ...]:
@@ -69,45 +65,60 @@ def feed_streams(ctx: ApiContext) -> FeedStreams:
     return ctx.feed
 
 
+AfterQuery = Annotated[str | None, Query(min_length=1, max_length=200, pattern=CURSOR_PATTERN,
+                                         description="a position cursor the API returned (`next`, an event's "
+                                                     "`position`, an SSE id, an append's `positions`); absent "
+                                                     "or `0`: from the first event")]
+
+
+def start_position(cursors: Cursors, tenant_id: str, cursor: str | None, *, field: str) -> int:
+    """The position a feed read starts after: 0 for none (or `0`), else the one the tenant's cursor carries."""
+    if cursor is None or cursor == "0":
+        return 0
+    return cursors.position(tenant_id, cursor, field=field)
+
+
 @router.get("/events", summary="The tenant's events past a position (commit-safe catch-up)",
             response_model=FeedPageOut, responses=_FEED_PROBLEMS)
-def list_events(request: Request, key: ApiKey = require("jobs:read"), after: PositionQuery = 0,
+def list_events(request: Request, key: ApiKey = require("jobs:read"), after: AfterQuery = None,
                 types: TypesQuery = None, limit: PageLimit = 100) -> Response:
-    page = feed_streams(context(request)).reader.read(key.tenant_id, after, types=parse_types(types), limit=limit)
+    ctx = context(request)
+    start = start_position(ctx.cursors, key.tenant_id, after, field="after")
+    page = feed_streams(ctx).reader.read(key.tenant_id, start, types=parse_types(types), limit=limit)
+    tokens = ctx.cursors.encode_all("event", key.tenant_id, [e.position for e in page.events] + [page.next])
     # the stored envelopes go out as they are, without a parse and a re-encode
-    items = ",".join(f'{{"position":{e.position},"event":{e.raw_json}}}' for e in page.events)
-    return Response(f'{{"events":[{items}],"next":{page.next}}}'.encode(), media_type="application/json")
+    items = ",".join(f'{{"position":"{t}","event":{e.raw_json}}}' for t, e in zip(tokens, page.events, strict=False))
+    return Response(f'{{"events":[{items}],"next":"{tokens[-1]}"}}'.encode(), media_type="application/json")
 
 
-def _resume_position(last_event_id: str | None, after: int) -> int:
+def _resume_position(cursors: Cursors, tenant_id: str, last_event_id: str | None, after: str | None) -> int:
     """Where a stream starts: after the Last-Event-ID a reconnecting client sends, else after `after`."""
     if last_event_id is None or not last_event_id.strip():
-        return after
+        return start_position(cursors, tenant_id, after, field="after")
     text = last_event_id.strip()
-    if not (text.isascii() and text.isdigit()) or int(text) > MAX_INT64:  # '²' is a digit to isdigit, not int
-        raise ValidationError("Last-Event-ID must be an event position (a non-negative integer)",
-                              code="SCHEMA_INVALID", field="Last-Event-ID")
-    return int(text)
+    if not re.fullmatch(CURSOR_PATTERN, text):
+        raise ValidationError("Last-Event-ID must be the id of an event of this stream", code="CURSOR_INVALID",
+                              field="Last-Event-ID")
+    return start_position(cursors, tenant_id, text, field="Last-Event-ID")
 
 
 _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"description": "text/event-stream: one message per event (`id:` its position, `data:` the envelope as "
-                         "stored); comment lines as heartbeats; a stream that cannot go on (e.g. "
+    200: {"description": "text/event-stream: one message per event (`id:` its position cursor, `data:` the "
+                         "envelope as stored); comment lines as heartbeats; a stream that cannot go on (e.g. "
                          "DATABASE_UNAVAILABLE) ends with one `event: problem` message (`data:` the problem body, "
                          "`retry:` its Retry-After in ms): resume with Last-Event-ID",
           "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-    **_FEED_PROBLEMS,
-    429: _problem("FEED_STREAM_LIMIT: the tenant has `feed_max_streams_per_tenant` streams open (Retry-After); "
-                  "or RATE_LIMITED"),
+    **problems("CURSOR_INVALID", "CURSOR_NUMERIC", "FEED_STREAM_LIMIT"),
 }
 
 
 @router.get("/events/stream", summary="The tenant's events as Server-Sent Events (resume with Last-Event-ID)",
             response_class=Response, responses=_STREAM_RESPONSES)
-async def stream_events(request: Request, key: ApiKey = require("jobs:read"), after: PositionQuery = 0,
+async def stream_events(request: Request, key: ApiKey = require("jobs:read"), after: AfterQuery = None,
                         types: TypesQuery = None, limit: PageLimit = 100,
-                        last_event_id: Annotated[str | None, Header(max_length=40)] = None) -> Response:
-    start = _resume_position(last_event_id, after)
-    db = context(request).db
-    return feed_streams(context(request)).response(key.tenant_id, start, parse_types(types), limit,
-                                                   key_active=functools.partial(still_active, db, key))
+                        last_event_id: Annotated[str | None, Header(max_length=200)] = None) -> Response:
+    ctx = context(request)
+    start = _resume_position(await cursors_ready(ctx), key.tenant_id, last_event_id, after)
+    return feed_streams(ctx).response(key.tenant_id, start, parse_types(types), limit,
+                                      key_active=functools.partial(still_active, ctx.db, key),
+                                      event_ids=functools.partial(ctx.cursors.encode_all, "event", key.tenant_id))

@@ -1,5 +1,6 @@
 """The tenant's ledger: balances per account (now, as of an instant or a position, per party), an account's
-postings page by page, and a job's journal entries and party allocations."""
+postings page by page, and a job's journal entries and party allocations. Event positions and page cursors are the
+tenant's opaque tokens (settlekit/cursors.py), never global positions."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import (
+    CURSOR_PATTERN,
     MAX_INT64,
-    OptionalPositionQuery,
     PageLimit,
     TextIdPath,
     context,
@@ -21,10 +22,11 @@ from settlekit.api.deps import (
 from settlekit.api.openapi import problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Allocations, LedgerEntries
+from settlekit.application import ledger as ledger_rows
+from settlekit.application import ledger as timeline
+from settlekit.cursors import POSTINGS
 from settlekit.errors import NotFoundError, ValidationError
-from settlekit.ledger.timeline import decode_cursor, encode_cursor, millis_to_iso, parse_instant
-from settlekit.store import ledger as ledger_rows
-from settlekit.store import ledger_timeline as timeline
+from settlekit.ledger.timeline import millis_to_iso, parse_instant
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -33,7 +35,8 @@ class LedgerBalances(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tenantId: str
     asOf: str | None = Field(None, description="the instant asked for (UTC), when one was")
-    position: int | None = Field(None, description="the event-store position asked for, when one was")
+    position: str | None = Field(None, description="the position cursor asked for, when one was",
+                                 pattern=CURSOR_PATTERN)
     partyId: str | None = Field(None, description="the party whose allocations are summed, when one was")
     balances: dict[str, int] = Field(description="cents per account id, accounts sorted")
     totalCents: int
@@ -41,7 +44,8 @@ class LedgerBalances(BaseModel):
 
 class AccountPosting(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    position: int = Field(description="event-store position of the event that posted the entry")
+    position: str = Field(description="the position cursor of the event that posted the entry (as the event feed "
+                                      "shows it)", pattern=CURSOR_PATTERN)
     entryId: str
     postingId: str
     at: str
@@ -61,15 +65,23 @@ class AccountPostings(BaseModel):
 
 
 @router.get("/ledger/balances", summary="Ledger balances per account: now, as of an instant or position, per party",
-            response_model=LedgerBalances, responses=problems("LEDGER_AS_OF_INVALID"))
+            response_model=LedgerBalances,
+            responses=problems("LEDGER_AS_OF_INVALID", "CURSOR_INVALID", "CURSOR_NUMERIC"))
 def balances(request: Request, key: ApiKey = require("jobs:read"),
              as_of: Annotated[str | None, Query(alias="asOf", max_length=64)] = None,
-             position: OptionalPositionQuery = None,
+             position_cursor: Annotated[str | None, Query(
+                 alias="position", min_length=1, max_length=200, pattern=CURSOR_PATTERN,
+                 description="a position cursor (an event's `position` in the event feed or an append's answer): "
+                             "the entries of events at or before it")] = None,
              party: Annotated[str | None, Query(min_length=1, max_length=200)] = None) -> JsonResponse:
-    db = context(request).db
-    if as_of is not None and position is not None:
+    ctx = context(request)
+    db = ctx.db
+    if as_of is not None and position_cursor is not None:
         raise ValidationError("give asOf or position, not both", code="LEDGER_AS_OF_INVALID", field="asOf")
-    body: dict[str, Any] = {"tenantId": key.tenant_id, "asOf": None, "position": position, "partyId": party}
+    position = (None if position_cursor is None
+                else ctx.cursors.position(key.tenant_id, position_cursor, field="position"))
+    body: dict[str, Any] = {"tenantId": key.tenant_id, "asOf": None, "position": position_cursor,
+                            "partyId": party}
     if as_of is not None:
         millis = parse_instant(as_of)
         if millis is None:
@@ -86,24 +98,30 @@ def balances(request: Request, key: ApiKey = require("jobs:read"),
 
 
 @router.get("/ledger/accounts/{account_id}/postings", summary="An account's postings in ledger order (keyset pages)",
-            response_model=AccountPostings, responses=problems("CURSOR_INVALID", "LEDGER_ACCOUNT_NOT_FOUND"))
+            response_model=AccountPostings,
+            responses=problems("CURSOR_INVALID", "LEDGER_ACCOUNT_NOT_FOUND"))
 def account_postings(account_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read"),
                      party: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
                      limit: PageLimit = 50,
                      cursor: Annotated[str | None, Query(max_length=800)] = None) -> JsonResponse:
-    db = context(request).db
-    party_id = party or timeline.ACCOUNT
-    if not timeline.account_known(db, key.tenant_id, account_id):
+    ctx = context(request)
+    db, tenant, party_id = ctx.db, key.tenant_id, party or timeline.ACCOUNT
+    if not timeline.account_known(db, tenant, account_id):
         raise NotFoundError(f"no ledger account {account_id!r}", code="LEDGER_ACCOUNT_NOT_FOUND",
                             accountId=account_id)
+    listing = (account_id, party_id)
     after = None
     if cursor:
-        after = decode_cursor(cursor, account_id, party_id)
-        if after is None:
+        found = ctx.cursors.values(POSTINGS, tenant, cursor, count=3, listing=listing)
+        if found is None:
             raise ValidationError("invalid cursor", code="CURSOR_INVALID", field="cursor")
-    page = timeline.account_postings(db, key.tenant_id, account_id, after=after, limit=limit, party_id=party_id)
-    next_cursor = encode_cursor(account_id, party_id, page.last_key) if page.more and page.last_key else None
-    return JsonResponse({"accountId": account_id, "partyId": party, "postings": page.postings,
+        after = (found[0], found[1], found[2])
+    page = timeline.account_postings(db, tenant, account_id, after=after, limit=limit, party_id=party_id)
+    tokens = ctx.cursors.encode_all("event", tenant, [p["position"] for p in page.postings])
+    postings = [{**p, "position": t} for p, t in zip(page.postings, tokens, strict=True)]
+    next_cursor = (ctx.cursors.encode(POSTINGS, tenant, *page.last_key, listing=listing)
+                   if page.more and page.last_key else None)
+    return JsonResponse({"accountId": account_id, "partyId": party, "postings": postings,
                          "nextCursor": next_cursor})
 
 

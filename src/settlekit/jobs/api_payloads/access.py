@@ -38,24 +38,43 @@ _RESULT_FIELDS: Final = frozenset({"jobId", "accessPlanId", "method", "reason"})
 _REVOKED_FIELDS: Final = frozenset({"jobId", "accessPlanId", "requestedBy", "reason"})
 
 
-def _forbidden_key_path(value: Any, path: str = "") -> str | None:
-    """Path of the first key (depth first, JS key order) that names a secret."""
-    if type(value) is list:
-        for index, item in enumerate(value):
-            hit = _forbidden_key_path(item, f"{path}[{index}]")
-            if hit:
-                return hit
-        return None
-    if type(value) is not dict:
-        return None
-    for key in js_keys(value):
-        key_path = f"{path}.{key}" if path else key
-        if _FORBIDDEN_KEY.search(key):
-            return key_path
-        hit = _forbidden_key_path(value[key], key_path)
-        if hit:
-            return hit
+def _forbidden_key_path(value: Any) -> str | None:
+    """Path of the first key (depth first, JS key order) that names a secret. Walked without recursion: each
+    stack entry is a value with its path as a chain of (parent, key or index) steps, rendered only for a hit."""
+    stack: list[tuple[Any, Any]] = [(value, None)]
+    while stack:
+        item, node = stack.pop()
+        if item is _SECRET_KEY:
+            return _key_path(node)
+        if type(item) is list:
+            stack.extend((item[i], (node, i)) for i in range(len(item) - 1, -1, -1))
+        elif type(item) is dict:
+            pending: list[tuple[Any, Any]] = []
+            for key in js_keys(item):
+                if _FORBIDDEN_KEY.search(key):
+                    pending.append((_SECRET_KEY, (node, key)))
+                    break
+                pending.append((item[key], (node, key)))
+            stack.extend(reversed(pending))
     return None
+
+
+_SECRET_KEY: Final = object()  # a key naming a secret, in the walk of `_forbidden_key_path`
+
+
+def _key_path(node: Any) -> str:
+    """`a.b[0].c` for the steps a, b, 0, c (a key right at the start has no dot)."""
+    steps: list[str | int] = []
+    while node is not None:
+        node, step = node
+        steps.append(step)
+    parts: list[str] = []
+    for step in reversed(steps):
+        if type(step) is int:
+            parts.append(f"[{step}]")
+        else:
+            parts.append(f".{step}" if any(parts) else str(step))
+    return "".join(parts)
 
 
 def _secret_free_object(payload: Any, allowed: frozenset[str]) -> None:

@@ -89,74 +89,91 @@ def _canonical_number_error(value: Any) -> str | None:
 
 
 def _check_canonicalizable(value: Any) -> None:
-    """canonicalJsonStringify's refusals, found in its order (object keys in sorted order, depth first)."""
-    problem = _canonical_number_error(value)
-    if problem is not None:
-        reject(f"Unsupported number for canonical JSON: {problem}")
-    if type(value) is list:
-        for item in value:
-            _check_canonicalizable(item)
-    elif type(value) is dict:
-        for key in sorted(value, key=utf16_key):
-            _check_canonicalizable(value[key])
+    """canonicalJsonStringify's refusals, found in its order (object keys in sorted order, depth first). The walks
+    here do not recurse: a recorded payload may nest thousands of levels."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        problem = _canonical_number_error(item)
+        if problem is not None:
+            reject(f"Unsupported number for canonical JSON: {problem}")
+        if type(item) is list:
+            stack.extend(reversed(item))
+        elif type(item) is dict:
+            stack.extend(item[key] for key in sorted(item, key=utf16_key, reverse=True))
 
 
 def _check_normalizable(value: Any, path: str) -> None:
     """normalizeForCanonicalJson's refusals (they name the path), found in its order (JS key order)."""
-    problem = _canonical_number_error(value)
-    if problem is not None:
-        reject(f"Unsupported number for canonical JSON: {problem} at {path}")
-    if type(value) is list:
-        for index, item in enumerate(value):
-            _check_normalizable(item, f"{path}[{index}]")
-    elif type(value) is dict:
-        for key in js_keys(value):
-            _check_normalizable(value[key], f"{path}.{key}")
+    stack: list[tuple[Any, Any]] = [(value, None)]
+    while stack:
+        item, node = stack.pop()
+        problem = _canonical_number_error(item)
+        if problem is not None:
+            reject(f"Unsupported number for canonical JSON: {problem} at {_path(path, node)}")
+        if type(item) is list:
+            stack.extend((item[i], (node, f"[{i}]")) for i in range(len(item) - 1, -1, -1))
+        elif type(item) is dict:
+            stack.extend((item[key], (node, f".{key}")) for key in reversed(js_keys(item)))
+
+
+def _path(root: str, node: Any) -> str:
+    steps: list[str] = []
+    while node is not None:
+        node, step = node
+        steps.append(step)
+    return root + "".join(reversed(steps))
 
 
 def _sets_prototype(value: Any) -> bool:
     """Whether normalizing leaves some object whose prototype a "__proto__" key replaced with an object (which
     canonicalizing then refuses as non-plain; null or a primitive there leaves it plain)."""
-    if type(value) is list:
-        return any(_sets_prototype(item) for item in value)
-    if type(value) is dict:
-        return any(
-            (key == _PROTO_KEY and type(item) in (dict, list)) or _sets_prototype(item) for key, item in value.items()
-        )
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is list:
+            stack.extend(item)
+        elif type(item) is dict:
+            if type(item.get(_PROTO_KEY)) in (dict, list):
+                return True
+            stack.extend(item.values())
     return False
 
 
 def _write_canonical(value: Any, out: list[str]) -> None:
-    if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif type(value) is str:
-        out.append(quote_string(value))
-    elif type(value) is int:
-        out.append(str(value) if abs(value) <= 2**53 - 1 else js_number(float(value)))
-    elif type(value) is float:
-        out.append(js_number(value))
-    elif type(value) is list:
-        out.append("[")
-        for index, item in enumerate(value):
-            if index:
-                out.append(",")
-            _write_canonical(item, out)
-        out.append("]")
-    else:
-        out.append("{")
-        first = True
-        for key in ordered_keys([k for k in value if k != _PROTO_KEY]):
-            if not first:
-                out.append(",")
-            first = False
-            out.append(quote_string(key))
-            out.append(":")
-            _write_canonical(value[key], out)
-        out.append("}")
+    """The text of canonicalJsonStringify (written without recursion): a stack of values to write and of text
+    (marked True) to write as it is."""
+    stack: list[tuple[bool, Any]] = [(False, value)]
+    while stack:
+        raw, item = stack.pop()
+        if raw:
+            out.append(item)
+        elif item is None:
+            out.append("null")
+        elif item is True:
+            out.append("true")
+        elif item is False:
+            out.append("false")
+        elif type(item) is str:
+            out.append(quote_string(item))
+        elif type(item) is int:
+            out.append(str(item) if abs(item) <= 2**53 - 1 else js_number(float(item)))
+        elif type(item) is float:
+            out.append(js_number(item))
+        elif type(item) is list:
+            out.append("[")
+            stack.append((True, "]"))
+            for n in range(len(item) - 1, -1, -1):
+                stack.append((False, item[n]))
+                if n:
+                    stack.append((True, ","))
+        else:
+            keys = ordered_keys([k for k in item if k != _PROTO_KEY])
+            out.append("{")
+            stack.append((True, "}"))
+            for n in range(len(keys) - 1, -1, -1):
+                stack.append((False, item[keys[n]]))
+                stack.append((True, ("," if n else "") + quote_string(keys[n]) + ":"))
 
 
 def _canonical_text(value: Any) -> str:

@@ -8,6 +8,10 @@ SELECT position FROM events WHERE position > ? ORDER BY position LIMIT ?
 -- One tenant's events in (after, upto]; the repository appends the type filter, then the order and limit.
 SELECT position, type, event_json FROM events WHERE tenant_id = ? AND position > ? AND position <= ?
 
+-- name: tenant_last
+-- The position of one tenant's last event in (after, upto], whatever its type.
+SELECT MAX(position) FROM events WHERE tenant_id = ? AND position > ? AND position <= ?
+
 -- name: raw_page
 -- A plain paged read of one tenant's events, without the gap walk (the feed benchmark's anchor).
 SELECT position, type, event_json FROM events WHERE tenant_id = ? AND position > ? ORDER BY position LIMIT ?

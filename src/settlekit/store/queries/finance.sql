@@ -93,6 +93,9 @@ WHERE m.tenant_id = l.tenant_id AND m.stream_id = l.stream_id)
 INSERT INTO finance_log_leaves (tenant_id, leaf_index, period, stream_id, head_chain_hash, event_count, leaf_hash)
 VALUES (?, ?, ?, ?, ?, ?, ?)
 
+-- name: append_nodes
+INSERT INTO finance_log_nodes (tenant_id, level, node_index, node_hash) VALUES (?, ?, ?, ?)
+
 -- name: leaf_of_stream
 SELECT leaf_index, head_chain_hash, event_count
 FROM finance_log_leaves

@@ -8,7 +8,8 @@ is where settld's API refused the stream (it verifies the whole chain at each ap
 appended and the import stops at it, nothing of it written (with `strict=True` the file is refused whole, nothing
 written). The events go through the store's append with the HISTORY policy (AppendPolicy): settld's envelope, type
 and payload rules; a missing signature and lone surrogates in payloads are accepted as recorded and counted;
-`strict=True` applies the rules for new input instead. The import stops at the first event the append refuses.
+`strict=True` applies the rules for new input instead. The import stops at the first event the append refuses,
+a posting error included in history mode (LEDGER_POSTING_REJECTED: settld's API refused such an event).
 A re-run resumes: events already stored, identical, are skipped; the rest are appended.
 
 A JOB_CREATED (the first or a later one) whose job belongs to another tenant than the one imported into (its
@@ -27,6 +28,7 @@ from typing import Any
 
 from settlekit.append import HISTORY, LIVE, Appender, AppendPolicy
 from settlekit.errors import SettlekitError, ValidationError
+from settlekit.events.canonical import same_json
 from settlekit.events.envelope import Event, key_id_for_public_pem, load_public_key
 from settlekit.events.js import js_to_string, js_trim
 from settlekit.events.recorded import recorded_envelope
@@ -301,10 +303,10 @@ def _already_stored(known: Mapping[str, Mapping[str, Any]], event: Mapping[str, 
         return False
     if policy.recorded:
         try:
-            return recorded_envelope(event, 0) == found
+            return same_json(recorded_envelope(event, 0), found)
         except ValidationError:
             return False
-    return {k: v for k, v in event.items() if k not in ("schemaVersion", "schema_version")} == found
+    return same_json({k: v for k, v in event.items() if k not in ("schemaVersion", "schema_version")}, found)
 
 
 def _refusal(index: int, event: Mapping[str, Any], exc: SettlekitError) -> Refusal:

@@ -70,9 +70,10 @@ def close_month(db: Database, tenant_id: str, month: str, signer: Signer, *, now
         prior = F.leaf_hashes(tx, tenant_id)
         leaves = changed_leaves(_stream_heads_before(tx, tenant_id, end), F.latest_leaves(tx, tenant_id))
         F.append_leaves(tx, tenant_id, month, len(prior), leaves)
+        log = prior + [leaf.hash() for leaf in leaves]
+        F.append_nodes(tx, tenant_id, merkle.nodes_completed(log, len(prior)))
         previous = F.close_document(tx, tenant_id, months[-1]) if months else None
-        inputs = _inputs(tenant_id, month, previous, tree_head(prior + [leaf.hash() for leaf in leaves]),
-                         len(prior), len(leaves))
+        inputs = _inputs(tenant_id, month, previous, tree_head(log), len(prior), len(leaves))
         doc = sign_document(_body(tx, inputs), signer)
         F.insert_close(tx, tenant_id, month, doc)
         F.insert_close_artifact(tx, tenant_id, doc)
@@ -305,18 +306,18 @@ def journal_rows(db: Database, tenant_id: str, month: str) -> int:
 
 
 def inclusion_proof(db: Database, tenant_id: str, month: str, job_id: str) -> dict[str, Any]:
-    """The MerkleInclusionProof.v1 of the leaf the close of `month` appended for the job."""
+    """The MerkleInclusionProof.v1 of the leaf the close of `month` appended for the job (O(log n) rows read)."""
     with db.read() as tx:
         doc = _closed(tx, tenant_id, month)
         found = F.leaf_of_stream(tx, tenant_id, month, job_id)
         if found is None:
             raise NotFoundError(f"job {job_id} has no leaf in the close of {month}", code="FINANCE_LEAF_NOT_FOUND",
                                 jobId=job_id, month=month)
-        hashes = F.leaf_hashes(tx, tenant_id, doc["merkleLog"]["treeSize"])
+        size = int(doc["merkleLog"]["treeSize"])
+        path = _subtrees(tx, tenant_id, size, merkle.inclusion_ranges(found[0], size))
     index, leaf = found
     return {"proofType": INCLUSION_PROOF, "tenantId": tenant_id, "month": month, "leaf": leaf.to_json(),
-            "leafIndex": index, "treeSize": len(hashes),
-            "auditPath": [h.hex() for h in merkle.inclusion_path(hashes, index)], "close": doc}
+            "leafIndex": index, "treeSize": size, "auditPath": [h.hex() for h in path], "close": doc}
 
 
 def consistency_proof(db: Database, tenant_id: str, old_month: str, new_month: str) -> dict[str, Any]:
@@ -326,10 +327,21 @@ def consistency_proof(db: Database, tenant_id: str, old_month: str, new_month: s
                               month=old_month)
     with db.read() as tx:
         old, new = _closed(tx, tenant_id, old_month), _closed(tx, tenant_id, new_month)
-        hashes = F.leaf_hashes(tx, tenant_id, new["merkleLog"]["treeSize"])
-    proof = merkle.consistency_proof(hashes, old["merkleLog"]["treeSize"])
+        size = int(new["merkleLog"]["treeSize"])
+        proof = _subtrees(tx, tenant_id, size, merkle.consistency_ranges(size, old["merkleLog"]["treeSize"]))
     return {"proofType": CONSISTENCY_PROOF, "tenantId": tenant_id, "old": old, "new": new,
             "proof": [h.hex() for h in proof]}
+
+
+def _subtrees(tx: Tx, tenant_id: str, size: int, ranges: list[tuple[int, int]]) -> list[bytes]:
+    """The hashes of these subtrees of the log's first `size` leaves, folded from its stored perfect subtrees; a
+    log missing some (closed by an older version while this one was being rolled out) is read leaf by leaf."""
+    needed = sorted({node for start, end in ranges for node in merkle.range_nodes(start, end)})
+    stored = F.subtree_hashes(tx, tenant_id, needed)
+    if len(stored) == len(needed):
+        return [merkle.range_hash(stored, start, end) for start, end in ranges]
+    hashes = F.leaf_hashes(tx, tenant_id, size)
+    return [merkle.root_from_leaf_hashes(hashes[start:end]) for start, end in ranges]
 
 
 def tenants_to_close(db: Database) -> list[str]:
