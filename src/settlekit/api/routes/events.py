@@ -17,6 +17,7 @@ from starlette.responses import Response
 from settlekit.api.auth import ApiKey, still_active
 from settlekit.api.deps import CURSOR_PATTERN, ApiContext, PageLimit, context, cursors_ready, require
 from settlekit.api.feed import FeedStreams
+from settlekit.api.openapi import problems
 from settlekit.cursors import Cursors
 from settlekit.errors import ConfigurationError, ValidationError
 
@@ -43,18 +44,8 @@ class FeedPageOut(BaseModel):
     next: str = Field(pattern=CURSOR_PATTERN)
 
 
-def _problem(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/problem+json": {}}}
-
-
-_FEED_PROBLEMS: dict[int | str, dict[str, Any]] = {
-    400: _problem("SCHEMA_INVALID: a malformed `types` or `limit`; CURSOR_INVALID: an `after` or Last-Event-ID "
-                  "that is not a cursor the API returned to the tenant; CURSOR_NUMERIC: a numeric one (an old "
-                  "global position)"),
-    401: _problem("UNAUTHENTICATED or API_KEY_INVALID"),
-    403: _problem("SCOPE_REQUIRED: the key lacks `jobs:read`"),
-    429: _problem("RATE_LIMITED"),
-}
+# an `after` or Last-Event-ID that is not a cursor the API returned to the tenant, or a number (an old position)
+_FEED_PROBLEMS = problems("CURSOR_INVALID", "CURSOR_NUMERIC")
 
 
 def parse_types(value: str | None) -> tuple[str, ...]:
@@ -113,14 +104,11 @@ def _resume_position(cursors: Cursors, tenant_id: str, last_event_id: str | None
 
 _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "text/event-stream: one message per event (`id:` its position cursor, `data:` the "
-                         "envelope as "
-                         "stored); comment lines as heartbeats; a stream that cannot go on (e.g. "
+                         "envelope as stored); comment lines as heartbeats; a stream that cannot go on (e.g. "
                          "DATABASE_UNAVAILABLE) ends with one `event: problem` message (`data:` the problem body, "
                          "`retry:` its Retry-After in ms): resume with Last-Event-ID",
           "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-    **_FEED_PROBLEMS,
-    429: _problem("FEED_STREAM_LIMIT: the tenant has `feed_max_streams_per_tenant` streams open (Retry-After); "
-                  "or RATE_LIMITED"),
+    **problems("CURSOR_INVALID", "CURSOR_NUMERIC", "FEED_STREAM_LIMIT"),
 }
 
 
