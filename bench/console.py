@@ -31,12 +31,12 @@ from prometheus_client import CollectorRegistry
 from common import scratch_pg
 from settlekit.api.app import create_app
 from settlekit.api.auth import create_api_key
+from settlekit.application import finance as fin
 from settlekit.console import console_mounts
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.sink import WebhookDeliverySink
 from settlekit.dispatch import Dispatcher
-from settlekit.projections import finance as fin
 from settlekit.projections.artifacts import artifacts_consumer
 from settlekit.runtime.settings import Settings
 from settlekit.simulate import Fleet, job_stream, scenario_for
@@ -96,7 +96,7 @@ def seed(db: Database, url: str, app: Any, key: str, jobs: int) -> dict[str, Any
         for table in COPIES:
             conn.execute(f"VACUUM ANALYZE {table}")
     month = str(api.get(f"/v1/jobs/{ids[0]}").json()["job"]["createdAt"])[:7]
-    signer = app.state.settlekit.store.server_signer
+    signer = app.state.settlekit.appender.server_signer
     fin.close_month(db, TENANT, month, signer, now=datetime.now(UTC))
     print(f"seeded {counts['streams']:,} jobs, {counts['events']:,} events, {counts['artifacts']:,} artifacts, "
           f"{counts['deliveries']:,} deliveries (copies: {time.perf_counter() - started:.1f} s)", flush=True)
@@ -191,7 +191,7 @@ def main() -> int:
             print(f"slowest page p50: {worst:.1f} ms at {seeded['counts']['streams']:,} jobs / "
                   f"{seeded['counts']['events']:,} events (target < {TARGET_MS:.0f} ms)")
         finally:
-            app.state.settlekit.store.close()
+            app.state.settlekit.appender.close()
             db.close()
     return 0
 

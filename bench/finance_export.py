@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from settlekit.application import finance as fin
 from settlekit.events.envelope import Signer
-from settlekit.projections import finance as fin
 from settlekit.store.db import Database, opened
 
 T = "tenant_bench"

@@ -35,6 +35,7 @@ DELIVERY: Final = "delivery"  # a delivery row's id
 POSTINGS: Final = "postings"  # the key of the last posting of an account's postings page
 
 _DOMAIN: Final = b"settlekit cursors v1"
+MEMO_SIZE: Final = 16_384  # recent tokens kept per process: streams of one tenant share the same events' ids
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{16,200}")
 
 
@@ -50,6 +51,7 @@ class Cursors:
         self._source = secret
         self._siv: AESSIV | None = None
         self._lock = threading.Lock()
+        self._memo: dict[tuple[str, str, int], str] = {}
 
     @property
     def loaded(self) -> bool:
@@ -78,10 +80,22 @@ class Cursors:
         return base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
 
     def encode_all(self, kind: str, tenant_id: str, values: Sequence[int]) -> list[str]:
-        """One token per value (one key lookup and associated data for all)."""
-        siv, data = self._cipher(), [_text(kind), _text(tenant_id)]
-        encode = base64.urlsafe_b64encode
-        return [encode(siv.encrypt(v.to_bytes(8, "big"), data)).rstrip(b"=").decode("ascii") for v in values]
+        """One token per value. The feed's hot path: the recent tokens are remembered, so the open streams of a
+        tenant, which send the same events, seal each position once."""
+        memo, out = self._memo, []
+        data: list[bytes] | None = None
+        for value in values:
+            token = memo.get((kind, tenant_id, value))
+            if token is None:
+                if data is None:
+                    data = [_text(kind), _text(tenant_id)]
+                sealed = self._cipher().encrypt(value.to_bytes(8, "big"), data)
+                token = base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
+                if len(memo) >= MEMO_SIZE:
+                    memo.clear()
+                memo[(kind, tenant_id, value)] = token
+            out.append(token)
+        return out
 
     def decode(self, kind: str, tenant_id: str, token: str, *, field: str, count: int = 1,
                listing: Sequence[str] = ()) -> tuple[int, ...]:

@@ -295,7 +295,7 @@ def test_rate_limit(sqlite_url: str) -> None:
 
 
 def test_unhandled_errors_never_leak_a_trace(world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from settlekit.store import streams
+    from settlekit.application import jobs as streams
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("secret internals /path/to/file.py line 42")

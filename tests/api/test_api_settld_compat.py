@@ -30,7 +30,7 @@ def env(db: Database) -> Iterator[dict[str, Any]]:
     r = api.post("/v1/keys", json={"publicKeyPem": robot.public_key_pem, "purpose": "robot"})
     assert r.status_code == 201, r.text
     yield {"db": db, "app": app, "api": api, "key": key, "robot": robot,
-           "server": app.state.settlekit.store.server_signer}
+           "server": app.state.settlekit.appender.server_signer}
     api.close()
 
 
@@ -316,7 +316,7 @@ def test_rate_limit_and_metrics_as_on_v1(db: Database) -> None:
 
 
 def test_an_unexpected_failure_is_settlds_500(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from settlekit.store import ledger
+    from settlekit.application import ledger
 
     def broken(*args: Any) -> list[str]:
         raise RuntimeError("disk on fire")

@@ -59,7 +59,7 @@ class World:
 @pytest.fixture
 def world(db: Database, tmp_path: Path) -> Iterator[World]:
     app = make_app(db)
-    server = app.state.settlekit.store.server_signer
+    server = app.state.settlekit.appender.server_signer
     with serve(app) as url:
         key = key_for(db, TENANT_A)
         transport = FaultyTransport()

@@ -60,7 +60,7 @@ def test_a_flusher_process_killed_at_random_moments(sqlite_url: str, tmp_path: P
     db = connect(sqlite_url)
     db.migrate()
     app = make_app(db)
-    server = app.state.settlekit.store.server_signer
+    server = app.state.settlekit.appender.server_signer
     signer = Signer.generate()
     path = tmp_path / "robot.spool"
     rng = random.Random(20261203)

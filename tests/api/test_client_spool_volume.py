@@ -24,7 +24,7 @@ ROBOT = "rob_1"
 
 def test_ten_thousand_spooled_events_flushed_once_each(db: Database, tmp_path: Path) -> None:
     app = make_app(db)
-    server = app.state.settlekit.store.server_signer
+    server = app.state.settlekit.appender.server_signer
     signer = Signer.generate()
     with serve(app) as url:
         key = key_for(db, TENANT_A)

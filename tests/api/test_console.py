@@ -14,6 +14,7 @@ import pytest
 
 from conftest import backend_database
 from settlekit.api.auth import create_api_key, revoke_api_key
+from settlekit.console.web import Console
 from settlekit.store import streams
 from settlekit.store.db import Database
 from support.api import TENANT_A, TENANT_B, TestClient, client, delivery_row_id, key_for, seed_tenant, tenant_rows
@@ -207,30 +208,45 @@ def test_actions_need_the_csrf_token_and_this_origin(env: Env, signed_a: tuple[T
     assert post(other, "/console/destination/disable", csrf, id=env.destination_id).status_code == 403
 
 
+def act(browser: TestClient, path: str, csrf: str, landing: str, **fields: str) -> str:
+    """Post an action: it answers 303 to `landing` (post/redirect/get), whose page shows the outcome once."""
+    r = post(browser, path, csrf, **fields)
+    assert r.status_code == 303 and r.headers["location"] == landing, (path, r.status_code, r.text[:500])
+    page = browser.get(landing)
+    assert page.status_code == 200 and 'id="outcome"' in page.text, page.text[:500]
+    return html.unescape(page.text)
+
+
 def test_destination_actions(env: Env, signed_a: tuple[TestClient, str]) -> None:
     browser, csrf = signed_a
-    r = post(browser, "/console/destination/replay", csrf, id=env.destination_id, since="2026-01-01T00:00:00",
-             until="2026-01-02T00:00:00")
-    assert r.status_code == 200 and "Replay started" in r.text, r.text[:500]
+    landing = f"/console/destination?id={env.destination_id}"
+    page = act(browser, "/console/destination/replay", csrf, landing, id=env.destination_id,
+               since="2026-01-01T00:00:00", until="2026-01-02T00:00:00")
+    assert "Replay started" in page
     replays = env.api_a.get(f"/v1/destinations/{env.destination_id}/replays").json()["replays"]
-    assert replays[0]["replayId"] in r.text
-    r = post(browser, "/console/destination/requeue", csrf, id=env.destination_id)
-    assert r.status_code == 200 and '"requeued"' in html.unescape(r.text)
-    r = post(browser, "/console/destination/disable", csrf, id=env.destination_id, reason="maintenance")
-    assert r.status_code == 200
+    assert replays[0]["replayId"] in page
+    # reloading the page it landed on shows the page alone and repeats nothing
+    again = browser.get(landing).text
+    assert 'id="outcome"' not in again and "Replay started" not in again
+    assert env.api_a.get(f"/v1/destinations/{env.destination_id}/replays").json()["replays"] == replays
+    assert '"requeued"' in act(browser, "/console/destination/requeue", csrf, landing, id=env.destination_id)
+    act(browser, "/console/destination/disable", csrf, landing, id=env.destination_id, reason="maintenance")
     assert env.api_a.get(f"/v1/destinations/{env.destination_id}").json()["status"] == "disabled"
-    r = post(browser, "/console/destination/enable", csrf, id=env.destination_id)
-    assert r.status_code == 200
+    act(browser, "/console/destination/enable", csrf, landing, id=env.destination_id)
     assert env.api_a.get(f"/v1/destinations/{env.destination_id}").json()["status"] == "active"
     before = env.api_a.get(f"/v1/destinations/{env.destination_id}").json()["secretRef"]
-    r = post(browser, "/console/destination/rotate-secret", csrf, id=env.destination_id)
-    assert r.status_code == 200 and 'id="new-secret">whsec_' in r.text
+    page = act(browser, "/console/destination/rotate-secret", csrf, landing, id=env.destination_id)
+    assert 'id="new-secret">whsec_' in page
+    secret = page.split('id="new-secret">', 1)[1].split("<", 1)[0]
+    assert secret not in browser.get(landing).text  # shown once
     after = env.api_a.get(f"/v1/destinations/{env.destination_id}").json()
     assert after["secretRef"] != before and after["previousSecretRef"] == before
-    r = post(browser, "/console/destination/test", csrf, id=env.destination_id)
-    assert r.status_code == 200 and '"ok": false' in html.unescape(r.text)  # nothing listens on the destination's port
+    page = act(browser, "/console/destination/test", csrf, landing, id=env.destination_id)
+    assert '"ok": false' in page  # nothing listens on the destination's port
     r = post(browser, "/console/delivery/requeue", csrf, id=str(env.delivery_id))
-    assert r.status_code in (200, 409)
+    assert r.status_code in (303, 409)
+    if r.status_code == 303:
+        assert r.headers["location"] == f"/console/delivery?id={env.delivery_id}"
 
 
 def test_scopes_follow_the_api_routes(env: Env) -> None:
@@ -255,12 +271,12 @@ def test_dispatcher_rearm_and_skip(env: Env) -> None:
     assert_inert(page.text)
     consumers = {c["name"]: c for c in client(env.app, env.key_operator).get("/v1/ops/consumers").json()["consumers"]}
     assert consumers[PROBE_CONSUMER]["status"] == "dead"
-    r = post(operator, "/console/dispatcher/rearm", csrf, name=PROBE_CONSUMER)
-    assert r.status_code == 200 and "Consumer rearmed" in r.text, r.text[:500]
+    assert "Consumer rearmed" in act(operator, "/console/dispatcher/rearm", csrf, "/console/dispatcher",
+                                     name=PROBE_CONSUMER)
     state = client(env.app, env.key_operator).get(f"/v1/ops/consumers/{PROBE_CONSUMER}").json()
     assert state["storedStatus"] != "dead"
     r = post(operator, "/console/dispatcher/skip", csrf, name=PROBE_CONSUMER)
-    assert r.status_code in (200, 409), r.text[:500]
+    assert r.status_code in (303, 409), r.text[:500]
     assert post(operator, "/console/dispatcher/rearm", csrf, name="no_such_consumer").status_code == 404
 
 
@@ -375,3 +391,43 @@ def test_a_long_timeline_lists_its_first_events_and_verifies_them_all(env: Env, 
     events = env.api_a.get(f"/v1/jobs/{env.job_id}/events").json()["events"]
     assert page.count('class="ok">verified') == 3 and f"{len(events) - 3} later events" in page
     assert 'id="verified">verifies' in page
+
+
+def test_requests_are_labelled_by_their_full_route_template(env: Env, signed_a: tuple[TestClient, str],
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Metrics and request logs name a console request by its route's template under /console (a fixed set the
+    routes define), never by the text of its path."""
+    browser, csrf = signed_a
+    routes = Console(env.app.state.settlekit, None).routes()  # type: ignore[arg-type]
+    templates = {f"/console{r.path}".replace("{verb:str}", "{verb}") for r in routes} | {"/console/static/{path}"}
+    with caplog.at_level("INFO", logger="settlekit.api.request"):
+        for page in (f"/console/job?id={quote(HOSTILE_JOB_ID, safe='')}", f"/console/destination?id=dst_{LONG[:50]}",
+                     "/console/static/console.css", "/console/no/such/page"):
+            browser.get(page)
+        post(browser, "/console/destination/requeue", csrf, id=env.destination_id)
+    labels = {s.labels["route"] for m in env.app.state.settlekit.registry.collect() for s in m.samples
+              if m.name == "settlekit_api_requests"}
+    console = {label for label in labels if label.startswith("/console")}
+    assert {"/console/job", "/console/destination", "/console/static/{path}", "/console/destination/{verb}"} <= console
+    assert console <= templates and not any("script" in label or "LLLL" in label for label in labels)
+    logged = {getattr(r, "route", None) for r in caplog.records if getattr(r, "path", "").startswith("/console")}
+    assert {"/console/job", "/console/destination/{verb}"} <= logged and logged - {None} <= templates
+
+
+def test_the_overview_append_rate_comes_from_the_database(env: Env, signed_a: tuple[TestClient, str]) -> None:
+    """Every API process appends to one log: the overview counts from it, the tenant its own events, the operator
+    the whole deployment's too."""
+    from datetime import UTC, datetime
+
+    from settlekit.store import append_rate
+
+    browser, _ = signed_a
+    page = browser.get("/console/overview/panel").text
+    hour = append_rate.tenant_recent(env.db, TENANT_A, datetime.now(UTC))[1]
+    assert hour > 0 and f"{hour:,} in the last hour" in page
+    assert 'id="deployment-appends"' not in page  # other tenants' volume is the operator's to see
+    operator, _ = sign_in(env.app, env.key_operator)
+    whole = append_rate.deployment_rate(env.db, datetime.now(UTC))
+    page = operator.get("/console/overview/panel").text
+    assert 'id="deployment-appends"' in page and f"{whole.last_hour:,} in the last hour" in page
+    assert whole.last_hour >= hour

@@ -165,7 +165,7 @@ def test_postgres_outage_answers_concurrent_appends_at_once_with_bounded_queuein
     (first_waited, _), (second_waited, second_requested) = bursts
     assert first_waited <= 3 * AUTH_THREADS, bursts  # without the known outage: all 300, each a pool timeout
     assert second_waited <= AUTH_THREADS and second_requested <= AUTH_THREADS, bursts
-    assert ctx.auth_threads.pending == 0 and ctx.store.recorder.group.pending == 0
+    assert ctx.auth_threads.pending == 0 and ctx.appender.recorder.group.pending == 0
     proxy.restore()
     _until(lambda: _new_job(api, f"job_after_{time.monotonic_ns()}").status_code == 201, "appends resume")
     assert _stored_jobs(db, "job_burst") == 0
@@ -184,7 +184,7 @@ def _close_stalled(db: Database, app: Any, held: list[Any]) -> None:
     for conn in held:
         db.pool.putconn(conn)  # type: ignore[attr-defined]
     app.state.settlekit.auth_threads.shutdown(wait=True)
-    app.state.settlekit.store.close()
+    app.state.settlekit.appender.close()
     db.close()
 
 
@@ -197,7 +197,7 @@ def test_appends_beyond_the_queue_bound_are_refused_at_once_while_the_database_s
     bound = 4
     app = make_app(db, max_queued_appends=bound)  # SETTLEKIT_MAX_QUEUED_APPENDS
     assert app.state.settlekit.auth_threads.max_pending == bound
-    assert app.state.settlekit.store.recorder.group.max_queued == bound
+    assert app.state.settlekit.appender.recorder.group.max_queued == bound
     held = [db.pool.getconn() for _ in range(2)]  # type: ignore[attr-defined]
     released = False
 
@@ -229,7 +229,7 @@ def env(db: Database) -> Iterator[tuple[Database, Any]]:
 
 def _commit_then_fail(api: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The next append commits, then the connection "dies" before the client learns it (503)."""
-    store = api.app.state.settlekit.store
+    store = api.app.state.settlekit.appender
     real = store.append_async
     calls: list[int] = []
 
@@ -500,7 +500,7 @@ def test_requests_still_sending_their_body_take_nothing_from_the_routed_bound(db
             assert tx.scalar("SELECT count(*) FROM destinations") == 0
     finally:
         app.state.settlekit.auth_threads.shutdown(wait=True)
-        app.state.settlekit.store.close()
+        app.state.settlekit.appender.close()
 
 
 def test_an_open_event_stream_ends_cleanly_in_an_outage_and_resumes(

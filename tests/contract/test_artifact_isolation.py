@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 from conftest import load_vector
+from settlekit.application.consumers import dead_letters
 from settlekit.delivery.sink import WebhookDeliverySink
-from settlekit.dispatch import Dispatcher, dead_letters
+from settlekit.dispatch import Dispatcher
 from settlekit.events.envelope import Signer, finalize
 from settlekit.projections.artifacts import CONSUMER_NAME, artifacts_consumer
 from settlekit.store.db import Database

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from test_dispatch_pg import append, holder
 
-from settlekit.dispatch import SHARED_INSTANCE, Consumer, Dispatcher, get_state
+from settlekit.application.consumers import get_state
+from settlekit.dispatch import SHARED_INSTANCE, Consumer, Dispatcher
 from settlekit.dispatch.gaps import merge, oldest_seen_at, settle
 from settlekit.store.consumers import Gap, dump_gaps, parse_gaps
 from settlekit.store.db import Database

@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry
 from test_dispatch_blocked import burn, wait_until
 from test_dispatch_pg import append, holder
 
-from settlekit.dispatch import Consumer, Dispatcher, get_state
+from settlekit.application.consumers import get_state
+from settlekit.dispatch import Consumer, Dispatcher
 from settlekit.dispatch import dispatcher as dispatcher_module
 from settlekit.store.db import Database
 

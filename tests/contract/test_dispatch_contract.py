@@ -13,6 +13,16 @@ from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
 from settlekit.append import Appender
+from settlekit.application.consumers import (
+    dead_letters,
+    disable_consumer,
+    enable_consumer,
+    get_state,
+    list_consumers,
+    reset_consumer,
+    restart_consumer,
+    skip_poison,
+)
 from settlekit.cli.consumers import consumers_app
 from settlekit.dispatch import (
     SHARED_INSTANCE,
@@ -27,14 +37,6 @@ from settlekit.dispatch import (
     Dispatcher,
     ErrorPolicy,
     Gap,
-    dead_letters,
-    disable_consumer,
-    enable_consumer,
-    get_state,
-    list_consumers,
-    reset_consumer,
-    restart_consumer,
-    skip_poison,
 )
 from settlekit.errors import ConfigurationError, ValidationError
 from settlekit.store.consumers import dump_gaps

@@ -15,15 +15,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from settlekit.append import Appender, DomainOutcome, PassThroughDomain
-from settlekit.dispatch import (
-    SHARED_INSTANCE,
-    Consumer,
-    ConsumerContext,
-    DispatchedEvent,
-    Dispatcher,
-    get_state,
-    list_consumers,
-)
+from settlekit.application.consumers import get_state, list_consumers
+from settlekit.dispatch import SHARED_INSTANCE, Consumer, ConsumerContext, DispatchedEvent, Dispatcher
 from settlekit.errors import ConflictError
 from settlekit.events.envelope import Event
 from settlekit.store.db import Database, Tx, connect

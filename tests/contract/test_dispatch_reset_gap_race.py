@@ -9,7 +9,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from test_dispatch_reset_race import HoldingDomain, append
 
-from settlekit.dispatch import Consumer, Dispatcher, reset_consumer
+from settlekit.application.consumers import reset_consumer
+from settlekit.dispatch import Consumer, Dispatcher
 from settlekit.store.db import Database, Tx
 
 

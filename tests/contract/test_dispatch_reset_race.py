@@ -9,7 +9,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from settlekit.append import Appender, DomainOutcome, PassThroughDomain
-from settlekit.dispatch import Consumer, Dispatcher, reset_consumer
+from settlekit.application.consumers import reset_consumer
+from settlekit.dispatch import Consumer, Dispatcher
 from settlekit.store.db import Database, Tx
 
 ACTOR = {"type": "system", "id": "test"}

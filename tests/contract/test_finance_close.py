@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from settlekit.append import job_appender
+from settlekit.application import finance as FIN
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import canonical_json
 from settlekit.events.envelope import Signer, finalize, make_draft
@@ -31,7 +32,6 @@ from settlekit.ledger.close import (
 )
 from settlekit.ledger.postings import make_entry
 from settlekit.ledger.timeline import parse_instant
-from settlekit.projections import finance as FIN
 from settlekit.simulate import SCENARIO_ORDER, Fleet, job_stream
 from settlekit.store import ledger as ledger_rows
 from settlekit.store import ledger_timeline as timeline

@@ -11,9 +11,9 @@ from click.testing import Result
 from test_finance_close import _close, _extend, _post, _tenant
 from typer.testing import CliRunner
 
+from settlekit.application import finance as FIN
 from settlekit.cli import app
 from settlekit.ledger.close import verify_inclusion_proof
-from settlekit.projections import finance as FIN
 from settlekit.store.db import Database, connect
 from settlekit.store.streams import Streams
 

@@ -19,13 +19,13 @@ from typer.testing import CliRunner
 
 from conftest import backend_database, differential_corpus, load_differential, load_vector, scenario_names
 from settlekit.append import HISTORY, job_appender
+from settlekit.application.imports import import_events, parse_import_keys, register_signers
 from settlekit.artifacts.build import build_all
 from settlekit.cli import app
 from settlekit.dispatch import Dispatcher
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.events.canonical import canonical_json, storable_json
 from settlekit.events.envelope import Signer, finalize, make_draft
-from settlekit.importer import import_events, parse_import_keys, register_signers
 from settlekit.jobs import required_signer_kind
 from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.projections.artifacts import ArtifactConsumer

@@ -18,6 +18,8 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from settlekit.importer import import_events
+from settlekit.projections.finance import close_month
 from typer.testing import CliRunner
 
 from conftest import VECTORS
@@ -34,10 +36,8 @@ from settlekit.dispatch import Dispatcher
 from settlekit.events.canonical import canonical_json, parse_json, plain_json, same_json
 from settlekit.events.envelope import Signer, finalize
 from settlekit.events.recorded import MAX_RECORDED_DEPTH, recorded_envelope
-from settlekit.importer import import_events
 from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.projections.artifacts import ArtifactConsumer
-from settlekit.projections.finance import close_month
 from settlekit.store import deliveries
 from settlekit.store.db import Database
 from support.api import client, key_for

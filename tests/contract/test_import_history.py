@@ -23,11 +23,11 @@ import pytest
 
 from conftest import VECTORS, backend_database, differential_corpus
 from settlekit.append import job_appender
+from settlekit.application.imports import import_events, named_tenant, parse_import_keys, register_signers
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_json, parse_json, same_json
 from settlekit.events.envelope import VerificationError, verify_chain
 from settlekit.events.recorded import recorded_envelope
-from settlekit.importer import import_events, named_tenant, parse_import_keys, register_signers
 from settlekit.store.db import Database
 from support.huge_streams import corpus_stream, huge_stream, stream_digest
 
@@ -314,8 +314,8 @@ def test_the_month_close_places_imported_times_by_their_instant(db: Database) ->
     counted in every month (its text sorts first)."""
     from datetime import UTC, datetime
 
+    from settlekit.application.finance import close_month
     from settlekit.events.envelope import Signer, finalize, make_draft
-    from settlekit.projections.finance import close_month
 
     events = _run("d044_proof: restart, at")["events"]
     store = job_appender(db)

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 
 from conftest import backend_database
 from settlekit.append import Appender, job_appender
+from settlekit.application.imports import import_events
 from settlekit.artifacts.build import build_all
 from settlekit.artifacts.state import fold
 from settlekit.errors import SettlekitError
 from settlekit.events.canonical import MAX_SAFE_INTEGER, canonical_hash
 from settlekit.events.envelope import Signer, finalize, make_draft
-from settlekit.importer import import_events
 from settlekit.jobs import deserialize_state, process_job_events, settlement_proof_ref_for
 from settlekit.jobs.zone_coverage import zone_coverage_facts
 from settlekit.store import ledger as ledger_rows

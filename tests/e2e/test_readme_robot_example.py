@@ -43,7 +43,7 @@ def test_the_readme_shows_the_example_code() -> None:
 
 def test_the_example_reports_a_job_end_to_end(db: Database, tmp_path: Path) -> None:
     app = make_app(db)
-    server = app.state.settlekit.store.server_signer
+    server = app.state.settlekit.appender.server_signer
     with serve(app) as url:
         key = key_for(db, TENANT_A)
         status = _example().robot_reports(url, key, "job_readme", str(tmp_path / "rob_7.spool"))

@@ -67,3 +67,14 @@ def test_the_secret_is_read_once_on_first_use() -> None:
     assert reads == []
     assert lazy.event("a", 3) == CURSORS.event("a", 3) and lazy.event("a", 4) == CURSORS.event("a", 4)
     assert reads == [1]
+
+
+def test_remembered_tokens_stay_bounded_and_right() -> None:
+    from settlekit.cursors import MEMO_SIZE
+
+    cursors = Cursors(b"s" * 64)
+    values = list(range(MEMO_SIZE + 10))
+    assert cursors.encode_all(EVENT, "a", values) == cursors.encode_all(EVENT, "a", values)
+    assert len(cursors._memo) <= MEMO_SIZE
+    assert cursors.encode_all(EVENT, "b", [1, 2]) == [CURSORS.event("b", 1), CURSORS.event("b", 2)]
+    assert cursors.encode_all(DELIVERY, "a", [1]) == [CURSORS.encode(DELIVERY, "a", 1)] != [CURSORS.event("a", 1)]

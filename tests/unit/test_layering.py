@@ -64,14 +64,29 @@ def test_storage_importing_the_api_breaks_the_lint(package_copy: Path) -> None:
     _append(package_copy / "settlekit" / "store" / "ledger.py", "import settlekit.api.app as _app  # noqa")
     result = _lint_imports(package_copy)
     assert result.returncode == 1, result.stdout
-    assert "Storage never imports the append use case, the HTTP API, the CLI or the runtime BROKEN" in result.stdout
+    assert "Storage never imports the use cases, the HTTP API, the CLI or the runtime BROKEN" in result.stdout
+
+
+def test_the_api_reaching_the_store_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "api" / "routes" / "health.py", "import settlekit.store.finance as _f  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert "The HTTP API and the CLI reach the store only through the application layer BROKEN" in result.stdout
+    assert "settlekit.api.routes.health -> settlekit.store.finance" in result.stdout
+
+
+def test_the_store_importing_a_dialect_folder_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "store" / "database.py", "import settlekit.store.sqlite.backend as _b  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert "No import circles inside the store" in result.stdout and "BROKEN" in result.stdout
 
 
 def test_storage_importing_the_append_use_case_breaks_the_lint(package_copy: Path) -> None:
     _append(package_copy / "settlekit" / "store" / "streams.py", "import settlekit.append.policy as _policy  # noqa")
     result = _lint_imports(package_copy)
     assert result.returncode == 1, result.stdout
-    assert "Storage never imports the append use case, the HTTP API, the CLI or the runtime BROKEN" in result.stdout
+    assert "Storage never imports the use cases, the HTTP API, the CLI or the runtime BROKEN" in result.stdout
     assert "settlekit.store.streams -> settlekit.append.policy" in result.stdout
 
 

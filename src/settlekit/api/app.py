@@ -39,13 +39,13 @@ from settlekit.api.routes.jobs import DIRECT_HANDLERS, DIRECT_PREFETCH, append_m
 from settlekit.api.settld_compat import PREFIX as SETTLD_PREFIX
 from settlekit.api.settld_compat import SettldErrors, compat_app
 from settlekit.append import job_appender
+from settlekit.application.database import Database, connect
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.dispatch.feed import FeedReader
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
 from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.runtime.settings import Settings
-from settlekit.store.db import Database, connect
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", *DOC_PATHS})
 OPEN_PREFIXES = (f"{ASSETS_PATH}/",)
@@ -83,7 +83,7 @@ def create_app(
     policy = destination_policy or _destination_policy(settings)
     ctx = ApiContext(
         db=database,
-        store=job_appender(database, server_signer=server_signer, group_commit=True,
+        appender=job_appender(database, server_signer=server_signer, group_commit=True,
                            max_queued=settings.max_queued_appends),
         auth_threads=auth_thread_pool(settings.max_queued_appends),
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
@@ -149,7 +149,7 @@ def _lifespan_closing(ctx: ApiContext, database: Database | None
         if ctx.feed is not None:
             ctx.feed.close()
         await asyncio.to_thread(ctx.auth_threads.shutdown, wait=True, cancel_futures=True)
-        ctx.store.close()
+        ctx.appender.close()
         if database is not None:
             database.close()
 

@@ -11,11 +11,11 @@ import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from settlekit.application import keys as api_keys
+from settlekit.application.database import Database
+from settlekit.application.keys import StoredApiKey
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.events.canonical import sha256_hex
-from settlekit.store import api_keys
-from settlekit.store.api_keys import StoredApiKey
-from settlekit.store.db import Database
 
 SCOPES = ("jobs:read", "jobs:write", "finance:write", "ops", "admin")
 KEY_PREFIX = "sk_"

@@ -21,16 +21,14 @@ from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
 from settlekit.append import Appender
+from settlekit.application.database import Database, cursor_secret
+from settlekit.application.jobs import MAX_QUEUED_APPENDS, StreamHead
+from settlekit.application.keys import StoredApiKey
 from settlekit.cursors import Cursors
 from settlekit.delivery.replays import ReplayPolicy
 from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.projections.artifact_store import ArtifactStore
-from settlekit.store import cursor_secret
-from settlekit.store.api_keys import StoredApiKey
-from settlekit.store.db import Database
-from settlekit.store.events import MAX_QUEUED_APPENDS
-from settlekit.store.streams import StreamHead
 
 # Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_INT64 = 2**63 - 1
@@ -99,7 +97,7 @@ AUTH_THREADS = 8  # see ApiContext.auth_threads
 @dataclass
 class ApiContext:
     db: Database
-    store: Appender
+    appender: Appender
     limiter: RateLimiter
     artifacts: ArtifactStore
     destination_policy: DestinationPolicy
@@ -129,7 +127,7 @@ class ApiContext:
     cursors: Cursors = field(init=False)
 
     def __post_init__(self) -> None:
-        self.cursors = Cursors(functools.partial(cursor_secret.read, self.db))
+        self.cursors = Cursors(functools.partial(cursor_secret, self.db))
 
 
 async def cursors_ready(ctx: ApiContext) -> Cursors:
@@ -159,7 +157,7 @@ def context(request: Request) -> ApiContext:
 
 def job_head(ctx: ApiContext, tenant: str, job_id: str) -> tuple[StreamHead, dict[str, Any] | None]:
     """The job's stream head and stored state; JOB_NOT_FOUND unless `job_id` is a job of `tenant`."""
-    head, state = ctx.store.streams.head_and_snapshot(tenant, job_id)
+    head, state = ctx.appender.streams.head_and_snapshot(tenant, job_id)
     if head is None or head.stream_type != "job":
         raise job_not_found(job_id)
     return head, state

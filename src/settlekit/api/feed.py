@@ -28,10 +28,10 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from settlekit.api.responses import dumps
+from settlekit.application.database import EventListener
+from settlekit.application.jobs import FeedEvent
 from settlekit.dispatch.feed import FeedPage, FeedReader
 from settlekit.errors import SettlekitError
-from settlekit.store.db import EventListener
-from settlekit.store.feed import FeedEvent
 
 log = logging.getLogger("settlekit.api.feed")
 

@@ -13,8 +13,8 @@ from starlette.requests import Request
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, idempotency_key
 from settlekit.api.responses import JsonResponse, dumps
-from settlekit.store import idempotency as keys
-from settlekit.store.db import Database, Tx
+from settlekit.application import idempotency as keys
+from settlekit.application.database import Database, Tx
 
 request_hash = keys.request_hash
 

@@ -63,11 +63,11 @@ from settlekit.api.problems import (
 from settlekit.api.responses import JsonResponse, dumps
 from settlekit.api.routes.jobs import APPEND_CODES, FINALIZED_KEYS, append_with_key, is_finance_type, measured_append
 from settlekit.append import AppendResult
+from settlekit.application import ledger as ledger_rows
+from settlekit.application.jobs import StreamHead
 from settlekit.errors import ConflictError, SettlekitError, ValidationError
 from settlekit.events.js import js_trim
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
-from settlekit.store import ledger as ledger_rows
-from settlekit.store.streams import StreamHead
 
 PREFIX = "/compat/settld"
 ROOT_PATHS = ("/jobs",)  # what `settld_compat_at_root` serves at the origin too (with what lies under it)
@@ -110,7 +110,7 @@ def get_job(job_id: TextIdPath, request: Request, key: ApiKey = _own_tenant("job
 def get_events(job_id: TextIdPath, request: Request, key: ApiKey = _own_tenant("jobs:read")) -> JsonResponse:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
-    return JsonResponse({"events": ctx.store.streams.read_stream(key.tenant_id, job_id)})
+    return JsonResponse({"events": ctx.appender.streams.read_stream(key.tenant_id, job_id)})
 
 
 @router.post("/jobs")
@@ -173,7 +173,7 @@ async def _append_event(ctx: ApiContext, job_id: str, request: Request, key: Api
         if said is None:
             raise
         # settld's details of a chain failure: a sentence naming the event's index in the whole stream
-        head, _ = await run_in_threadpool(ctx.store.streams.head_and_snapshot, key.tenant_id, job_id)
+        head, _ = await run_in_threadpool(ctx.appender.streams.head_and_snapshot, key.tenant_id, job_id)
         raise SettlekitError(exc.message, code=exc.code, status=exc.status,
                              settldDetails=f"{said} at index {head.seq if head is not None else 0}") from None
 

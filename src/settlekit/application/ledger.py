@@ -1,5 +1,7 @@
-"""The ledger rebuild (`settlekit ledger rebuild`): every journal entry and party allocation recomputed from the job
-streams' events into shadow tables, compared with the stored ledger, and swapped in on request.
+"""The ledger's use cases: its reads (balances now, as of an instant or position, account history, a job's
+entries and allocations) and the ledger rebuild (`settlekit ledger rebuild`): every journal entry and party
+allocation recomputed from the job streams' events into shadow tables, compared with the stored ledger, and swapped
+in on request.
 
 The events are replayed through the pure job domain (validation, transitions and posting rules; the append-time
 server rules are not re-run, they only ever refuse), each stream from its first event, with the tenant's contract
@@ -28,6 +30,12 @@ from settlekit.jobs import process_job_events
 from settlekit.store import ledger_rebuild as rows
 from settlekit.store.contracts import contract_resolver
 from settlekit.store.database import Database, Tx
+from settlekit.store.ledger import allocations_for_job, balances, entries_for_job, entry_ids_for_event
+from settlekit.store.ledger_timeline import ACCOUNT, account_known, account_postings, balances_as_of
+
+# the ledger's reads, as the entry points ask them (the store answers them as they are)
+__all__ = ["ACCOUNT", "Difference", "RebuildReport", "account_known", "account_postings", "allocations_for_job",
+           "balances", "balances_as_of", "entries_for_job", "entry_ids_for_event", "rebuild"]
 
 Progress = Callable[[int, int], None]  # (streams done, streams in all)
 

@@ -39,7 +39,7 @@ from settlekit.events.envelope import parse_keys_file, verify_chain
 
 if TYPE_CHECKING:
     from settlekit.append import Appender
-    from settlekit.importer import ImportResult
+    from settlekit.application.imports import ImportResult
 
 app = typer.Typer(help="settlekit: hash-chained job streams, ledger, artifacts and signed webhooks.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -187,7 +187,7 @@ def export(
 ) -> None:
     """Write a stream in the offline verifier's format (a JSON array of events, one a line), or with --proof /
     --consistency and --month a proof over the tenant's Merkle log (for `settlekit verify --proof`)."""
-    from settlekit.store.streams import Streams
+    from settlekit.application.jobs import Streams
 
     if proof is not None or consistency is not None:
         _export_proof(db, tenant, month, proof, consistency, out)
@@ -218,7 +218,7 @@ def _stream_text(events: Sequence[Any]) -> str:
 
 def _export_proof(db: str | None, tenant: str, month: str | None, job: str | None, since: str | None,
                   out: Path | None) -> None:
-    from settlekit.projections import finance as fin
+    from settlekit.application import finance as fin
 
     if month is None:
         fail(ValidationError("--proof and --consistency need --month", code="SCHEMA_INVALID"), 2)
@@ -262,9 +262,9 @@ def import_stream(
     database).
     """
     from settlekit.append import job_appender
-    from settlekit.importer import forget_signers, parse_import_keys, parse_import_stream, register_signers
+    from settlekit.application.database import opened
+    from settlekit.application.imports import forget_signers, parse_import_keys, parse_import_stream, register_signers
     from settlekit.runtime.settings import Settings
-    from settlekit.store.db import opened
 
     try:
         limit = Settings(**flags).import_max_bytes
@@ -296,7 +296,7 @@ def _import_with_progress(store: Appender, tenant: str, events: Sequence[Mapping
     """Run the import, with a progress bar on a terminal for 100 events or more."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from settlekit.importer import import_events
+    from settlekit.application.imports import import_events
 
     show = console.is_terminal and len(events) >= 100
     done = 0
@@ -343,7 +343,7 @@ def contracts_add(
     as_json: JsonOption = False,
 ) -> None:
     """Validate and store a contract document; prints its hash (the operatorContractHash jobs pin)."""
-    from settlekit.store.contracts import put_contract
+    from settlekit.application.contracts import put_contract
 
     body = read_json(document)
     digest = run_with_db(db, lambda database: put_contract(database, tenant, body), error_exit=1)

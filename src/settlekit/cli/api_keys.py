@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from settlekit.api.auth import SCOPES, create_api_key, list_api_keys, revoke_api_key
+from settlekit.application.database import Database
 from settlekit.cli.common import USAGE_EXIT, DbOption, JsonOption, print_json, run_with_db
-from settlekit.store.db import Database
 
 api_keys_app = typer.Typer(help="API keys (tenant-bound, scoped).", no_args_is_help=True)
 

@@ -13,9 +13,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from settlekit.application.database import Database, connect, url_traits
 from settlekit.errors import ConfigurationError, DatabaseUnavailableError, SettlekitError, ValidationError
 from settlekit.events.canonical import parse_json
-from settlekit.store.db import Database, connect, url_traits
 
 console = Console(stderr=True, soft_wrap=True)  # one error, one line
 

@@ -10,12 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from settlekit.application import consumers as ops
+from settlekit.application.consumers import ConsumerState
+from settlekit.application.database import Database
 from settlekit.cli.common import DbOption, JsonOption, fail, run_with_db
-from settlekit.dispatch import ops
 from settlekit.dispatch.model import SHARED_INSTANCE
 from settlekit.errors import ValidationError
-from settlekit.store.consumers import ConsumerState
-from settlekit.store.db import Database
 
 consumers_app = typer.Typer(help="Durable consumers: state, lag and recovery.", no_args_is_help=True)
 

@@ -21,12 +21,12 @@ from rich.console import Console
 from rich.table import Table
 
 from settlekit.api.auth import check_tenant_id
+from settlekit.application.database import Database
 from settlekit.cli.common import DbOption, JsonOption, TenantOption, print_json, run_with_db, settings_flags
 from settlekit.delivery import service
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.signing import generate_secret
 from settlekit.runtime.settings import Settings
-from settlekit.store.db import Database
 
 delivery_app = typer.Typer(help="Webhook delivery tools.", no_args_is_help=True)
 destinations_app = typer.Typer(help="Webhook destinations of a tenant.", no_args_is_help=True)

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from settlekit.application.database import Database
 from settlekit.cli.common import (
     DbOption,
     JsonOption,
@@ -22,7 +23,6 @@ from settlekit.cli.common import (
 )
 from settlekit.errors import ConfigurationError, SettlekitError
 from settlekit.events.canonical import canonical_json
-from settlekit.store.db import Database
 
 finance_app = typer.Typer(help="Month close, the tenant Merkle log and journal exports.", no_args_is_help=True)
 MonthOption = Annotated[str, typer.Option("--month", help="period, YYYY-MM")]
@@ -48,7 +48,7 @@ def close(*, month: MonthOption, tenant: Annotated[str | None, typer.Option(
     """Close a month: assign its entries, grow the tenant log, sign and store the MonthClose.v1, enqueue its
     deliveries. Re-running prints the stored document (checked against a rebuild). Without --tenant every tenant
     is closed; one that cannot be (e.g. a later month already closed) is reported and the others go on (exit 1)."""
-    from settlekit.projections.finance import close_month, tenants_to_close
+    from settlekit.application.finance import close_month, tenants_to_close
 
     def action(database: Database) -> tuple[list[dict[str, Any]], list[SettlekitError]]:
         signer = _signer(flags)
@@ -90,7 +90,7 @@ def _print_closes(month: str, results: list[dict[str, Any]], as_json: bool) -> N
 @finance_app.command("show")
 def show(*, month: MonthOption, tenant: TenantArg = "tenant_default", db: DbOption = None) -> None:
     """Print a stored MonthClose.v1 as canonical JSON (ready for `settlekit verify --artifact`)."""
-    from settlekit.projections.finance import get_close
+    from settlekit.application.finance import get_close
 
     doc = run_with_db(db, lambda database: get_close(database, tenant, month), reading=True)
     sys.stdout.write(canonical_json(doc) + "\n")
@@ -115,7 +115,7 @@ def export(*, month: MonthOption, fmt: Annotated[Literal["journal-csv", "gl-batc
            tenant: TenantArg = "tenant_default", out: Annotated[Path | None, typer.Option(
                "--out", help="file to write; default stdout")] = None, db: DbOption = None) -> None:
     """Stream a closed period's journal (or GL batch) in constant memory, with a progress bar on a terminal."""
-    from settlekit.projections import finance as fin
+    from settlekit.application import finance as fin
 
     def action(database: Database) -> dict[str, Any]:
         total = fin.journal_rows(database, tenant, month)
@@ -144,7 +144,7 @@ gl_app = typer.Typer(help="The tenant's chart-of-accounts mapping (GlMapping.v1)
 def gl_set(document: Annotated[Path, typer.Argument(help="GlMapping.v1 JSON file")], *,
            tenant: TenantArg = "tenant_default", db: DbOption = None, as_json: JsonOption = False) -> None:
     """Validate and store the tenant's mapping; prints its hash."""
-    from settlekit.projections.finance import put_gl_mapping
+    from settlekit.application.finance import put_gl_mapping
 
     body = read_json(document)
     digest = run_with_db(db, lambda database: put_gl_mapping(database, tenant, body), error_exit=1)
@@ -154,7 +154,7 @@ def gl_set(document: Annotated[Path, typer.Argument(help="GlMapping.v1 JSON file
 @gl_app.command("show")
 def gl_show(*, tenant: TenantArg = "tenant_default", db: DbOption = None) -> None:
     """Print the tenant's stored mapping."""
-    from settlekit.projections.finance import get_gl_mapping
+    from settlekit.application.finance import get_gl_mapping
 
     sys.stdout.write(canonical_json(run_with_db(db, lambda d: get_gl_mapping(d, tenant), reading=True)) + "\n")
 

@@ -10,6 +10,8 @@ from typing import Any
 import typer
 from rich.markup import escape
 
+from settlekit.application import ledger as timeline
+from settlekit.application.database import Database
 from settlekit.application.ledger import RebuildReport
 from settlekit.cli.common import (
     USAGE_EXIT,
@@ -27,8 +29,6 @@ from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.events.canonical import canonical_json
 from settlekit.jobs.stream_postings import posting_records
 from settlekit.ledger.timeline import Axis, decode_cursor, encode_cursor, parse_instant
-from settlekit.store import ledger_timeline as timeline
-from settlekit.store.db import Database
 
 MAX_POSITION = 2**63 - 1
 
@@ -89,7 +89,7 @@ def balances(
 ) -> None:
     """Print balances per tenant and account as JSON lines; the last line per tenant is its total (0 for the
     accounts). --as-of or --position: the postings at or before that instant or position; --party: one party's."""
-    from settlekit.store import ledger as ledger_rows
+    from settlekit.application import ledger as ledger_rows
 
     axis_value = _as_of(as_of, position, party)
 

@@ -19,8 +19,8 @@ from typing import Annotated, Any
 
 import typer
 
+from settlekit.application.database import url_traits
 from settlekit.cli.common import console, settings_flags
-from settlekit.store.db import url_traits
 
 log = logging.getLogger("settlekit.server")
 
@@ -103,13 +103,13 @@ def api_process_app(flags: dict[str, Any], server_key_pem: str, parent_pid: int 
     database pool and logging, the parent's server key, no background workers. It ends when `parent_pid` (the
     `serve` process) dies (`die_with_parent`)."""
     from settlekit.api.app import create_app
+    from settlekit.application.database import connect
     from settlekit.console import console_mounts
     from settlekit.events.envelope import Signer
     from settlekit.metrics import shared_registry
     from settlekit.runtime.logging import configure_logging
     from settlekit.runtime.settings import Settings
     from settlekit.runtime.workers import register_queue_gauges
-    from settlekit.store.db import connect
 
     if parent_pid is not None:
         die_with_parent(parent_pid)
@@ -156,8 +156,8 @@ def _open_database(flags: dict[str, Any], settings: Any) -> tuple[Any, dict[str,
     with them off, and so are the API processes: writes would otherwise fail ("prepared statement _pg3_0 already
     exists") with 500s and failing dispatcher passes. The caller logs PREPARED_STATEMENTS_OFF once logging is
     set up."""
+    from settlekit.application.database import connect
     from settlekit.runtime.settings import Settings
-    from settlekit.store.db import connect
 
     database = connect(settings.db_url, **settings.database_options())
     turned_off = False

@@ -94,6 +94,14 @@ class Sessions:
             console_sessions.delete(self.db, session.session_id)
         response.delete_cookie(SESSION_COOKIE, path=self.path, httponly=True, samesite="strict")
 
+    def flash(self, session_id: str, message: str) -> None:
+        """Keep a one-shot message (JSON) for the session's next page (blocking)."""
+        console_sessions.set_flash(self.db, session_id, message)
+
+    def take_flash(self, session_id: str) -> bool:
+        """Clear the session's message; True when this call cleared it, so it is shown once (blocking)."""
+        return console_sessions.take_flash(self.db, session_id)
+
     def sign_in_token(self, request: Request, response: Response) -> str:
         """The sign-in form's CSRF token, set in its own short-lived cookie (reused while it is valid)."""
         current = self._read_sign_in(request)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import orjson
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -29,11 +28,12 @@ from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from settlekit import dispatch
 from settlekit.api.auth import ApiKey, authenticate
 from settlekit.api.deps import MAX_INT64, ApiContext, check_scope, cursors_ready, job_head
 from settlekit.api.ratelimit import RateLimitedError
 from settlekit.api.responses import content_disposition
+from settlekit.application import consumers as consumer_ops
+from settlekit.application import finance as fin
 from settlekit.console import charts
 from settlekit.console.session import CsrfError, Sessions, SignedIn, check_form, session_secret
 from settlekit.cursors import DELIVERY, POSTINGS
@@ -41,14 +41,14 @@ from settlekit.delivery import recovery, replays
 from settlekit.delivery import service as delivery
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
+from settlekit.dispatch import SHARED_INSTANCE
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.events.canonical import storable_json
 from settlekit.events.envelope import VerificationError, load_public_key, verify_link
 from settlekit.jobs.types import JOB_STATES
 from settlekit.ledger.timeline import millis_to_iso, parse_instant
-from settlekit.projections import finance as fin
 from settlekit.runtime.settings import Settings
-from settlekit.store import api_keys, streams
+from settlekit.store import api_keys, append_rate, streams
 from settlekit.store import deliveries as delivery_store
 from settlekit.store import finance as finance_store
 from settlekit.store import ledger as ledger_rows
@@ -97,7 +97,7 @@ class _Headers:
 
 def console_app(ctx: ApiContext, settings: Settings) -> ASGIApp:
     """The console over the API's context `ctx`."""
-    signer = ctx.store.server_signer
+    signer = ctx.appender.server_signer
     console = Console(ctx, Sessions(ctx.db, session_secret(signer.private_key_pem() if signer else None),
                                     settings.console_session_seconds, PREFIX))
     app = Starlette(routes=console.routes(), exception_handlers={
@@ -182,8 +182,6 @@ class Console:
         self.env = _env()
         # a delivery's id as its tenant sees it (settlekit/cursors.py): the row id counts every tenant's deliveries
         self.env.filters["delivery_id"] = lambda d: ctx.cursors.encode(DELIVERY, d.tenant_id, d.id)
-        self.samples: list[tuple[float, float, float]] = []  # (time, appends counted, seconds spent), for the chart
-        self.samples_lock = threading.Lock()
 
     def routes(self) -> list[Route]:
         page = self._page
@@ -264,9 +262,13 @@ class Console:
 
     def render(self, request: Request, template: str, user: SignedIn | None, status_code: int = 200,
                **values: Any) -> HTMLResponse:
+        flash = None
+        if user is not None and user.flash is not None and template != "overview_panel.html" \
+                and self.sessions.take_flash(user.session_id):  # shown once, by the first page that takes it
+            flash = orjson.loads(user.flash)
         html = self.env.get_template(template).render(
             user=user, key=user.key if user else None, csrf=user.csrf if user else None, path=request.url.path,
-            can=_scopes(self.ctx, user.key) if user else set(), **values)
+            can=_scopes(self.ctx, user.key) if user else set(), flash=flash, **values)
         return HTMLResponse(html, status_code=status_code)
 
     async def to_sign_in(self, request: Request, exc: Exception) -> Response:
@@ -334,7 +336,7 @@ class Console:
     def _overview_data(self, user: SignedIn) -> dict[str, Any]:
         tenant = user.key.tenant_id
         can = _scopes(self.ctx, user.key)
-        out: dict[str, Any] = {"appends": self._append_rate(), "last_close": None}
+        out: dict[str, Any] = {"appends": self._append_rate(tenant, can), "last_close": None}
         if "jobs:read" in can:
             with self.ctx.db.read() as tx:
                 months = finance_store.closed_months(tx, tenant)
@@ -349,13 +351,27 @@ class Console:
                 [(d, (s["successRate"] or 0.0) * 100) for d, s in rows], maximum=100, unit="%")
             out["dead_letters"] = sum(s["deliveries"]["failed"] for _, s in rows)
         if "dispatcher" in can:
-            consumers = dispatch.list_consumers(self.ctx.db, self.ctx.registered_consumers)
+            consumers = consumer_ops.list_consumers(self.ctx.db, self.ctx.registered_consumers)
             out["consumers"] = consumers
             out["lag_chart"] = charts.bars([(p.state.name, float(p.lag)) for p in consumers], unit=" events")
         return out
 
-    def _append_rate(self) -> dict[str, Any]:
-        """Appends per second and mean latency in this process, from its append metrics, sampled at each view."""
+    def _append_rate(self, tenant: str, can: set[str]) -> dict[str, Any]:
+        """Events appended in the last minute and hour, from the database (every API process appends to it): the
+        tenant's own, and for the operator the whole deployment's with its per-minute chart; the mean append
+        latency is this process's (its metrics)."""
+        now = datetime.now(UTC)
+        minute, hour = append_rate.tenant_recent(self.ctx.db, tenant, now)
+        out: dict[str, Any] = {"minute": minute, "hour": hour, "cap": append_rate.TENANT_CAP,
+                               "mean_ms": self._append_latency_ms(), "deployment": None, "chart": None}
+        if "dispatcher" in can:
+            rate = append_rate.deployment_rate(self.ctx.db, now)
+            out["deployment"] = rate
+            out["chart"] = charts.line([float(n) for n in rate.per_minute])
+        return out
+
+    def _append_latency_ms(self) -> float | None:
+        """The mean append latency in this process, from its append metrics."""
         total = seconds = 0.0
         registry = self.ctx.registry
         if registry is not None:
@@ -366,14 +382,7 @@ class Console:
                             total += sample.value
                         elif sample.name.endswith("_sum"):
                             seconds += sample.value
-        now = time.monotonic()
-        with self.samples_lock:
-            self.samples = samples = [s for s in self.samples if now - s[0] < 900][-59:] + [(now, total, seconds)]
-        rates = []
-        for (t0, n0, _), (t1, n1, _) in zip(samples, samples[1:], strict=False):
-            rates.append((n1 - n0) / (t1 - t0) if t1 > t0 else 0.0)
-        return {"total": int(total), "mean_ms": seconds / total * 1000 if total else None,
-                "rate": rates[-1] if rates else None, "chart": charts.line(rates)}
+        return seconds / total * 1000 if total else None
 
     # --- jobs ----------------------------------------------------------------------------------------------------
 
@@ -404,7 +413,7 @@ class Console:
         assert job_id is not None
         tenant = user.key.tenant_id
         head, state = job_head(self.ctx, tenant, job_id)
-        events = self.ctx.store.streams.read_stream(tenant, job_id)
+        events = self.ctx.appender.streams.read_stream(tenant, job_id)
         timeline_rows = self._verified(tenant, events)
         with self.ctx.db.read() as tx:
             page = self.ctx.artifacts.list_for_job(tx, tenant, job_id, after=None, limit=500)
@@ -424,8 +433,8 @@ class Console:
     def _verified(self, tenant: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The timeline: each event with whether its link, hashes and signature verify (as the offline verifier)."""
         ids = {str(e["signerKeyId"]) for e in events if isinstance(e.get("signerKeyId"), str)}
-        keys = {k: s.public_key_pem for k, s in self.ctx.store.signer_keys.find(tenant, ids).items()}
-        signer = self.ctx.store.server_signer
+        keys = {k: s.public_key_pem for k, s in self.ctx.appender.signer_keys.find(tenant, ids).items()}
+        signer = self.ctx.appender.server_signer
         if signer is not None:
             keys.setdefault(signer.key_id, signer.public_key_pem)
         loaded: dict[str, Any] = {}
@@ -456,7 +465,7 @@ class Console:
         job_id = _text(request.query_params, "id", required=True)
         assert job_id is not None
         job_head(self.ctx, user.key.tenant_id, job_id)
-        events = self.ctx.store.streams.read_stream(user.key.tenant_id, job_id)
+        events = self.ctx.appender.streams.read_stream(user.key.tenant_id, job_id)
         return Response(_download(events), media_type="application/json",
                         headers={"content-disposition": content_disposition(f"{job_id}.json")})
 
@@ -530,7 +539,8 @@ class Console:
                 sent = await recovery.send_test(ctx.db, tenant, dest_id, policy=ctx.destination_policy,
                                                 sender=SenderConfig(timeout=timeout,
                                                                     connect_timeout=min(5.0, timeout)))
-            return self.done(request, user, "Test message sent", dest_id, result=sent.to_json())
+            return await run_in_threadpool(lambda: self.done(request, user, "Test message sent", dest_id,
+                                                             result=sent.to_json()))
 
         def act() -> Response:
             if verb == "replay":
@@ -597,17 +607,22 @@ class Console:
 
     def done(self, request: Request, user: SignedIn, title: str, destination_id: str | None, *,
              result: dict[str, Any], secret: str | None = None, back: str | None = None) -> Response:
-        return self.render(request, "done.html", user, title=title, destination_id=destination_id, result=result,
-                           secret=secret, back=back)
+        """Post/redirect/get: the outcome goes into the session as a one-shot message and the answer is a redirect
+        (303) to the page it concerns, which shows it once; reloading that page repeats nothing."""
+        flash = {"title": title, "destination_id": destination_id, "result": result, "secret": secret}
+        self.sessions.flash(user.session_id, orjson.dumps(flash).decode("utf-8"))
+        if back is None:
+            back = f"{PREFIX}/destination?id={quote(destination_id, safe='')}" if destination_id else f"{PREFIX}/"
+        return RedirectResponse(back, status_code=303)
 
     # --- dispatcher ----------------------------------------------------------------------------------------------
 
     def dispatcher(self, request: Request, user: SignedIn) -> Response:
-        consumers = dispatch.list_consumers(self.ctx.db, self.ctx.registered_consumers)
+        consumers = consumer_ops.list_consumers(self.ctx.db, self.ctx.registered_consumers)
         now = time.time()
         rows = []
         for p in consumers:
-            letters = (dispatch.dead_letters(self.ctx.db, p.state.name, p.state.instance_id)
+            letters = (consumer_ops.dead_letters(self.ctx.db, p.state.name, p.state.instance_id)
                        if p.state.status != "never-run" else [])
             gaps = [(g, now - g.seen_at if g.seen_at else None) for g in p.state.pending_gaps]
             rows.append({"p": p, "state": p.state.to_json(), "gaps": gaps, "dead_letters": letters[-PAGE:]})
@@ -617,18 +632,18 @@ class Console:
     async def consumer_action(self, request: Request, user: SignedIn, form: Form) -> Response:
         verb = request.path_params["verb"]
         name = _text(form, "name", required=True)
-        instance = _text(form, "instance") or dispatch.SHARED_INSTANCE
+        instance = _text(form, "instance") or SHARED_INSTANCE
         assert name is not None
         db = self.ctx.db
 
         def act() -> Response:
             if verb == "rearm":
-                state = dispatch.restart_consumer(db, name, instance)
+                state = consumer_ops.restart_consumer(db, name, instance)
                 return self.done(request, user, "Consumer rearmed", None, result=state.to_json(),
                                  back=f"{PREFIX}/dispatcher")
             if verb == "skip":
                 with db.transaction() as tx:
-                    result = dispatch.skip_poison(db, name, instance, tx=tx)
+                    result = consumer_ops.skip_poison(db, name, instance, tx=tx)
                 return self.done(request, user, "Blocking event skipped", None,
                                  result={"skippedPosition": result.skipped_position, **result.state.to_json()},
                                  back=f"{PREFIX}/dispatcher")

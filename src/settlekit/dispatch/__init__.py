@@ -14,20 +14,6 @@ from settlekit.dispatch.model import (
     DrainTimeout,
     ErrorPolicy,
 )
-from settlekit.dispatch.ops import (
-    ConsumerProgress,
-    SkipResult,
-    dead_letters,
-    disable_consumer,
-    enable_consumer,
-    get_state,
-    list_consumers,
-    require_state,
-    reset_consumer,
-    restart_consumer,
-    skip_poison,
-    wait_for,
-)
 from settlekit.store.consumers import ConsumerState, DispatchedEvent, Gap
 
 __all__ = [
@@ -39,7 +25,6 @@ __all__ = [
     "ConsumerNotDisabled",
     "ConsumerNotFound",
     "ConsumerProcessing",
-    "ConsumerProgress",
     "ConsumerResult",
     "ConsumerState",
     "DispatchMetrics",
@@ -49,16 +34,5 @@ __all__ = [
     "ErrorPolicy",
     "Gap",
     "PassResult",
-    "SkipResult",
-    "dead_letters",
-    "disable_consumer",
-    "enable_consumer",
-    "get_state",
-    "list_consumers",
     "metrics_for",
-    "require_state",
-    "reset_consumer",
-    "restart_consumer",
-    "skip_poison",
-    "wait_for",
 ]

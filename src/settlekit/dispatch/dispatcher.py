@@ -752,9 +752,7 @@ class Dispatcher:
         return out
 
     def state(self, name: str, instance_id: str | None = None) -> ConsumerState | None:
-        from settlekit.dispatch.ops import get_state
-
         if instance_id is None:
             consumer = next((c for c in self.consumers if c.name == name), None)
             instance_id = self.shard(consumer) if consumer is not None else SHARED_INSTANCE
-        return get_state(self.db, name, instance_id)
+        return self.repo.current(name, instance_id)

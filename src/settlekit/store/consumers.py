@@ -178,6 +178,16 @@ class ConsumerRepository:
 
     # ------------------------------------------------------------------ consumer_state
 
+    def current(self, name: str, instance_id: str) -> ConsumerState | None:
+        """The row plus a `processing` flag (a turn holds its lock right now), or None."""
+        with self.db.read() as tx:
+            got = self.read_state(tx, name, instance_id)
+            if got is None:
+                return None
+            state = got[0]
+            state.processing = (name, instance_id) in self.processing_keys(tx, [(name, instance_id)])
+        return state
+
     def register(self, tx: Tx, name: str, instance_id: str, *, at_head: bool) -> None:
         """Create the state row if missing (cursor 0, or the high-water mark with `at_head`); never moves an
         existing cursor."""

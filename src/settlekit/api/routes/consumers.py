@@ -9,16 +9,17 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from settlekit import dispatch
 from settlekit.api import idempotency, schemas
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import TextIdPath, WholeNumber, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Consumers, DeadLetters, Skipped
+from settlekit.application import consumers as consumer_ops
+from settlekit.application.consumers import ConsumerState
+from settlekit.application.database import Database, Tx
+from settlekit.dispatch import SHARED_INSTANCE
 from settlekit.events.canonical import MAX_SAFE_INTEGER
-from settlekit.store.consumers import ConsumerState
-from settlekit.store.db import Database, Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 
@@ -37,15 +38,15 @@ _CONSUMER_CODES = ("OPERATOR_TENANT_REQUIRED", "CONSUMER_NOT_FOUND", "CONSUMER_P
             responses=problems("OPERATOR_TENANT_REQUIRED"))
 def list_consumers(request: Request, key: ApiKey = require("admin", operator=True)) -> JsonResponse:
     ctx = context(request)
-    found = dispatch.list_consumers(ctx.db, ctx.registered_consumers)
+    found = consumer_ops.list_consumers(ctx.db, ctx.registered_consumers)
     return JsonResponse({"consumers": [p.to_json() for p in found]})
 
 
 @router.get("/ops/consumers/{name}", summary="One consumer's state", response_model=schemas.ConsumerState,
             responses=problems("OPERATOR_TENANT_REQUIRED", "CONSUMER_NOT_FOUND"))
 def consumer_status(name: TextIdPath, request: Request, key: ApiKey = require("admin", operator=True),
-                    instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
-    return JsonResponse(dispatch.require_state(context(request).db, name, instanceId).to_json())
+                    instanceId: Instance = SHARED_INSTANCE) -> JsonResponse:
+    return JsonResponse(consumer_ops.require_state(context(request).db, name, instanceId).to_json())
 
 
 def _state_change(verb: str, summary: str, change: Callable[[Database, str, str], ConsumerState],
@@ -53,7 +54,7 @@ def _state_change(verb: str, summary: str, change: Callable[[Database, str, str]
     """Route `POST /ops/consumers/{name}/<verb>`: `change` the consumer (idempotent by key), answer its state."""
 
     def endpoint(name: TextIdPath, request: Request, key: ApiKey = require("admin", operator=True),
-                 instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+                 instanceId: Instance = SHARED_INSTANCE) -> JsonResponse:
         db = context(request).db
         return idempotency.write(request, key, {"instanceId": instanceId},
                                  lambda: (200, change(db, name, instanceId).to_json()))
@@ -63,19 +64,19 @@ def _state_change(verb: str, summary: str, change: Callable[[Database, str, str]
                 openapi_extra=IDEMPOTENT)(endpoint)
 
 
-_state_change("restart", "Revive a dead consumer", dispatch.restart_consumer, ("CONSUMER_NOT_DEAD",))
-_state_change("disable", "Disable a consumer", dispatch.disable_consumer, ())
-_state_change("enable", "Enable a disabled consumer", dispatch.enable_consumer, ("CONSUMER_NOT_DISABLED",))
+_state_change("restart", "Revive a dead consumer", consumer_ops.restart_consumer, ("CONSUMER_NOT_DEAD",))
+_state_change("disable", "Disable a consumer", consumer_ops.disable_consumer, ())
+_state_change("enable", "Enable a disabled consumer", consumer_ops.enable_consumer, ("CONSUMER_NOT_DISABLED",))
 
 
 @router.post("/ops/consumers/{name}/skip", summary="Skip the event blocking a consumer (dead-lettered)",
              response_model=Skipped, responses=problems(*_CONSUMER_CODES), openapi_extra=IDEMPOTENT)
 def skip_consumer(name: TextIdPath, request: Request, key: ApiKey = require("admin", operator=True),
-                  instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+                  instanceId: Instance = SHARED_INSTANCE) -> JsonResponse:
     db = context(request).db
 
     def action(tx: Tx) -> tuple[int, Any]:
-        result = dispatch.skip_poison(db, name, instanceId, tx=tx)
+        result = consumer_ops.skip_poison(db, name, instanceId, tx=tx)
         return 200, {"consumer": result.state.to_json(), "skippedPosition": result.skipped_position}
 
     return idempotency.write_in_transaction(request, key, {"instanceId": instanceId}, action)
@@ -85,17 +86,17 @@ def skip_consumer(name: TextIdPath, request: Request, key: ApiKey = require("adm
              response_model=schemas.ConsumerState, openapi_extra=IDEMPOTENT,
              responses=problems(*_CONSUMER_CODES, "CONSUMER_RESET_INVALID"))
 def reset_consumer(name: TextIdPath, body: ResetIn, request: Request, key: ApiKey = require("admin", operator=True),
-                   instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+                   instanceId: Instance = SHARED_INSTANCE) -> JsonResponse:
     db = context(request).db
     return idempotency.write(request, key, {"instanceId": instanceId, "to": body.to},
-                 lambda: (200, dispatch.reset_consumer(db, name, body.to, instanceId).to_json()))
+                 lambda: (200, consumer_ops.reset_consumer(db, name, body.to, instanceId).to_json()))
 
 
 @router.get("/ops/consumers/{name}/dead-letters", summary="A consumer's dead letters", response_model=DeadLetters,
             responses=problems("OPERATOR_TENANT_REQUIRED", "CONSUMER_NOT_FOUND"))
 def dead_letters(name: TextIdPath, request: Request, key: ApiKey = require("admin", operator=True),
-                 instanceId: Instance = dispatch.SHARED_INSTANCE) -> JsonResponse:
+                 instanceId: Instance = SHARED_INSTANCE) -> JsonResponse:
     db = context(request).db
-    dispatch.require_state(db, name, instanceId)
+    consumer_ops.require_state(db, name, instanceId)
     return JsonResponse({"consumer": name, "instanceId": instanceId,
-                         "deadLetters": dispatch.dead_letters(db, name, instanceId)})
+                         "deadLetters": consumer_ops.dead_letters(db, name, instanceId)})

@@ -16,10 +16,10 @@ from settlekit.api.guards import parse_body
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import ContractDocument, ContractRegistered
+from settlekit.application.contracts import get_contract, store_contract
 from settlekit.errors import NotFoundError
 from settlekit.events.canonical import canonical_hash
 from settlekit.ledger import compile_contract_policy
-from settlekit.store.contracts import get_contract, store_contract
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 ContractHashPath = Annotated[str, Path(pattern="^[0-9a-f]{64}$", description="a contract hash (64 lowercase hex)")]

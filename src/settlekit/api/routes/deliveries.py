@@ -18,10 +18,10 @@ from settlekit.api.deps import CURSOR_PATTERN, DecimalDigits, Instant, context, 
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Deliveries, DeliveriesBackfilled, DeliveryDetail, DeliveryRequeued
+from settlekit.application.database import Tx
 from settlekit.cursors import DELIVERY, Cursors
 from settlekit.delivery import service as delivery
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
-from settlekit.store.db import Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 

@@ -18,9 +18,9 @@ from settlekit.api.deps import DestinationIdPath, Instant, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Circuit
+from settlekit.application.database import Tx
 from settlekit.delivery import recovery, replays
 from settlekit.delivery.sender import SenderConfig
-from settlekit.store.db import Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 

@@ -16,12 +16,12 @@ from settlekit.api.deps import DestinationIdPath, WholeNumber, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Destination, DestinationRequeued, Destinations, EnabledDestination
+from settlekit.application import destinations as delivery_store
+from settlekit.application.database import Tx
 from settlekit.delivery import circuit
 from settlekit.delivery import service as delivery
 from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of
 from settlekit.errors import ValidationError
-from settlekit.store import deliveries as delivery_store
-from settlekit.store.db import Tx
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 MAX_GRACE_SECONDS = 30 * 24 * 3600

@@ -47,6 +47,7 @@ class FeedPageOut(BaseModel):
     next: str = Field(pattern=CURSOR_PATTERN)
 
 
+# an `after` or Last-Event-ID that is not a cursor the API returned to the tenant, or a number (an old position)
 _FEED_PROBLEMS = problems("CURSOR_INVALID", "CURSOR_NUMERIC")
 
 

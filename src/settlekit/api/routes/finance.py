@@ -15,10 +15,10 @@ from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
 from settlekit.api.openapi import IDEMPOTENT, JSON_VALUE_REF, NO_NUL, PY_SPACE, problems
 from settlekit.api.responses import JsonResponse
+from settlekit.application import finance as fin
 from settlekit.errors import ConfigurationError
 from settlekit.ledger.accounts import ACCOUNT_IDS
 from settlekit.ledger.journal import GL_MAPPING
-from settlekit.projections import finance as fin
 
 router = APIRouter(prefix="/v1/finance", tags=["finance"])
 MONTH_PATTERN = r"^([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])$"  # years 0001-9999
@@ -52,7 +52,7 @@ _CLOSE_READ = problems("FINANCE_CLOSE_NOT_FOUND", "FINANCE_CLOSE_MISMATCH")
                                    "CONFIGURATION_INVALID")})
 def close(month: MonthPath, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
     ctx = context(request)
-    signer = ctx.store.server_signer
+    signer = ctx.appender.server_signer
     if signer is None:
         raise ConfigurationError("the server has no signing key, so it cannot sign a close",
                                  code="CONFIGURATION_INVALID")

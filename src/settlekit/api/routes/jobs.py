@@ -50,14 +50,14 @@ from settlekit.api.responses import JsonResponse, content_disposition
 from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, JobView
 from settlekit.append import AppendResult, Idempotency
 from settlekit.append.appender import AppendOptions, StreamPrecondition, named_key_ids
+from settlekit.application import jobs as streams
+from settlekit.application.jobs import StreamHead, StreamRead
+from settlekit.application.keys import StoredApiKey
 from settlekit.errors import CATALOGUE, ConflictError, SettlekitError, ValidationError
 from settlekit.events.canonical import MAX_SAFE_INTEGER
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.jobs.types import KNOWN_EVENT_TYPES, required_signer_kind
 from settlekit.metrics import PerRegistry
-from settlekit.store import streams
-from settlekit.store.api_keys import StoredApiKey
-from settlekit.store.streams import StreamHead, StreamRead
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -209,7 +209,7 @@ async def append_with_key(ctx: ApiContext, key: ApiKey, request: Request, job_id
     if expected_given:
         options["expected_prev_chain_hash"] = expected
     try:
-        return await ctx.store.append_async(key.tenant_id, job_id, items, **options)
+        return await ctx.appender.append_async(key.tenant_id, job_id, items, **options)
     except ConflictError as exc:
         if exc.code == "IDEMPOTENCY_KEY_REUSED":
             raise ConflictError(exc.message, code="IDEMPOTENCY_CONFLICT", **exc.details) from None
@@ -308,9 +308,9 @@ _EVENTS_BODY = {
              responses={200: ALREADY_THERE, **problems("JOB_NOT_FOUND", "PRECONDITION_REQUIRED", *APPEND_CODES)},
              openapi_extra={**_EVENTS_BODY, **request_headers(*IDEMPOTENCY_HEADERS, *CHAIN_HEADERS)})
 async def append_events(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:write")) -> Response:
-    raw = await request.body()
-    ctx = context(request)
-    return await measured_append(ctx, _append_events(ctx, job_id, request, key, raw))
+    """FastAPI's way in: a body without Content-Length (api.middleware serves the others itself, reading the key
+    and the stream together); the OpenAPI document's operation. Both go on in `append_job_events`."""
+    return await append_job_events(context(request), request, key, await request.body(), None)
 
 
 @dataclass(frozen=True)
@@ -334,23 +334,24 @@ def prefetch_append(ctx: ApiContext, request: Request, key_id: str, raw: bytes
     except SettlekitError:
         body = _UNPARSED
     items = body if isinstance(body, list) else [body]
-    found = ctx.store.streams.api_key_and_stream(key_id, request.path_params["job_id"], named_key_ids(items))
+    found = ctx.appender.streams.api_key_and_stream(key_id, request.path_params["job_id"], named_key_ids(items))
     if found is None:
         return None, None
     return found[0], _Prefetched(body, found[1])
 
 
-async def append_events_direct(ctx: ApiContext, request: Request, key: ApiKey, raw: bytes,
-                               prefetched: _Prefetched | None) -> Response:
-    """`append_events` as api.middleware serves it (a DirectRoute): the request authenticated (with the stream read
-    alongside), its raw body read and checked."""
+async def append_job_events(ctx: ApiContext, request: Request, key: ApiKey, raw: bytes,
+                            prefetched: _Prefetched | None) -> Response:
+    """The one append of events to a job, however the request came in: api.middleware's direct route (the request
+    authenticated with the stream read alongside: `prefetched`) or FastAPI's `append_events` (None). The body is
+    checked, the appender (`ctx.appender`, append/appender.py) commits, the answer is counted by outcome."""
     require_scopes(key, ["jobs:write"])
     job_id: str = request.path_params["job_id"]
     return await measured_append(ctx, _append_events(ctx, job_id, request, key, raw, prefetched))
 
 
 # routes api.middleware serves directly, by path: the hot path of appends (FastAPI keeps them for the schema)
-DIRECT_HANDLERS = {"/v1/jobs/{job_id}/events": append_events_direct}
+DIRECT_HANDLERS = {"/v1/jobs/{job_id}/events": append_job_events}
 DIRECT_PREFETCH = {"/v1/jobs/{job_id}/events": prefetch_append}
 
 
@@ -462,7 +463,7 @@ def get_events(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs
                afterSeq: PositionQuery = 0) -> JsonResponse:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
-    events = ctx.store.streams.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash,
+    events = ctx.appender.streams.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash,
                                            after_seq=afterSeq)
     return JsonResponse({"jobId": job_id, "events": events})
 
@@ -474,5 +475,5 @@ def export_job(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs
                throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None) -> JsonResponse:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
-    events = ctx.store.streams.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash)
+    events = ctx.appender.streams.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash)
     return JsonResponse(events, headers={"Content-Disposition": content_disposition(f"{job_id}.json")})

@@ -23,11 +23,11 @@ from settlekit.api.deps import (
 from settlekit.api.openapi import problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Allocations, LedgerEntries
+from settlekit.application import ledger as ledger_rows
+from settlekit.application import ledger as timeline
 from settlekit.cursors import POSTINGS
 from settlekit.errors import NotFoundError, ValidationError
 from settlekit.ledger.timeline import millis_to_iso, parse_instant
-from settlekit.store import ledger as ledger_rows
-from settlekit.store import ledger_timeline as timeline
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 

@@ -38,7 +38,7 @@ def _key_json(k: Any) -> dict[str, Any]:
 
 
 def _find_key(ctx: ApiContext, tenant: str, key_id: str) -> Any:
-    for k in ctx.store.signer_keys.of_tenant(tenant):
+    for k in ctx.appender.signer_keys.of_tenant(tenant):
         if k.key_id == key_id:
             return k
     raise NotFoundError(f"signer key {key_id} is not registered", code="SIGNER_KEY_NOT_FOUND", keyId=key_id)
@@ -50,7 +50,8 @@ def register_key(body: KeyIn, request: Request, key: ApiKey = require("admin")) 
     ctx = context(request)
 
     def action() -> tuple[int, Any]:
-        key_id = ctx.store.signer_keys.register(key.tenant_id, body.publicKeyPem, body.purpose, entity_id=body.entityId)
+        key_id = ctx.appender.signer_keys.register(key.tenant_id, body.publicKeyPem, body.purpose,
+                                                   entity_id=body.entityId)
         return 201, _key_json(_find_key(ctx, key.tenant_id, key_id))
 
     return idempotency.write(request, key, body.model_dump(), action)
@@ -58,7 +59,8 @@ def register_key(body: KeyIn, request: Request, key: ApiKey = require("admin")) 
 
 @router.get("/keys", summary="The tenant's signer keys", response_model=SignerKeys)
 def list_keys(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
-    return JsonResponse({"keys": [_key_json(k) for k in context(request).store.signer_keys.of_tenant(key.tenant_id)]})
+    keys = context(request).appender.signer_keys.of_tenant(key.tenant_id)
+    return JsonResponse({"keys": [_key_json(k) for k in keys]})
 
 
 @router.post("/keys/{key_id}/rotate", summary="Mark a key rotated (optionally registering its successor)",
@@ -71,7 +73,7 @@ def rotate_key(key_id: TextIdPath, request: Request, body: RotateIn | None = Non
     new_pem = body.publicKeyPem if body is not None else None
 
     def action() -> tuple[int, Any]:
-        successor = ctx.store.signer_keys.change_status(key.tenant_id, key_id, ROTATED,
+        successor = ctx.appender.signer_keys.change_status(key.tenant_id, key_id, ROTATED,
                                                         allowed_from=KEY_TRANSITIONS[ROTATED], successor_pem=new_pem)
         out = {"rotated": _key_json(_find_key(ctx, key.tenant_id, key_id)),
                "successor": _key_json(_find_key(ctx, key.tenant_id, successor)) if successor else None}
@@ -86,7 +88,7 @@ def revoke_key(key_id: TextIdPath, request: Request, key: ApiKey = require("admi
     ctx = context(request)
 
     def action() -> tuple[int, Any]:
-        ctx.store.signer_keys.change_status(key.tenant_id, key_id, REVOKED, allowed_from=KEY_TRANSITIONS[REVOKED])
+        ctx.appender.signer_keys.change_status(key.tenant_id, key_id, REVOKED, allowed_from=KEY_TRANSITIONS[REVOKED])
         return 200, _key_json(_find_key(ctx, key.tenant_id, key_id))
 
     return idempotency.write(request, key, None, action)

@@ -86,14 +86,7 @@ def _reread(repo: ConsumerRepository, tx: Tx, name: str, instance_id: str) -> Co
 
 def get_state(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState | None:
     """The row plus a `processing` flag (a turn holds its lock right now), or None."""
-    repo = ConsumerRepository(db)
-    with db.read() as tx:
-        got = repo.read_state(tx, name, instance_id)
-        if got is None:
-            return None
-        state = got[0]
-        state.processing = (name, instance_id) in repo.processing_keys(tx, [(name, instance_id)])
-    return state
+    return ConsumerRepository(db).current(name, instance_id)
 
 
 def require_state(db: Database, name: str, instance_id: str = SHARED_INSTANCE) -> ConsumerState:
