@@ -273,6 +273,8 @@ def test_parse_json_reads_as_the_standard_parser_with_javascript_integers(value:
     "9007199254740993", "[1, 12345678901234567890123]", '{"n": -9007199254740993}', "NaN", "[1e400, -Infinity]",
     '"\\ud800"', '{"a": 1, "a": 2}', "1.5e308", '"1234567890123456"', "-0", "-0.0", '{"a": -0}', "[1,-0]",
     '{"at": "2026-01-05"}', '[ \n -0 ]', '{"a":\t-0}', ' -0', '{"a": "x-0", "b": -0e1}', '[1, -0.5, -0e-0]',
+    '{"score": 0.87}', '[0.87, 12.5e1]', '[0.5, 2.0]', '[1.5e3]', '[-2.5E-3, 7.25]', '[1e400, 0.5]', '[0.1e1]',
+    '{"v": "1.2.3", "n": 0.5}', '["v1.0", 0.5]', '[3.5, "2.0,"]', '{"t": "10:00:00.000Z", "x": 1.25}',
 ])
 def test_parse_json_edge_texts_match_the_standard_parser(text: str) -> None:
     assert _same(parse_json(text), _standard_parse(text))

@@ -8,6 +8,9 @@ request. This protocol keeps httptools and counts the bytes of each request head
 `max_head_bytes` (the request line and the headers together, `Settings.max_header_bytes`) the request is answered
 431 `REQUEST_HEAD_TOO_LARGE` and the connection closed, without feeding the parser more. The count is exact when
 the head starts a read; a pipelined request that starts inside a read is counted from the next read on.
+
+An answer of known length (Content-Length, not to HEAD) goes out in one write: its head is held until its first
+body bytes and written with them (uvicorn writes each ASGI message apart, so two sends on the socket per answer).
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.heads_done += 1
         self.head_bytes = 0
         super().on_headers_complete()
+        cycle: Any = self.cycle
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = _OneWriteAnswer(self.transport, cycle)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -103,3 +109,36 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def eof_received(self) -> None:
         if self.refused:
             self.transport.close()
+
+
+class _OneWriteAnswer:
+    """The transport as one request's cycle (uvicorn's RequestResponseCycle) sees it: the head of an answer with a
+    Content-Length (a body to come; not to HEAD) is held and written together with the first body bytes. Every
+    other write, and everything else, goes to the transport as it is."""
+
+    __slots__ = ("_cycle", "_head", "_started", "_transport")
+
+    def __init__(self, transport: Any, cycle: Any):
+        self._transport = transport
+        self._cycle = cycle
+        self._head: bytes | None = None
+        self._started = False  # the answer's head was written (or held)
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head + data)
+            return
+        cycle = self._cycle
+        if (not self._started and cycle.response_started and cycle.chunked_encoding is False
+                and cycle.expected_content_length > 0 and cycle.scope["method"] != "HEAD"):
+            self._started = True
+            self._head = data
+            return
+        if cycle.response_started:
+            self._started = True
+        self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)

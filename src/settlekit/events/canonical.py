@@ -616,13 +616,13 @@ def parse_json(text: str | bytes) -> Any:
     standard parser reads the rest and whatever orjson refuses (NaN, an infinity, a lone surrogate escape,
     another encoding than UTF-8), and raises its own errors."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if not _has_long_digit_run(data) and not _has_negative_zero(data) and not _has_fraction_or_exponent(data):
+    if not _has_long_digit_run(data) and not _has_negative_zero(data) and not _has_javascript_fraction(data):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
             pass
     try:
-        return json.loads(text, parse_int=js_int, parse_float=js_float)
+        return _standard_loads(text)
     except RecursionError:  # nested deeper than the recursive parsers go (orjson stops at 1024 levels)
         return parse_json_deep(text if isinstance(text, str) else text.decode(json.detect_encoding(text)))
 
@@ -715,8 +715,41 @@ def parse_json_deep(s: str) -> Any:
             keys.pop()
 
 
-def _has_fraction_or_exponent(data: bytes) -> bool:
-    return any(pattern.search(data) is not None for pattern in _NUMBER_ENDS)
+def _has_javascript_fraction(data: bytes) -> bool:
+    """Whether a number token with a fraction or an exponent may read otherwise in JavaScript than as the double
+    orjson gives: its value an integer (`JSON.parse` gives `2.0` as 2, see `js_float`) or not finite. A token is
+    found by its end (`_NUMBER_ENDS`) and read back to its start; a string that looks like one (or a token that
+    does not read as a number) only costs the slower parser. Tokens without 16 digits in a row (the caller
+    checks) are read by both parsers to the same double."""
+    for pattern in _NUMBER_ENDS:
+        for match in pattern.finditer(data):
+            start = match.start()
+            while start > 0 and data[start - 1] in _NUMBER_BODY:
+                start -= 1
+            if start > 0 and data[start - 1] == _MINUS:
+                start -= 1
+            try:
+                value = float(data[start:match.end()])
+            except ValueError:
+                return True
+            if value.is_integer() or not math.isfinite(value):
+                return True
+    return False
+
+
+_NUMBER_BODY: Final = frozenset(b"0123456789.")
+_MINUS: Final = ord("-")
+# the standard parser with JavaScript's numbers, made once (json.loads with hooks builds a decoder per call)
+_JS_DECODER: Final = json.JSONDecoder(parse_int=js_int, parse_float=js_float)
+
+
+def _standard_loads(text: str | bytes) -> Any:
+    """`json.loads(text, parse_int=js_int, parse_float=js_float)`, with its errors, on the decoder made once."""
+    if isinstance(text, str):
+        if text.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        return _JS_DECODER.decode(text)
+    return _JS_DECODER.decode(text.decode(json.detect_encoding(text), "surrogatepass"))
 
 
 def canonical_bytes(x: Any) -> bytes:

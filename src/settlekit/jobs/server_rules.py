@@ -125,6 +125,8 @@ def facts_from_events(events: Sequence[Event]) -> Facts:
 def load_facts(stored_state: Mapping[str, Any] | None) -> Facts:
     """A private copy of the rule history stored with a job state (empty for a new stream or an old state)."""
     stored = stored_state.get(STATE_KEY) if stored_state is not None else None
+    if type(stored) is dict and list(stored) == _FACT_KEYS:
+        return _copy_tree(stored)  # every key in empty_facts' order: the update below would give the same
     facts = empty_facts()
     if isinstance(stored, dict):
         facts.update(_copy_tree(stored))
@@ -156,6 +158,7 @@ def _copy_tree(value: Any) -> Any:
 
 
 _SHARED_TYPES: Final = frozenset({str, int, float, bool, type(None)})
+_FACT_KEYS: Final = list(empty_facts())
 
 
 def _p(event: Event) -> dict[str, Any]:
