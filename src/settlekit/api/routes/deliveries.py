@@ -68,8 +68,11 @@ def _shown_as(delivery_id: str) -> Iterator[None]:
 
 
 def delivery_json(cursors: Cursors, d: Any) -> dict[str, Any]:
-    """A delivery row as the tenant sees it: its id as the tenant's token."""
-    return {**d.to_json(), "id": cursors.encode(DELIVERY, d.tenant_id, d.id)}
+    """A delivery row as the tenant sees it: its id as the tenant's token; whether a worker holds it, not which
+    one (a worker's id names its host and process)."""
+    shown = {**d.to_json(), "id": cursors.encode(DELIVERY, d.tenant_id, d.id)}
+    shown["leased"] = shown.pop("lease_owner") is not None
+    return shown
 
 
 @router.get("/deliveries", summary="The tenant's deliveries (filter by state / destination; keyset pages)",
