@@ -188,7 +188,7 @@ class ApiMiddleware:
         template: str | None = getattr(route, "path", None)
         path: str = scope["path"]
         if template is None or not (path in self.session_roots or path.startswith(self.session_prefixes)):
-            return template
+            return None if template is None else _CONVERTER.sub(r"{\1}", template)  # /v1/deliveries/{delivery_id}
         root = next(r for r in self.session_roots if path == r or path.startswith(f"{r}/"))
         if template == root:  # the mount itself: no route of the sub-application matched
             return None

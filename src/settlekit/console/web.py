@@ -361,14 +361,12 @@ class Console:
         tenant's own, and for the operator the whole deployment's with its per-minute chart; the mean append
         latency is this process's (its metrics)."""
         now = datetime.now(UTC)
-        minute, hour = append_rate.tenant_recent(self.ctx.db, tenant, now)
-        out: dict[str, Any] = {"minute": minute, "hour": hour, "cap": append_rate.TENANT_CAP,
-                               "mean_ms": self._append_latency_ms(), "deployment": None, "chart": None}
-        if "dispatcher" in can:
-            rate = append_rate.deployment_rate(self.ctx.db, now)
-            out["deployment"] = rate
-            out["chart"] = charts.line([float(n) for n in rate.per_minute])
-        return out
+        with self.ctx.db.read() as tx:
+            found = append_rate.bounds(tx, now)
+            minute, hour = append_rate.tenant_recent_in(tx, tenant, found)
+            rate = append_rate.deployment_rate_in(tx, found, now) if "dispatcher" in can else None
+        return {"minute": minute, "hour": hour, "cap": append_rate.TENANT_CAP, "mean_ms": self._append_latency_ms(),
+                "deployment": rate, "chart": charts.line([float(n) for n in rate.per_minute]) if rate else None}
 
     def _append_latency_ms(self) -> float | None:
         """The mean append latency in this process, from its append metrics."""
