@@ -14,6 +14,7 @@ import pytest
 
 from conftest import backend_database
 from settlekit.api.auth import create_api_key, revoke_api_key
+from settlekit.console.web import Console
 from settlekit.store import streams
 from settlekit.store.db import Database
 from support.api import TENANT_A, TENANT_B, TestClient, client, delivery_row_id, key_for, seed_tenant, tenant_rows
@@ -390,3 +391,43 @@ def test_a_long_timeline_lists_its_first_events_and_verifies_them_all(env: Env, 
     events = env.api_a.get(f"/v1/jobs/{env.job_id}/events").json()["events"]
     assert page.count('class="ok">verified') == 3 and f"{len(events) - 3} later events" in page
     assert 'id="verified">verifies' in page
+
+
+def test_requests_are_labelled_by_their_full_route_template(env: Env, signed_a: tuple[TestClient, str],
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Metrics and request logs name a console request by its route's template under /console (a fixed set the
+    routes define), never by the text of its path."""
+    browser, csrf = signed_a
+    routes = Console(env.app.state.settlekit, None).routes()  # type: ignore[arg-type]
+    templates = {f"/console{r.path}".replace("{verb:str}", "{verb}") for r in routes} | {"/console/static/{path}"}
+    with caplog.at_level("INFO", logger="settlekit.api.request"):
+        for page in (f"/console/job?id={quote(HOSTILE_JOB_ID, safe='')}", f"/console/destination?id=dst_{LONG[:50]}",
+                     "/console/static/console.css", "/console/no/such/page"):
+            browser.get(page)
+        post(browser, "/console/destination/requeue", csrf, id=env.destination_id)
+    labels = {s.labels["route"] for m in env.app.state.settlekit.registry.collect() for s in m.samples
+              if m.name == "settlekit_api_requests"}
+    console = {label for label in labels if label.startswith("/console")}
+    assert {"/console/job", "/console/destination", "/console/static/{path}", "/console/destination/{verb}"} <= console
+    assert console <= templates and not any("script" in label or "LLLL" in label for label in labels)
+    logged = {getattr(r, "route", None) for r in caplog.records if getattr(r, "path", "").startswith("/console")}
+    assert {"/console/job", "/console/destination/{verb}"} <= logged and logged - {None} <= templates
+
+
+def test_the_overview_append_rate_comes_from_the_database(env: Env, signed_a: tuple[TestClient, str]) -> None:
+    """Every API process appends to one log: the overview counts from it, the tenant its own events, the operator
+    the whole deployment's too."""
+    from datetime import UTC, datetime
+
+    from settlekit.store import append_rate
+
+    browser, _ = signed_a
+    page = browser.get("/console/overview/panel").text
+    hour = append_rate.tenant_recent(env.db, TENANT_A, datetime.now(UTC))[1]
+    assert hour > 0 and f"{hour:,} in the last hour" in page
+    assert 'id="deployment-appends"' not in page  # other tenants' volume is the operator's to see
+    operator, _ = sign_in(env.app, env.key_operator)
+    whole = append_rate.deployment_rate(env.db, datetime.now(UTC))
+    page = operator.get("/console/overview/panel").text
+    assert 'id="deployment-appends"' in page and f"{whole.last_hour:,} in the last hour" in page
+    assert whole.last_hour >= hour

@@ -103,9 +103,21 @@ class Pages:
         return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
 
     def click(self, css: str) -> None:
+        """Click a link or a form's button and wait for the page it leads to (the old page gone, the new loaded)."""
+        from selenium.common.exceptions import StaleElementReferenceException
         from selenium.webdriver.common.by import By
 
+        old = self.driver.find_element(By.TAG_NAME, "html")
         self.driver.find_element(By.CSS_SELECTOR, css).click()
+
+        def left() -> bool:
+            try:
+                old.tag_name  # noqa: B018 - raises once the page it belongs to is gone
+            except StaleElementReferenceException:
+                return True
+            return False
+
+        _wait(left, f"the page after {css}")
         _wait(lambda: self.driver.execute_script("return document.readyState") == "complete", css)
 
     def shot(self, name: str, width: int = 1200) -> None:
@@ -131,7 +143,7 @@ def test_console_in_chromium(driver: Any, site: dict[str, Any], tmp_path: Path) 
     driver.find_element("id", "api_key").send_keys(site["key"])
     page.click("form.stack button")
     assert driver.current_url.endswith("/console/")
-    assert "Appends (this process)" in page.text()
+    assert "Events appended (this tenant)" in page.text()
     # the overview's script runs under the CSP and refreshes the panel
     driver.execute_script("document.getElementById('overview-panel').dispatchEvent(new Event('console-refresh'))")
     _wait(lambda: driver.execute_script(

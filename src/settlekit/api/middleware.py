@@ -30,6 +30,7 @@ body without Content-Length or over the limit takes the routed path.
 from __future__ import annotations
 
 import contextvars
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api.auth import ApiKey
@@ -56,6 +57,7 @@ from settlekit.runtime import logging as logs
 
 _REQUEST_ID = HEADER.encode()
 _BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
+_CONVERTER = re.compile(r"\{(\w+):\w+\}")  # `{verb:str}` of a route's path, named `{verb}` in labels
 # the status logged and counted for a request that got no answer because its connection ended during its body
 # (nginx's code for it; never sent)
 CLIENT_CLOSED_REQUEST = 499
@@ -164,7 +166,7 @@ class ApiMiddleware:
 
     def _finish(self, scope: Scope, exchange: _Exchange, started: float, failed: bool) -> None:
         seconds = time.perf_counter() - started
-        route = getattr(scope.get("route"), "path", None)
+        route = self._route_label(scope)
         if failed:
             status = 500
         elif exchange.client_left:
@@ -176,6 +178,21 @@ class ApiMiddleware:
         self.metrics.observe(scope["method"], route or "unmatched", status, seconds)
         code = "INTERNAL" if failed else error_code(exchange.problem)
         log_request(scope, exchange.request_id, status, seconds, route, code)
+
+    def _route_label(self, scope: Scope) -> str | None:
+        """The path template of the route that served the request (None: none did). A mounted sub-application's
+        route is named by its full template (`/console/destination/{verb}`, `/console/static/{path}`): a fixed set
+        the routes define, never the text of a request's path."""
+        route = scope.get("route")
+        template: str | None = getattr(route, "path", None)
+        path: str = scope["path"]
+        if template is None or not (path in self.session_roots or path.startswith(self.session_prefixes)):
+            return None if template is None else _CONVERTER.sub(r"{\1}", template)  # /v1/deliveries/{delivery_id}
+        root = next(r for r in self.session_roots if path == r or path.startswith(f"{r}/"))
+        if template == root:  # the mount itself: no route of the sub-application matched
+            return None
+        full = root + _CONVERTER.sub(r"{\1}", template)
+        return f"{full}/{{path}}" if isinstance(route, Mount) else full
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send, exchange: _Exchange) -> None:
         try:

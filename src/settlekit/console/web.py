@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -49,7 +48,7 @@ from settlekit.events.envelope import VerificationError, load_public_key, verify
 from settlekit.jobs.types import JOB_STATES
 from settlekit.ledger.timeline import millis_to_iso, parse_instant
 from settlekit.runtime.settings import Settings
-from settlekit.store import api_keys, streams
+from settlekit.store import api_keys, append_rate, streams
 from settlekit.store import deliveries as delivery_store
 from settlekit.store import finance as finance_store
 from settlekit.store import ledger as ledger_rows
@@ -183,8 +182,6 @@ class Console:
         self.env = _env()
         # a delivery's id as its tenant sees it (settlekit/cursors.py): the row id counts every tenant's deliveries
         self.env.filters["delivery_id"] = lambda d: ctx.cursors.encode(DELIVERY, d.tenant_id, d.id)
-        self.samples: list[tuple[float, float, float]] = []  # (time, appends counted, seconds spent), for the chart
-        self.samples_lock = threading.Lock()
 
     def routes(self) -> list[Route]:
         page = self._page
@@ -339,7 +336,7 @@ class Console:
     def _overview_data(self, user: SignedIn) -> dict[str, Any]:
         tenant = user.key.tenant_id
         can = _scopes(self.ctx, user.key)
-        out: dict[str, Any] = {"appends": self._append_rate(), "last_close": None}
+        out: dict[str, Any] = {"appends": self._append_rate(tenant, can), "last_close": None}
         if "jobs:read" in can:
             with self.ctx.db.read() as tx:
                 months = finance_store.closed_months(tx, tenant)
@@ -359,8 +356,20 @@ class Console:
             out["lag_chart"] = charts.bars([(p.state.name, float(p.lag)) for p in consumers], unit=" events")
         return out
 
-    def _append_rate(self) -> dict[str, Any]:
-        """Appends per second and mean latency in this process, from its append metrics, sampled at each view."""
+    def _append_rate(self, tenant: str, can: set[str]) -> dict[str, Any]:
+        """Events appended in the last minute and hour, from the database (every API process appends to it): the
+        tenant's own, and for the operator the whole deployment's with its per-minute chart; the mean append
+        latency is this process's (its metrics)."""
+        now = datetime.now(UTC)
+        with self.ctx.db.read() as tx:
+            found = append_rate.bounds(tx, now)
+            minute, hour = append_rate.tenant_recent_in(tx, tenant, found)
+            rate = append_rate.deployment_rate_in(tx, found, now) if "dispatcher" in can else None
+        return {"minute": minute, "hour": hour, "cap": append_rate.TENANT_CAP, "mean_ms": self._append_latency_ms(),
+                "deployment": rate, "chart": charts.line([float(n) for n in rate.per_minute]) if rate else None}
+
+    def _append_latency_ms(self) -> float | None:
+        """The mean append latency in this process, from its append metrics."""
         total = seconds = 0.0
         registry = self.ctx.registry
         if registry is not None:
@@ -371,14 +380,7 @@ class Console:
                             total += sample.value
                         elif sample.name.endswith("_sum"):
                             seconds += sample.value
-        now = time.monotonic()
-        with self.samples_lock:
-            self.samples = samples = [s for s in self.samples if now - s[0] < 900][-59:] + [(now, total, seconds)]
-        rates = []
-        for (t0, n0, _), (t1, n1, _) in zip(samples, samples[1:], strict=False):
-            rates.append((n1 - n0) / (t1 - t0) if t1 > t0 else 0.0)
-        return {"total": int(total), "mean_ms": seconds / total * 1000 if total else None,
-                "rate": rates[-1] if rates else None, "chart": charts.line(rates)}
+        return seconds / total * 1000 if total else None
 
     # --- jobs ----------------------------------------------------------------------------------------------------
 

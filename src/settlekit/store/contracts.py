@@ -19,18 +19,6 @@ from settlekit.ledger import contract_hash, legacy_contract_hash, normalize_cont
 from settlekit.store.database import Database, Tx
 from settlekit.store.sql import statements
 
-# the document stored under the hash, else the one an alias of that hash names
-_RESOLVE = (
-    "SELECT document_json, 0 AS via_alias FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?"
-    " UNION ALL"
-    " SELECT d.document_json, 1 AS via_alias FROM contract_hash_aliases a JOIN contract_documents d"
-    " ON d.tenant_id = a.tenant_id AND d.contract_hash = a.contract_hash"
-    " WHERE a.tenant_id = ? AND a.alias_hash = ?"
-    " ORDER BY via_alias LIMIT 1"
-)
-_ADD_ALIAS = ("INSERT INTO contract_hash_aliases (tenant_id, alias_hash, contract_hash) VALUES (?, ?, ?)"
-              " ON CONFLICT DO NOTHING")
-
 
 @dataclass(frozen=True)
 class StoredContract:
@@ -55,7 +43,7 @@ def store_contract(db: Database, tenant_id: str, document: Any) -> StoredContrac
                              (tenant_id, digest, normalized.get("contractId"),
                               json.dumps(document, ensure_ascii=False, separators=(",", ":")))) > 0
         if legacy != digest:
-            tx.execute(_ADD_ALIAS, (tenant_id, legacy, digest))
+            tx.execute(statements("contracts", tx.dialect)["add_alias"], (tenant_id, legacy, digest))
     return StoredContract(digest, created)
 
 
@@ -67,7 +55,7 @@ def get_contract(db: Database, tenant_id: str, digest: str) -> dict[str, Any] | 
 
 def contract_in_tx(tx: Tx, tenant_id: str, digest: str) -> dict[str, Any] | None:
     """The document inside an open transaction (the artifact consumer's turn), or None when not registered."""
-    row = tx.fetchone(_RESOLVE, (tenant_id, digest, tenant_id, digest))
+    row = tx.fetchone(statements("contracts", tx.dialect)["resolve"], (tenant_id, digest, tenant_id, digest))
     return None if row is None else parse_json(row[0])
 
 
@@ -91,7 +79,7 @@ def rekey_contract_documents(tx: Tx) -> int:
                        (new, tenant_id, old))
         else:  # the same document is already stored under its new hash: the old row is a duplicate
             tx.execute(statements("contracts", tx.dialect)["drop_duplicate_contract"], (tenant_id, old))
-        tx.execute(_ADD_ALIAS, (tenant_id, old, new))
+        tx.execute(statements("contracts", tx.dialect)["add_alias"], (tenant_id, old, new))
         moved += 1
     return moved
 

@@ -15,8 +15,6 @@ from settlekit.store.database import Database, Row
 from settlekit.store.signer_keys import SIGNER_KEY_COLUMNS, SignerKey
 from settlekit.store.sql import and_where, statements
 
-_JOB_PAGE = ("SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json FROM streams"
-             " WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ? ORDER BY stream_id LIMIT ?")
 _HEAD_COLUMNS = "stream_id, stream_type, head_seq, head_chain_hash, head_event_id, snapshot_json"
 # One row per key found (at least one row): the stream's columns (NULL when there is no stream) beside each key's.
 _HEAD_AND_KEYS = (
@@ -35,8 +33,6 @@ _KEY_HEAD_AND_KEYS = (
     " LEFT JOIN streams s ON s.tenant_id = a.tenant_id AND s.stream_id = ?"
     " LEFT JOIN signer_keys k ON k.tenant_id = a.tenant_id AND k.key_id IN ({marks})"
     " WHERE a.key_id = ?")
-_JOB_AFTER = ("SELECT stream_id FROM streams WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ?"
-              " ORDER BY stream_id LIMIT 1")
 
 
 @dataclass(frozen=True)
@@ -248,7 +244,7 @@ def job_page(db: Database, tenant_id: str, *, after: str | None, limit: int, sta
     start = after if after is not None else ""  # every stream id sorts after the empty string
     with db.read() as tx:
         if status is None:
-            rows = tx.fetchall(_JOB_PAGE, (tenant_id, start, limit + 1))
+            rows = tx.fetchall(statements("streams", tx.dialect)["job_page"], (tenant_id, start, limit + 1))
             more = len(rows) > limit
             page = rows[:limit]
             return JobPage([_job_row(r) for r in page], page[-1][0] if page else after, more)
@@ -262,7 +258,8 @@ def job_page(db: Database, tenant_id: str, *, after: str | None, limit: int, sta
                 matched.append(row)
                 if len(matched) == limit:
                     break
-        more = last is not None and tx.fetchone(_JOB_AFTER, (tenant_id, last)) is not None
+        more = last is not None and tx.fetchone(statements("streams", tx.dialect)["job_after"],
+                                                (tenant_id, last)) is not None
     return JobPage([_job_row(r) for r in matched], last, more)
 
 
@@ -273,11 +270,6 @@ def _snapshot_status(snapshot_json: str | None) -> Any:
     return job.get("status") if isinstance(job, dict) else None
 
 
-_JOB_PREFIX_PAGE = ("SELECT stream_id, head_seq, head_chain_hash, updated_at, snapshot_json FROM streams"
-                    " WHERE tenant_id = ? AND stream_type = 'job' AND stream_id > ? AND stream_id >= ?"
-                    " ORDER BY stream_id LIMIT ?")
-
-
 def job_prefix_page(db: Database, tenant_id: str, prefix: str, *, after: str | None, limit: int,
                     status: str | None = None, scan: int | None = None) -> JobPage:
     """Up to `limit` job streams of `tenant_id` whose id starts with `prefix`, after stream id `after`, in stream
@@ -286,7 +278,7 @@ def job_prefix_page(db: Database, tenant_id: str, prefix: str, *, after: str | N
     start = after if after is not None and after > prefix else ""
     window = limit if status is None else max(scan or limit, limit)
     with db.read() as tx:
-        rows = tx.fetchall(_JOB_PREFIX_PAGE, (tenant_id, start, prefix, window + 1))
+        rows = tx.fetchall(statements("streams", tx.dialect)["job_prefix_page"], (tenant_id, start, prefix, window + 1))
     matched: list[JobRow] = []
     last = after
     more = False

@@ -16,3 +16,15 @@ UPDATE contract_documents SET contract_hash = ? WHERE tenant_id = ? AND contract
 
 -- name: drop_duplicate_contract
 DELETE FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?
+
+-- name: resolve
+-- the document stored under the hash, else the one an alias of that hash names
+SELECT document_json, 0 AS via_alias FROM contract_documents WHERE tenant_id = ? AND contract_hash = ?
+UNION ALL
+SELECT d.document_json, 1 AS via_alias FROM contract_hash_aliases a JOIN contract_documents d
+    ON d.tenant_id = a.tenant_id AND d.contract_hash = a.contract_hash
+ WHERE a.tenant_id = ? AND a.alias_hash = ?
+ ORDER BY via_alias LIMIT 1
+
+-- name: add_alias
+INSERT INTO contract_hash_aliases (tenant_id, alias_hash, contract_hash) VALUES (?, ?, ?) ON CONFLICT DO NOTHING
