@@ -73,8 +73,15 @@ def test_calls_run_for_an_event_loop_keep_the_bound_and_hand_over_every_outcome(
         assert await asyncio.wait_for(queued, HANG_GUARD) == "third"
         assert pool.pending == 0
         gate.clear()
-        blocking = pool.run(gate.wait, HANG_GUARD)
+        started = threading.Event()
+
+        def block() -> bool:
+            started.set()
+            return gate.wait(HANG_GUARD)
+
+        blocking = pool.run(block)
         never = pool.run(lambda: "never run")
+        assert await asyncio.to_thread(started.wait, HANG_GUARD)  # running: shutdown cancels only `never`
         await asyncio.to_thread(pool.shutdown, wait=False, cancel_futures=True)
         gate.set()
         assert await asyncio.wait_for(blocking, HANG_GUARD) is True
