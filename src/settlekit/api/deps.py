@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -121,7 +120,7 @@ class ApiContext:
     # Their queue is bounded: a stalled database must not pile up requests (api/admission.py).
     # By default they hold as many requests, running or queued, as the group commit holds appends (one more: 503
     # OVERLOADED at once; SETTLEKIT_MAX_QUEUED_APPENDS sets both).
-    auth_threads: ThreadPoolExecutor = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_APPENDS))
+    auth_threads: BoundedThreadPool = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_APPENDS))
     extra: dict[str, Any] = field(default_factory=dict)
     # the opaque, tenant-bound tokens shown for event positions and delivery ids (settlekit/cursors.py)
     cursors: Cursors = field(init=False)

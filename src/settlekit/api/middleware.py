@@ -29,7 +29,6 @@ body without Content-Length or over the limit takes the routed path.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import re
 import time
@@ -302,9 +301,9 @@ class ApiMiddleware:
         try:
             self.ctx.db.check_reachable()
             # refused at once (OverloadedError) when the auth threads hold as many requests as they take
-            authenticating = asyncio.get_running_loop().run_in_executor(
-                self.ctx.auth_threads, contextvars.copy_context().run, self._direct_authenticate, direct, request,
-                body, client[0] if client else None)
+            authenticating = self.ctx.auth_threads.run(
+                contextvars.copy_context().run, self._direct_authenticate, direct, request, body,
+                client[0] if client else None)
         except SettlekitError as exc:
             await problem_from_error(exc, error_headers(exc))(scope, receive, send)
             return True
