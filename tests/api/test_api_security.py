@@ -68,7 +68,7 @@ def api_routes() -> list[tuple[str, str]]:
     for route in app.routes:
         if isinstance(route, APIRoute) and route.path not in OPEN_PATHS:
             for method in sorted(route.methods or ()):
-                out.append((method, route.path))
+                out.append((method, route.path_format))  # the template, without its convertors
     return sorted(out)
 
 

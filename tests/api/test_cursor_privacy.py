@@ -121,3 +121,18 @@ def test_postings_show_position_cursors_and_sealed_page_cursors(db: Database) ->
             "CURSOR_INVALID")
     assert api_a.get(f"/v1/ledger/accounts/{account}/postings",
                      params={"cursor": page["nextCursor"]}).status_code == 200
+
+
+def test_a_delivery_shows_that_a_worker_holds_it_not_which_one(db: Database) -> None:
+    """A worker's id names its host and process: a tenant sees `leased`, never the worker."""
+    app = make_app(db)
+    api_a = client(app, key_for(db, TENANT_A))
+    seeded = seed_tenant(db, api_a)
+    assert api_a.get(f"/v1/deliveries/{seeded.delivery_id}").json()["leased"] is False
+    with db.transaction() as tx:
+        tx.execute("UPDATE deliveries SET lease_owner = ?, lease_expires_at = ? WHERE id = ?",
+                   ("worker-host.internal:4242", "2999-01-01T00:00:00.000Z", seeded.delivery_row))
+    one = api_a.get(f"/v1/deliveries/{seeded.delivery_id}")
+    listed = api_a.get("/v1/deliveries", params={"limit": 1000})
+    assert one.json()["leased"] is True and "lease_owner" not in one.json()
+    assert all("worker-host" not in r.text for r in (one, listed))

@@ -420,3 +420,35 @@ def test_appends_whose_group_failed_no_longer_count_against_the_bound(db: Databa
         assert group.pending == 0, attempt
     assert backend.tries >= 5
     group.close()
+
+
+def test_appends_submitted_from_an_event_loop_get_their_own_outcomes_there(db: Database) -> None:
+    """submit_async: appends of one loop written in a group each get their outcome on the loop (the writer hands
+    them over in one call), a head mismatch and a duplicate event id included; a waiter cancelled meanwhile is
+    skipped and its append written all the same."""
+    recorder = EventRecorder(db, group_commit=True)
+    group = recorder.group
+    assert group is not None
+    existing = _events("s_loop_conflict")
+    EventRecorder(db).commit(_batch("s_loop_conflict", existing))
+    duplicate = _events("s_loop_dup")
+
+    async def scenario() -> list[Any]:
+        futures = [group.submit_async(_batch(f"s_loop_{i}", _events(f"s_loop_{i}")), None) for i in range(5)]
+        futures.append(group.submit_async(_batch("s_loop_conflict", _events("s_loop_conflict")), None))
+        futures.append(group.submit_async(_batch("s_loop_dup", duplicate), None))
+        futures.append(group.submit_async(_batch("s_loop_dup2", [{**duplicate[0], "streamId": "s_loop_dup2"}]),
+                                          None))
+        abandoned = group.submit_async(_batch("s_loop_abandoned", _events("s_loop_abandoned")), None)
+        abandoned.cancel()
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    try:
+        outcomes = asyncio.run(scenario())
+    finally:
+        recorder.close()
+    assert all(isinstance(o, Committed) for o in outcomes[:5]), outcomes
+    assert outcomes[5] == HeadMismatch(1, existing[0]["chainHash"])
+    assert isinstance(outcomes[6], Committed) != isinstance(outcomes[7], Committed)  # one id, one of the two
+    assert isinstance(outcomes[6], DuplicateKey) or isinstance(outcomes[7], DuplicateKey), outcomes
+    assert Streams(db).head(T, "s_loop_abandoned") is not None

@@ -4,6 +4,7 @@ cancelled while queued, refused by a pool that is shut down) gives its place bac
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -49,4 +50,49 @@ def test_calls_beyond_the_bound_are_refused_and_every_ending_gives_the_place_bac
         pool.shutdown(wait=True)
     with pytest.raises(RuntimeError):
         pool.submit(lambda: "after shutdown")
+    assert pool.pending == 0
+
+
+def test_calls_run_for_an_event_loop_keep_the_bound_and_hand_over_every_outcome() -> None:
+    """`run`: the outcome awaited on the loop (a result, the call's exception); beyond the bound OverloadedError at
+    once; a call still queued at shutdown(cancel_futures=True) is cancelled; each gives its place back."""
+    pool = BoundedThreadPool(1, 3)
+    gate = threading.Event()
+
+    async def scenario() -> None:
+        running = pool.run(gate.wait, HANG_GUARD)
+        failing = pool.run(lambda: 1 / 0)
+        queued = pool.run(lambda: "third")
+        assert pool.pending == 3
+        with pytest.raises(OverloadedError):
+            pool.run(lambda: "refused")
+        gate.set()
+        assert await asyncio.wait_for(running, HANG_GUARD) is True
+        with pytest.raises(ZeroDivisionError):
+            await asyncio.wait_for(failing, HANG_GUARD)
+        assert await asyncio.wait_for(queued, HANG_GUARD) == "third"
+        assert pool.pending == 0
+        gate.clear()
+        started = threading.Event()
+
+        def block() -> bool:
+            started.set()
+            return gate.wait(HANG_GUARD)
+
+        blocking = pool.run(block)
+        never = pool.run(lambda: "never run")
+        assert await asyncio.to_thread(started.wait, HANG_GUARD)  # running: shutdown cancels only `never`
+        await asyncio.to_thread(pool.shutdown, wait=False, cancel_futures=True)
+        gate.set()
+        assert await asyncio.wait_for(blocking, HANG_GUARD) is True
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(never, HANG_GUARD)
+        with pytest.raises(RuntimeError):
+            pool.run(lambda: "after shutdown")
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        gate.set()
+        pool.shutdown(wait=True)
     assert pool.pending == 0

@@ -3,6 +3,7 @@ OVERLOADED, nothing done) instead of queueing behind the others while memory and
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import threading
@@ -32,11 +33,7 @@ class BoundedThreadPool(ThreadPoolExecutor):
         return self._pending
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        with self._count_lock:
-            if self._pending >= self.max_pending:
-                raise OverloadedError(f"{self._pending} requests already wait for the database",
-                                      queued=self._pending, limit=self.max_pending)
-            self._pending += 1
+        self._take()
         try:
             future = super().submit(fn, *args, **kwargs)
         except BaseException:
@@ -45,12 +42,83 @@ class BoundedThreadPool(ThreadPoolExecutor):
         future.add_done_callback(self._on_done)
         return future
 
+    def run(self, fn: Callable[..., T], /, *args: Any) -> asyncio.Future[T]:
+        """`fn(*args)` on a thread of the pool, its outcome awaited on the running event loop: what
+        `loop.run_in_executor(pool, fn, *args)` gives, bounded as `submit`, without a concurrent Future chained to
+        the asyncio one (the call hands its outcome to the loop itself). The caller's context variables are not
+        carried: pass `contextvars.copy_context().run` and the function for that."""
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[T] = loop.create_future()
+        self._take()
+        try:
+            with self._shutdown_lock:
+                if self._shutdown:
+                    raise RuntimeError("cannot schedule new futures after shutdown")
+                # the executor's own queue and workers: they run any item with a run() method (_LoopCall)
+                self._work_queue.put(_LoopCall(self, loop, outcome, fn, args))  # type: ignore[arg-type]
+                self._adjust_thread_count()
+        except BaseException:
+            self._finished()
+            raise
+        return outcome
+
+    def _take(self) -> None:
+        with self._count_lock:
+            if self._pending >= self.max_pending:
+                raise OverloadedError(f"{self._pending} requests already wait for the database",
+                                      queued=self._pending, limit=self.max_pending)
+            self._pending += 1
+
     def _on_done(self, future: Future[Any]) -> None:
         self._finished()
 
     def _finished(self) -> None:
         with self._count_lock:
             self._pending -= 1
+
+
+class _LoopCall:
+    """A call queued by `BoundedThreadPool.run`: a pool thread runs it and hands its outcome to the caller's event
+    loop; it gives its place in the bound back first. `future` is itself: what `shutdown(cancel_futures=True)`
+    cancels of the items still queued."""
+
+    __slots__ = ("args", "fn", "future", "loop", "outcome", "pool")
+
+    def __init__(self, pool: BoundedThreadPool, loop: asyncio.AbstractEventLoop, outcome: asyncio.Future[Any],
+                 fn: Callable[..., Any], args: tuple[Any, ...]):
+        self.pool, self.loop, self.outcome, self.fn, self.args = pool, loop, outcome, fn, args
+        self.future = self
+
+    def run(self) -> None:
+        try:
+            result = self.fn(*self.args)
+        except BaseException as exc:  # the caller's to see, as run_in_executor gives it
+            self._settle(_set_exception, exc)
+        else:
+            self._settle(_set_result, result)
+
+    def cancel(self) -> bool:
+        self._settle(_set_cancelled, None)
+        return True
+
+    def _settle(self, settle: Callable[[asyncio.Future[Any], Any], None], value: Any) -> None:
+        self.pool._finished()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for the outcome
+            self.loop.call_soon_threadsafe(settle, self.outcome, value)
+
+
+def _set_result(outcome: asyncio.Future[Any], value: Any) -> None:
+    if not outcome.done():  # the waiter may have been cancelled meanwhile
+        outcome.set_result(value)
+
+
+def _set_exception(outcome: asyncio.Future[Any], exc: BaseException) -> None:
+    if not outcome.done():
+        outcome.set_exception(exc)
+
+
+def _set_cancelled(outcome: asyncio.Future[Any], _: Any) -> None:
+    outcome.cancel()
 
 
 class OutboundBusyError(SettlekitError):

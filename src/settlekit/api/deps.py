@@ -5,13 +5,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio
 from fastapi import Depends, Path, Query, Request
-from pydantic import BeforeValidator
+from pydantic import AwareDatetime, BeforeValidator
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
@@ -32,21 +31,55 @@ from settlekit.projections.artifact_store import ArtifactStore
 
 # Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_INT64 = 2**63 - 1
-_DIGITS = re.compile(r"[0-9]{1,40}")  # zero padding allowed; the bounds of each parameter apply after
+# zero padding allowed; the bounds of each parameter apply after
+_DIGITS = re.compile(r"(?P<integer>[0-9]{1,40})(?:\.0{1,40})?")
 
 
 def _decimal_digits(value: Any) -> Any:
-    """An integer in a path or query is written in decimal digits only: not `1.0`, `+1`, ` 1` or `1_000`, which
-    the model's lax integer parsing would read as numbers."""
-    if isinstance(value, str) and not _DIGITS.fullmatch(value):
-        raise ValueError("must be written as 1 to 40 decimal digits (0-9)")
+    """An integer in a path or query is written in decimal digits, with a fraction of zeros at most (`5.0` is the
+    integer 5, as JSON Schema reads it): not `+1`, ` 1`, `1_000` or `1e3`, which the model's lax integer parsing
+    would read as numbers."""
+    if isinstance(value, str):
+        match = _DIGITS.fullmatch(value)
+        if match is None:
+            raise ValueError("must be written as 1 to 40 decimal digits (0-9)")
+        return match["integer"]
     return value
 
 
+def _whole_number(value: Any) -> Any:
+    """A JSON number with a fraction of zeros (`5.0`) is that integer, as JSON Schema and JavaScript read it."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+WholeNumber = BeforeValidator(_whole_number)
+"""For an integer member of a strict request model: 5.0 is accepted as 5."""
+_RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})")
+
+
+def is_rfc3339(value: Any) -> bool:
+    """Whether `value` is written as an RFC 3339 date-time with an offset (the OpenAPI `date-time` format)."""
+    return isinstance(value, str) and _RFC3339.fullmatch(value) is not None
+
+
+def _rfc3339(value: Any) -> Any:
+    """An instant is written as RFC 3339 says: not a number of seconds, a date alone or a space for the `T`,
+    which the model's lax parsing would read."""
+    if not is_rfc3339(value):
+        raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T23:59:59Z")
+    return value
+
+
+Instant = Annotated[AwareDatetime, BeforeValidator(_rfc3339)]
+"""A date-time in a request (query or body): RFC 3339 with an offset."""
+
+
 DecimalDigits = BeforeValidator(_decimal_digits)
-IdPath = Annotated[int, DecimalDigits, Path(ge=0, le=MAX_INT64)]
-PositionQuery = Annotated[int, DecimalDigits, Query(ge=0, le=MAX_INT64)]
-OptionalPositionQuery = Annotated[int | None, DecimalDigits, Query(ge=0, le=MAX_INT64)]
+# the FastAPI marker first: after a validator, its bounds reach the document as `ge`/`le`, which JSON Schema ignores
+IdPath = Annotated[int, Path(ge=0, le=MAX_INT64), DecimalDigits]
+PositionQuery = Annotated[int, Query(ge=0, le=MAX_INT64), DecimalDigits]
+OptionalPositionQuery = Annotated[int | None, Query(ge=0, le=MAX_INT64), DecimalDigits]
 # an opaque token the API returned (settlekit/cursors.py); a number in its place is 400 CURSOR_NUMERIC
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]{1,200}$"
 # Text ids in a path are bounded like the ids they name (job, account, signer key and consumer names: 1..200
@@ -56,7 +89,7 @@ TextIdPath = Annotated[str, Path(min_length=1, max_length=200)]
 DestinationIdPath = Annotated[str, Path(min_length=1, max_length=64)]
 ArtifactIdPath = Annotated[str, Path(min_length=1, max_length=500)]
 MAX_PAGE = 500  # the largest `limit` of a paged listing
-PageLimit = Annotated[int, DecimalDigits, Query(ge=1, le=MAX_PAGE)]
+PageLimit = Annotated[int, Query(ge=1, le=MAX_PAGE), DecimalDigits]
 AUTH_THREADS = 8  # see ApiContext.auth_threads
 
 
@@ -87,7 +120,7 @@ class ApiContext:
     # Their queue is bounded: a stalled database must not pile up requests (api/admission.py).
     # By default they hold as many requests, running or queued, as the group commit holds appends (one more: 503
     # OVERLOADED at once; SETTLEKIT_MAX_QUEUED_APPENDS sets both).
-    auth_threads: ThreadPoolExecutor = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_APPENDS))
+    auth_threads: BoundedThreadPool = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_APPENDS))
     extra: dict[str, Any] = field(default_factory=dict)
     # the opaque, tenant-bound tokens shown for event positions and delivery ids (settlekit/cursors.py)
     cursors: Cursors = field(init=False)

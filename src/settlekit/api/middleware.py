@@ -29,7 +29,6 @@ body without Content-Length or over the limit takes the routed path.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import re
 import time
@@ -188,7 +187,7 @@ class ApiMiddleware:
         template: str | None = getattr(route, "path", None)
         path: str = scope["path"]
         if template is None or not (path in self.session_roots or path.startswith(self.session_prefixes)):
-            return template
+            return None if template is None else _CONVERTER.sub(r"{\1}", template)  # /v1/deliveries/{delivery_id}
         root = next(r for r in self.session_roots if path == r or path.startswith(f"{r}/"))
         if template == root:  # the mount itself: no route of the sub-application matched
             return None
@@ -302,9 +301,9 @@ class ApiMiddleware:
         try:
             self.ctx.db.check_reachable()
             # refused at once (OverloadedError) when the auth threads hold as many requests as they take
-            authenticating = asyncio.get_running_loop().run_in_executor(
-                self.ctx.auth_threads, contextvars.copy_context().run, self._direct_authenticate, direct, request,
-                body, client[0] if client else None)
+            authenticating = self.ctx.auth_threads.run(
+                contextvars.copy_context().run, self._direct_authenticate, direct, request, body,
+                client[0] if client else None)
         except SettlekitError as exc:
             await problem_from_error(exc, error_headers(exc))(scope, receive, send)
             return True

@@ -1,6 +1,11 @@
 """The OpenAPI document as the API behaves: the bearer API key, the request headers the routes read, the response
 headers every answer carries, and every error an operation can answer as `application/problem+json` with its codes.
 
+Every string a request carries is refused when it holds U+0000 (api/guards.py), so `document` gives each string of
+a parameter or request body that has no pattern, format or enum of its own the pattern NO_NUL, and each open JSON
+object of a request (a payload, a contract document) keys and values without it (JsonValue). FastAPI's document
+model turns integer bounds into floats; `document` writes them back as integers (2**63 - 1 has no float).
+
 A route declares what is its own: `response_model=` (schemas.py) for its 2xx body, `responses=problems(...)` for
 the error codes it raises itself and `openapi_extra=request_headers(...)` for the headers it reads. `document` adds
 what every operation shares (input guards, authentication, scopes, rate limit, body limit, database outage,
@@ -19,6 +24,39 @@ from settlekit.api.problems import PROBLEM_TYPE
 from settlekit.api.schemas import Problem
 from settlekit.errors import CATALOGUE
 
+MAX_INT64 = 2**63 - 1
+NO_NUL = "^[^\\u0000]*$"
+"""The pattern of a request string: any text without U+0000."""
+JSON_VALUE_REF = "#/components/schemas/JsonValue"
+PAYLOAD_VALUE_REF = "#/components/schemas/PayloadValue"
+PAYLOAD_OBJECT_REF = "#/components/schemas/PayloadObject"
+PAYLOAD_NAME: dict[str, Any] = {"pattern": NO_NUL, "not": {"const": "__proto__"}}
+"""A member name in an event payload."""
+PY_SPACE = ("\\t\\n\\v\\f\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f"
+            "\\u3000")
+"""Python's white space (`str.isspace`, `\\s` of its `re`) as the members of a regex class: spelled out, as `\\s`
+differs between regex engines."""
+NO_SPACE = f"^[^\\u0000{PY_SPACE}]+$"
+"""The pattern of an id without white space (event and job ids)."""
+JS_NONBLANK = ("^[^\\u0000]*[^\\u0000\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+               "\\ufeff][^\\u0000]*$")
+"""A string JavaScript's `trim` leaves non-empty (settld's non-empty string), without U+0000."""
+_JSON_SCHEMAS: dict[str, Any] = {
+    "JsonValue": {"description": "Any JSON value whose strings and member names hold no U+0000.",
+                  "anyOf": [{"type": "string", "pattern": NO_NUL}, {"type": "number"}, {"type": "boolean"},
+                            {"type": "null"}, {"type": "array", "items": {"$ref": JSON_VALUE_REF}},
+                            {"$ref": "#/components/schemas/JsonObject"}]},
+    "JsonObject": {"type": "object", "propertyNames": {"pattern": NO_NUL},
+                   "additionalProperties": {"$ref": JSON_VALUE_REF}},
+    "PayloadValue": {"description": "A value of an event payload: JSON whose strings and member names hold no "
+                                    "U+0000 and whose objects have no member `__proto__` (settld's hashes leave it "
+                                    "out). Numbers are read as JavaScript reads them; -0 is refused.",
+                     "anyOf": [{"type": "string", "pattern": NO_NUL}, {"type": "number"}, {"type": "boolean"},
+                               {"type": "null"}, {"type": "array", "items": {"$ref": PAYLOAD_VALUE_REF}},
+                               {"$ref": PAYLOAD_OBJECT_REF}]},
+    "PayloadObject": {"type": "object", "propertyNames": PAYLOAD_NAME,
+                      "additionalProperties": {"$ref": PAYLOAD_VALUE_REF}},
+}
 CODES_KEY = "x-problem-codes"  # a response's codes; rendered into its description by `document`
 _PROBLEM_REF = "#/components/schemas/Problem"
 
@@ -114,6 +152,9 @@ def document(app: FastAPI, open_paths: Iterable[str], unbounded_paths: Iterable[
             for unused in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(unused, None)
             schemas["Problem"] = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(_JSON_SCHEMAS)
+            _exact_bounds(schema)
+            _request_strings_without_nul(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -188,3 +229,60 @@ def _problem_response(status: int, codes: list[str], *, secured: bool) -> dict[s
 
 def _add_headers(response: dict[str, Any], names: Iterable[str]) -> None:
     response.setdefault("headers", {}).update({name: {"$ref": f"#/components/headers/{name}"} for name in names})
+
+
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _exact_bounds(node: Any) -> None:
+    """Integer bounds as integers: FastAPI's document model reads them as floats, and 2**63 - 1 becomes 2**63."""
+    if isinstance(node, dict):
+        for name in _BOUNDS:
+            value = node.get(name)
+            if isinstance(value, float) and value.is_integer():
+                node[name] = MAX_INT64 if value == float(MAX_INT64) else int(value)
+        for child in node.values():
+            _exact_bounds(child)
+    elif isinstance(node, list):
+        for child in node:
+            _exact_bounds(child)
+
+
+def _request_strings_without_nul(document: dict[str, Any]) -> None:
+    """NO_NUL on every string of a parameter or request body without a pattern, format or enum of its own (the
+    components they name included), and JsonValue members in their open objects."""
+    components = document.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, list):
+            for child in node:
+                visit(child)
+            return
+        if not isinstance(node, dict):
+            return
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+            name = ref.rsplit("/", 1)[1]
+            if name not in seen:
+                seen.add(name)
+                visit(components.get(name))
+            return
+        if node.get("type") == "string" and not {"pattern", "format", "enum", "const"} & node.keys():
+            node["pattern"] = NO_NUL
+        if node.get("type") == "object" and "properties" not in node and node.get("additionalProperties", True) is True:
+            node["propertyNames"] = {"pattern": NO_NUL}
+            node["additionalProperties"] = {"$ref": JSON_VALUE_REF}
+        for key in ("anyOf", "oneOf", "allOf", "items", "prefixItems", "additionalProperties"):
+            visit(node.get(key))
+        for member in node.get("properties", {}).values():
+            visit(member)
+
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                visit(parameter.get("schema"))
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                visit(media.get("schema"))
+    for parameter in document.get("components", {}).get("parameters", {}).values():
+        visit(parameter.get("schema"))

@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 from starlette.types import Scope
 
+from settlekit.runtime.logging import write_json_line
+
 log = logging.getLogger("settlekit.api.request")
 
 HEADER = "x-request-id"
@@ -63,4 +65,6 @@ def log_request(scope: Scope, request_id: str, status: int, seconds: float, rout
         "key_id": getattr(key, "key_id", None),
         "error_code": error,
     }
-    log.log(level, "request", extra={k: v for k, v in fields.items() if v is not None})
+    extra = {k: v for k, v in fields.items() if v is not None}
+    if not write_json_line(log, level, "request", extra):
+        log.log(level, "request", extra=extra)

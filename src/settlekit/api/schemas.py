@@ -259,7 +259,7 @@ class Delivery(_Closed):
     state: Literal["pending", "delivered", "failed"]
     attempts: int
     next_attempt_at: str | None
-    lease_owner: str | None
+    leased: bool = Field(description="a worker holds the delivery (sending it) until `lease_expires_at`")
     lease_expires_at: str | None
     last_status: int | None
     last_error: str | None

@@ -363,13 +363,13 @@ class Appender:
                 check_nesting(event, i)
             else:
                 event = dict(item)
-                schema_version = event.pop("schemaVersion", event.pop("schema_version", 1))
-                if schema_version != 1:
+                versions = [event.pop(name) for name in ("schemaVersion", "schema_version") if name in event]
+                if any(isinstance(v, bool) or v != 1 for v in versions):  # True == 1 in Python, not in JSON
                     raise ValidationError(f"event {i}: schemaVersion must be 1", code="SCHEMA_INVALID", index=i)
                 check_envelope_shape(event, i)
             if event["streamId"] != stream_id:
                 raise ValidationError(f"event {i}: streamId {event['streamId']!r} is not {stream_id!r}",
-                                      code="SCHEMA_INVALID", index=i)
+                                      code="SCHEMA_INVALID", index=i, field="streamId")
             self._check_size(event, i)
             check_not_in_future(event["at"], now, i, recorded=policy.recorded)
             events.append(event)

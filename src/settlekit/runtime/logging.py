@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import IO, Any
 
 import orjson
@@ -90,6 +91,50 @@ def _json_line(event: dict[str, Any], **_: Any) -> str:
         return orjson.dumps(event, default=str, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
     except (TypeError, orjson.JSONEncodeError):
         return json.dumps(event, default=str)
+
+
+def write_json_line(logger: logging.Logger, level: int, message: str, fields: dict[str, Any]) -> bool:
+    """Write what `logger.log(level, message, extra=fields)` would write, without the stdlib record and the
+    formatter's processors, when the JSON handler `configure_logging` installed is the only place the record goes
+    (no other handler or filter on the way, the level enabled): the same line, key order included. Returns False
+    (nothing written) otherwise: the caller logs the usual way. The caller checks `logger.isEnabledFor(level)`."""
+    handler = _only_json_handler(logger, level)
+    if handler is None:
+        return False
+    event: dict[str, Any] = {"event": message}
+    for key, value in structlog.contextvars.get_contextvars().items():  # merge_contextvars
+        event.setdefault(key, value)
+    event["level"] = logging.getLevelName(level).lower()  # add_log_level
+    event["logger"] = logger.name  # add_logger_name
+    event.update(fields)  # ExtraAdder: the record's extra attributes
+    event.pop("color_message", None)
+    event["timestamp"] = datetime.now(tz=UTC).isoformat().replace("+00:00", "Z")  # TimeStamper(iso, utc)
+    line = _json_line(event) + handler.terminator
+    handler.acquire()
+    try:
+        handler.stream.write(line)
+        handler.flush()
+    finally:
+        handler.release()
+    return True
+
+
+def _only_json_handler(logger: logging.Logger, level: int) -> logging.StreamHandler[Any] | None:
+    """The JSON handler when a record of `logger` at `level` goes to it alone, unfiltered; else None."""
+    if logger.disabled:
+        return None
+    node: logging.Logger | None = logger
+    while node is not None and node.parent is not None:  # the loggers below the root
+        if node.handlers or node.filters or not node.propagate:
+            return None
+        node = node.parent
+    if node is None or node.filters or len(node.handlers) != 1:
+        return None
+    handler = node.handlers[0]
+    if (type(handler) is not logging.StreamHandler or handler.get_name() != _HANDLER_NAME or handler.filters
+            or level < handler.level or type(handler.formatter) is not structlog.stdlib.ProcessorFormatter):
+        return None
+    return handler
 
 
 def json_formatter() -> logging.Formatter:

@@ -9,10 +9,12 @@ rows, the idempotency record) in the same transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
+from typing import Any
 
 from settlekit import failpoints
 from settlekit.errors import DatabaseUnavailableError, OverloadedError
@@ -50,7 +52,7 @@ class EventRecorder:
         """`commit` for a caller on an event loop: it waits for the group commit writer without holding a thread
         (without group commit, the write runs on a worker thread)."""
         if self.group is not None:
-            return await asyncio.wrap_future(self.group.submit(batch, after))
+            return await self.group.submit_async(batch, after)
         return await asyncio.to_thread(self._commit, self.db, batch, after)
 
     def close(self) -> None:
@@ -60,8 +62,21 @@ class EventRecorder:
 
 
 Outcome = Committed | HeadMismatch
+
+
+class _LoopOutcome:
+    """Where the outcome of an append submitted from an event loop goes: an asyncio future of that loop, settled on
+    the loop (the writer hands each loop the outcomes of a group in one call)."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Outcome]):
+        self.loop = loop
+        self.future = future
+
+
 # one append waiting for the writer: what to write, and where its outcome goes
-_Pending = tuple[CommitBatch, AfterCommit | None, "Future[Outcome]"]
+_Pending = tuple[CommitBatch, AfterCommit | None, "Future[Outcome] | _LoopOutcome"]
 
 
 class GroupCommitter:
@@ -108,6 +123,20 @@ class GroupCommitter:
         self.db.check_reachable()
         future: Future[Outcome] = Future()
         future.set_running_or_notify_cancel()
+        self._enqueue(batch, after, future)
+        return future
+
+    def submit_async(self, batch: CommitBatch, after: AfterCommit | None) -> asyncio.Future[Outcome]:
+        """`submit` for a caller on an event loop: the outcome arrives in an asyncio future of the running loop
+        (cancelling it does not unqueue the append)."""
+        self.db.check_reachable()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outcome] = loop.create_future()
+        self._enqueue(batch, after, _LoopOutcome(loop, future))
+        return future
+
+    def _enqueue(self, batch: CommitBatch, after: AfterCommit | None, future: Future[Outcome] | _LoopOutcome
+                 ) -> None:
         with self._lock:  # a writer that is stopping leaves only once nothing is queued (see _run)
             if self._pending >= self.max_queued:
                 raise OverloadedError(f"{self._pending} appends already wait for the database",
@@ -117,7 +146,6 @@ class GroupCommitter:
                 self._thread.start()
             self._pending += 1
             self._queue.put((batch, after, future))
-        return future
 
     def close(self) -> None:
         """Stop the writer once the appends already queued are written."""
@@ -150,18 +178,22 @@ class GroupCommitter:
 
     def _answer(self, group: list[_Pending]) -> None:
         try:
-            outcomes = self.write_group([(batch, after) for batch, after, _ in group])
+            outcomes: Sequence[Outcome | BaseException] = self.write_group(
+                [(batch, after) for batch, after, _ in group])
         except BaseException as exc:  # a crash or a failed COMMIT: nobody is told "committed"
-            self._answered(len(group))
-            for _, _, future in group:
-                future.set_exception(exc)
-            return
+            outcomes = [exc] * len(group)
         self._answered(len(group))
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Outcome], Any]]] = {}
         for (_, _, future), outcome in zip(group, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
+            if isinstance(future, _LoopOutcome):
+                by_loop.setdefault(future.loop, []).append((future.future, outcome))
+            elif isinstance(outcome, BaseException):
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for these outcomes
+                loop.call_soon_threadsafe(_settle, settled)
 
     def _answered(self, count: int) -> None:
         with self._lock:
@@ -199,3 +231,14 @@ class GroupCommitter:
             return self.backend.commit(self.db, batch, after)
         except Exception as exc:
             return exc
+
+
+def _settle(settled: list[tuple[asyncio.Future[Outcome], Any]]) -> None:
+    """On an event loop: the outcomes of its appends in a group (an exception, or what was committed)."""
+    for future, outcome in settled:
+        if future.done():  # its waiter was cancelled
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)

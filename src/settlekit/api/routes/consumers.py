@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit.api import idempotency, schemas
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import MAX_INT64, TextIdPath, context, require
+from settlekit.api.deps import TextIdPath, WholeNumber, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Consumers, DeadLetters, Skipped
@@ -19,13 +19,15 @@ from settlekit.application import consumers as consumer_ops
 from settlekit.application.consumers import ConsumerState
 from settlekit.application.database import Database, Tx
 from settlekit.dispatch import SHARED_INSTANCE
+from settlekit.events.canonical import MAX_SAFE_INTEGER
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 
 
 class ResetIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    to: Annotated[int, Field(le=MAX_INT64)] | Literal["now"]
+    # a position as JavaScript holds it (an Idempotency-Key's request hash reads the body so), at most the head
+    to: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WholeNumber] | Literal["now"]
 
 
 Instance = Annotated[str, Query(min_length=1, max_length=200)]

@@ -9,11 +9,12 @@ from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.convertors import Convertor, register_url_convertor
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import CURSOR_PATTERN, DecimalDigits, context, require
+from settlekit.api.deps import CURSOR_PATTERN, DecimalDigits, Instant, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Deliveries, DeliveriesBackfilled, DeliveryDetail, DeliveryRequeued
@@ -24,6 +25,21 @@ from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 
 router = APIRouter(prefix="/v1", tags=["ops"])
 
+class _DeliveryIdConvertor(Convertor[str]):
+    """A delivery id in a path: a token (settlekit/cursors.py: 16 or more base64url characters) or digits (an old
+    numeric id, refused with CURSOR_NUMERIC). /v1/deliveries/requeue is then not a delivery's URL: GET there is 405
+    with `Allow: POST`, not a lookup of delivery "requeue"."""
+
+    regex = "[0-9]+|[A-Za-z0-9_-]{16,200}"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("delivery_id", _DeliveryIdConvertor())
 DeliveryIdPath = Annotated[str, Path(min_length=1, max_length=200, pattern=CURSOR_PATTERN,
                                      description="a delivery's id as the API returned it")]
 
@@ -52,8 +68,11 @@ def _shown_as(delivery_id: str) -> Iterator[None]:
 
 
 def delivery_json(cursors: Cursors, d: Any) -> dict[str, Any]:
-    """A delivery row as the tenant sees it: its id as the tenant's token."""
-    return {**d.to_json(), "id": cursors.encode(DELIVERY, d.tenant_id, d.id)}
+    """A delivery row as the tenant sees it: its id as the tenant's token; whether a worker holds it, not which
+    one (a worker's id names its host and process)."""
+    shown = {**d.to_json(), "id": cursors.encode(DELIVERY, d.tenant_id, d.id)}
+    shown["leased"] = shown.pop("lease_owner") is not None
+    return shown
 
 
 @router.get("/deliveries", summary="The tenant's deliveries (filter by state / destination; keyset pages)",
@@ -61,7 +80,7 @@ def delivery_json(cursors: Cursors, d: Any) -> dict[str, Any]:
 def list_deliveries(request: Request, key: ApiKey = require("ops"),
                     state: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
                     destinationId: Annotated[str | None, Query(max_length=64)] = None,
-                    limit: Annotated[int, DecimalDigits, Query(ge=1, le=1000)] = 100,
+                    limit: Annotated[int, Query(ge=1, le=1000), DecimalDigits] = 100,
                     afterId: Annotated[str | None, Query(min_length=1, max_length=200, pattern=CURSOR_PATTERN,
                                                          description="`nextAfterId` of the previous page")] = None
                     ) -> JsonResponse:
@@ -74,8 +93,8 @@ def list_deliveries(request: Request, key: ApiKey = require("ops"),
     return JsonResponse({"deliveries": shown, "nextAfterId": next_after})
 
 
-@router.get("/deliveries/{delivery_id}", summary="One delivery with its attempt log", response_model=DeliveryDetail,
-            responses=problems("NOT_FOUND", "CURSOR_NUMERIC"))
+@router.get("/deliveries/{delivery_id:delivery_id}", summary="One delivery with its attempt log",
+            response_model=DeliveryDetail, responses=problems("NOT_FOUND", "CURSOR_NUMERIC"))
 def get_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
     with _shown_as(delivery_id):
@@ -86,7 +105,7 @@ def get_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey = re
 
 class BackfillIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    since: AwareDatetime
+    since: Instant
     destinationId: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -107,8 +126,9 @@ def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = requir
     return idempotency.write(request, key, body.model_dump(mode="json"), action)
 
 
-@router.post("/deliveries/{delivery_id}/requeue", summary="Requeue a failed delivery", response_model=DeliveryRequeued,
-             responses=problems("NOT_FOUND", "CONFLICT", "CURSOR_NUMERIC"), openapi_extra=IDEMPOTENT)
+@router.post("/deliveries/{delivery_id:delivery_id}/requeue", summary="Requeue a failed delivery",
+             response_model=DeliveryRequeued, responses=problems("NOT_FOUND", "CONFLICT", "CURSOR_NUMERIC"),
+             openapi_extra=IDEMPOTENT)
 def requeue_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
     ctx = context(request)
     with _shown_as(delivery_id):

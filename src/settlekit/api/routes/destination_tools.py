@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import DestinationIdPath, context, require
+from settlekit.api.deps import DestinationIdPath, Instant, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Circuit
@@ -30,8 +30,8 @@ ReplayIdPath = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^rpl_
 
 class ReplayIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    since: AwareDatetime = Field(description="deliveries created at or after this time")
-    until: AwareDatetime | None = Field(default=None, description="and before this time (default: now)")
+    since: Instant = Field(description="deliveries created at or after this time")
+    until: Instant | None = Field(default=None, description="and before this time (default: now)")
 
 
 class ReplayOut(BaseModel):
@@ -193,7 +193,7 @@ async def test_destination(destination_id: DestinationIdPath, request: Request,
                         "percentiles, the last error, deliveries per state, and the current failure streak.",
             response_model=StatsOut, responses=_PROBLEMS)
 def destination_stats(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops"),
-                      since: Annotated[AwareDatetime | None, Query()] = None,
-                      until: Annotated[AwareDatetime | None, Query()] = None) -> JsonResponse:
+                      since: Annotated[Instant | None, Query()] = None,
+                      until: Annotated[Instant | None, Query()] = None) -> JsonResponse:
     return JsonResponse(recovery.destination_stats(context(request).db, key.tenant_id, destination_id,
                                                    since=since, until=until))

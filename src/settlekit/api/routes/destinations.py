@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import DestinationIdPath, context, require
+from settlekit.api.deps import DestinationIdPath, WholeNumber, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.api.schemas import Destination, DestinationRequeued, Destinations, EnabledDestination
@@ -35,6 +35,40 @@ SECRET_FIELD = Field(default=None, min_length=1, max_length=4096,
 SECRET_REF_FIELD = Field(default=None, min_length=1, max_length=4096,
                          description="The id (sec_…) of a secret this tenant stored earlier, as returned in "
                                      "`secretRef`. Paths and other references are refused.")
+# What the document states of a destination's input beyond types and lengths; the routes check it themselves, with
+# their own codes (delivery.service, delivery.ssrf): an id of [A-Za-z0-9._-] starting with a letter or digit, an
+# http(s) URL (whose host the SSRF guard judges), a secret of one line that is a whsec_ value unless only
+# settld_legacy signs with it, a secretRef that is a stored secret's id, and secret and secretRef not both.
+DESTINATION_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+URL_PATTERN = "^[Hh][Tt][Tt][Pp][Ss]?://[^\\u0000]*$"
+_SECRET_LINE = "^[^\\r\\n\\u0000]+$"
+_WHSEC = "^whsec_([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{2}={0,2}|[A-Za-z0-9+/]{3}=?)$"
+_SECRET_ID = "^sec_[0-9a-f]{32}$"
+
+
+def _given(name: str) -> dict[str, Any]:
+    return {"required": [name], "properties": {name: {"type": "string"}}}
+
+
+def _secret_rules(schema: dict[str, Any], *, required: bool) -> None:
+    """The document's rules for `secret` and `secretRef` (`required`: one of them must be given)."""
+    members = schema["properties"]
+    members["secret"]["anyOf"][0]["pattern"] = _SECRET_LINE
+    members["secretRef"]["anyOf"][0]["pattern"] = _SECRET_ID
+    legacy_only = {"required": ["signing"], "properties": {"signing": {"const": "settld_legacy"}}}
+    standard_secret = {"properties": {"secret": {"anyOf": [{"type": "string", "pattern": _WHSEC},
+                                                           {"type": "null"}]}}}
+    # on a PATCH without `signing` the destination's own signing applies: the document cannot say which
+    rules: list[dict[str, Any]] = [
+        {"not": {"allOf": [_given("secret"), _given("secretRef")]}},
+        {"anyOf": [legacy_only, standard_secret] if required else
+         [legacy_only, standard_secret, {"not": _given("signing")}]},
+    ]
+    if required:
+        rules.append({"anyOf": [_given("secret"), _given("secretRef")]})
+    schema["allOf"] = rules
+
+
 ArtifactTypeName = Annotated[str, Field(min_length=1, max_length=delivery.MAX_ARTIFACT_TYPE_LENGTH)]
 ArtifactTypes = Annotated[list[ArtifactTypeName] | None, Field(min_length=1, max_length=delivery.MAX_ARTIFACT_TYPES)]
 
@@ -43,9 +77,10 @@ class DestinationIn(BaseModel):
     """A webhook destination. Give either `secret` (a whsec_ value the server stores for this tenant) or
     `secretRef` (the id of one of this tenant's stored secrets). Secret values are never returned."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
-    destinationId: str = Field(min_length=1, max_length=64)
-    url: str = Field(min_length=1, max_length=2048)
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra=lambda schema: _secret_rules(schema, required=True))
+    destinationId: str = Field(min_length=1, max_length=64, json_schema_extra={"pattern": DESTINATION_ID_PATTERN})
+    url: str = Field(min_length=1, max_length=2048, json_schema_extra={"pattern": URL_PATTERN})
     secret: str | None = SECRET_FIELD
     secretRef: str | None = SECRET_REF_FIELD
     signing: Literal["standard", "settld_legacy", "both"] = "standard"
@@ -60,11 +95,12 @@ class DestinationUpdate(BaseModel):
     the old secret keeps signing (two signatures per delivery) for `secretGraceSeconds` (default 86400; 0 ends it
     at once)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
-    url: str | None = Field(default=None, min_length=1, max_length=2048)
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra=lambda schema: _secret_rules(schema, required=False))
+    url: Annotated[str, Field(min_length=1, max_length=2048, json_schema_extra={"pattern": URL_PATTERN})] | None = None
     secret: str | None = SECRET_FIELD
     secretRef: str | None = SECRET_REF_FIELD
-    secretGraceSeconds: int | None = Field(default=None, ge=0, le=MAX_GRACE_SECONDS)
+    secretGraceSeconds: Annotated[int, Field(ge=0, le=MAX_GRACE_SECONDS), WholeNumber] | None = None
     signing: Literal["standard", "settld_legacy", "both"] | None = None
     artifactTypes: ArtifactTypes = Field(default=None, description="The artifact types delivered to it; omitted: "
                                          "kept; null: every type")

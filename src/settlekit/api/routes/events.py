@@ -24,9 +24,12 @@ from settlekit.errors import ConfigurationError, ValidationError
 router = APIRouter(prefix="/v1", tags=["events"])
 
 MAX_TYPES = 50
-_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
-TypesQuery = Annotated[str | None, Query(max_length=5000, description="event types to include, comma separated "
-                                                                       "(default: every type)")]
+_TYPE = "[A-Za-z0-9_.:-]{1,100} *"
+TYPES_PATTERN = f"^( *{_TYPE}(, *{_TYPE}){{0,{MAX_TYPES - 1}}})?$"  # spaces around the commas allowed
+_TYPES = re.compile(TYPES_PATTERN)
+TypesQuery = Annotated[str | None, Query(pattern=TYPES_PATTERN, description=(
+    f"event types to include, comma separated (spaces around names allowed), at most {MAX_TYPES} (absent or empty: "
+    "every type)"))]
 
 
 class FeedItem(BaseModel):
@@ -49,14 +52,13 @@ _FEED_PROBLEMS = problems("CURSOR_INVALID", "CURSOR_NUMERIC")
 
 
 def parse_types(value: str | None) -> tuple[str, ...]:
-    """The `types` filter: comma-separated event types (blank items ignored), at most MAX_TYPES."""
-    if value is None:
+    """The `types` filter: comma-separated event types, at most MAX_TYPES (repeats count once)."""
+    if not value:
         return ()
-    types = tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
-    if len(types) > MAX_TYPES or not all(_TYPE.fullmatch(t) for t in types):
+    if not _TYPES.fullmatch(value):
         raise ValidationError(f"types must be at most {MAX_TYPES} comma-separated event type names",
                               code="SCHEMA_INVALID", field="types")
-    return types
+    return tuple(dict.fromkeys(name.strip(" ") for name in value.split(",")))
 
 
 def feed_streams(ctx: ApiContext) -> FeedStreams:
@@ -102,12 +104,32 @@ def _resume_position(cursors: Cursors, tenant_id: str, last_event_id: str | None
     return start_position(cursors, tenant_id, text, field="Last-Event-ID")
 
 
+def _sse_message(event: str, data_ref: str, description: str, **members: Any) -> dict[str, Any]:
+    """One kind of SSE message as schemathesis and OpenAPI 3.1 read a text/event-stream schema: an object with
+    `event`, `data` (JSON of `data_ref`'s shape) and optional `id` and `retry`."""
+    return {"type": "object", "description": description, "required": ["event", "data", *members],
+            "additionalProperties": False,
+            "properties": {"event": {"const": event},
+                           "data": {"type": "string", "contentMediaType": "application/json",
+                                    "contentSchema": {"$ref": f"#/components/schemas/{data_ref}"}},
+                           "id": {"type": "string"}, "retry": {"type": "integer", "minimum": 0}} | members}
+
+
+SSE_MESSAGE = {"oneOf": [
+    _sse_message("message", "Event", "An event: `id` is its position cursor (send it back as Last-Event-ID), "
+                 "`data` the envelope as stored.", id={"type": "string", "pattern": CURSOR_PATTERN}),
+    _sse_message("problem", "Problem", "The last message of a stream that cannot go on: `data` is the problem, "
+                 "`retry` its Retry-After in milliseconds; `id` repeats the last event's."),
+]}
+"""A message of the event stream (comment lines, the heartbeats, are not messages)."""
+
 _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "text/event-stream: one message per event (`id:` its position cursor, `data:` the "
                          "envelope as stored); comment lines as heartbeats; a stream that cannot go on (e.g. "
                          "DATABASE_UNAVAILABLE) ends with one `event: problem` message (`data:` the problem body, "
-                         "`retry:` its Retry-After in ms): resume with Last-Event-ID",
-          "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                         "`retry:` its Retry-After in ms): resume with Last-Event-ID. The schema is that of one "
+                         "message.",
+          "content": {"text/event-stream": {"schema": SSE_MESSAGE}}},
     **problems("CURSOR_INVALID", "CURSOR_NUMERIC", "FEED_STREAM_LIMIT"),
 }
 
@@ -116,7 +138,9 @@ _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
             response_class=Response, responses=_STREAM_RESPONSES)
 async def stream_events(request: Request, key: ApiKey = require("jobs:read"), after: AfterQuery = None,
                         types: TypesQuery = None, limit: PageLimit = 100,
-                        last_event_id: Annotated[str | None, Header(max_length=200)] = None) -> Response:
+                        last_event_id: Annotated[str | None, Header(
+                            max_length=200, description="the id of the last event received (resume after it)")] = None,
+                        ) -> Response:
     ctx = context(request)
     start = _resume_position(await cursors_ready(ctx), key.tenant_id, last_event_id, after)
     return feed_streams(ctx).response(key.tenant_id, start, parse_types(types), limit,

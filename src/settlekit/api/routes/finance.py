@@ -13,10 +13,12 @@ from pydantic import BaseModel, ConfigDict
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
-from settlekit.api.openapi import IDEMPOTENT, problems
+from settlekit.api.openapi import IDEMPOTENT, JSON_VALUE_REF, NO_NUL, PY_SPACE, problems
 from settlekit.api.responses import JsonResponse
 from settlekit.application import finance as fin
 from settlekit.errors import ConfigurationError
+from settlekit.ledger.accounts import ACCOUNT_IDS
+from settlekit.ledger.journal import GL_MAPPING
 
 router = APIRouter(prefix="/v1/finance", tags=["finance"])
 MONTH_PATTERN = r"^([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])$"  # years 0001-9999
@@ -104,8 +106,26 @@ def consistency(request: Request, from_month: Annotated[str, Query(alias="from",
     return JsonResponse(fin.consistency_proof(context(request).db, key.tenant_id, from_month, to_month))
 
 
+# not only Python's white space, nor U+0000 (ledger.journal.require_gl_mapping: a non-blank glAccount)
+_NON_BLANK = f"^[^\\u0000]*[^\\u0000{PY_SPACE}][^\\u0000]*$"
+_OPEN_MEMBERS: dict[str, Any] = {"propertyNames": {"pattern": NO_NUL}, "additionalProperties": {"$ref": JSON_VALUE_REF}}
+GL_MAPPING_SCHEMA: dict[str, Any] = {
+    "type": "object", "title": "GlMapping", "required": ["schemaVersion", "accounts"], **_OPEN_MEMBERS,
+    "description": "A GlMapping.v1 document (docs/finance.md): our account ids to GL accounts.",
+    "properties": {
+        "schemaVersion": {"const": GL_MAPPING},
+        "accounts": {"type": "object", "minProperties": 1, "propertyNames": {"enum": list(ACCOUNT_IDS)},
+                     "additionalProperties": {"type": "object", "required": ["glAccount"], **_OPEN_MEMBERS,
+                                              "properties": {"glAccount": {"type": "string", "pattern": _NON_BLANK},
+                                                             "name": {"$ref": JSON_VALUE_REF}}}},
+    },
+}
+
+
 @router.put("/gl-mapping", summary="Store the tenant's chart-of-accounts mapping (GlMapping.v1)",
-            response_model=GlMappingStored, openapi_extra=IDEMPOTENT, responses=problems("FINANCE_GL_MAPPING_INVALID"))
+            response_model=GlMappingStored, responses=problems("FINANCE_GL_MAPPING_INVALID"),
+            openapi_extra={**IDEMPOTENT, "requestBody": {"required": True, "content": {
+                "application/json": {"schema": GL_MAPPING_SCHEMA}}}})
 def put_mapping(body: dict[str, Any], request: Request, key: ApiKey = require("admin")) -> JsonResponse:
     db = context(request).db
 

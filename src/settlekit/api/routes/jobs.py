@@ -35,7 +35,17 @@ from settlekit.api.deps import (
 )
 from settlekit.api.guards import parse_body
 from settlekit.api.idempotency import request_hash, request_target
-from settlekit.api.openapi import CHAIN_HEADERS, IDEMPOTENCY_HEADERS, IDEMPOTENT, problems, request_headers
+from settlekit.api.openapi import (
+    CHAIN_HEADERS,
+    IDEMPOTENCY_HEADERS,
+    IDEMPOTENT,
+    JS_NONBLANK,
+    NO_SPACE,
+    PAYLOAD_NAME,
+    PAYLOAD_VALUE_REF,
+    problems,
+    request_headers,
+)
 from settlekit.api.responses import JsonResponse, content_disposition
 from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, JobView
 from settlekit.append import AppendResult, Idempotency
@@ -44,7 +54,9 @@ from settlekit.application import jobs as streams
 from settlekit.application.jobs import StreamHead, StreamRead
 from settlekit.application.keys import StoredApiKey
 from settlekit.errors import CATALOGUE, ConflictError, SettlekitError, ValidationError
+from settlekit.events.canonical import MAX_SAFE_INTEGER
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID
+from settlekit.jobs.types import KNOWN_EVENT_TYPES, required_signer_kind
 from settlekit.metrics import PerRegistry
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -123,20 +135,42 @@ def is_finance_type(event_type: Any) -> bool:
     return isinstance(event_type, str) and (event_type in FINANCE_TYPES or event_type.startswith(FINANCE_PREFIXES))
 
 
+SERVER_DRAFT_ACTOR: dict[str, Any] = {"not": {"enum": ["robot", "operator"]},
+                                      "description": "not robot or operator: their events are signed by their keys"}
+
+
 class Actor(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    type: str = Field(min_length=1, max_length=200)
+    type: str = Field(min_length=1, max_length=200, json_schema_extra=SERVER_DRAFT_ACTOR)
     id: str = Field(min_length=1, max_length=200)
+
+
+def _optional_text() -> dict[str, Any]:
+    return {"anyOf": [{"type": "string"}, {"type": "null"}]}
+
+
+# What the append checks of a JOB_CREATED payload (jobs.validate), in the document
+JOB_CREATED_PAYLOAD: dict[str, Any] = {
+    "type": "object", "required": ["templateId"], "propertyNames": PAYLOAD_NAME,
+    "additionalProperties": {"$ref": PAYLOAD_VALUE_REF},
+    "properties": {
+        "templateId": {"type": "string", "pattern": JS_NONBLANK},
+        "constraints": {"anyOf": [{"type": "object", "propertyNames": PAYLOAD_NAME,
+                                   "properties": {"zoneId": _optional_text()},
+                                   "additionalProperties": {"$ref": PAYLOAD_VALUE_REF}}, {"type": "null"}]},
+        **{name: _optional_text() for name in ("tenantId", "customerId", "siteId", "contractId")},
+    },
+}
 
 
 class CreateJob(BaseModel):
     """JOB_CREATED as a server draft. `payload` is the JOB_CREATED payload (templateId, constraints, …);
-    its tenantId defaults to the key's tenant."""
+    its tenantId defaults to the key's tenant, and may only name it."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    jobId: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^\S+$")
+    jobId: str | None = Field(default=None, min_length=1, max_length=200, pattern=NO_SPACE)
     actor: Actor | None = None
-    payload: dict[str, Any]
+    payload: dict[str, Any] = Field(json_schema_extra=JOB_CREATED_PAYLOAD)
 
 
 def _append_body(ctx: ApiContext, result: AppendResult) -> dict[str, Any]:
@@ -214,11 +248,48 @@ async def _create_job(body: CreateJob, request: Request, key: ApiKey) -> AppendR
 
 FINALIZED_KEYS = ("payloadHash", "chainHash", "signature", "signerKeyId", "prevChainHash")
 
+_NON_EMPTY: dict[str, Any] = {"type": "string", "minLength": 1}
+_EVENT_ID: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NO_SPACE}
+_HEX64: dict[str, Any] = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_TYPE: dict[str, Any] = {"type": "string", "enum": sorted(KNOWN_EVENT_TYPES)}
+# a draft is signed by the server key: the types a robot's or an operator's key must sign are not drafts
+_DRAFT_TYPE: dict[str, Any] = {"type": "string", "enum": sorted(
+    t for t in KNOWN_EVENT_TYPES if required_signer_kind(t, "server") == "server")}
+# ISO-8601's extended calendar form with a time zone (append.policy), as RFC 3339 writes it
+_AT: dict[str, Any] = {"type": "string", "format": "date-time",
+                       "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?"
+                                  "(Z|[+-][0-9]{2}:[0-9]{2})$",
+                       "description": "not more than 5 minutes after the server's clock"}
+_ACTOR: dict[str, Any] = {"type": "object", "required": ["type", "id"], "additionalProperties": False,
+                          "properties": {"type": _NON_EMPTY, "id": _NON_EMPTY}}
+_DRAFT_ACTOR: dict[str, Any] = {**_ACTOR, "properties": {"type": {**_NON_EMPTY, **SERVER_DRAFT_ACTOR},
+                                                         "id": _NON_EMPTY}}
+_VERSION: dict[str, Any] = {"const": 1}
+_PAYLOAD: dict[str, Any] = {"$ref": PAYLOAD_VALUE_REF}
+_DRAFT: dict[str, Any] = {
+    "type": "object", "title": "EventDraft", "required": ["type", "actor"], "additionalProperties": False,
+    "description": "A server draft: the server adds id (unless given), at (unless given), the hashes and its "
+                   "signature.",
+    "properties": {"type": _DRAFT_TYPE, "actor": _DRAFT_ACTOR, "payload": _PAYLOAD, "id": _EVENT_ID, "at": _AT}}
+_ENVELOPE: dict[str, Any] = {
+    "type": "object", "title": "EventEnvelope", "additionalProperties": False,
+    "required": ["v", "id", "at", "streamId", "type", "actor", "payload", "payloadHash", "prevChainHash",
+                 "chainHash", "signature", "signerKeyId"],
+    "description": "A client-finalized event: its hashes and signature must verify.",
+    "properties": {"v": {"type": "integer", "minimum": -MAX_SAFE_INTEGER, "maximum": MAX_SAFE_INTEGER},
+                   "id": _EVENT_ID, "at": _AT, "streamId": _NON_EMPTY,
+                   "type": _TYPE, "actor": _ACTOR, "payload": _PAYLOAD, "payloadHash": _HEX64,
+                   "prevChainHash": {"anyOf": [_HEX64, {"type": "null"}]}, "chainHash": _HEX64,
+                   "signature": {"anyOf": [_NON_EMPTY, {"type": "null"}]},
+                   "signerKeyId": {"anyOf": [_NON_EMPTY, {"type": "null"}]},
+                   "schemaVersion": _VERSION, "schema_version": _VERSION}}
+
 _EVENTS_BODY = {
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": {
-            "oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}, "minItems": 1}],
+            "oneOf": [_DRAFT, _ENVELOPE, {"type": "array", "items": _DRAFT, "minItems": 1},
+                      {"type": "array", "items": _ENVELOPE, "minItems": 1}],
             "description": "A server draft {type, actor, payload} or a client-finalized envelope, or a list of "
                            "either (one stream, chained in order). Drafts need the x-expected-prev-chain-hash "
                            "header (\"null\" or empty = the stream must be empty); with client-finalized events "
@@ -226,7 +297,8 @@ _EVENTS_BODY = {
                            "x-proxy- name is ignored there, as settld does). A client-finalized event carries "
                            "the signature its type needs (a robot, operator or server key); one of a "
                            "server-signed type that the client cannot sign is sent as a draft, which the server "
-                           "signs.",
+                           "signs. Each event type has rules of its own for its payload (refused with "
+                           "SCHEMA_INVALID naming the type in `details.eventType`).",
         }}},
     },
 }

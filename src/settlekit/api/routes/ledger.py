@@ -16,6 +16,7 @@ from settlekit.api.deps import (
     PageLimit,
     TextIdPath,
     context,
+    is_rfc3339,
     job_head,
     require,
 )
@@ -68,7 +69,9 @@ class AccountPostings(BaseModel):
             response_model=LedgerBalances,
             responses=problems("LEDGER_AS_OF_INVALID", "CURSOR_INVALID", "CURSOR_NUMERIC"))
 def balances(request: Request, key: ApiKey = require("jobs:read"),
-             as_of: Annotated[str | None, Query(alias="asOf", max_length=64)] = None,
+             as_of: Annotated[str | None, Query(alias="asOf", max_length=64, json_schema_extra={
+                 "format": "date-time", "description": "an RFC 3339 date-time whose UTC instant lies in years 1 to "
+                                                       "9999; not with `position`"})] = None,
              position_cursor: Annotated[str | None, Query(
                  alias="position", min_length=1, max_length=200, pattern=CURSOR_PATTERN,
                  description="a position cursor (an event's `position` in the event feed or an append's answer): "
@@ -83,9 +86,9 @@ def balances(request: Request, key: ApiKey = require("jobs:read"),
     body: dict[str, Any] = {"tenantId": key.tenant_id, "asOf": None, "position": position_cursor,
                             "partyId": party}
     if as_of is not None:
-        millis = parse_instant(as_of)
+        millis = parse_instant(as_of) if is_rfc3339(as_of) else None
         if millis is None:
-            raise ValidationError("asOf must be an ISO-8601 instant with an offset, e.g. 2026-01-31T23:59:59Z",
+            raise ValidationError("asOf must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T23:59:59Z",
                                   code="LEDGER_AS_OF_INVALID", field="asOf")
         body["asOf"] = millis_to_iso(millis)
         values = timeline.balances_as_of(db, key.tenant_id, "t", millis, party_id=party or timeline.ACCOUNT)
