@@ -114,6 +114,13 @@ def test_destinations_deliveries_and_ops_conform(db: Database) -> None:
          code="CONSUMER_NOT_FOUND")
 
 
+def test_a_consumer_that_never_ran_conforms(db: Database) -> None:
+    """A consumer this process runs that has no state yet is listed as `never-run`, as the document says."""
+    app = make_app(db, registered_consumers=["settlekit:never"])
+    listed = Checked(app, key_for(db, "system", ["admin"]))("GET", "/v1/ops/consumers", 200)
+    assert [(c["status"], c["storedStatus"]) for c in listed.json()["consumers"]] == [("never-run", "never-run")]
+
+
 def test_shared_refusals_conform(db: Database) -> None:
     app = make_app(db, max_body_bytes=1024, rate_limit_per_second=0.001, rate_limit_burst=2)
     key = key_for(db, TENANT_A)

@@ -1,16 +1,30 @@
-"""The shapes the API answers with, as pydantic models, for the OpenAPI document only: routes render their JSON
-themselves (JsonResponse, stored idempotent answers) and declare these with `response_model=` or `responses=`, so
-no answer is validated or re-encoded per request. A model here must describe exactly what its route returns: the
-same field names and key order, `X | None` where the route can give null, `int` where it gives an integer, and
-`extra="forbid"` (no other member) unless the document is open by nature (a job snapshot, a payload, an artifact).
-tests/api/test_api_conformance.py checks the routes' answers against them."""
+"""The shapes the API answers with, as pydantic models: a handler returns one (api.responses.TypedRoute renders
+it), a write's action returns one (api.idempotency stores what it renders), and the OpenAPI document is generated
+from them. A model's members are the answer's, in its key order: `X | None` where the answer can hold null, `int`
+where it holds an integer, and `extra="forbid"` (no other member) unless the document is open by nature (a job
+snapshot, a payload, an artifact).
+
+Stored JSON (an event envelope, a job snapshot, an artifact or finance document) is carried `Verbatim`: not
+validated again nor copied, answered exactly as it was read, and documented by the model it is stored as.
+tests/api/test_api_conformance.py checks the routes' answers against the document."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
-from pydantic.json_schema import SkipJsonSchema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    RootModel,
+    TypeAdapter,
+    with_config,
+)
+from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
+from pydantic_core import CoreSchema, core_schema
+from typing_extensions import TypedDict
 
 
 class _Closed(BaseModel):
@@ -28,8 +42,22 @@ def _no_null_defaults(schema: dict[str, Any]) -> None:
             del member["default"]
 
 
-JobState = dict[str, Any]
-"""A job's snapshot as the reducer folds it (status, booking, quote, …): an open object."""
+class Verbatim:
+    """`Annotated[T, Verbatim(Shown)]`: a member holding stored JSON of type T, answered exactly as it was read (not
+    validated, not copied: what is stored is the truth, whatever version wrote it), documented as `Shown`."""
+
+    def __init__(self, shown: Any) -> None:
+        self.shown = shown
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.any_schema()
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return handler(TypeAdapter(self.shown).core_schema)
+
+
+JobState = Annotated[dict[str, Any], Verbatim(dict[str, Any])]
+"""A job's snapshot as the reducer folds it (status, booking, quote, …): an open object, as stored."""
 
 JOB_DESCRIPTION = "The job's snapshot as the reducer folds it (status, booking, quote, …); null before any state."
 
@@ -71,17 +99,23 @@ class Event(_Closed):
     signerKeyId: str | None
 
 
-class Appended(_Closed):
+StoredEvents = Annotated[list[dict[str, Any]], Verbatim(list[Event])]
+"""Event envelopes exactly as stored."""
+
+
+@with_config(ConfigDict(extra="forbid"))
+class Appended(TypedDict):
     """An append's answer: 201 when events were added, 200 when the same events were already there
     (`alreadyExists`); an Idempotency-Key replay returns the first answer with `Idempotent-Replayed: true`."""
 
     jobId: str
-    events: list[Event]
+    events: StoredEvents
     firstSeq: int
-    positions: list[str] = Field(description="each event's position as an opaque cursor of the tenant (`after` of "
-                                             "the event feed, `position` of the ledger balances)")
+    positions: Annotated[list[str], Field(description="each event's position as an opaque cursor of the tenant "
+                                                      "(`after` of the event feed, `position` of the ledger "
+                                                      "balances)")]
     headChainHash: str
-    job: JobState | None = Field(description=JOB_DESCRIPTION)
+    job: Annotated[JobState | None, Field(description=JOB_DESCRIPTION)]
     alreadyExists: bool
 
 
@@ -108,10 +142,10 @@ class JobView(_Closed):
 
 class JobEvents(_Closed):
     jobId: str
-    events: list[Event]
+    events: StoredEvents
 
 
-class EventExport(RootModel[list[Event]]):
+class EventExport(RootModel[StoredEvents]):
     """The stream as a JSON array of envelopes (the offline verifier's input), as an attachment."""
 
 
@@ -135,10 +169,11 @@ class ArtifactList(_Closed):
     nextCursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last one.")
 
 
-class Artifact(_Open):
+class ArtifactMembers(_Open):
     """An artifact document (WorkCertificate.v1, SettlementStatement.v1, …) exactly as stored; the members
     below are common to every type, the others depend on `artifactType`."""
 
+    model_config = ConfigDict(extra="allow", title="Artifact")
     artifactType: str
     artifactId: str
     artifactHash: str
@@ -147,6 +182,10 @@ class Artifact(_Open):
     sourceEventId: str
     atChainHash: str
     generatedAt: str
+
+
+class Artifact(RootModel[Annotated[dict[str, Any], Verbatim(ArtifactMembers)]]):
+    """An artifact document as stored (its members in their stored order), documented as ArtifactMembers."""
 
 
 # -------------------------------------------------------------------------------------------------- ledger
@@ -344,16 +383,19 @@ class Gap(_Closed):
     from_: int = Field(alias="from")
     to: int
     xmax: str
-    at: float | SkipJsonSchema[None] = Field(default=None,
+    at: float | SkipJsonSchema[None] = Field(default=None, exclude_if=lambda at: at is None,
                                              description="Unix seconds it was first seen; absent when unknown.")
 
 
-class ConsumerState(_Closed):
+StoredStatus = TypeVar("StoredStatus", bound=str)
+Status = TypeVar("Status", bound=str)
+
+
+class _Consumer(_Closed, Generic[Status, StoredStatus]):
     name: str
     instanceId: str
-    status: Literal["idle", "dead", "disabled", "processing"] = Field(
-        description="`processing` while in a turn, else the stored status.")
-    storedStatus: Literal["idle", "dead", "disabled"]
+    status: Status = Field(description="`processing` while in a turn, else the stored status.")
+    storedStatus: StoredStatus
     processing: bool
     lastProcessedPosition: int
     attempts: int
@@ -364,7 +406,14 @@ class ConsumerState(_Closed):
     updatedAt: str
 
 
-class ConsumerProgress(ConsumerState):
+class ConsumerState(_Consumer[Literal["idle", "dead", "disabled", "processing"], Literal["idle", "dead", "disabled"]]):
+    pass
+
+
+class ConsumerProgress(_Consumer[Literal["idle", "dead", "disabled", "processing", "never-run"],
+                                 Literal["idle", "dead", "disabled", "never-run"]]):
+    """A consumer's state with its progress; a consumer this process runs that has no state yet is `never-run`."""
+
     highWaterMark: int
     lag: int
     lagSeconds: float

@@ -11,19 +11,28 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.convertors import Convertor, register_url_convertor
+from starlette.responses import Response
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import CURSOR_PATTERN, DecimalDigits, Instant, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
-from settlekit.api.responses import JsonResponse
-from settlekit.api.schemas import Deliveries, DeliveriesBackfilled, DeliveryDetail, DeliveryRequeued
+from settlekit.api.responses import TypedRoute
+from settlekit.api.schemas import (
+    Attempt,
+    Deliveries,
+    DeliveriesBackfilled,
+    Delivery,
+    DeliveryDetail,
+    DeliveryRequeued,
+)
 from settlekit.application.database import Tx
 from settlekit.cursors import DELIVERY, Cursors
 from settlekit.delivery import service as delivery
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 
-router = APIRouter(prefix="/v1", tags=["ops"])
+router = APIRouter(prefix="/v1", tags=["ops"], route_class=TypedRoute)
+
 
 class _DeliveryIdConvertor(Convertor[str]):
     """A delivery id in a path: a token (settlekit/cursors.py: 16 or more base64url characters) or digits (an old
@@ -76,31 +85,31 @@ def delivery_json(cursors: Cursors, d: Any) -> dict[str, Any]:
 
 
 @router.get("/deliveries", summary="The tenant's deliveries (filter by state / destination; keyset pages)",
-            response_model=Deliveries, responses=problems("CURSOR_INVALID", "CURSOR_NUMERIC"))
+            responses=problems("CURSOR_INVALID", "CURSOR_NUMERIC"))
 def list_deliveries(request: Request, key: ApiKey = require("ops"),
                     state: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
                     destinationId: Annotated[str | None, Query(max_length=64)] = None,
                     limit: Annotated[int, Query(ge=1, le=1000), DecimalDigits] = 100,
                     afterId: Annotated[str | None, Query(min_length=1, max_length=200, pattern=CURSOR_PATTERN,
                                                          description="`nextAfterId` of the previous page")] = None
-                    ) -> JsonResponse:
+                    ) -> Deliveries:
     ctx = context(request)
     after = None if afterId is None else ctx.cursors.decode(DELIVERY, key.tenant_id, afterId, field="afterId")[0]
     found = delivery.list_deliveries(ctx.db, key.tenant_id, state=state, destination_id=destinationId,
                                      limit=limit, after_id=after)
-    shown = [delivery_json(ctx.cursors, d) for d in found]
-    next_after = shown[-1]["id"] if len(found) == limit else None
-    return JsonResponse({"deliveries": shown, "nextAfterId": next_after})
+    shown = [Delivery.model_validate(delivery_json(ctx.cursors, d)) for d in found]
+    next_after = shown[-1].id if len(found) == limit else None
+    return Deliveries(deliveries=shown, nextAfterId=next_after)
 
 
 @router.get("/deliveries/{delivery_id:delivery_id}", summary="One delivery with its attempt log",
-            response_model=DeliveryDetail, responses=problems("NOT_FOUND", "CURSOR_NUMERIC"))
-def get_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+            responses=problems("NOT_FOUND", "CURSOR_NUMERIC"))
+def get_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey = require("ops")) -> DeliveryDetail:
     ctx = context(request)
     with _shown_as(delivery_id):
         detail = delivery.get_delivery(ctx.db, key.tenant_id, _row_id(ctx.cursors, key.tenant_id, delivery_id))
-    attempts = [{"attempt": a, "httpStatus": s, "error": e} for a, s, e in detail.attempts]
-    return JsonResponse({**delivery_json(ctx.cursors, detail.delivery), "attemptLog": attempts})
+    attempts = [Attempt(attempt=a, httpStatus=s, error=e) for a, s, e in detail.attempts]
+    return DeliveryDetail.model_validate({**delivery_json(ctx.cursors, detail.delivery), "attemptLog": attempts})
 
 
 class BackfillIn(BaseModel):
@@ -115,13 +124,13 @@ class BackfillIn(BaseModel):
              description="For the artifacts built at or after `since`, create the delivery rows missing for "
                          "`destinationId` (or every active destination) and requeue the deliveries that failed "
                          "with `gone` since then. Idempotent: a repeat creates nothing.")
-def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = require("ops")) -> Response:
     ctx = context(request)
 
-    def action() -> tuple[int, Any]:
+    def action() -> tuple[int, DeliveriesBackfilled]:
         report = delivery.backfill_deliveries(ctx.db, key.tenant_id, since=body.since,
                                               destination_id=body.destinationId, actor=key.key_id)
-        return 200, {"destinationId": body.destinationId, **report.to_json()}
+        return 200, DeliveriesBackfilled.model_validate({"destinationId": body.destinationId, **report.to_json()})
 
     return idempotency.write(request, key, body.model_dump(mode="json"), action)
 
@@ -129,14 +138,14 @@ def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = requir
 @router.post("/deliveries/{delivery_id:delivery_id}/requeue", summary="Requeue a failed delivery",
              response_model=DeliveryRequeued, responses=problems("NOT_FOUND", "CONFLICT", "CURSOR_NUMERIC"),
              openapi_extra=IDEMPOTENT)
-def requeue_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+def requeue_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey = require("ops")) -> Response:
     ctx = context(request)
     with _shown_as(delivery_id):
         row_id = _row_id(ctx.cursors, key.tenant_id, delivery_id)
 
-    def action(tx: Tx) -> tuple[int, Any]:
+    def action(tx: Tx) -> tuple[int, DeliveryRequeued]:
         with _shown_as(delivery_id):
             delivery.requeue_delivery(ctx.db, key.tenant_id, row_id, actor=key.key_id, tx=tx)
-        return 200, {"deliveryId": delivery_id, "requeued": 1}
+        return 200, DeliveryRequeued(deliveryId=delivery_id, requeued=1)
 
     return idempotency.write_in_transaction(request, key, None, action)

@@ -7,22 +7,23 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import DestinationIdPath, Instant, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
-from settlekit.api.responses import JsonResponse
+from settlekit.api.responses import TypedRoute
 from settlekit.api.schemas import Circuit
 from settlekit.application.database import Tx
 from settlekit.delivery import recovery, replays
 from settlekit.delivery.sender import SenderConfig
 
-router = APIRouter(prefix="/v1", tags=["ops"])
+router = APIRouter(prefix="/v1", tags=["ops"], route_class=TypedRoute)
 
 _PROBLEMS = problems("DELIVERY_WINDOW_INVALID", "NOT_FOUND")
 ReplayIdPath = Annotated[str, Path(min_length=1, max_length=100, pattern=r"^rpl_[0-9a-f]{32}$")]
@@ -34,7 +35,11 @@ class ReplayIn(BaseModel):
     until: Instant | None = Field(default=None, description="and before this time (default: now)")
 
 
-class ReplayOut(BaseModel):
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReplayOut(_Answer):
     replayId: str
     destinationId: str
     since: str
@@ -52,11 +57,11 @@ class ReplayCreated(ReplayOut):
     alreadyPending: int = Field(description="deliveries of the window pending when the replay was created")
 
 
-class Replays(BaseModel):
+class Replays(_Answer):
     replays: list[ReplayOut] = Field(description="the destination's latest replays, newest first")
 
 
-class TestSendOut(BaseModel):
+class TestSendOut(_Answer):
     destinationId: str
     webhookId: str = Field(description="the test message's webhook-id (msg_test_…)")
     ok: bool = Field(description="answered with a 2xx")
@@ -67,27 +72,27 @@ class TestSendOut(BaseModel):
     responseSnippet: str | None
 
 
-class AttemptCounts(BaseModel):
+class AttemptCounts(_Answer):
     total: int
     succeeded: int
     failed: int
     truncated: bool = Field(description="the window held more attempts than one read counts (the newest count)")
 
 
-class Latency(BaseModel):
+class Latency(_Answer):
     p50: float | None
     p90: float | None
     p99: float | None
 
 
-class LastError(BaseModel):
+class LastError(_Answer):
     at: str | None
     httpStatus: int | None
     error: str | None
     deliveryId: int
 
 
-class DeliveryCounts(BaseModel):
+class DeliveryCounts(_Answer):
     pending: int
     delivered: int
     failed: int
@@ -97,7 +102,7 @@ class DeliveryCounts(BaseModel):
                                                  "truncated, else the window's start")
 
 
-class StatsOut(BaseModel):
+class StatsOut(_Answer):
     destinationId: str
     since: str
     until: str
@@ -127,15 +132,15 @@ class StatsOut(BaseModel):
              responses=problems("DELIVERY_WINDOW_INVALID", "NOT_FOUND", "REPLAY_RUNNING", "REPLAY_TOO_LARGE"),
              openapi_extra=IDEMPOTENT)
 def replay_destination(destination_id: DestinationIdPath, body: ReplayIn, request: Request,
-                       key: ApiKey = require("ops")) -> JsonResponse:
+                       key: ApiKey = require("ops")) -> Response:
     ctx = context(request)
 
-    def action(tx: Tx) -> tuple[int, Any]:
+    def action(tx: Tx) -> tuple[int, ReplayCreated]:
         now = datetime.now(UTC)
         since, until = recovery.window(body.since, body.until, now)
         row, pending = replays.create(tx, key.tenant_id, destination_id, since=since, until=until,
                                       policy=ctx.replay_policy, actor=key.key_id, now=now)
-        return 202, {**replays.to_json(row), "alreadyPending": pending}
+        return 202, ReplayCreated.model_validate({**replays.to_json(row), "alreadyPending": pending})
 
     response = idempotency.write_in_transaction(request, key, body.model_dump(mode="json"), action)
     if response.status_code == 202:
@@ -145,17 +150,18 @@ def replay_destination(destination_id: DestinationIdPath, body: ReplayIn, reques
 
 
 @router.get("/destinations/{destination_id}/replays", summary="A destination's replays",
-            response_model=Replays, responses=problems("NOT_FOUND"))
-def list_replays(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+            responses=problems("NOT_FOUND"))
+def list_replays(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops")) -> Replays:
     rows = replays.list_for(context(request).db, key.tenant_id, destination_id)
-    return JsonResponse({"replays": [replays.to_json(r) for r in rows]})
+    return Replays(replays=[ReplayOut.model_validate(replays.to_json(r)) for r in rows])
 
 
 @router.get("/destinations/{destination_id}/replays/{replay_id}", summary="One replay and its progress",
-            response_model=ReplayOut, responses=problems("NOT_FOUND"))
+            responses=problems("NOT_FOUND"))
 def get_replay(destination_id: DestinationIdPath, replay_id: ReplayIdPath, request: Request,
-               key: ApiKey = require("ops")) -> JsonResponse:
-    return JsonResponse(replays.to_json(replays.get(context(request).db, key.tenant_id, destination_id, replay_id)))
+               key: ApiKey = require("ops")) -> ReplayOut:
+    row = replays.get(context(request).db, key.tenant_id, destination_id, replay_id)
+    return ReplayOut.model_validate(replays.to_json(row))
 
 
 @router.post("/destinations/{destination_id}/replays/{replay_id}/cancel", summary="Cancel a running replay",
@@ -163,10 +169,10 @@ def get_replay(destination_id: DestinationIdPath, replay_id: ReplayIdPath, reque
              response_model=ReplayOut, responses=problems("NOT_FOUND", "REPLAY_NOT_RUNNING"),
              openapi_extra=IDEMPOTENT)
 def cancel_replay(destination_id: DestinationIdPath, replay_id: ReplayIdPath, request: Request,
-                  key: ApiKey = require("ops")) -> JsonResponse:
-    def action(tx: Tx) -> tuple[int, Any]:
+                  key: ApiKey = require("ops")) -> Response:
+    def action(tx: Tx) -> tuple[int, ReplayOut]:
         row = replays.cancel(tx, key.tenant_id, destination_id, replay_id, actor=key.key_id, now=datetime.now(UTC))
-        return 200, replays.to_json(row)
+        return 200, ReplayOut.model_validate(replays.to_json(row))
 
     return idempotency.write_in_transaction(request, key, None, action)
 
@@ -177,23 +183,23 @@ def cancel_replay(destination_id: DestinationIdPath, replay_id: ReplayIdPath, re
                          "answer says how it went, within `test_send_timeout`. Nothing is queued or stored; a "
                          "repeat sends another. A tenant has at most `test_send_concurrency` test sends in flight "
                          "per API process (429 TEST_SEND_BUSY beyond).",
-             response_model=TestSendOut, responses=problems("NOT_FOUND", "TEST_SEND_BUSY"))
+             responses=problems("NOT_FOUND", "TEST_SEND_BUSY"))
 async def test_destination(destination_id: DestinationIdPath, request: Request,
-                           key: ApiKey = require("ops")) -> JsonResponse:
+                           key: ApiKey = require("ops")) -> TestSendOut:
     ctx = context(request)
     timeout = ctx.test_sends.timeout
     with ctx.test_sends.slot(key.tenant_id):
         sent = await recovery.send_test(ctx.db, key.tenant_id, destination_id, policy=ctx.destination_policy,
                                         sender=SenderConfig(timeout=timeout, connect_timeout=min(5.0, timeout)))
-    return JsonResponse(sent.to_json())
+    return TestSendOut.model_validate(sent.to_json())
 
 
 @router.get("/destinations/{destination_id}/stats", summary="A destination's endpoint statistics",
             description="Over [since, until) (default: the last 24 hours): attempts, success rate, latency "
                         "percentiles, the last error, deliveries per state, and the current failure streak.",
-            response_model=StatsOut, responses=_PROBLEMS)
+            responses=_PROBLEMS)
 def destination_stats(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops"),
                       since: Annotated[Instant | None, Query()] = None,
-                      until: Annotated[Instant | None, Query()] = None) -> JsonResponse:
-    return JsonResponse(recovery.destination_stats(context(request).db, key.tenant_id, destination_id,
-                                                   since=since, until=until))
+                      until: Annotated[Instant | None, Query()] = None) -> StatsOut:
+    return StatsOut.model_validate(recovery.destination_stats(context(request).db, key.tenant_id, destination_id,
+                                                              since=since, until=until))

@@ -9,13 +9,14 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import DestinationIdPath, WholeNumber, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
-from settlekit.api.responses import JsonResponse
-from settlekit.api.schemas import Destination, DestinationRequeued, Destinations, EnabledDestination
+from settlekit.api.responses import TypedRoute
+from settlekit.api.schemas import Circuit, Destination, DestinationRequeued, Destinations, EnabledDestination
 from settlekit.application import destinations as delivery_store
 from settlekit.application.database import Tx
 from settlekit.delivery import circuit
@@ -23,7 +24,7 @@ from settlekit.delivery import service as delivery
 from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of
 from settlekit.errors import ValidationError
 
-router = APIRouter(prefix="/v1", tags=["ops"])
+router = APIRouter(prefix="/v1", tags=["ops"], route_class=TypedRoute)
 MAX_GRACE_SECONDS = 30 * 24 * 3600
 # what creating or changing a destination checks: the URL (SSRF guard) and the secret or its reference
 _CHECKS = ("DESTINATION_URL_FORBIDDEN", "WEBHOOK_SECRET_INVALID", "SECRET_REF_FORBIDDEN", "SECRET_REF_INVALID",
@@ -123,17 +124,18 @@ def _public_ref(ref: str | None) -> str | None:
     return None if ref.startswith(("inline:", "file:")) else ref
 
 
-def _destination_json(dest: delivery_store.Destination) -> dict[str, Any]:
+def _destination(dest: delivery_store.Destination) -> Destination:
     until = dest.previous_secret_expires_at
     rotating = dest.previous_secret_ref is not None and until is not None and until > datetime.now(UTC)
-    return {"destinationId": dest.destination_id, "kind": dest.kind, "url": dest.url, "signing": dest.signing,
-            "artifactTypes": list(dest.artifact_types) if dest.artifact_types else None,
-            "ordering": dest.ordering, "allowPrivateNetwork": dest.allow_private_network, "status": dest.status,
-            "disabledReason": dest.disabled_reason, "secretRef": _public_ref(dest.secret_ref),
-            "previousSecretRef": _public_ref(dest.previous_secret_ref) if rotating else None,
-            "previousSecretExpiresAt": until.astimezone(UTC).isoformat().replace("+00:00", "Z")
-            if rotating and until is not None else None,
-            "circuit": circuit.to_json(dest.circuit, datetime.now(UTC))}
+    return Destination.model_validate({
+        "destinationId": dest.destination_id, "kind": dest.kind, "url": dest.url, "signing": dest.signing,
+        "artifactTypes": list(dest.artifact_types) if dest.artifact_types else None,
+        "ordering": dest.ordering, "allowPrivateNetwork": dest.allow_private_network, "status": dest.status,
+        "disabledReason": dest.disabled_reason, "secretRef": _public_ref(dest.secret_ref),
+        "previousSecretRef": _public_ref(dest.previous_secret_ref) if rotating else None,
+        "previousSecretExpiresAt": until.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        if rotating and until is not None else None,
+        "circuit": Circuit.model_validate(circuit.to_json(dest.circuit, datetime.now(UTC)))})
 
 
 def _secret_input(secret: str | None, secret_ref: str | None) -> tuple[str | None, str | None]:
@@ -151,40 +153,38 @@ def _secret_input(secret: str | None, secret_ref: str | None) -> tuple[str | Non
 
 @router.post("/destinations", status_code=201, summary="Create a webhook destination", response_model=Destination,
              responses=problems("CONFLICT", "DESTINATION_LIMIT_REACHED", *_CHECKS), openapi_extra=IDEMPOTENT)
-def create_destination(body: DestinationIn, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+def create_destination(body: DestinationIn, request: Request, key: ApiKey = require("ops")) -> Response:
     ctx = context(request)
     value, ref = _secret_input(body.secret, body.secretRef)
     if value is None and ref is None:
         raise ValidationError("secret or secretRef is required", code="SCHEMA_INVALID", field="secret")
 
-    def action() -> tuple[int, Any]:
+    def action() -> tuple[int, Destination]:
         dest = delivery.add_destination(
             ctx.db, key.tenant_id, body.destinationId, url=body.url, secret_ref=ref or "", secret_value=value,
             signing=body.signing, artifact_types=body.artifactTypes, ordering=body.ordering,
             allow_private_network=body.allowPrivateNetwork, policy=ctx.destination_policy, actor=key.key_id)
-        return 201, _destination_json(dest)
+        return 201, _destination(dest)
 
     with ctx.url_checks.slot(key.tenant_id):  # resolves the host: bounded per tenant
         return idempotency.write(request, key, body.model_dump(), action)
 
 
-@router.get("/destinations", summary="The tenant's destinations", response_model=Destinations)
-def list_destinations(request: Request, key: ApiKey = require("ops")) -> JsonResponse:
+@router.get("/destinations", summary="The tenant's destinations")
+def list_destinations(request: Request, key: ApiKey = require("ops")) -> Destinations:
     found = delivery.list_destinations(context(request).db, key.tenant_id)
-    return JsonResponse({"destinations": [_destination_json(d) for d in found]})
+    return Destinations(destinations=[_destination(d) for d in found])
 
 
-@router.get("/destinations/{destination_id}", summary="One destination", response_model=Destination,
-            responses=problems("NOT_FOUND"))
-def get_destination(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops")) -> JsonResponse:
-    return JsonResponse(_destination_json(delivery.get_destination(context(request).db, key.tenant_id,
-                                                                   destination_id)))
+@router.get("/destinations/{destination_id}", summary="One destination", responses=problems("NOT_FOUND"))
+def get_destination(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops")) -> Destination:
+    return _destination(delivery.get_destination(context(request).db, key.tenant_id, destination_id))
 
 
 @router.patch("/destinations/{destination_id}", summary="Update a destination (omitted fields are kept)",
               response_model=Destination, responses=problems("NOT_FOUND", *_CHECKS), openapi_extra=IDEMPOTENT)
 def update_destination(destination_id: DestinationIdPath, body: DestinationUpdate, request: Request,
-                       key: ApiKey = require("ops")) -> JsonResponse:
+                       key: ApiKey = require("ops")) -> Response:
     ctx = context(request)
 
     value, ref = _secret_input(body.secret, body.secretRef)
@@ -201,12 +201,12 @@ def update_destination(destination_id: DestinationIdPath, body: DestinationUpdat
             allow_private_network=current.allow_private_network if body.allowPrivateNetwork is None
             else body.allowPrivateNetwork)
 
-    def action() -> tuple[int, Any]:
+    def action() -> tuple[int, Destination]:
         checked = patched(delivery.get_destination(ctx.db, key.tenant_id, destination_id))
         saved = delivery.save_destination(ctx.db, checked, policy=ctx.destination_policy, replace=True,
                                           actor=key.key_id, secret_value=value, rotation_grace=grace,
                                           changes=patched)
-        return 200, _destination_json(saved)
+        return 200, _destination(saved)
 
     # the fields given, not their defaults: an omitted artifactTypes (kept) and a null one (every type) differ
     with ctx.url_checks.slot(key.tenant_id):  # resolves the host: bounded per tenant
@@ -216,14 +216,13 @@ def update_destination(destination_id: DestinationIdPath, body: DestinationUpdat
 @router.post("/destinations/{destination_id}/disable", summary="Disable a destination", response_model=Destination,
              responses=problems("NOT_FOUND"), openapi_extra=IDEMPOTENT)
 def disable_destination(destination_id: DestinationIdPath, request: Request, body: DisableIn | None = None,
-                        key: ApiKey = require("ops")) -> JsonResponse:
+                        key: ApiKey = require("ops")) -> Response:
     ctx = context(request)
     reason = body.reason if body is not None else "operator"
 
-    def action() -> tuple[int, Any]:
-        return 200, _destination_json(delivery.disable_destination(ctx.db, key.tenant_id, destination_id,
-                                                                   reason=reason, actor=key.key_id,
-                                                                   registry=ctx.registry))
+    def action() -> tuple[int, Destination]:
+        return 200, _destination(delivery.disable_destination(ctx.db, key.tenant_id, destination_id,
+                                                              reason=reason, actor=key.key_id, registry=ctx.registry))
 
     return idempotency.write(request, key, {"reason": reason}, action)
 
@@ -242,15 +241,15 @@ class EnableIn(BaseModel):
                          "deliveries are created and the delivery its 410 failed is requeued (`created`, "
                          "`requeued`); otherwise `POST /v1/deliveries/requeue` with `since` does it later.")
 def enable_destination(destination_id: DestinationIdPath, request: Request, body: EnableIn | None = None,
-                       key: ApiKey = require("ops")) -> JsonResponse:
+                       key: ApiKey = require("ops")) -> Response:
     ctx = context(request)
     backfill = body.backfill if body is not None else False
 
-    def action() -> tuple[int, Any]:
+    def action() -> tuple[int, EnabledDestination]:
         dest, report = delivery.enable_destination_with_backfill(ctx.db, key.tenant_id, destination_id,
                                                                  policy=ctx.destination_policy, actor=key.key_id,
                                                                  backfill=backfill)
-        return 200, {**_destination_json(dest), "backfill": report.to_json()}
+        return 200, EnabledDestination.model_validate({**dict(_destination(dest)), "backfill": report.to_json()})
 
     with ctx.url_checks.slot(key.tenant_id):  # resolves the host: bounded per tenant
         return idempotency.write(request, key, {"backfill": backfill}, action)
@@ -259,11 +258,11 @@ def enable_destination(destination_id: DestinationIdPath, request: Request, body
 @router.post("/destinations/{destination_id}/requeue", summary="Requeue a destination's failed deliveries",
              response_model=DestinationRequeued, responses=problems("NOT_FOUND"), openapi_extra=IDEMPOTENT)
 def requeue_destination(destination_id: DestinationIdPath, request: Request,
-                        key: ApiKey = require("ops")) -> JsonResponse:
+                        key: ApiKey = require("ops")) -> Response:
     ctx = context(request)
 
-    def action(tx: Tx) -> tuple[int, Any]:
+    def action(tx: Tx) -> tuple[int, DestinationRequeued]:
         n = delivery.requeue_destination(ctx.db, key.tenant_id, destination_id, actor=key.key_id, tx=tx)
-        return 200, {"destinationId": destination_id, "requeued": n}
+        return 200, DestinationRequeued(destinationId=destination_id, requeued=n)
 
     return idempotency.write_in_transaction(request, key, None, action)

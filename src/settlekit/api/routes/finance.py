@@ -8,28 +8,34 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, RootModel
+from starlette.responses import Response
 
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
 from settlekit.api.openapi import IDEMPOTENT, JSON_VALUE_REF, NO_NUL, PY_SPACE, problems
-from settlekit.api.responses import JsonResponse
+from settlekit.api.responses import TypedRoute
+from settlekit.api.schemas import Verbatim
 from settlekit.application import finance as fin
 from settlekit.errors import ConfigurationError
 from settlekit.ledger.accounts import ACCOUNT_IDS
 from settlekit.ledger.journal import GL_MAPPING
 
-router = APIRouter(prefix="/v1/finance", tags=["finance"])
+router = APIRouter(prefix="/v1/finance", tags=["finance"], route_class=TypedRoute)
 MONTH_PATTERN = r"^([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(0[1-9]|1[0-2])$"  # years 0001-9999
 MonthPath = Annotated[str, Path(pattern=MONTH_PATTERN, description="YYYY-MM")]
 JobPath = Annotated[str, Path(min_length=1, max_length=200)]
 
 
-class FinanceDocument(BaseModel):
+class FinanceMembers(BaseModel):
     """A MonthClose.v1, a proof or a GlMapping.v1 (docs/finance.md gives each format)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", title="FinanceDocument")
+
+
+class FinanceDocument(RootModel[Annotated[dict[str, Any], Verbatim(FinanceMembers)]]):
+    """A finance document as stored or built (its members in their order), documented as FinanceMembers."""
 
 
 class GlMappingStored(BaseModel):
@@ -50,24 +56,24 @@ _CLOSE_READ = problems("FINANCE_CLOSE_NOT_FOUND", "FINANCE_CLOSE_MISMATCH")
              responses={200: {"model": FinanceDocument, "description": "the month was already closed"},
                         **problems("FINANCE_PERIOD_OPEN", "FINANCE_PERIOD_ORDER", "FINANCE_CLOSE_MISMATCH",
                                    "CONFIGURATION_INVALID")})
-def close(month: MonthPath, request: Request, key: ApiKey = require("admin")) -> JsonResponse:
+def close(month: MonthPath, request: Request, key: ApiKey = require("admin")) -> Response:
     ctx = context(request)
     signer = ctx.appender.server_signer
     if signer is None:
         raise ConfigurationError("the server has no signing key, so it cannot sign a close",
                                  code="CONFIGURATION_INVALID")
 
-    def action() -> tuple[int, Any]:
+    def action() -> tuple[int, FinanceDocument]:
         result = fin.close_month(ctx.db, key.tenant_id, month, signer, now=datetime.now(UTC))
-        return (201 if result.created else 200), result.document
+        return (201 if result.created else 200), FinanceDocument(result.document)
 
     return idempotency.write(request, key, {"month": month}, action)
 
 
-@router.get("/closes/{month}", summary="The tenant's MonthClose.v1 of a month", response_model=FinanceDocument,
+@router.get("/closes/{month}", summary="The tenant's MonthClose.v1 of a month",
             responses=problems("FINANCE_CLOSE_NOT_FOUND"))
-def get_close(month: MonthPath, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
-    return JsonResponse(fin.get_close(context(request).db, key.tenant_id, month))
+def get_close(month: MonthPath, request: Request, key: ApiKey = require("jobs:read")) -> FinanceDocument:
+    return FinanceDocument(fin.get_close(context(request).db, key.tenant_id, month))
 
 
 @router.get("/closes/{month}/journal.csv", summary="The month's JournalCsv.v1, streamed",
@@ -92,18 +98,18 @@ def gl_batch(month: MonthPath, request: Request, key: ApiKey = require("jobs:rea
 
 
 @router.get("/closes/{month}/proofs/{job_id}", summary="Inclusion proof of a job's leaf in the month's close",
-            response_model=FinanceDocument, responses=problems("FINANCE_CLOSE_NOT_FOUND", "FINANCE_LEAF_NOT_FOUND"))
+            responses=problems("FINANCE_CLOSE_NOT_FOUND", "FINANCE_LEAF_NOT_FOUND"))
 def inclusion(month: MonthPath, job_id: JobPath, request: Request,
-              key: ApiKey = require("jobs:read")) -> JsonResponse:
-    return JsonResponse(fin.inclusion_proof(context(request).db, key.tenant_id, month, job_id))
+              key: ApiKey = require("jobs:read")) -> FinanceDocument:
+    return FinanceDocument(fin.inclusion_proof(context(request).db, key.tenant_id, month, job_id))
 
 
 @router.get("/consistency", summary="Consistency proof between the logs of two closes",
-            response_model=FinanceDocument, responses=problems("FINANCE_CLOSE_NOT_FOUND", "FINANCE_MONTH_INVALID"))
+            responses=problems("FINANCE_CLOSE_NOT_FOUND", "FINANCE_MONTH_INVALID"))
 def consistency(request: Request, from_month: Annotated[str, Query(alias="from", pattern=MONTH_PATTERN)],
                 to_month: Annotated[str, Query(alias="to", pattern=MONTH_PATTERN)],
-                key: ApiKey = require("jobs:read")) -> JsonResponse:
-    return JsonResponse(fin.consistency_proof(context(request).db, key.tenant_id, from_month, to_month))
+                key: ApiKey = require("jobs:read")) -> FinanceDocument:
+    return FinanceDocument(fin.consistency_proof(context(request).db, key.tenant_id, from_month, to_month))
 
 
 # not only Python's white space, nor U+0000 (ledger.journal.require_gl_mapping: a non-blank glAccount)
@@ -126,16 +132,15 @@ GL_MAPPING_SCHEMA: dict[str, Any] = {
             response_model=GlMappingStored, responses=problems("FINANCE_GL_MAPPING_INVALID"),
             openapi_extra={**IDEMPOTENT, "requestBody": {"required": True, "content": {
                 "application/json": {"schema": GL_MAPPING_SCHEMA}}}})
-def put_mapping(body: dict[str, Any], request: Request, key: ApiKey = require("admin")) -> JsonResponse:
+def put_mapping(body: dict[str, Any], request: Request, key: ApiKey = require("admin")) -> Response:
     db = context(request).db
 
-    def action() -> tuple[int, Any]:
-        return 200, {"tenantId": key.tenant_id, "mappingHash": fin.put_gl_mapping(db, key.tenant_id, body)}
+    def action() -> tuple[int, GlMappingStored]:
+        return 200, GlMappingStored(tenantId=key.tenant_id, mappingHash=fin.put_gl_mapping(db, key.tenant_id, body))
 
     return idempotency.write(request, key, body, action)
 
 
-@router.get("/gl-mapping", summary="The tenant's GL mapping", response_model=FinanceDocument,
-            responses=problems("FINANCE_GL_MAPPING_NOT_FOUND"))
-def get_mapping(request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
-    return JsonResponse(fin.get_gl_mapping(context(request).db, key.tenant_id))
+@router.get("/gl-mapping", summary="The tenant's GL mapping", responses=problems("FINANCE_GL_MAPPING_NOT_FOUND"))
+def get_mapping(request: Request, key: ApiKey = require("jobs:read")) -> FinanceDocument:
+    return FinanceDocument(fin.get_gl_mapping(context(request).db, key.tenant_id))

@@ -16,24 +16,24 @@ from settlekit.api.auth import ApiKey
 from settlekit.api.deps import context, require
 from settlekit.api.openapi import problems
 from settlekit.api.problems import problem_response
-from settlekit.api.responses import JsonResponse
+from settlekit.api.responses import TypedRoute
 from settlekit.api.schemas import Health, Ready
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=TypedRoute)
 READY_TIMEOUT_SECONDS = 0.5  # /readyz answers within this, reachable or not
 _EXPOSITION = {"description": "The Prometheus text exposition format (`text/plain; version=…; charset=utf-8`).",
                "content": {"text/plain": {"schema": {"type": "string"}}}}
 
 
-@router.get("/healthz", summary="Liveness", response_model=Health)
-def healthz() -> JsonResponse:
+@router.get("/healthz", summary="Liveness")
+def healthz() -> Health:
     """`pid`: the answering API process (`serve --workers N` runs several on one port)."""
-    return JsonResponse({"status": "ok", "pid": os.getpid()})
+    return Health(status="ok", pid=os.getpid())
 
 
 @router.get("/readyz", summary="Readiness: database reachable and migrations current", response_model=Ready,
             responses=problems("DATABASE_UNAVAILABLE", "MIGRATIONS_PENDING"))
-async def readyz(request: Request) -> Response:
+async def readyz(request: Request) -> Ready | Response:
     ctx = context(request)
     try:
         with anyio.fail_after(READY_TIMEOUT_SECONDS):
@@ -46,7 +46,7 @@ async def readyz(request: Request) -> Response:
     if pending:
         return problem_response(503, "MIGRATIONS_PENDING", "database migrations are pending",
                                 pendingMigrations=pending)
-    return JsonResponse({"status": "ready"})
+    return Ready(status="ready")
 
 
 @router.get("/metrics", summary="Prometheus metrics (deployment-wide: an `ops` key of the operator tenant)",

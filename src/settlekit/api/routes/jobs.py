@@ -46,8 +46,8 @@ from settlekit.api.openapi import (
     problems,
     request_headers,
 )
-from settlekit.api.responses import JsonResponse, content_disposition
-from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, JobView
+from settlekit.api.responses import JsonResponse, TypedRoute, content_disposition
+from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, JobSummary, JobView
 from settlekit.append import AppendResult, Idempotency
 from settlekit.append.appender import AppendOptions, StreamPrecondition, named_key_ids
 from settlekit.application import jobs as streams
@@ -59,7 +59,7 @@ from settlekit.jobs.reducer import DEFAULT_TENANT_ID
 from settlekit.jobs.types import KNOWN_EVENT_TYPES, required_signer_kind
 from settlekit.metrics import PerRegistry
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], route_class=TypedRoute)
 
 # Server-only types that move money or claims: appending them needs finance:write as well as jobs:write.
 FINANCE_TYPES = frozenset({"SETTLED", "JOB_ADJUSTED", "SLA_CREDIT_ISSUED", "OPERATOR_COST_RECORDED",
@@ -173,19 +173,19 @@ class CreateJob(BaseModel):
     payload: dict[str, Any] = Field(json_schema_extra=JOB_CREATED_PAYLOAD)
 
 
-def _append_body(ctx: ApiContext, result: AppendResult) -> dict[str, Any]:
+def _appended(ctx: ApiContext, result: AppendResult) -> Appended:
     state = result.snapshot
     positions = ctx.cursors.encode_all("event", result.tenant_id, result.positions)  # the tenant's cursors
-    return {"jobId": result.stream_id, "events": result.events, "firstSeq": result.first_seq,
-            "positions": positions, "headChainHash": result.head_chain_hash,
-            "job": state.get("snapshot") if isinstance(state, dict) else None,
-            "alreadyExists": result.already_exists}
+    return Appended(jobId=result.stream_id, events=result.events, firstSeq=result.first_seq, positions=positions,
+                    headChainHash=result.head_chain_hash,
+                    job=state.get("snapshot") if isinstance(state, dict) else None,
+                    alreadyExists=result.already_exists)
 
 
 def _append_response(ctx: ApiContext, result: AppendResult) -> JsonResponse:
     status = 200 if result.already_exists else 201
     headers = {"Idempotent-Replayed": "true"} if result.replayed else None
-    return JsonResponse(_append_body(ctx, result), status_code=status, headers=headers)
+    return JsonResponse(_appended(ctx, result), status_code=status, headers=headers)
 
 
 async def append_with_key(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
@@ -415,25 +415,24 @@ def _job_stream(job_id: str, items: list[dict[str, Any]]) -> StreamPrecondition:
     return check
 
 
-@router.get("/jobs", summary="List the tenant's jobs (keyset pagination)", response_model=JobList,
-            responses=problems("CURSOR_INVALID"))
+@router.get("/jobs", summary="List the tenant's jobs (keyset pagination)", responses=problems("CURSOR_INVALID"))
 def list_jobs(request: Request, key: ApiKey = require("jobs:read"),
               status: Annotated[str | None, Query(max_length=64)] = None,
               limit: PageLimit = 50,
-              cursor: Annotated[str | None, Query(max_length=400)] = None) -> JsonResponse:
+              cursor: Annotated[str | None, Query(max_length=400)] = None) -> JobList:
     ctx = context(request)
     after = _decode_cursor(cursor) if cursor else None
     # With a status filter at most this many jobs are looked at per request; the cursor continues the scan.
     scan = max(limit * 10, 200)
     page = streams.job_page(ctx.db, key.tenant_id, after=after, limit=limit, status=status, scan=scan)
-    items: list[dict[str, Any]] = []
+    items: list[JobSummary] = []
     for row in page.jobs:
         snap = (row.state or {}).get("snapshot")
         job_status = snap.get("status") if isinstance(snap, dict) else None
-        items.append({"jobId": row.job_id, "status": job_status, "version": row.version,
-                      "headChainHash": row.head_chain_hash, "updatedAt": str(row.updated_at), "job": snap})
+        items.append(JobSummary(jobId=row.job_id, status=job_status, version=row.version,
+                                headChainHash=row.head_chain_hash, updatedAt=str(row.updated_at), job=snap))
     next_cursor = _encode_cursor(page.last_seen) if page.more and page.last_seen else None
-    return JsonResponse({"jobs": items, "nextCursor": next_cursor})
+    return JobList(jobs=items, nextCursor=next_cursor)
 
 
 def _encode_cursor(job_id: str) -> str:
@@ -450,31 +449,31 @@ def _decode_cursor(cursor: str) -> str:
     return value
 
 
-@router.get("/jobs/{job_id}", summary="A job's snapshot", response_model=JobView, responses=problems("JOB_NOT_FOUND"))
-def get_job(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+@router.get("/jobs/{job_id}", summary="A job's snapshot", responses=problems("JOB_NOT_FOUND"))
+def get_job(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read")) -> JobView:
     head, state = job_head(context(request), key.tenant_id, job_id)
     snap = state.get("snapshot") if isinstance(state, dict) else None
-    return JsonResponse({"jobId": job_id, "version": head.seq, "headChainHash": head.chain_hash, "job": snap})
+    return JobView(jobId=job_id, version=head.seq, headChainHash=head.chain_hash, job=snap)
 
 
 @router.get("/jobs/{job_id}/events", summary="A job's events, optionally through a chain hash",
-            response_model=JobEvents, responses=problems("JOB_NOT_FOUND", "ATCHAINHASH_NOT_FOUND"))
+            responses=problems("JOB_NOT_FOUND", "ATCHAINHASH_NOT_FOUND"))
 def get_events(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read"),
                throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
-               afterSeq: PositionQuery = 0) -> JsonResponse:
+               afterSeq: PositionQuery = 0) -> JobEvents:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
     events = ctx.appender.streams.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash,
                                            after_seq=afterSeq)
-    return JsonResponse({"jobId": job_id, "events": events})
+    return JobEvents(jobId=job_id, events=events)
 
 
 @router.get("/jobs/{job_id}/export", summary="A job's stream in the offline verifier's format (JSON array)",
-            response_model=EventExport,
             responses={200: _ATTACHMENT, **problems("JOB_NOT_FOUND", "ATCHAINHASH_NOT_FOUND")})
-def export_job(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read"),
-               throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None) -> JsonResponse:
+def export_job(job_id: TextIdPath, request: Request, response: Response, key: ApiKey = require("jobs:read"),
+               throughChainHash: Annotated[str | None, Query(min_length=1, max_length=128)] = None) -> EventExport:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
     events = ctx.appender.streams.read_stream(key.tenant_id, job_id, through_chain_hash=throughChainHash)
-    return JsonResponse(events, headers={"Content-Disposition": content_disposition(f"{job_id}.json")})
+    response.headers["Content-Disposition"] = content_disposition(f"{job_id}.json")
+    return EventExport(events)

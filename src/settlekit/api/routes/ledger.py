@@ -4,7 +4,7 @@ tenant's opaque tokens (settlekit/cursors.py), never global positions."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,15 +21,15 @@ from settlekit.api.deps import (
     require,
 )
 from settlekit.api.openapi import problems
-from settlekit.api.responses import JsonResponse
-from settlekit.api.schemas import Allocations, LedgerEntries
+from settlekit.api.responses import TypedRoute
+from settlekit.api.schemas import Allocation, Allocations, LedgerEntries, LedgerEntry
 from settlekit.application import ledger as ledger_rows
 from settlekit.application import ledger as timeline
 from settlekit.cursors import POSTINGS
 from settlekit.errors import NotFoundError, ValidationError
 from settlekit.ledger.timeline import millis_to_iso, parse_instant
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], route_class=TypedRoute)
 
 
 class LedgerBalances(BaseModel):
@@ -66,7 +66,6 @@ class AccountPostings(BaseModel):
 
 
 @router.get("/ledger/balances", summary="Ledger balances per account: now, as of an instant or position, per party",
-            response_model=LedgerBalances,
             responses=problems("LEDGER_AS_OF_INVALID", "CURSOR_INVALID", "CURSOR_NUMERIC"))
 def balances(request: Request, key: ApiKey = require("jobs:read"),
              as_of: Annotated[str | None, Query(alias="asOf", max_length=64, json_schema_extra={
@@ -76,37 +75,36 @@ def balances(request: Request, key: ApiKey = require("jobs:read"),
                  alias="position", min_length=1, max_length=200, pattern=CURSOR_PATTERN,
                  description="a position cursor (an event's `position` in the event feed or an append's answer): "
                              "the entries of events at or before it")] = None,
-             party: Annotated[str | None, Query(min_length=1, max_length=200)] = None) -> JsonResponse:
+             party: Annotated[str | None, Query(min_length=1, max_length=200)] = None) -> LedgerBalances:
     ctx = context(request)
     db = ctx.db
     if as_of is not None and position_cursor is not None:
         raise ValidationError("give asOf or position, not both", code="LEDGER_AS_OF_INVALID", field="asOf")
     position = (None if position_cursor is None
                 else ctx.cursors.position(key.tenant_id, position_cursor, field="position"))
-    body: dict[str, Any] = {"tenantId": key.tenant_id, "asOf": None, "position": position_cursor,
-                            "partyId": party}
+    instant = None
     if as_of is not None:
         millis = parse_instant(as_of) if is_rfc3339(as_of) else None
         if millis is None:
             raise ValidationError("asOf must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T23:59:59Z",
                                   code="LEDGER_AS_OF_INVALID", field="asOf")
-        body["asOf"] = millis_to_iso(millis)
+        instant = millis_to_iso(millis)
         values = timeline.balances_as_of(db, key.tenant_id, "t", millis, party_id=party or timeline.ACCOUNT)
     elif position is not None or party is not None:
         values = timeline.balances_as_of(db, key.tenant_id, "p", MAX_INT64 if position is None else position,
                                          party_id=party or timeline.ACCOUNT)
     else:
         values = ledger_rows.balances(db, key.tenant_id).get(key.tenant_id, {})
-    return JsonResponse({**body, "balances": values, "totalCents": sum(values.values())})
+    return LedgerBalances(tenantId=key.tenant_id, asOf=instant, position=position_cursor, partyId=party,
+                          balances=values, totalCents=sum(values.values()))
 
 
 @router.get("/ledger/accounts/{account_id}/postings", summary="An account's postings in ledger order (keyset pages)",
-            response_model=AccountPostings,
             responses=problems("CURSOR_INVALID", "LEDGER_ACCOUNT_NOT_FOUND"))
 def account_postings(account_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read"),
                      party: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
                      limit: PageLimit = 50,
-                     cursor: Annotated[str | None, Query(max_length=800)] = None) -> JsonResponse:
+                     cursor: Annotated[str | None, Query(max_length=800)] = None) -> AccountPostings:
     ctx = context(request)
     db, tenant, party_id = ctx.db, key.tenant_id, party or timeline.ACCOUNT
     if not timeline.account_known(db, tenant, account_id):
@@ -121,25 +119,24 @@ def account_postings(account_id: TextIdPath, request: Request, key: ApiKey = req
         after = (found[0], found[1], found[2])
     page = timeline.account_postings(db, tenant, account_id, after=after, limit=limit, party_id=party_id)
     tokens = ctx.cursors.encode_all("event", tenant, [p["position"] for p in page.postings])
-    postings = [{**p, "position": t} for p, t in zip(page.postings, tokens, strict=True)]
+    postings = [AccountPosting.model_validate({**p, "position": t}) for p, t in zip(page.postings, tokens, strict=True)]
     next_cursor = (ctx.cursors.encode(POSTINGS, tenant, *page.last_key, listing=listing)
                    if page.more and page.last_key else None)
-    return JsonResponse({"accountId": account_id, "partyId": party, "postings": postings,
-                         "nextCursor": next_cursor})
+    return AccountPostings(accountId=account_id, partyId=party, postings=postings, nextCursor=next_cursor)
 
 
-@router.get("/jobs/{job_id}/ledger/entries", summary="Journal entries of a job", response_model=LedgerEntries,
-            responses=problems("JOB_NOT_FOUND"))
-def ledger_entries(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+@router.get("/jobs/{job_id}/ledger/entries", summary="Journal entries of a job", responses=problems("JOB_NOT_FOUND"))
+def ledger_entries(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read")) -> LedgerEntries:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
-    return JsonResponse({"jobId": job_id, "entries": ledger_rows.entries_for_job(ctx.db, key.tenant_id, job_id)})
+    entries = ledger_rows.entries_for_job(ctx.db, key.tenant_id, job_id)
+    return LedgerEntries(jobId=job_id, entries=[LedgerEntry.model_validate(e) for e in entries])
 
 
-@router.get("/jobs/{job_id}/ledger/allocations", summary="Party allocations of a job", response_model=Allocations,
+@router.get("/jobs/{job_id}/ledger/allocations", summary="Party allocations of a job",
             responses=problems("JOB_NOT_FOUND"))
-def ledger_allocations(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read")) -> JsonResponse:
+def ledger_allocations(job_id: TextIdPath, request: Request, key: ApiKey = require("jobs:read")) -> Allocations:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
-    return JsonResponse({"jobId": job_id,
-                         "allocations": ledger_rows.allocations_for_job(ctx.db, key.tenant_id, job_id)})
+    allocations = ledger_rows.allocations_for_job(ctx.db, key.tenant_id, job_id)
+    return Allocations(jobId=job_id, allocations=[Allocation.model_validate(a) for a in allocations])
