@@ -18,12 +18,12 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from settlekit.importer import import_events
-from settlekit.projections.finance import close_month
 from typer.testing import CliRunner
 
 from conftest import VECTORS
 from settlekit.append import job_appender
+from settlekit.application.finance import close_month
+from settlekit.application.imports import import_events
 from settlekit.application.ledger import rebuild
 from settlekit.artifacts.build import build_all
 from settlekit.cli import app as cli
