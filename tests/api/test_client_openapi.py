@@ -157,3 +157,26 @@ def test_the_client_does_not_import_the_server_side() -> None:
     for path in source.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"settlekit\.(store|api|append|dispatch|delivery)\b", text), path.name
+
+
+def _schemas(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for child in node.values():
+            yield from _schemas(child)
+    elif isinstance(node, list):
+        for child in node:
+            yield from _schemas(child)
+
+
+def test_bounds_are_json_schema_keywords_with_exact_values(document: dict[str, Any]) -> None:
+    """Bounds are `minimum`/`maximum` (FastAPI wrote pydantic's `ge`/`le` when a validator came first, which JSON
+    Schema ignores) and integers (its document model made floats of them: 2**63 - 1 became 2**63)."""
+    wrong = []
+    for node in _schemas(document):
+        if {"ge", "le", "gt", "lt"} & node.keys() and {"type", "anyOf"} & node.keys():
+            wrong.append(node)
+        wrong += [node for name in ("minimum", "maximum") if isinstance(node.get(name), float)]
+    assert not wrong, wrong[:3]
+    reset = document["components"]["schemas"]["ResetIn"]["properties"]["to"]["anyOf"][0]
+    assert reset["maximum"] == 2**53 - 1 and type(reset["maximum"]) is int

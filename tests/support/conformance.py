@@ -74,8 +74,9 @@ def beyond_schema(case: Any, problem: dict[str, Any]) -> str | None:
     if code == "WEBHOOK_SECRET_INVALID" and isinstance(body, dict) and (
             body.get("signing") is None or body.get("secret") is None):
         return "the destination's stored secret or signing mode, which the request does not give"
-    if code == "SCHEMA_INVALID" and "eventType" in details:
-        return "the payload rules of each event type (README: event payloads)"
+    if code == "SCHEMA_INVALID" and "eventType" in details and case.operation.path != "/v1/jobs":
+        # POST /v1/jobs: the document states JOB_CREATED's payload
+        return "the payload rules of each event type (README, HTTP API)"
     if code == "SCHEMA_INVALID" and details.get("field") == "streamId":
         return "an event's streamId is the job the path names"
     if code not in ("SCHEMA_INVALID", "INPUT_INVALID", "JSON_INVALID") and _client_finalized(body):

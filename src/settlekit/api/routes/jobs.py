@@ -297,7 +297,8 @@ _EVENTS_BODY = {
                            "x-proxy- name is ignored there, as settld does). A client-finalized event carries "
                            "the signature its type needs (a robot, operator or server key); one of a "
                            "server-signed type that the client cannot sign is sent as a draft, which the server "
-                           "signs. Each event type has rules of its own for its payload (README: event payloads).",
+                           "signs. Each event type has rules of its own for its payload (refused with "
+                           "SCHEMA_INVALID naming the type in `details.eventType`).",
         }}},
     },
 }
