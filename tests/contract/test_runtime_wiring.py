@@ -21,6 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from test_delivery_worker import T0, Artifacts, add_destination, artifact, enqueue
 
+from settlekit.application import idempotency as idempotent_writes
 from settlekit.errors import ConfigurationError
 from settlekit.runtime import CLEANUP_LOCK_KEY, CleanupScheduler, Settings
 from settlekit.runtime.logging import configure_logging, reset_logging
@@ -55,7 +56,7 @@ def seed_expired(db: Database, *, pending: bool = True) -> None:
         delivery_store.mark_delivered(tx, a.id, "w", status=200, now=T0, retention=timedelta(days=1))
         delivery_store.mark_failed(tx, b.id, "w", status=500, error="non_2xx", now=T0, retention=timedelta(days=1))
     scope = idempotency.KeyScope(TENANT_A, "key_1", "POST /v1/x", "idem-1")
-    idempotency.run(db, scope, "hash", lambda: (201, {"ok": True}), json.dumps)
+    idempotent_writes.run(db, scope, "hash", lambda: (201, {"ok": True}), json.dumps)
 
 
 def test_cleanup_tick_deletes_expired_rows_only(db: Database) -> None:

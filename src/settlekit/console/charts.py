@@ -43,13 +43,14 @@ def bars(items: Sequence[tuple[str, float]], *, maximum: float | None = None, un
     return Markup("".join(parts))
 
 
-def line(values: Sequence[float], *, height: int = 60) -> Markup:
+def line(values: Sequence[float], *, height: int = 60, unit: str = "/s", label: str = "appends per second"
+         ) -> Markup:
     """A line through `values` (oldest first), scaled to the largest."""
     if len(values) < 2:
         return Markup('<p class="muted">collecting samples (the panel refreshes by itself)</p>')
     top = max(values) or 1.0
     step = WIDTH / (len(values) - 1)
     points = " ".join(f"{i * step:.1f},{height - 2 - (v / top) * (height - 4):.1f}" for i, v in enumerate(values))
-    return Markup(f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="appends per second" '
+    return Markup(f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(label)}" '
                   f'xmlns="http://www.w3.org/2000/svg"><polyline class="chart-line" points="{points}"/>'
-                  f'<text class="chart-value" x="2" y="12">max {top:,.1f}/s</text></svg>')
+                  f'<text class="chart-value" x="2" y="12">max {top:,.0f}{escape(unit)}</text></svg>')

@@ -366,7 +366,8 @@ class Console:
             minute, hour = append_rate.tenant_recent_in(tx, tenant, found)
             rate = append_rate.deployment_rate_in(tx, found, now) if "dispatcher" in can else None
         return {"minute": minute, "hour": hour, "cap": append_rate.TENANT_CAP, "mean_ms": self._append_latency_ms(),
-                "deployment": rate, "chart": charts.line([float(n) for n in rate.per_minute]) if rate else None}
+                "deployment": rate, "chart": charts.line([float(n) for n in rate.per_minute], unit=" a minute",
+                                      label="events appended per minute, the last hour") if rate else None}
 
     def _append_latency_ms(self) -> float | None:
         """The mean append latency in this process, from its append metrics."""

@@ -5,11 +5,11 @@ A key is reserved before its action runs, so two concurrent identical requests n
 - Event appends reserve and complete the key inside the append transaction (`record`): the row commits
   atomically with the events, and a concurrent append with the same key waits on the key's unique index, then
   finds the committed row and replays it (`settlekit.append.Appender.append`).
-- Every other write runs `run()`: `reserve` commits a pending row (status_code 0, `response_json` holding the
-  reservation token, `expires_at` its lease), the action runs, `complete` stores the answer (or `release`
-  deletes the reservation when the action failed, so the key can be retried). A concurrent identical request
-  waits for the answer and replays it; after `wait_seconds` it gets 409 IDEMPOTENCY_IN_PROGRESS. A
-  reservation whose lease ran out (its process died) is taken over.
+- Every other write runs `settlekit.application.idempotency.run`: `reserve` commits a pending row (status_code
+  0, `response_json` holding the reservation token, `expires_at` its lease), the action runs, `complete` stores
+  the answer (or `release` deletes the reservation when the action failed, so the key can be retried). A
+  concurrent identical request waits for the answer and replays it; after `wait_seconds` it gets 409
+  IDEMPOTENCY_IN_PROGRESS. A reservation whose lease ran out (its process died) is taken over.
 
 The same key with a different request (method, path, query, body, precondition header) is 409
 IDEMPOTENCY_CONFLICT. Only successful answers are stored; a replay carries `Idempotent-Replayed: true`.
@@ -17,11 +17,10 @@ IDEMPOTENCY_CONFLICT. Only successful answers are stored; a replay carries `Idem
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -197,51 +196,6 @@ def release(db: Database, reservation: Reservation) -> None:
     with db.transaction() as tx:
         tx.execute("DELETE FROM idempotency_keys" + _KEY_WHERE + " AND status_code = ? AND response_json = ?",
                    (*reservation.scope.params, PENDING, reservation.token))
-
-
-def run(db: Database, scope: KeyScope, hashed: str, action: Callable[[], tuple[int, Any]],
-        dumps: Callable[[Any], str], *, wait_seconds: float = DEFAULT_WAIT_SECONDS) -> tuple[int, Any, bool]:
-    """Reserve, act, complete: (status, body, replayed). The action runs at most once per key; when it raises,
-    the reservation is released and the error propagates."""
-    taken = reserve(db, scope, hashed, wait_seconds=wait_seconds)
-    if isinstance(taken, Stored):
-        return taken.status, taken.body, True
-    with _released_on_failure(db, taken):
-        status, body = action()
-    complete(db, taken, status, dumps(body))
-    return status, body, False
-
-
-@contextlib.contextmanager
-def _released_on_failure(db: Database, reservation: Reservation) -> Iterator[None]:
-    """Give the key back when the block raises (nothing is stored for a failed request); the error propagates."""
-    try:
-        yield
-    except BaseException:
-        try:
-            release(db, reservation)
-        except Exception:  # the action's error is the one to report; the lease frees the key later
-            log.exception("could not release an idempotency reservation")
-        raise
-
-
-def run_in_transaction(db: Database, scope: KeyScope, hashed: str, action: Callable[[Tx], tuple[int, Any]],
-                       dumps: Callable[[Any], str], *,
-                       wait_seconds: float = DEFAULT_WAIT_SECONDS) -> tuple[int, Any, bool]:
-    """`run` for an action whose writes are one transaction (given to it): its answer is stored in that same
-    transaction, so the action and the record commit together. A crash or an outage between them can no longer
-    leave the action done and the key free, which made a retry with the key run it again once the reservation's
-    lease ran out. When the reservation was taken over meanwhile, the action is rolled back (IDEMPOTENCY_IN_PROGRESS:
-    the request that took it over runs it)."""
-    taken = reserve(db, scope, hashed, wait_seconds=wait_seconds)
-    if isinstance(taken, Stored):
-        return taken.status, taken.body, True
-    with _released_on_failure(db, taken), db.transaction() as tx:
-        status, body = action(tx)
-        if not complete_in(tx, taken, status, dumps(body), now=datetime.now(UTC)):
-            raise InProgressError("another request with this idempotency key took it over; retry later",
-                                  idempotencyKey=scope.key, retryAfterSeconds=1)
-    return status, body, False
 
 
 def purge_expired(db: Database, *, now: datetime | None = None) -> int:
