@@ -23,8 +23,12 @@ $(STAMP): $(RUNTIME_STAMP)
 demo: runtime
 	$(VENV)/bin/settlekit demo
 
+# the suite in TEST_PROCESSES processes (pytest-xdist; 0 runs it in this one), each test file whole in one of them
+# (tests/conftest.py groups the files that share PostgreSQL's transaction horizon)
+TEST_PROCESSES ?= 2
+
 test: venv test-deps
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup
 
 # programs the tests start themselves (pgbouncer, chromium); installed only where that needs no password prompt
 test-deps:

@@ -23,6 +23,24 @@ PG_ADMIN_URL = os.environ.get("SETTLEKIT_TEST_PG", "postgresql://postgres@127.0.
 _RUN = uuid.uuid4().hex[:10]
 
 
+# `make test` runs the suite in two processes (pytest-xdist, `--dist loadgroup`), each test file whole in one of
+# them. PostgreSQL's gap rules wait for the cluster's oldest writing transaction, which a test of the other process
+# could hold open: the files that hold writing transactions open, or wait for that horizon, run one after another
+# in the same process.
+CLUSTER_HORIZON_FILES = frozenset({
+    "test_api_idempotency.py", "test_db_outage.py", "test_event_feed.py", "test_statement_deadline.py",
+    "test_dispatch_blocked.py", "test_dispatch_blocked_turns.py", "test_dispatch_contract.py",
+    "test_dispatch_gaps.py", "test_dispatch_pg.py", "test_group_commit.py", "test_delivery_completion.py",
+})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        group = "cluster-horizon" if name in CLUSTER_HORIZON_FILES else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def load_vector(name: str) -> dict:
     return parse_json((VECTORS / name).read_text(encoding="utf-8"))
 

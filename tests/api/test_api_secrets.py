@@ -59,6 +59,22 @@ def test_secret_values_are_stored_per_tenant_and_never_returned(env: tuple[Datab
     assert _counts(db) == (1, 2)
 
 
+@pytest.mark.parametrize("secret", ["a\x0bb", "a\u2028b", "a\x85b", " padded", "padded ", "\u3000"])
+def test_a_secret_is_one_line_as_it_is_read_back(env: tuple[Database, Any, Any], secret: str) -> None:
+    """A secret by value is stored as text and read back split into lines and stripped: one holding a line break
+    of Python's (\\v, U+2028, U+0085, …) signed with two secrets, one with white space around it with another than
+    given, one of white space only with none (every delivery and test send failed). Each is refused; nothing is
+    written."""
+    db, api, _ = env
+    r = api.post("/v1/destinations", json={"destinationId": "d1", "url": URL, "secret": secret,
+                                           "signing": "settld_legacy"})
+    assert r.status_code == 400 and r.json()["code"] == "SCHEMA_INVALID", r.text
+    assert _counts(db) == (0, 0)
+    r = api.post("/v1/destinations", json={"destinationId": "d1", "url": URL, "secret": "a b\tc",
+                                           "signing": "settld_legacy"})
+    assert r.status_code == 201, r.text
+
+
 @pytest.mark.parametrize("method", ["POST", "PATCH"])
 def test_path_references_are_refused_without_an_oracle(env: tuple[Database, Any, Any], tmp_path: Path,
                                                        method: str) -> None:

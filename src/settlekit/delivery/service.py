@@ -90,9 +90,11 @@ def check_destination_id(value: str) -> None:
 
 
 def check_secret_value(value: str, signing: str) -> None:
-    """A secret sent by value: one line; a valid `whsec_` secret when Standard Webhooks signs with it."""
-    if not value or "\n" in value or "\r" in value:
-        raise ValidationError("secret must be one non-empty line", field="secret")
+    """A secret sent by value: one line without white space around it, as it is read back (secrets.resolve splits
+    the stored text into lines, Python's: \\v, \\f, U+0085, U+2028 … break one too, and strips them), so it signs
+    with what was given; a valid `whsec_` secret when Standard Webhooks signs with it."""
+    if not value or value != value.strip() or len(value.splitlines()) != 1:
+        raise ValidationError("secret must be one non-empty line without white space around it", field="secret")
     if signing in ("standard", "both"):
         _check_whsec(value)
 

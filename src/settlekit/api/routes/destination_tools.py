@@ -183,7 +183,9 @@ def cancel_replay(destination_id: DestinationIdPath, replay_id: ReplayIdPath, re
                          "answer says how it went, within `test_send_timeout`. Nothing is queued or stored; a "
                          "repeat sends another. A tenant has at most `test_send_concurrency` test sends in flight "
                          "per API process (429 TEST_SEND_BUSY beyond).",
-             responses=problems("NOT_FOUND", "TEST_SEND_BUSY"))
+             responses=problems(
+                 "NOT_FOUND", "TEST_SEND_BUSY", "SECRET_NOT_FOUND", "SECRET_REF_INVALID", "SECRET_PROVIDER_FORBIDDEN",
+                 "SECRET_FILE_REFUSED"))
 async def test_destination(destination_id: DestinationIdPath, request: Request,
                            key: ApiKey = require("ops")) -> TestSendOut:
     ctx = context(request)

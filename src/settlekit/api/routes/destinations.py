@@ -14,7 +14,7 @@ from starlette.responses import Response
 from settlekit.api import idempotency
 from settlekit.api.auth import ApiKey
 from settlekit.api.deps import DestinationIdPath, WholeNumber, context, require
-from settlekit.api.openapi import IDEMPOTENT, problems
+from settlekit.api.openapi import IDEMPOTENT, PY_SPACE, problems
 from settlekit.api.responses import TypedRoute
 from settlekit.api.schemas import Circuit, Destination, DestinationRequeued, Destinations, EnabledDestination
 from settlekit.application import destinations as delivery_store
@@ -42,7 +42,9 @@ SECRET_REF_FIELD = Field(default=None, min_length=1, max_length=4096,
 # settld_legacy signs with it, a secretRef that is a stored secret's id, and secret and secretRef not both.
 DESTINATION_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 URL_PATTERN = "^[Hh][Tt][Tt][Pp][Ss]?://[^\\u0000]*$"
-_SECRET_LINE = "^[^\\r\\n\\u0000]+$"
+# one line as Python's splitlines reads it, no white space around it (delivery.service.check_secret_value)
+_SECRET_LINE = (f"^[^\\u0000{PY_SPACE}]([^\\u0000\\n\\r\\v\\f\\u001c-\\u001e\\u0085\\u2028\\u2029]*"
+                f"[^\\u0000{PY_SPACE}])?$")
 _WHSEC = "^whsec_([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{2}={0,2}|[A-Za-z0-9+/]{3}=?)$"
 _SECRET_ID = "^sec_[0-9a-f]{32}$"
 

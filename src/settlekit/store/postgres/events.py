@@ -103,7 +103,8 @@ def write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCo
                 before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
     """Several appends in one transaction (a group commit), pipelined in two round trips: the appends (one
     statement when each has one event), whose answers the follow-up writes need; then the follow-up writes of
-    those that succeeded, with their ledger rows gathered into one statement, and the COMMIT. `before_commit(count)`
+    those that succeeded, with their ledger rows gathered into one statement, and the COMMIT. One-event appends
+    without follow-up writes: their one statement alone, in autocommit mode (one round trip). `before_commit(count)`
     runs once all are sent. A statement the database refuses (a uniqueness violation of an append or of a
     follow-up write, say) rolls the whole transaction back: GroupRolledBack."""
     try:
@@ -123,8 +124,16 @@ def _refused_statement(exc: psycopg.Error) -> bool:
 
 def _write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
                  before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
+    batches = [batch for batch, _ in group]
+    if all(after is None and len(batch.events) == 1 for batch, after in group):
+        # one-event appends without follow-up writes: their one statement in autocommit mode is the transaction
+        # (one round trip, no BEGIN and COMMIT); nothing is sent before before_commit, as nothing is committed
+        # before it otherwise
+        before_commit(len(batches))
+        with db.connection() as conn:
+            rows = conn.execute(_APPEND_EACH_SQL, _each_params(batches), binary=True).fetchall()
+        return [_outcome(row) for row in rows]
     with db.connection() as conn, conn.pipeline() as pipeline, conn.transaction():
-        batches = [batch for batch, _ in group]
         if all(len(batch.events) == 1 for batch in batches):
             cursor = conn.cursor()
             cursor.execute(_APPEND_EACH_SQL, _each_params(batches), binary=True)
