@@ -139,3 +139,19 @@ def process_cpu_seconds(pid: int) -> float | None:
     """CPU seconds (user + system) a local process has used so far; None when it has ended (or cannot be read)."""
     fields = _proc_stat(f"/proc/{pid}/stat")
     return None if fields is None else _cpu_seconds(fields)
+
+
+def pids_running(prefix: str) -> list[int]:
+    """The processes this user can read whose command line starts with `prefix` (e.g. "postgres: ")."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cmdline.startswith(prefix):
+            found.append(int(name))
+    return found

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import _processes, report, scratch_pg  # noqa: E402
+from common import pids_running, process_cpu_seconds, report, scratch_pg  # noqa: E402
 from settlekit.delivery import replays  # noqa: E402
 from settlekit.delivery.enqueue import enqueue_artifact  # noqa: E402
 from settlekit.delivery.message import prepare_request  # noqa: E402
@@ -118,11 +118,9 @@ def receivers(delays: list[float]) -> Iterator[tuple[list[str], int, Any]]:
 
 
 def cpu_of(pids: set[int] | None = None, match: str | None = None) -> float:
-    total = 0.0
-    for pid, (_, cmdline, seconds) in _processes().items():
-        if (pids is not None and pid in pids) or (match is not None and cmdline.startswith(match)):
-            total += seconds
-    return total
+    """CPU seconds of the processes `pids` and of those whose command line starts with `match`."""
+    chosen = set(pids or ()) | set(pids_running(match) if match is not None else ())
+    return sum(process_cpu_seconds(pid) or 0.0 for pid in chosen)
 
 
 # --- the anchor ----------------------------------------------------------------------------------------------------
