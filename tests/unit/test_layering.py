@@ -71,8 +71,17 @@ def test_the_api_reaching_the_store_breaks_the_lint(package_copy: Path) -> None:
     _append(package_copy / "settlekit" / "api" / "routes" / "health.py", "import settlekit.store.finance as _f  # noqa")
     result = _lint_imports(package_copy)
     assert result.returncode == 1, result.stdout
-    assert "The HTTP API and the CLI reach the store only through the application layer BROKEN" in result.stdout
+    assert ("The HTTP API, the CLI and the operator console reach the store only through the application layer "
+            "BROKEN") in result.stdout
     assert "settlekit.api.routes.health -> settlekit.store.finance" in result.stdout
+
+
+def test_the_console_reaching_the_store_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "console" / "charts.py", "import settlekit.store.streams as _s  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert "reach the store only through the application layer BROKEN" in result.stdout
+    assert "settlekit.console.charts -> settlekit.store.streams" in result.stdout
 
 
 def test_the_store_importing_a_dialect_folder_breaks_the_lint(package_copy: Path) -> None:

@@ -146,6 +146,12 @@ def _check_rerun(tx: Tx, tenant_id: str, month: str, stored: dict[str, Any], sig
                              month=month, tenantId=tenant_id)
 
 
+def closed_months(db: Database, tenant_id: str) -> list[str]:
+    """The tenant's closed months, oldest first."""
+    with db.read() as tx:
+        return F.closed_months(tx, tenant_id)
+
+
 def get_close(db: Database, tenant_id: str, month: str) -> dict[str, Any]:
     require_month(month)
     with db.read() as tx:

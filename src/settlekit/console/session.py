@@ -18,9 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from settlekit.api.auth import ApiKey
+from settlekit.application import sessions as console_sessions
+from settlekit.application.database import Database
 from settlekit.errors import SettlekitError
-from settlekit.store import console_sessions
-from settlekit.store.database import Database
 
 SESSION_COOKIE = "sk_console"
 SIGN_IN_COOKIE = "sk_console_signin"  # the CSRF token of the sign-in form, before there is a session

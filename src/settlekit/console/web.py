@@ -33,7 +33,12 @@ from settlekit.api.deps import MAX_INT64, ApiContext, check_scope, cursors_ready
 from settlekit.api.ratelimit import RateLimitedError
 from settlekit.api.responses import content_disposition
 from settlekit.application import consumers as consumer_ops
+from settlekit.application import destinations as delivery_store
 from settlekit.application import finance as fin
+from settlekit.application import jobs as streams
+from settlekit.application import keys as api_keys
+from settlekit.application import ledger as ledger_rows
+from settlekit.application import ledger as timeline
 from settlekit.console import charts
 from settlekit.console.session import CsrfError, Sessions, SignedIn, check_form, session_secret
 from settlekit.cursors import DELIVERY, POSTINGS
@@ -48,11 +53,6 @@ from settlekit.events.envelope import VerificationError, load_public_key, verify
 from settlekit.jobs.types import JOB_STATES
 from settlekit.ledger.timeline import millis_to_iso, parse_instant
 from settlekit.runtime.settings import Settings
-from settlekit.store import api_keys, append_rate, streams
-from settlekit.store import deliveries as delivery_store
-from settlekit.store import finance as finance_store
-from settlekit.store import ledger as ledger_rows
-from settlekit.store import ledger_timeline as timeline
 
 PREFIX = "/console"
 STATIC = Path(__file__).parent / "static"
@@ -338,8 +338,7 @@ class Console:
         can = _scopes(self.ctx, user.key)
         out: dict[str, Any] = {"appends": self._append_rate(tenant, can), "last_close": None}
         if "jobs:read" in can:
-            with self.ctx.db.read() as tx:
-                months = finance_store.closed_months(tx, tenant)
+            months = fin.closed_months(self.ctx.db, tenant)
             out["last_close"] = fin.get_close(self.ctx.db, tenant, months[-1]) if months else None
         if "ops" in can:
             rows = []
@@ -360,12 +359,9 @@ class Console:
         """Events appended in the last minute and hour, from the database (every API process appends to it): the
         tenant's own, and for the operator the whole deployment's with its per-minute chart; the mean append
         latency is this process's (its metrics)."""
-        now = datetime.now(UTC)
-        with self.ctx.db.read() as tx:
-            found = append_rate.bounds(tx, now)
-            minute, hour = append_rate.tenant_recent_in(tx, tenant, found)
-            rate = append_rate.deployment_rate_in(tx, found, now) if "dispatcher" in can else None
-        return {"minute": minute, "hour": hour, "cap": append_rate.TENANT_CAP, "mean_ms": self._append_latency_ms(),
+        found = streams.append_rates(self.ctx.db, tenant, datetime.now(UTC), deployment="dispatcher" in can)
+        minute, hour, rate = found.minute, found.hour, found.deployment
+        return {"minute": minute, "hour": hour, "cap": streams.TENANT_APPEND_CAP, "mean_ms": self._append_latency_ms(),
                 "deployment": rate, "chart": charts.line([float(n) for n in rate.per_minute], unit=" a minute",
                                       label="events appended per minute, the last hour") if rate else None}
 
@@ -698,8 +694,7 @@ class Console:
 
     def finance(self, request: Request, user: SignedIn) -> Response:
         tenant = user.key.tenant_id
-        with self.ctx.db.read() as tx:
-            months = finance_store.closed_months(tx, tenant)
+        months = fin.closed_months(self.ctx.db, tenant)
         closes = [fin.get_close(self.ctx.db, tenant, m) for m in reversed(months[-24:])]
         return self.render(request, "finance.html", user, closes=closes)
 
