@@ -57,14 +57,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def dumps(value: Any) -> bytes:
     """Compact UTF-8 JSON of a model or a JSON value (not the canonical form: answers are not hashed). orjson where
     it can; what it refuses (integers beyond 64 bits, lone surrogates in strings, more than 255 levels of nesting)
-    takes the standard library's path, whose errors stand (`plain_json`: any depth)."""
+    takes the standard library's path, whose errors stand (`plain_json`: any depth). A lone surrogate (imported
+    history may hold one) is written as its `\\uXXXX` escape, as JavaScript's JSON.stringify writes it: UTF-8
+    cannot carry it."""
     try:
         return orjson.dumps(value, default=_members, option=_ORJSON_OPTIONS)
     except (TypeError, orjson.JSONEncodeError):
-        return plain_json(_plain(value)).encode("utf-8")
+        text = plain_json(_plain(value))
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
 
 
 class JsonResponse(Response):
