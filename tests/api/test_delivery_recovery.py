@@ -181,6 +181,9 @@ def test_stats_auto_disable_with_reason_and_re_enable(env: Env) -> None:
         assert stats["status"] == "active" and stats["consecutiveFailures"] == 3 and stats["failingSince"]
         assert stats["attempts"] == {"total": 4, "succeeded": 1, "failed": 3, "truncated": False}
         assert stats["successRate"] == 0.25 and stats["lastError"]["httpStatus"] == 500
+        # the failing delivery is named by the tenant's token, which its own route takes
+        failing = stats["lastError"]["deliveryId"]
+        assert not failing.isdigit() and env.a.get(f"/v1/deliveries/{failing}").json()["id"] == failing
         assert stats["deliveries"] == {"pending": 3, "delivered": 1, "failed": 0, "truncated": False,
                                        "countedSince": stats["since"]}
         # a count reads at most the newest STATS_DELIVERIES deliveries of the window, and says so

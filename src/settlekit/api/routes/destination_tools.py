@@ -20,6 +20,7 @@ from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import TypedRoute
 from settlekit.api.schemas import Circuit
 from settlekit.application.database import Tx
+from settlekit.cursors import DELIVERY
 from settlekit.delivery import recovery, replays
 from settlekit.delivery.sender import SenderConfig
 
@@ -89,7 +90,7 @@ class LastError(_Answer):
     at: str | None
     httpStatus: int | None
     error: str | None
-    deliveryId: int
+    deliveryId: str = Field(description="the delivery's id: an opaque token of the tenant")
 
 
 class DeliveryCounts(_Answer):
@@ -203,5 +204,10 @@ async def test_destination(destination_id: DestinationIdPath, request: Request,
 def destination_stats(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops"),
                       since: Annotated[Instant | None, Query()] = None,
                       until: Annotated[Instant | None, Query()] = None) -> StatsOut:
-    return StatsOut.model_validate(recovery.destination_stats(context(request).db, key.tenant_id, destination_id,
-                                                              since=since, until=until))
+    ctx = context(request)
+    stats = recovery.destination_stats(ctx.db, key.tenant_id, destination_id, since=since, until=until)
+    last_error = stats["lastError"]
+    if last_error is not None:  # a delivery row id is deployment-wide: the tenant sees its token
+        stats["lastError"] = {**last_error,
+                              "deliveryId": ctx.cursors.encode(DELIVERY, key.tenant_id, last_error["deliveryId"])}
+    return StatsOut.model_validate(stats)
