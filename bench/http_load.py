@@ -43,14 +43,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
 
-from common import PG_ADMIN_URL, free_port, scratch_pg, wait_ready  # noqa: E402
+from common import PG_ADMIN_URL, free_port, wait_ready  # noqa: E402
 from loadgen import CpuMeter, LoadRun, postmaster_pid, run_load, trees  # noqa: E402
 from settlekit.api.auth import create_api_key  # noqa: E402
 from settlekit.append import job_appender  # noqa: E402
@@ -77,6 +76,8 @@ def pg_cluster_pid() -> int | None:
 class SettlekitSystem(System):
     """`settlekit serve` with the given options, and a `settlekit worker` beside it unless embedded or none."""
 
+    scratch_prefix = "http"
+
     def __init__(self, postmaster: int | None, name: str, serve_options: Sequence[str], worker: bool):
         super().__init__(postmaster)
         self.name = name
@@ -84,8 +85,6 @@ class SettlekitSystem(System):
         self.worker = worker
         self.groups = ("API", "worker", "PostgreSQL") if worker else ("API", "PostgreSQL")
         self.default_rate = 1500.0
-        self.url = ""
-        self._db_ctx: Any = None
         self.db: Database | None = None
         self.fleet = Fleet.create(robots=8, operators=4)
         self.api_key = ""
@@ -93,8 +92,7 @@ class SettlekitSystem(System):
         self.keys: dict[str, str] = {}
 
     def open(self) -> None:
-        self._db_ctx = scratch_pg("http")
-        self.url = self._db_ctx.__enter__()
+        super().open()
         self.db = connect(self.url, max_size=BATCH_CLIENTS + 2)
         self.db.migrate()
         _, self.api_key = create_api_key(self.db, TENANT, ["admin"])
@@ -106,8 +104,6 @@ class SettlekitSystem(System):
     def close(self) -> None:
         if self.db is not None:
             self.db.close()
-        if self._db_ctx is not None:
-            self._db_ctx.__exit__(None, None, None)
         super().close()
 
     def env(self) -> dict[str, str]:
@@ -188,25 +184,18 @@ class CeilingSystem(System):
     """bench/ceiling.py: a minimal FastAPI app, one insert per request (no checks)."""
 
     name = "ceiling"
+    scratch_prefix = "ceiling"
     default_rate = 3000.0
 
     def __init__(self, postmaster: int | None):
         super().__init__(postmaster)
-        self._db_ctx: Any = None
-        self.url = ""
         self.fleet = Fleet.create(robots=8, operators=4)
 
     def open(self) -> None:
-        self._db_ctx = scratch_pg("ceiling")
-        self.url = self._db_ctx.__enter__()
+        super().open()
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("CREATE TABLE events (position BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL,"
                          " body JSONB NOT NULL)")
-
-    def close(self) -> None:
-        if self._db_ctx is not None:
-            self._db_ctx.__exit__(None, None, None)
-        super().close()
 
     def start(self) -> bool:
         self.port = free_port()

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from common import free_port, scratch_pg, wait_ready
+from common import free_port, wait_ready
 from loadgen import LoadRun
 from settlekit.events.envelope import Event, Signer, finalize, key_id_for_public_pem, make_draft, verify_chain
 from systems import EVENTS_PATH, System
@@ -40,13 +40,12 @@ ZONE = "zone_a"
 
 class SettldSystem(System):
     name = "settld"
+    scratch_prefix = "settld"
     default_rate = 100.0
 
     def __init__(self, postmaster: int | None, reference: Path):
         super().__init__(postmaster)
         self.reference = reference
-        self._db_ctx: Any = None
-        self.url = ""
         self.jobs: list[JobWork] = []
         self.keys: dict[str, str] = {}
         self.outbox_rows_marked = 0
@@ -62,15 +61,6 @@ class SettldSystem(System):
     @property
     def headers(self) -> dict[str, str]:
         return {"x-proxy-ops-token": OPS_TOKEN, "x-proxy-tenant-id": TENANT, "x-settld-protocol": PROTOCOL}
-
-    def open(self) -> None:
-        self._db_ctx = scratch_pg("settld")
-        self.url = self._db_ctx.__enter__()
-
-    def close(self) -> None:
-        if self._db_ctx is not None:
-            self._db_ctx.__exit__(None, None, None)
-        super().close()
 
     def start(self) -> bool:
         self.port = free_port()

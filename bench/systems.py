@@ -3,13 +3,14 @@ its database kept across the rounds) and the figures of one window."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common import stop_process
+from common import scratch_pg, stop_process
 from loadgen import LoadRun, postgres_cpu_seconds, trees
 
 EVENTS_PATH = "/v1/jobs/{job}/events"
@@ -44,6 +45,8 @@ class System:
     default_rate = 2000.0  # requests/s guessed before its first window (sizes what is prepared)
     groups: tuple[str, ...] = ("API", "PostgreSQL")
 
+    scratch_prefix = ""  # its scratch PostgreSQL database's name prefix
+
     def __init__(self, postmaster: int | None):
         self.postmaster = postmaster
         self.rate: float | None = None
@@ -51,15 +54,18 @@ class System:
         self.tmp = tempfile.mkdtemp(prefix="sk-bench-")
         self.port = 0
         self.url = ""
+        self._owned = contextlib.ExitStack()
 
     @property
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def open(self) -> None:
-        """Create its database (once)."""
+        """Create its database (once): a scratch PostgreSQL database, dropped at `close()`."""
+        self.url = self._owned.enter_context(scratch_pg(self.scratch_prefix))
 
     def close(self) -> None:
+        self._owned.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start(self) -> bool:
