@@ -21,7 +21,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, RootModel
 from starlette.responses import Response
 
-from settlekit.events.canonical import plain_json
+from settlekit.events.canonical import storable_json
 
 _ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 _AS_FIELDS: dict[type[BaseModel], bool] = {}
@@ -57,20 +57,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def dumps(value: Any) -> bytes:
     """Compact UTF-8 JSON of a model or a JSON value (not the canonical form: answers are not hashed). orjson where
     it can; what it refuses (integers beyond 64 bits, lone surrogates in strings, more than 255 levels of nesting)
-    takes the standard library's path, whose errors stand (`plain_json`: any depth). A lone surrogate (imported
-    history may hold one) is written as its `\\uXXXX` escape, as JavaScript's JSON.stringify writes it: UTF-8
-    cannot carry it."""
+    takes the store's writer (`storable_json`: any depth, a lone surrogate, which imported history may hold and
+    UTF-8 cannot carry, as its `\\uXXXX` escape, as JavaScript's JSON.stringify writes it), whose errors stand."""
     try:
         return orjson.dumps(value, default=_members, option=_ORJSON_OPTIONS)
     except (TypeError, orjson.JSONEncodeError):
-        text = plain_json(_plain(value))
-        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+        return storable_json(_plain(value)).encode("utf-8")
 
 
 class JsonResponse(Response):
