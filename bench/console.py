@@ -32,8 +32,8 @@ from common import scratch_pg
 from settlekit.api.app import create_app
 from settlekit.api.auth import create_api_key
 from settlekit.application import finance as fin
+from settlekit.application.destinations import DestinationPolicy
 from settlekit.console import console_mounts
-from settlekit.delivery.service import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.sink import WebhookDeliverySink
 from settlekit.dispatch import Dispatcher

@@ -32,9 +32,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import pids_running, process_cpu_seconds, report, scratch_pg  # noqa: E402
-from settlekit.delivery import replays  # noqa: E402
+from settlekit.application.destinations import replays  # noqa: E402
 from settlekit.delivery.enqueue import enqueue_artifact  # noqa: E402
 from settlekit.delivery.message import prepare_request  # noqa: E402
+from settlekit.delivery.replays import ReplayPolicy  # noqa: E402
 from settlekit.delivery.secrets import store_secret  # noqa: E402
 from settlekit.delivery.signing import generate_secret  # noqa: E402
 from settlekit.delivery.worker import DeliveryWorker, WorkerConfig  # noqa: E402
@@ -280,7 +281,7 @@ def main() -> None:
                     alone = latencies_of_b(db, docs, arrivals, "alone")
                     with db.transaction() as tx:
                         replays.create(tx, "a", "a", since=created - timedelta(minutes=1), until=datetime.now(UTC),
-                                       policy=replays.ReplayPolicy(), actor="bench", now=datetime.now(UTC))
+                                       policy=ReplayPolicy(), actor="bench", now=datetime.now(UTC))
                     time.sleep(1.0)
                     attacked = latencies_of_b(db, docs, arrivals, "attacked")
                     with db.read() as tx:

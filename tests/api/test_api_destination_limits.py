@@ -8,8 +8,8 @@ import threading
 from typing import Any
 
 from settlekit.api.app import _destination_policy
-from settlekit.delivery import service
-from settlekit.delivery.service import DestinationPolicy
+from settlekit.application import destinations
+from settlekit.application.destinations import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
 from settlekit.errors import ConflictError
 from settlekit.runtime.settings import Settings
@@ -69,7 +69,7 @@ def test_creates_near_the_limit_take_turns(db: Database) -> None:
     locked and counted again; SQLite's writers take turns)."""
     policy = dataclasses.replace(DestinationPolicy.local(), max_destinations_per_tenant=3)
     for i in range(2):
-        service.add_destination(db, "ten", f"d{i}", url="http://127.0.0.1:9/h", secret_ref="",
+        destinations.add_destination(db, "ten", f"d{i}", url="http://127.0.0.1:9/h", secret_ref="",
                                 secret_value=generate_secret(), policy=policy)
     outcomes: list[str] = []
     start = threading.Barrier(8)
@@ -77,7 +77,7 @@ def test_creates_near_the_limit_take_turns(db: Database) -> None:
     def create(n: int) -> None:
         start.wait(timeout=30)
         try:
-            service.add_destination(db, "ten", f"new{n}", url="http://127.0.0.1:9/h", secret_ref="",
+            destinations.add_destination(db, "ten", f"new{n}", url="http://127.0.0.1:9/h", secret_ref="",
                                     secret_value=generate_secret(), policy=policy)
             outcomes.append("saved")
         except ConflictError as exc:
@@ -89,4 +89,4 @@ def test_creates_near_the_limit_take_turns(db: Database) -> None:
     for thread in threads:
         thread.join(timeout=60)
     assert sorted(outcomes) == ["DESTINATION_LIMIT_REACHED"] * 7 + ["saved"]
-    assert len(service.list_destinations(db, "ten")) == 3
+    assert len(destinations.list_destinations(db, "ten")) == 3

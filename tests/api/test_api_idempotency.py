@@ -193,18 +193,18 @@ def test_a_failed_action_releases_the_key(env: tuple[Database, Any, str], monkey
     api = client(app, api_key, raise_server_exceptions=False)
     body = {"destinationId": "d1", "url": "http://127.0.0.1:9/a", "secret": generate_secret()}
     h = {"Idempotency-Key": "k"}
-    from settlekit.delivery import service
+    from settlekit.application.destinations import operations
 
-    real = service.save_destination
+    real = operations.save_destination  # what the route's add_destination calls
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("crash in the action")
 
-    monkeypatch.setattr(service, "save_destination", boom)
+    monkeypatch.setattr(operations, "save_destination", boom)
     assert api.post("/v1/destinations", json=body, headers=h).status_code == 500
     with db.read() as tx:
         assert tx.scalar("SELECT count(*) FROM idempotency_keys WHERE idem_key = 'k'") == 0
-    monkeypatch.setattr(service, "save_destination", real)
+    monkeypatch.setattr(operations, "save_destination", real)
     r = api.post("/v1/destinations", json=body, headers=h)
     assert r.status_code == 201 and "idempotent-replayed" not in r.headers
 

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from settlekit.api.feed import HEARTBEAT, FeedStreams
-from settlekit.delivery.service import DestinationPolicy
+from settlekit.application.destinations import DestinationPolicy
 from settlekit.store.db import connect
 from support.api import ALL_SCOPES, TENANT_A, client, key_for, make_app, seed_tenant
 

@@ -17,9 +17,9 @@ from standardwebhooks.webhooks import Webhook
 from typer.testing import CliRunner
 
 from settlekit.cli import app as cli_app
+from settlekit.delivery.auto_disable import AutoDisable
 from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.receiver import ReceiverServer
-from settlekit.delivery.recovery import AutoDisable
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
@@ -188,7 +188,7 @@ def test_stats_auto_disable_with_reason_and_re_enable(env: Env) -> None:
                                        "countedSince": stats["since"]}
         # a count reads at most the newest STATS_DELIVERIES deliveries of the window, and says so
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("settlekit.delivery.recovery.STATS_DELIVERIES", 2)
+            patch.setattr("settlekit.application.destinations.tools.STATS_DELIVERIES", 2)
             bounded = env.a.get("/v1/destinations/d1/stats").json()["deliveries"]
         assert bounded["truncated"] and bounded["pending"] + bounded["delivered"] + bounded["failed"] == 2
         assert stats["since"] < bounded["countedSince"] <= stats["until"]

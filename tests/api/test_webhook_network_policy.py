@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from settlekit.api.app import create_app
-from settlekit.delivery.service import DestinationPolicy
+from settlekit.application.destinations import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
 from settlekit.errors import ConfigurationError
 from settlekit.events.envelope import Signer

@@ -14,8 +14,8 @@ import pytest
 from test_delivery_isolation import Running, destination, wait_until, worker_for
 from test_delivery_worker import SECRET, T0, Artifacts, artifact, enqueue
 
+from settlekit.delivery.auto_disable import AutoDisable, record_outcomes
 from settlekit.delivery.fairness import Caps, allocate
-from settlekit.delivery.recovery import AutoDisable, record_outcomes
 from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from settlekit import failpoints
-from settlekit.delivery import recovery
+from settlekit.application.destinations import destination_stats
+from settlekit.delivery import auto_disable
 from settlekit.delivery.enqueue import enqueue_artifact
-from settlekit.delivery.recovery import destination_stats
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.secrets import store_secret
 from settlekit.delivery.sender import Outcome, SenderConfig
@@ -84,7 +84,7 @@ def test_workers_recording_failures_to_the_same_destinations_in_opposite_orders(
                           sender=SenderConfig(timeout=2.0, connect_timeout=1.0),
                           retry=RetryPolicy(base=2, cap=60, max_attempts=5, jitter="none"))
     a_counted_first = threading.Event()
-    original = recovery.store.update_streak
+    original = auto_disable.store.update_streak
 
     def update_streak(tx: Tx, *args: Any, **kwargs: Any) -> None:
         original(tx, *args, **kwargs)
@@ -94,7 +94,7 @@ def test_workers_recording_failures_to_the_same_destinations_in_opposite_orders(
             while _lock_waiters(url) == 0 and time.monotonic() < deadline:
                 time.sleep(0.02)
 
-    monkeypatch.setattr(recovery.store, "update_streak", update_streak)
+    monkeypatch.setattr(auto_disable.store, "update_streak", update_streak)
     results: dict[str, Any] = {}
 
     def run(name: str) -> None:

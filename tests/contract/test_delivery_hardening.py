@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry
 from test_delivery_worker import SECRET, Artifacts, Clock, add_destination, artifact, deliveries, enqueue, run
 from typer.testing import CliRunner
 
+from settlekit.application import destinations
 from settlekit.cli.deliveries import delivery_app
-from settlekit.delivery import service
 from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.fairness import Caps
 from settlekit.delivery.retry import RetryPolicy
@@ -108,8 +108,8 @@ def test_410_fails_only_its_delivery_and_enable_backfill_sends_the_rest(db: Data
         assert run(_one_pass(worker(db, arts, clock))).claimed == 0  # nothing claimed while disabled
 
         gone.clear_faults()
-        _, report = service.enable_destination_with_backfill(
-            db, "ten", "gone", backfill=True, policy=service.DestinationPolicy.local(), now=clock())
+        _, report = destinations.enable_destination_with_backfill(
+            db, "ten", "gone", backfill=True, policy=destinations.DestinationPolicy.local(), now=clock())
         assert (report.created, report.requeued) == (0, 1)  # the delivery its 410 failed is pending again
         assert run(worker(db, arts, clock).drain(timeout=20))
         assert {d.state for d in deliveries(db, destination_id="gone")} == {"delivered"}
@@ -127,7 +127,7 @@ def test_410_from_a_destination_disabled_meanwhile_keeps_the_delivery_pending(db
 
         def meanwhile(name: str) -> None:
             if name == "sent":
-                service.disable_destination(db, "ten", "d1", reason="maintenance", now=clock())
+                destinations.disable_destination(db, "ten", "d1", reason="maintenance", now=clock())
 
         result = run(_one_pass(worker(db, arts, clock, failpoint=meanwhile)))
         assert (result.held, result.disabled, result.failed) == (1, 0, 0)
@@ -155,16 +155,16 @@ def test_enable_offers_backfill_and_requeue_since_is_idempotent(db: Database, se
             enqueue_artifact(tx, "ten", doc, now=datetime.now(UTC))
 
     build(artifact("before", 1))
-    service.disable_destination(db, "ten", "d1", now=now - timedelta(seconds=1))
-    service.disable_destination(db, "ten", "settle_only", now=now - timedelta(seconds=1))
+    destinations.disable_destination(db, "ten", "d1", now=now - timedelta(seconds=1))
+    destinations.disable_destination(db, "ten", "settle_only", now=now - timedelta(seconds=1))
     missed = [artifact("during", 1), artifact("during", 2, "SettlementStatement.v1"), artifact("other", 1)]
     for doc in missed:
         build(doc)
     assert deliveries(db, destination_id="d1")[0].artifact_id == "cert_before_evt_1"
     assert len(deliveries(db)) == 1  # both destinations were disabled: no rows for the missed artifacts
 
-    dest, offer = service.enable_destination_with_backfill(db, "ten", "d1", backfill=False,
-                                                           policy=service.DestinationPolicy.local())
+    dest, offer = destinations.enable_destination_with_backfill(db, "ten", "d1", backfill=False,
+                                                           policy=destinations.DestinationPolicy.local())
     assert dest.status == "active" and offer.since is not None
     assert (offer.missing, offer.created, offer.requeued) == (3, 0, 0)  # an offer: nothing created yet
     assert len(deliveries(db, destination_id="d1")) == 1

@@ -29,10 +29,11 @@ import pytest
 from test_delivery_faults import RealClock, regenerate
 from test_delivery_worker import SECRET, Artifacts, add_destination, artifact, deliveries, enqueue
 
-from settlekit.delivery import replays
+from settlekit.application.destinations import replays
 from settlekit.delivery.circuit import CircuitPolicy
 from settlekit.delivery.enqueue import enqueue_artifact
 from settlekit.delivery.fairness import Caps
+from settlekit.delivery.replays import ReplayPolicy
 from settlekit.delivery.retry import RetryPolicy
 from settlekit.delivery.secrets import store_secret
 from settlekit.delivery.sender import SenderConfig
@@ -130,10 +131,10 @@ def test_a_slow_tenant_replaying_200_deliveries_does_not_delay_another_tenant(
                    (store.db_time(tx, created), A))
     with db.transaction() as tx:  # ... and replayed (as `POST /v1/destinations/slow/replay` does)
         replay, _ = replays.create(tx, A, "slow", since=created - timedelta(minutes=1), until=datetime.now(UTC),
-                                   policy=replays.ReplayPolicy(rate=100.0), actor="test", now=datetime.now(UTC))
+                                   policy=ReplayPolicy(rate=100.0), actor="test", now=datetime.now(UTC))
     assert replay.total == 200
     latencies: list[float] = []
-    with Running(worker_for(db, arts, replay=replays.ReplayPolicy(rate=100.0))) as running:
+    with Running(worker_for(db, arts, replay=ReplayPolicy(rate=100.0))) as running:
         assert slow.wait_held(Caps().per_destination, 20), "A's endpoint never got its share of requests"
         sent_at: dict[str, float] = {}
         for i in range(30):  # B's jobs, as they come, while A's requests hang

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 from test_delivery_worker import SECRET, T0, Artifacts, Clock, artifact, enqueue, one_pass, run
 from typer.testing import CliRunner
 
+from settlekit.application import destinations
 from settlekit.cli import app
-from settlekit.delivery import service
 from settlekit.delivery.errors import DestinationForbiddenError, QuotaExceededError
 from settlekit.delivery.metrics import register_queue_collector
 from settlekit.delivery.retry import RetryPolicy
@@ -43,16 +43,16 @@ def secret_path(tmp_path: Path) -> Path:
     return p
 
 
-def policy(**kw: Any) -> service.DestinationPolicy:
+def policy(**kw: Any) -> destinations.DestinationPolicy:
     kw.setdefault("resolver", public_dns)
-    return service.DestinationPolicy(**kw)
+    return destinations.DestinationPolicy(**kw)
 
 
 # --- destinations -------------------------------------------------------------------------------------------
 
 
 def test_add_list_disable_enable(db: Database, secret_path: Path) -> None:
-    dest = service.add_destination(
+    dest = destinations.add_destination(
         db,
         "ten",
         "hooks",
@@ -65,28 +65,28 @@ def test_add_list_disable_enable(db: Database, secret_path: Path) -> None:
     )
     assert (dest.status, dest.ordering, dest.artifact_types) == ("active", "strict_scope", ("SettlementStatement.v1",))
     with pytest.raises(ConflictError):
-        service.add_destination(
+        destinations.add_destination(
             db, "ten", "hooks", url="https://x.example/", secret_ref="", secret_value=SECRET,
                             policy=policy()
         )
-    replaced = service.add_destination(
+    replaced = destinations.add_destination(
         db, "ten", "hooks", url="https://x.example/", secret_ref="", secret_value=SECRET,
                             policy=policy(),
         replace=True,
     )
     assert replaced.url == "https://x.example/" and replaced.artifact_types is None
-    assert [d.destination_id for d in service.list_destinations(db, "ten")] == ["hooks"]
-    assert service.list_destinations(db, "other") == []
+    assert [d.destination_id for d in destinations.list_destinations(db, "ten")] == ["hooks"]
+    assert destinations.list_destinations(db, "other") == []
     registry = CollectorRegistry()
-    off = service.disable_destination(db, "ten", "hooks", registry=registry)
+    off = destinations.disable_destination(db, "ten", "hooks", registry=registry)
     assert (off.status, off.disabled_reason) == ("disabled", "operator")
     assert registry.get_sample_value("settlekit_destinations_disabled_total", {"reason": "operator"}) == 1
-    on = service.enable_destination(db, "ten", "hooks", policy=policy())
+    on = destinations.enable_destination(db, "ten", "hooks", policy=policy())
     assert (on.status, on.disabled_reason) == ("active", None)
     with pytest.raises(NotFoundError):
-        service.disable_destination(db, "ten", "nope")
+        destinations.disable_destination(db, "ten", "nope")
     with pytest.raises(NotFoundError):
-        service.get_destination(db, "other", "hooks")
+        destinations.get_destination(db, "other", "hooks")
 
 
 @pytest.mark.parametrize(
@@ -106,45 +106,46 @@ def test_ssrf_refusals_on_save(
 ) -> None:
     pol = policy(resolver=(lambda h, p: dns) if dns else public_dns)
     with pytest.raises(DestinationForbiddenError) as exc:
-        service.add_destination(db, "ten", "d", url=url, secret_ref="", secret_value=SECRET,
+        destinations.add_destination(db, "ten", "d", url=url, secret_ref="", secret_value=SECRET,
                             policy=pol)
     assert exc.value.code == "DESTINATION_URL_FORBIDDEN"
     if dns is None:
         assert exc.value.details["category"] == category
     else:  # what a host name resolves to is not told (it may be an internal name): only the log names it
         assert set(exc.value.details) == {"host", "reason", "url"} and not any(a in exc.value.message for a in dns)
-    assert service.list_destinations(db, "ten") == []  # nothing saved
+    assert destinations.list_destinations(db, "ten") == []  # nothing saved
 
 
 def test_ssrf_policy_allowances_on_save(db: Database, secret_path: Path) -> None:
     with pytest.raises(DestinationForbiddenError):  # plain http needs allow_insecure_http
-        service.add_destination(db, "ten", "a", url="http://hooks.example/", secret_ref="", secret_value=SECRET,
+        destinations.add_destination(db, "ten", "a", url="http://hooks.example/", secret_ref="", secret_value=SECRET,
                             policy=policy())
     with pytest.raises(DestinationForbiddenError):  # loopback needs the local policy
-        service.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref="", secret_value=SECRET,
+        destinations.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref="", secret_value=SECRET,
                                 policy=policy(allow_insecure_http=True))
-    service.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref="", secret_value=SECRET,
-                            policy=service.DestinationPolicy.local())
+    destinations.add_destination(db, "ten", "a", url="http://127.0.0.1:9/", secret_ref="", secret_value=SECRET,
+                            policy=destinations.DestinationPolicy.local())
     private = policy(resolver=lambda h, p: ["10.0.0.7"], allow_private_network=True)
-    service.add_destination(db, "ten", "b", url="https://internal.example/", secret_ref="", secret_value=SECRET,
+    destinations.add_destination(db, "ten", "b", url="https://internal.example/", secret_ref="", secret_value=SECRET,
                             policy=private,
                             allow_private_network=True)
     with pytest.raises(DestinationForbiddenError):  # metadata stays blocked even on a private destination
-        service.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref="", secret_value=SECRET,
+        destinations.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref="", secret_value=SECRET,
                                 policy=policy(allow_private_network=True), allow_private_network=True)
     with pytest.raises(DestinationForbiddenError):  # whatever the deployment lists
-        service.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref="", secret_value=SECRET,
+        destinations.add_destination(db, "ten", "c", url="https://169.254.169.254/", secret_ref="", secret_value=SECRET,
                                 policy=policy(allowed_networks=("169.254.169.254/32",)), allow_private_network=True)
     # enable re-runs the guard under the policy in force now
-    service.disable_destination(db, "ten", "a")
+    destinations.disable_destination(db, "ten", "a")
     with pytest.raises(DestinationForbiddenError):
-        service.enable_destination(db, "ten", "a", policy=policy(allow_insecure_http=True))
-    assert service.enable_destination(db, "ten", "a", policy=service.DestinationPolicy.local()).status == "active"
+        destinations.enable_destination(db, "ten", "a", policy=policy(allow_insecure_http=True))
+    local = destinations.DestinationPolicy.local()
+    assert destinations.enable_destination(db, "ten", "a", policy=local).status == "active"
 
 
 def test_secret_checks_on_save(db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def add(ref: str, **kw: Any) -> store.Destination:
-        return service.add_destination(db, "ten", "d", url="https://h.example/", secret_ref=ref,
+        return destinations.add_destination(db, "ten", "d", url="https://h.example/", secret_ref=ref,
                                        policy=policy(**kw), replace=True)
 
     secret_file = tmp_path / "whsec.txt"
@@ -163,20 +164,20 @@ def test_secret_checks_on_save(db: Database, tmp_path: Path, monkeypatch: pytest
     bad = tmp_path / "bad.txt"
     bad.write_text("not-a-whsec-secret\n", encoding="utf-8")
     with pytest.raises(ValidationError) as e3:
-        service.add_destination(db, "ten", "d", url="https://h.example/", secret_ref="",
+        destinations.add_destination(db, "ten", "d", url="https://h.example/", secret_ref="",
                                 secret_value="not-a-whsec-secret", policy=policy(), replace=True)
     assert e3.value.code == "WEBHOOK_SECRET_INVALID"
     assert "not-a-whsec-secret" not in json.dumps(e3.value.to_problem())
     # legacy signing uses the raw string, so any non-empty secret is fine
-    legacy = service.add_destination(db, "ten", "legacy", url="https://h.example/", secret_ref="",
+    legacy = destinations.add_destination(db, "ten", "legacy", url="https://h.example/", secret_ref="",
                                      secret_value="not-a-whsec-secret", signing="settld_legacy", policy=policy())
     assert legacy.signing == "settld_legacy"
-    inline = service.add_destination(db, "ten", "inl", url="https://h.example/", secret_ref="inline:" + SECRET,
+    inline = destinations.add_destination(db, "ten", "inl", url="https://h.example/", secret_ref="inline:" + SECRET,
                                      policy=policy(allow_inline_secrets=True))
     assert SECRET not in json.dumps(inline.to_json())
     for bad_id in ("", "a:b", "x" * 65, "-x", "a b"):
         with pytest.raises(ValidationError):
-            service.add_destination(db, "ten", bad_id, url="https://h.example/", secret_ref="",
+            destinations.add_destination(db, "ten", bad_id, url="https://h.example/", secret_ref="",
                                     secret_value="not-a-whsec-secret", signing="settld_legacy", policy=policy())
 
 
@@ -186,11 +187,11 @@ def test_secret_checks_on_save(db: Database, tmp_path: Path, monkeypatch: pytest
 def test_list_get_and_requeue(db: Database, secret_path: Path) -> None:
     arts = Artifacts()
     for dest_id in ("d1", "d2"):
-        service.add_destination(db, "ten", dest_id, url="https://h.example/", secret_ref="", secret_value=SECRET,
+        destinations.add_destination(db, "ten", dest_id, url="https://h.example/", secret_ref="", secret_value=SECRET,
                                 policy=policy())
     for i in range(3):
         enqueue(db, arts, artifact(f"j{i}", 1))
-    rows = service.list_deliveries(db, "ten")
+    rows = destinations.list_deliveries(db, "ten")
     assert len(rows) == 6
     with db.transaction() as tx:
         claimed = store.claim(tx, worker="w", limit=10, lease=timedelta(seconds=60), now=T0)
@@ -199,29 +200,30 @@ def test_list_get_and_requeue(db: Database, secret_path: Path) -> None:
                 store.mark_failed(tx, d.id, "w", status=500, error="non_2xx", now=T0, retention=timedelta(days=1))
             else:
                 store.mark_delivered(tx, d.id, "w", status=200, now=T0, retention=timedelta(days=1))
-    failed = service.list_deliveries(db, "ten", state="failed")
+    failed = destinations.list_deliveries(db, "ten", state="failed")
     assert len(failed) == 4
-    assert [d.id for d in service.list_deliveries(db, "ten", limit=2, after_id=rows[1].id)] == [
+    assert [d.id for d in destinations.list_deliveries(db, "ten", limit=2, after_id=rows[1].id)] == [
         rows[2].id, rows[3].id
     ]
-    assert service.list_deliveries(db, "ten", state="failed", destination_id="d1")[0].artifact_id == "cert_j0_evt_1"
+    failed = destinations.list_deliveries(db, "ten", state="failed", destination_id="d1")
+    assert failed[0].artifact_id == "cert_j0_evt_1"
     with pytest.raises(ValidationError):
-        service.list_deliveries(db, "ten", state="lost")
-    detail = service.get_delivery(db, "ten", failed[0].id)
+        destinations.list_deliveries(db, "ten", state="lost")
+    detail = destinations.get_delivery(db, "ten", failed[0].id)
     assert detail.delivery.state == "failed" and detail.delivery.to_json()["state"] == "failed"
     with pytest.raises(NotFoundError):
-        service.get_delivery(db, "other", failed[0].id)
+        destinations.get_delivery(db, "other", failed[0].id)
     one = next(d for d in failed if d.destination_id == "d1")
-    assert service.requeue_delivery(db, "ten", one.id) == 1
+    assert destinations.requeue_delivery(db, "ten", one.id) == 1
     with pytest.raises(ConflictError):
-        service.requeue_delivery(db, "ten", one.id)  # pending now
+        destinations.requeue_delivery(db, "ten", one.id)  # pending now
     with pytest.raises(NotFoundError):
-        service.requeue_delivery(db, "other", one.id)
-    assert service.requeue_destination(db, "ten", "d2") == 3
-    assert service.requeue_destination(db, "ten", "d2") == 0
+        destinations.requeue_delivery(db, "other", one.id)
+    assert destinations.requeue_destination(db, "ten", "d2") == 3
+    assert destinations.requeue_destination(db, "ten", "d2") == 0
     with pytest.raises(NotFoundError):
-        service.requeue_destination(db, "ten", "nope")
-    pending = service.list_deliveries(db, "ten", state="pending")
+        destinations.requeue_destination(db, "ten", "nope")
+    pending = destinations.list_deliveries(db, "ten", state="pending")
     assert len(pending) == 4 and all(d.attempts == 0 for d in pending)
     assert {d.message_id for d in pending} <= {d.message_id for d in rows}
 
@@ -297,14 +299,14 @@ def test_cli_destinations_deliveries_and_requeue(
 def test_sink_enqueues_per_matching_destination_and_loader_reads_back(
     db: Database, secret_path: Path
 ) -> None:
-    service.add_destination(db, "ten", "all", url="https://h.example/", secret_ref="", secret_value=SECRET,
+    destinations.add_destination(db, "ten", "all", url="https://h.example/", secret_ref="", secret_value=SECRET,
                             policy=policy())
-    service.add_destination(db, "ten", "settle", url="https://h.example/", secret_ref="", secret_value=SECRET,
+    destinations.add_destination(db, "ten", "settle", url="https://h.example/", secret_ref="", secret_value=SECRET,
                             policy=policy(),
                             artifact_types=["SettlementStatement.v1"])
-    service.add_destination(db, "ten", "off", url="https://h.example/", secret_ref="", secret_value=SECRET,
+    destinations.add_destination(db, "ten", "off", url="https://h.example/", secret_ref="", secret_value=SECRET,
                             policy=policy())
-    service.disable_destination(db, "ten", "off")
+    destinations.disable_destination(db, "ten", "off")
     woken: list[int] = []
     sink = WebhookDeliverySink(clock=lambda: T0, on_enqueued=lambda: woken.append(1))
     cert, settle = artifact("j", 1), artifact("j", 1, "SettlementStatement.v1")
@@ -327,7 +329,7 @@ def test_sink_enqueues_per_matching_destination_and_loader_reads_back(
             )
             sink.enqueue(tx, "ten", row)
         assert sink.enqueue(tx, "ten", row) == 0  # idempotent
-    got = sorted((d.destination_id, d.artifact_type) for d in service.list_deliveries(db, "ten"))
+    got = sorted((d.destination_id, d.artifact_type) for d in destinations.list_deliveries(db, "ten"))
     assert got == [("all", "SettlementStatement.v1"), ("all", "WorkCertificate.v1"),
                    ("settle", "SettlementStatement.v1")]
     assert woken == [1, 1]
@@ -347,7 +349,7 @@ def test_sink_satisfies_the_artifacts_outbox_protocol() -> None:
 
 
 def test_sink_quota(db: Database, secret_path: Path) -> None:
-    service.add_destination(db, "ten", "a", url="https://h.example/", secret_ref="", secret_value=SECRET,
+    destinations.add_destination(db, "ten", "a", url="https://h.example/", secret_ref="", secret_value=SECRET,
                             policy=policy())
     sink = WebhookDeliverySink(max_pending=1)
     with db.transaction() as tx:
@@ -363,8 +365,8 @@ def test_metrics(db: Database, secret_path: Path) -> None:
     arts, clock = Artifacts(), Clock()
     registry = CollectorRegistry()
     with FaultyReceiver(secrets=[SECRET], tolerance_seconds=10**10) as rx:
-        service.add_destination(db, "ten", "d1", url=rx.url, secret_ref="", secret_value=SECRET,
-                                policy=service.DestinationPolicy.local())
+        destinations.add_destination(db, "ten", "d1", url=rx.url, secret_ref="", secret_value=SECRET,
+                                policy=destinations.DestinationPolicy.local())
         for i in range(3):
             enqueue(db, arts, artifact(f"j{i}", 1))
         rx.inject(500)

@@ -13,8 +13,8 @@ from conftest import load_vector
 from settlekit.api.app import create_app
 from settlekit.api.auth import create_api_key
 from settlekit.api.ratelimit import RateLimiter
+from settlekit.application.destinations import DestinationPolicy
 from settlekit.cursors import DELIVERY, EVENT, Cursors
-from settlekit.delivery.service import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
 from settlekit.delivery.sink import WebhookDeliverySink
 from settlekit.dispatch import Dispatcher

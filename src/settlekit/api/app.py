@@ -40,7 +40,7 @@ from settlekit.api.settld_compat import PREFIX as SETTLD_PREFIX
 from settlekit.api.settld_compat import SettldErrors, compat_app
 from settlekit.append import job_appender
 from settlekit.application.database import Database, connect
-from settlekit.delivery.service import DestinationPolicy
+from settlekit.application.destinations import DestinationPolicy
 from settlekit.dispatch.feed import FeedReader
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer

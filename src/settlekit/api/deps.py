@@ -21,11 +21,11 @@ from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
 from settlekit.append import Appender
 from settlekit.application.database import Database, cursor_secret
+from settlekit.application.destinations import DestinationPolicy
 from settlekit.application.jobs import MAX_QUEUED_APPENDS, StreamHead
 from settlekit.application.keys import StoredApiKey
 from settlekit.cursors import Cursors
 from settlekit.delivery.replays import ReplayPolicy
-from settlekit.delivery.service import DestinationPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.projections.artifact_store import ArtifactStore
 

@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.table import Table
 
 from settlekit.api.auth import check_tenant_id
+from settlekit.application import destinations
 from settlekit.application.database import Database
 from settlekit.cli.common import DbOption, JsonOption, TenantOption, print_json, run_with_db, settings_flags
-from settlekit.delivery import service
 from settlekit.delivery.receiver import ReceiverServer
 from settlekit.delivery.signing import generate_secret
 from settlekit.runtime.settings import Settings
@@ -72,8 +72,8 @@ AllowEnvSecretsOption = Annotated[bool, typer.Option("--allow-env-secrets", help
 
 
 def _policy(loopback: bool, insecure: bool, networks: list[str] | None, env_secrets: bool = False,
-            private: bool = False) -> service.DestinationPolicy:
-    return service.DestinationPolicy(
+            private: bool = False) -> destinations.DestinationPolicy:
+    return destinations.DestinationPolicy(
         allow_insecure_http=insecure,
         allow_loopback=loopback,
         allow_private_network=private,
@@ -108,7 +108,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
 def _write_secret(secret_dir: Path, tenant: str, destination_id: str) -> Path:
     # the file is named after both: each must be an id (no path separator, no `..`) before anything is written
     check_tenant_id(tenant)
-    service.check_destination_id(destination_id)
+    destinations.check_destination_id(destination_id)
     secret_dir.mkdir(parents=True, exist_ok=True)
     path = (secret_dir / f"{tenant}.{destination_id}.whsec").resolve()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -151,7 +151,7 @@ def destinations_add(
         ref = secret_ref or ""
         value = secret.value(tenant, destination_id)
         try:
-            dest = service.add_destination(
+            dest = destinations.add_destination(
                 database, tenant, destination_id, url=url, secret_ref=ref, signing=signing, artifact_types=types,
                 ordering=ordering, allow_private_network=allow_private,
                 policy=_policy(allow_loopback, allow_insecure_http, allow_network, allow_env_secrets,
@@ -215,7 +215,7 @@ def _print_saved(body: dict[str, Any], tenant: str, destination_id: str, as_json
 @destinations_app.command("list")
 def destinations_list(*, db: DbOption = None, tenant: TenantOption, as_json: JsonOption = False) -> None:
     """List a tenant's destinations (secret references only, inline secrets redacted)."""
-    rows = [d.to_json() for d in run_with_db(db, lambda database: service.list_destinations(database, tenant),
+    rows = [d.to_json() for d in run_with_db(db, lambda database: destinations.list_destinations(database, tenant),
                                              reading=True)]
     if as_json:
         print_json(rows)
@@ -233,7 +233,7 @@ def destinations_disable(
     reason: Annotated[str, typer.Option("--reason", help="recorded as disabled_reason")] = "operator",
 ) -> None:
     """Stop delivering to a destination; its pending deliveries wait."""
-    run_with_db(db, lambda database: service.disable_destination(database, tenant, destination_id, reason=reason,
+    run_with_db(db, lambda database: destinations.disable_destination(database, tenant, destination_id, reason=reason,
                                                            actor="cli"))
     typer.echo(f"destination {tenant}/{destination_id} disabled ({reason})")
 
@@ -255,7 +255,7 @@ def destinations_enable(
     """Re-activate a destination (the SSRF guard runs again) and offer to backfill what it missed."""
     pol = _policy(allow_loopback or old_allow_loopback, allow_insecure_http,
                   [*(allow_network or ()), *(old_allow_network or ())])
-    _, report = run_with_db(db, lambda database: service.enable_destination_with_backfill(
+    _, report = run_with_db(db, lambda database: destinations.enable_destination_with_backfill(
         database, tenant, destination_id, policy=pol, actor="cli", backfill=backfill))
     typer.echo(f"destination {tenant}/{destination_id} enabled")
     if report.since is None:
@@ -285,7 +285,7 @@ def deliveries_list(
         d.to_json()
         for d in run_with_db(
             db,
-            lambda database: service.list_deliveries(
+            lambda database: destinations.list_deliveries(
                 database, tenant, state=state, destination_id=destination_id, limit=limit, after_id=after_id
             ),
             reading=True,
@@ -320,7 +320,7 @@ def deliveries_requeue(
         if delivery_id is not None or all_failed:
             raise typer.BadParameter("--since goes with an optional --destination-id only")
         when = _parse_since(since)
-        report = run_with_db(db, lambda database: service.backfill_deliveries(
+        report = run_with_db(db, lambda database: destinations.backfill_deliveries(
             database, tenant, since=when, destination_id=destination_id, actor="cli"))
         typer.echo(f"backfilled since {report.to_json()['since']}: {report.created} deliveries created, "
                    f"{report.requeued} requeued")
@@ -329,11 +329,11 @@ def deliveries_requeue(
         raise typer.BadParameter("give --delivery-id ID, or --destination-id ID --all, or --since TIME")
     if delivery_id is not None:
         did = delivery_id
-        n = run_with_db(db, lambda database: service.requeue_delivery(database, tenant, did, actor="cli"))
+        n = run_with_db(db, lambda database: destinations.requeue_delivery(database, tenant, did, actor="cli"))
     else:
         dst = destination_id
         assert dst is not None
-        n = run_with_db(db, lambda database: service.requeue_destination(database, tenant, dst, actor="cli"))
+        n = run_with_db(db, lambda database: destinations.requeue_destination(database, tenant, dst, actor="cli"))
     typer.echo(f"requeued {n} deliver{'y' if n == 1 else 'ies'}")
 
 
@@ -351,14 +351,14 @@ def deliveries_replay(
     """Start a replay: every delivered or failed delivery of a destination created in [since, until) is sent again
     (new attempts, the same webhook-id) by the workers, at `replay_rate` per second (the first ones at once);
     pending ones are left as they are. Its progress: `GET /v1/destinations/{id}/replays/{replayId}`."""
-    from settlekit.delivery import recovery, replays
+    from settlekit.application.destinations import replays
 
     start, end = _parse_since(since), (_parse_since(until) if until is not None else None)
     policy = Settings().replay_policy()
 
     def create(database: Database) -> dict[str, Any]:
         now = datetime.now(UTC)
-        window = recovery.window(start, end, now)
+        window = destinations.window(start, end, now)
         with database.transaction() as tx:
             row, pending = replays.create(tx, tenant, destination_id, since=window[0], until=window[1],
                                           policy=policy, actor="cli", now=now)
@@ -383,17 +383,16 @@ def deliveries_test(
 ) -> None:
     """Send one signed test message (type settlekit.test) to a destination now and print how it went; exit 1
     when it was not answered with a 2xx."""
-    from settlekit.delivery.recovery import send_test
     from settlekit.delivery.sender import SenderConfig
 
     settings = Settings(**flags)
-    policy = service.DestinationPolicy(
+    policy = destinations.DestinationPolicy(
         allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
         allow_loopback=settings.allow_loopback_webhooks, allow_private_network=settings.allow_private_webhooks,
         allowed_networks=settings.allowed_webhook_networks)
     sender = SenderConfig(timeout=settings.delivery_timeout, connect_timeout=min(5.0, settings.delivery_timeout))
     sent = run_with_db(settings.db_url, lambda database: asyncio.run(
-        send_test(database, tenant, destination_id, policy=policy, sender=sender)), reading=True)
+        destinations.send_test(database, tenant, destination_id, policy=policy, sender=sender)), reading=True)
     body = sent.to_json()
     if as_json:
         print_json(body)
@@ -417,12 +416,11 @@ def deliveries_stats(
 ) -> None:
     """A destination's endpoint statistics over a window: attempts, success rate, latency percentiles, the last
     error, deliveries per state and its current failure streak."""
-    from settlekit.delivery.recovery import destination_stats
 
     start = _parse_since(since) if since is not None else None
     end = _parse_since(until) if until is not None else None
-    stats = run_with_db(db, lambda database: destination_stats(database, tenant, destination_id, since=start,
-                                                               until=end), reading=True)
+    stats = run_with_db(db, lambda database: destinations.destination_stats(database, tenant, destination_id,
+                                                                            since=start, until=end), reading=True)
     if as_json:
         print_json(stats)
         return
@@ -459,8 +457,8 @@ def deliveries_run(
     allow_env_secrets: Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")] = False,
 ) -> None:
     """Run a delivery worker for all tenants until SIGINT/SIGTERM (then finishes in-flight attempts)."""
+    from settlekit.delivery.auto_disable import AutoDisable
     from settlekit.delivery.fairness import Caps
-    from settlekit.delivery.recovery import AutoDisable
     from settlekit.delivery.secrets import SecretResolver
     from settlekit.delivery.sender import SenderConfig
     from settlekit.delivery.sink import artifact_loader

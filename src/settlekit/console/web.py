@@ -33,17 +33,16 @@ from settlekit.api.deps import MAX_INT64, ApiContext, check_scope, cursors_ready
 from settlekit.api.ratelimit import RateLimitedError
 from settlekit.api.responses import content_disposition
 from settlekit.application import consumers as consumer_ops
-from settlekit.application import destinations as delivery_store
+from settlekit.application import destinations
 from settlekit.application import finance as fin
 from settlekit.application import jobs as streams
 from settlekit.application import keys as api_keys
 from settlekit.application import ledger as ledger_rows
 from settlekit.application import ledger as timeline
+from settlekit.application.destinations import replays
 from settlekit.console import charts
 from settlekit.console.session import CsrfError, Sessions, SignedIn, check_form, session_secret
 from settlekit.cursors import DELIVERY, POSTINGS
-from settlekit.delivery import recovery, replays
-from settlekit.delivery import service as delivery
 from settlekit.delivery.sender import SenderConfig
 from settlekit.delivery.signing import generate_secret
 from settlekit.dispatch import SHARED_INSTANCE
@@ -342,8 +341,8 @@ class Console:
             out["last_close"] = fin.get_close(self.ctx.db, tenant, months[-1]) if months else None
         if "ops" in can:
             rows = []
-            for dest in delivery.list_destinations(self.ctx.db, tenant)[:50]:
-                stats = recovery.destination_stats(self.ctx.db, tenant, dest.destination_id)
+            for dest in destinations.list_destinations(self.ctx.db, tenant)[:50]:
+                stats = destinations.destination_stats(self.ctx.db, tenant, dest.destination_id)
                 rows.append((dest.destination_id, stats))
             out["destinations"] = rows
             out["success_chart"] = charts.bars(
@@ -412,7 +411,7 @@ class Console:
         timeline_rows = self._verified(tenant, events)
         with self.ctx.db.read() as tx:
             page = self.ctx.artifacts.list_for_job(tx, tenant, job_id, after=None, limit=500)
-            sent = delivery_store.deliveries_of_artifacts(tx, tenant, [a.artifact_id for a in page.items])
+            sent = destinations.deliveries_of_artifacts(tx, tenant, [a.artifact_id for a in page.items])
         by_artifact: dict[str, list[Any]] = {}
         for d in sent:
             by_artifact.setdefault(d.artifact_id, []).append(d)
@@ -478,8 +477,8 @@ class Console:
 
     def destinations(self, request: Request, user: SignedIn) -> Response:
         tenant = user.key.tenant_id
-        rows = [(d, recovery.destination_stats(self.ctx.db, tenant, d.destination_id))
-                for d in delivery.list_destinations(self.ctx.db, tenant)]
+        rows = [(d, destinations.destination_stats(self.ctx.db, tenant, d.destination_id))
+                for d in destinations.list_destinations(self.ctx.db, tenant)]
         chart = charts.bars([(d.destination_id, (s["successRate"] or 0.0) * 100) for d, s in rows], maximum=100,
                             unit="%")
         latency = charts.bars([(d.destination_id, s["latencyMs"]["p90"] or 0.0) for d, s in rows], unit=" ms")
@@ -489,11 +488,11 @@ class Console:
         dest_id = _text(request.query_params, "id", required=True, max_length=64)
         assert dest_id is not None
         tenant = user.key.tenant_id
-        dest = delivery.get_destination(self.ctx.db, tenant, dest_id)
-        stats = recovery.destination_stats(self.ctx.db, tenant, dest_id)
+        dest = destinations.get_destination(self.ctx.db, tenant, dest_id)
+        stats = destinations.destination_stats(self.ctx.db, tenant, dest_id)
         before = self._delivery_row(tenant, request.query_params, "before", not_found=False)
         with self.ctx.db.read() as tx:
-            latest = delivery_store.latest_deliveries(tx, tenant, dest_id, before_id=before, limit=PAGE)
+            latest = destinations.latest_deliveries(tx, tenant, dest_id, before_id=before, limit=PAGE)
         now = datetime.now(UTC).replace(microsecond=0)
         return self.render(request, "destination.html", user, dest=dest, stats=stats, latest=latest,
                            replay_since=(now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S"),
@@ -518,7 +517,7 @@ class Console:
         delivery_id = self._delivery_row(user.key.tenant_id, request.query_params, "id")
         if delivery_id is None:
             raise ValidationError("id is required", code="SCHEMA_INVALID", field="id")
-        detail = delivery.get_delivery(self.ctx.db, user.key.tenant_id, delivery_id)
+        detail = destinations.get_delivery(self.ctx.db, user.key.tenant_id, delivery_id)
         return self.render(request, "delivery.html", user, d=detail.delivery, attempts=detail.attempts)
 
     async def destination_action(self, request: Request, user: SignedIn, form: Form) -> Response:
@@ -531,7 +530,7 @@ class Console:
         if verb == "test":
             timeout = ctx.test_sends.timeout
             with ctx.test_sends.slot(tenant):
-                sent = await recovery.send_test(ctx.db, tenant, dest_id, policy=ctx.destination_policy,
+                sent = await destinations.send_test(ctx.db, tenant, dest_id, policy=ctx.destination_policy,
                                                 sender=SenderConfig(timeout=timeout,
                                                                     connect_timeout=min(5.0, timeout)))
             return await run_in_threadpool(lambda: self.done(request, user, "Test message sent", dest_id,
@@ -543,7 +542,7 @@ class Console:
                 if since is None:
                     raise ValidationError("since is required", code="SCHEMA_INVALID", field="since")
                 now = datetime.now(UTC)
-                start, end = recovery.window(since, _instant(form, "until"), now)
+                start, end = destinations.window(since, _instant(form, "until"), now)
                 with ctx.db.transaction() as tx:
                     row, pending = replays.create(tx, tenant, dest_id, since=start, until=end,
                                                   policy=ctx.replay_policy, actor=actor, now=now)
@@ -551,30 +550,30 @@ class Console:
                                  result={**replays.to_json(row), "alreadyPending": pending})
             if verb == "requeue":
                 with ctx.db.transaction() as tx:
-                    n = delivery.requeue_destination(ctx.db, tenant, dest_id, actor=actor, tx=tx)
+                    n = destinations.requeue_destination(ctx.db, tenant, dest_id, actor=actor, tx=tx)
                 return self.done(request, user, "Failed deliveries requeued", dest_id, result={"requeued": n})
             if verb == "disable":
                 reason = _text(form, "reason", max_length=500) or "operator"
-                delivery.disable_destination(ctx.db, tenant, dest_id, reason=reason, actor=actor,
+                destinations.disable_destination(ctx.db, tenant, dest_id, reason=reason, actor=actor,
                                              registry=ctx.registry)
                 return self.done(request, user, "Destination disabled", dest_id, result={"reason": reason})
             if verb == "enable":
                 with ctx.url_checks.slot(tenant):
-                    _, report = delivery.enable_destination_with_backfill(
+                    _, report = destinations.enable_destination_with_backfill(
                         ctx.db, tenant, dest_id, policy=ctx.destination_policy, actor=actor,
                         backfill=form.get("backfill") == "on")
                 return self.done(request, user, "Destination enabled", dest_id, result=report.to_json())
             if verb == "rotate-secret":
                 secret = generate_secret()
                 with ctx.url_checks.slot(tenant):
-                    current = delivery.get_destination(ctx.db, tenant, dest_id)
-                    delivery.save_destination(ctx.db, dataclasses.replace(current), policy=ctx.destination_policy,
+                    current = destinations.get_destination(ctx.db, tenant, dest_id)
+                    destinations.save_destination(ctx.db, dataclasses.replace(current), policy=ctx.destination_policy,
                                               replace=True, actor=actor, secret_value=secret,
-                                              rotation_grace=delivery.DEFAULT_ROTATION_GRACE,
+                                              rotation_grace=destinations.DEFAULT_ROTATION_GRACE,
                                               changes=lambda now: now)
                 return self.done(request, user, "Secret rotated", dest_id, secret=secret,
                                  result={"previousSecretGraceSeconds":
-                                         int(delivery.DEFAULT_ROTATION_GRACE.total_seconds())})
+                                         int(destinations.DEFAULT_ROTATION_GRACE.total_seconds())})
             raise NotFoundError(f"no action {verb!r}", code="NOT_FOUND")
 
         return await run_in_threadpool(act)
@@ -589,7 +588,7 @@ class Console:
         def act() -> Response:
             with self.ctx.db.transaction() as tx:
                 try:
-                    delivery.requeue_delivery(self.ctx.db, user.key.tenant_id, delivery_id, actor=user.key.key_id,
+                    destinations.requeue_delivery(self.ctx.db, user.key.tenant_id, delivery_id, actor=user.key.key_id,
                                               tx=tx)
                 except SettlekitError as exc:
                     if "delivery_id" in exc.details:  # named as the tenant knows it

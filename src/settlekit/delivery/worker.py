@@ -39,10 +39,10 @@ from settlekit.cursors import DELIVERY, Cursors
 from settlekit.delivery import circuit as breaker
 from settlekit.delivery import metrics as m
 from settlekit.delivery import replays
+from settlekit.delivery.auto_disable import AUTO_DISABLED, AutoDisable, record_outcomes
 from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.fairness import Caps, DestinationKey, allocate, quarantined
 from settlekit.delivery.message import PreparedRequest
-from settlekit.delivery.recovery import AUTO_DISABLED, AutoDisable, record_outcomes
 from settlekit.delivery.retry import (
     CRASH_LOOP,
     EXCEPTION,

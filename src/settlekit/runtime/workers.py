@@ -83,8 +83,8 @@ def worker_config(settings: Settings) -> Any:
     that cannot work together."""
     from datetime import timedelta
 
+    from settlekit.delivery.auto_disable import AutoDisable
     from settlekit.delivery.fairness import Caps
-    from settlekit.delivery.recovery import AutoDisable
     from settlekit.delivery.retry import RetryPolicy
     from settlekit.delivery.sender import SenderConfig
     from settlekit.delivery.worker import WorkerConfig

@@ -2,7 +2,7 @@
 destination's run of failed attempts (for automatic disabling) and its endpoint statistics.
 
 Rows in, rows out, timestamps from the caller's clock (see store/deliveries.py); the rules (when a streak disables,
-what a window may be) live in `settlekit.delivery.recovery`.
+what a window may be) live in `settlekit.delivery.auto_disable` and `settlekit.application.destinations`.
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ from settlekit.api.schemas import (
     DeliveryDetail,
     DeliveryRequeued,
 )
+from settlekit.application import destinations
 from settlekit.application.database import Tx
 from settlekit.cursors import DELIVERY, Cursors
-from settlekit.delivery import service as delivery
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 
 router = APIRouter(prefix="/v1", tags=["ops"], route_class=TypedRoute)
@@ -95,7 +95,7 @@ def list_deliveries(request: Request, key: ApiKey = require("ops"),
                     ) -> Deliveries:
     ctx = context(request)
     after = None if afterId is None else ctx.cursors.decode(DELIVERY, key.tenant_id, afterId, field="afterId")[0]
-    found = delivery.list_deliveries(ctx.db, key.tenant_id, state=state, destination_id=destinationId,
+    found = destinations.list_deliveries(ctx.db, key.tenant_id, state=state, destination_id=destinationId,
                                      limit=limit, after_id=after)
     shown = [Delivery.model_validate(delivery_json(ctx.cursors, d)) for d in found]
     next_after = shown[-1].id if len(found) == limit else None
@@ -107,7 +107,7 @@ def list_deliveries(request: Request, key: ApiKey = require("ops"),
 def get_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey = require("ops")) -> DeliveryDetail:
     ctx = context(request)
     with _shown_as(delivery_id):
-        detail = delivery.get_delivery(ctx.db, key.tenant_id, _row_id(ctx.cursors, key.tenant_id, delivery_id))
+        detail = destinations.get_delivery(ctx.db, key.tenant_id, _row_id(ctx.cursors, key.tenant_id, delivery_id))
     attempts = [Attempt(attempt=a, httpStatus=s, error=e) for a, s, e in detail.attempts]
     return DeliveryDetail.model_validate({**delivery_json(ctx.cursors, detail.delivery), "attemptLog": attempts})
 
@@ -128,7 +128,7 @@ def backfill_deliveries(body: BackfillIn, request: Request, key: ApiKey = requir
     ctx = context(request)
 
     def action() -> tuple[int, DeliveriesBackfilled]:
-        report = delivery.backfill_deliveries(ctx.db, key.tenant_id, since=body.since,
+        report = destinations.backfill_deliveries(ctx.db, key.tenant_id, since=body.since,
                                               destination_id=body.destinationId, actor=key.key_id)
         return 200, DeliveriesBackfilled.model_validate({"destinationId": body.destinationId, **report.to_json()})
 
@@ -145,7 +145,7 @@ def requeue_delivery(delivery_id: DeliveryIdPath, request: Request, key: ApiKey 
 
     def action(tx: Tx) -> tuple[int, DeliveryRequeued]:
         with _shown_as(delivery_id):
-            delivery.requeue_delivery(ctx.db, key.tenant_id, row_id, actor=key.key_id, tx=tx)
+            destinations.requeue_delivery(ctx.db, key.tenant_id, row_id, actor=key.key_id, tx=tx)
         return 200, DeliveryRequeued(deliveryId=delivery_id, requeued=1)
 
     return idempotency.write_in_transaction(request, key, None, action)

@@ -19,9 +19,10 @@ from settlekit.api.deps import DestinationIdPath, Instant, context, require
 from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import TypedRoute
 from settlekit.api.schemas import Circuit
+from settlekit.application import destinations
 from settlekit.application.database import Tx
+from settlekit.application.destinations import replays
 from settlekit.cursors import DELIVERY
-from settlekit.delivery import recovery, replays
 from settlekit.delivery.sender import SenderConfig
 
 router = APIRouter(prefix="/v1", tags=["ops"], route_class=TypedRoute)
@@ -138,7 +139,7 @@ def replay_destination(destination_id: DestinationIdPath, body: ReplayIn, reques
 
     def action(tx: Tx) -> tuple[int, ReplayCreated]:
         now = datetime.now(UTC)
-        since, until = recovery.window(body.since, body.until, now)
+        since, until = destinations.window(body.since, body.until, now)
         row, pending = replays.create(tx, key.tenant_id, destination_id, since=since, until=until,
                                       policy=ctx.replay_policy, actor=key.key_id, now=now)
         return 202, ReplayCreated.model_validate({**replays.to_json(row), "alreadyPending": pending})
@@ -192,7 +193,7 @@ async def test_destination(destination_id: DestinationIdPath, request: Request,
     ctx = context(request)
     timeout = ctx.test_sends.timeout
     with ctx.test_sends.slot(key.tenant_id):
-        sent = await recovery.send_test(ctx.db, key.tenant_id, destination_id, policy=ctx.destination_policy,
+        sent = await destinations.send_test(ctx.db, key.tenant_id, destination_id, policy=ctx.destination_policy,
                                         sender=SenderConfig(timeout=timeout, connect_timeout=min(5.0, timeout)))
     return TestSendOut.model_validate(sent.to_json())
 
@@ -205,7 +206,7 @@ def destination_stats(destination_id: DestinationIdPath, request: Request, key: 
                       since: Annotated[Instant | None, Query()] = None,
                       until: Annotated[Instant | None, Query()] = None) -> StatsOut:
     ctx = context(request)
-    stats = recovery.destination_stats(ctx.db, key.tenant_id, destination_id, since=since, until=until)
+    stats = destinations.destination_stats(ctx.db, key.tenant_id, destination_id, since=since, until=until)
     last_error = stats["lastError"]
     if last_error is not None:  # a delivery row id is deployment-wide: the tenant sees its token
         stats["lastError"] = {**last_error,

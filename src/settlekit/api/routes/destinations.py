@@ -17,10 +17,9 @@ from settlekit.api.deps import DestinationIdPath, WholeNumber, context, require
 from settlekit.api.openapi import IDEMPOTENT, PY_SPACE, problems
 from settlekit.api.responses import TypedRoute
 from settlekit.api.schemas import Circuit, Destination, DestinationRequeued, Destinations, EnabledDestination
-from settlekit.application import destinations as delivery_store
+from settlekit.application import destinations
 from settlekit.application.database import Tx
 from settlekit.delivery import circuit
-from settlekit.delivery import service as delivery
 from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of
 from settlekit.errors import ValidationError
 
@@ -37,12 +36,12 @@ SECRET_REF_FIELD = Field(default=None, min_length=1, max_length=4096,
                          description="The id (sec_…) of a secret this tenant stored earlier, as returned in "
                                      "`secretRef`. Paths and other references are refused.")
 # What the document states of a destination's input beyond types and lengths; the routes check it themselves, with
-# their own codes (delivery.service, delivery.ssrf): an id of [A-Za-z0-9._-] starting with a letter or digit, an
+# their own codes (application.destinations, delivery.ssrf): an id of [A-Za-z0-9._-] starting with a letter or digit, an
 # http(s) URL (whose host the SSRF guard judges), a secret of one line that is a whsec_ value unless only
 # settld_legacy signs with it, a secretRef that is a stored secret's id, and secret and secretRef not both.
 DESTINATION_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 URL_PATTERN = "^[Hh][Tt][Tt][Pp][Ss]?://[^\\u0000]*$"
-# one line as Python's splitlines reads it, no white space around it (delivery.service.check_secret_value)
+# one line as Python's splitlines reads it, no white space around it (destinations.check_secret_value)
 _SECRET_LINE = (f"^[^\\u0000{PY_SPACE}]([^\\u0000\\n\\r\\v\\f\\u001c-\\u001e\\u0085\\u2028\\u2029]*"
                 f"[^\\u0000{PY_SPACE}])?$")
 _WHSEC = "^whsec_([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{2}={0,2}|[A-Za-z0-9+/]{3}=?)$"
@@ -72,8 +71,9 @@ def _secret_rules(schema: dict[str, Any], *, required: bool) -> None:
     schema["allOf"] = rules
 
 
-ArtifactTypeName = Annotated[str, Field(min_length=1, max_length=delivery.MAX_ARTIFACT_TYPE_LENGTH)]
-ArtifactTypes = Annotated[list[ArtifactTypeName] | None, Field(min_length=1, max_length=delivery.MAX_ARTIFACT_TYPES)]
+ArtifactTypeName = Annotated[str, Field(min_length=1, max_length=destinations.MAX_ARTIFACT_TYPE_LENGTH)]
+ArtifactTypes = Annotated[list[ArtifactTypeName] | None,
+                          Field(min_length=1, max_length=destinations.MAX_ARTIFACT_TYPES)]
 
 
 class DestinationIn(BaseModel):
@@ -126,7 +126,7 @@ def _public_ref(ref: str | None) -> str | None:
     return None if ref.startswith(("inline:", "file:")) else ref
 
 
-def _destination(dest: delivery_store.Destination) -> Destination:
+def _destination(dest: destinations.Destination) -> Destination:
     until = dest.previous_secret_expires_at
     rotating = dest.previous_secret_ref is not None and until is not None and until > datetime.now(UTC)
     return Destination.model_validate({
@@ -162,7 +162,7 @@ def create_destination(body: DestinationIn, request: Request, key: ApiKey = requ
         raise ValidationError("secret or secretRef is required", code="SCHEMA_INVALID", field="secret")
 
     def action() -> tuple[int, Destination]:
-        dest = delivery.add_destination(
+        dest = destinations.add_destination(
             ctx.db, key.tenant_id, body.destinationId, url=body.url, secret_ref=ref or "", secret_value=value,
             signing=body.signing, artifact_types=body.artifactTypes, ordering=body.ordering,
             allow_private_network=body.allowPrivateNetwork, policy=ctx.destination_policy, actor=key.key_id)
@@ -174,13 +174,13 @@ def create_destination(body: DestinationIn, request: Request, key: ApiKey = requ
 
 @router.get("/destinations", summary="The tenant's destinations")
 def list_destinations(request: Request, key: ApiKey = require("ops")) -> Destinations:
-    found = delivery.list_destinations(context(request).db, key.tenant_id)
+    found = destinations.list_destinations(context(request).db, key.tenant_id)
     return Destinations(destinations=[_destination(d) for d in found])
 
 
 @router.get("/destinations/{destination_id}", summary="One destination", responses=problems("NOT_FOUND"))
 def get_destination(destination_id: DestinationIdPath, request: Request, key: ApiKey = require("ops")) -> Destination:
-    return _destination(delivery.get_destination(context(request).db, key.tenant_id, destination_id))
+    return _destination(destinations.get_destination(context(request).db, key.tenant_id, destination_id))
 
 
 @router.patch("/destinations/{destination_id}", summary="Update a destination (omitted fields are kept)",
@@ -191,9 +191,9 @@ def update_destination(destination_id: DestinationIdPath, body: DestinationUpdat
 
     value, ref = _secret_input(body.secret, body.secretRef)
     grace = timedelta(seconds=body.secretGraceSeconds) if body.secretGraceSeconds is not None \
-        else delivery.DEFAULT_ROTATION_GRACE
+        else destinations.DEFAULT_ROTATION_GRACE
 
-    def patched(current: delivery_store.Destination) -> delivery_store.Destination:
+    def patched(current: destinations.Destination) -> destinations.Destination:
         """The PATCH's fields over `current`; the others (status and disabledReason included) as they are."""
         types = current.artifact_types if "artifactTypes" not in body.model_fields_set else (
             None if body.artifactTypes is None else tuple(body.artifactTypes))
@@ -204,8 +204,8 @@ def update_destination(destination_id: DestinationIdPath, body: DestinationUpdat
             else body.allowPrivateNetwork)
 
     def action() -> tuple[int, Destination]:
-        checked = patched(delivery.get_destination(ctx.db, key.tenant_id, destination_id))
-        saved = delivery.save_destination(ctx.db, checked, policy=ctx.destination_policy, replace=True,
+        checked = patched(destinations.get_destination(ctx.db, key.tenant_id, destination_id))
+        saved = destinations.save_destination(ctx.db, checked, policy=ctx.destination_policy, replace=True,
                                           actor=key.key_id, secret_value=value, rotation_grace=grace,
                                           changes=patched)
         return 200, _destination(saved)
@@ -223,7 +223,7 @@ def disable_destination(destination_id: DestinationIdPath, request: Request, bod
     reason = body.reason if body is not None else "operator"
 
     def action() -> tuple[int, Destination]:
-        return 200, _destination(delivery.disable_destination(ctx.db, key.tenant_id, destination_id,
+        return 200, _destination(destinations.disable_destination(ctx.db, key.tenant_id, destination_id,
                                                               reason=reason, actor=key.key_id, registry=ctx.registry))
 
     return idempotency.write(request, key, {"reason": reason}, action)
@@ -248,7 +248,7 @@ def enable_destination(destination_id: DestinationIdPath, request: Request, body
     backfill = body.backfill if body is not None else False
 
     def action() -> tuple[int, EnabledDestination]:
-        dest, report = delivery.enable_destination_with_backfill(ctx.db, key.tenant_id, destination_id,
+        dest, report = destinations.enable_destination_with_backfill(ctx.db, key.tenant_id, destination_id,
                                                                  policy=ctx.destination_policy, actor=key.key_id,
                                                                  backfill=backfill)
         return 200, EnabledDestination.model_validate({**dict(_destination(dest)), "backfill": report.to_json()})
@@ -264,7 +264,7 @@ def requeue_destination(destination_id: DestinationIdPath, request: Request,
     ctx = context(request)
 
     def action(tx: Tx) -> tuple[int, DestinationRequeued]:
-        n = delivery.requeue_destination(ctx.db, key.tenant_id, destination_id, actor=key.key_id, tx=tx)
+        n = destinations.requeue_destination(ctx.db, key.tenant_id, destination_id, actor=key.key_id, tx=tx)
         return 200, DestinationRequeued(destinationId=destination_id, requeued=n)
 
     return idempotency.write_in_transaction(request, key, None, action)

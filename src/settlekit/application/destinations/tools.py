@@ -1,16 +1,14 @@
-"""Delivery recovery and endpoint tools (as Svix offers them): replay a destination's deliveries over a time
-window, send it a test message, its statistics, and automatic disabling after a long run of failed attempts.
+"""Endpoint tools for a destination (as Svix offers them): replay its deliveries over a time window, send it a
+test message, its statistics. (Automatic disabling after a long run of failed attempts is the delivery worker's:
+`delivery.auto_disable`.)
 
-- Replay (`delivery.replays`, a recorded job): every delivered or failed delivery of the destination created in
+- Replay (`replays`, a recorded job): every delivered or failed delivery of the destination created in
   [since, until) goes back to pending, due now, at a bounded rate, with its attempts counted afresh (the attempt
   log numbers on) and the same message id, so receivers see the same `webhook-id` (and can dedupe).
 - Test: one signed POST of a `settlekit.test` message, sent now from the caller's process through the SSRF guard,
   within its deadline; the answer says how it went. Nothing is queued or stored.
 - Statistics over a window: attempts, success rate, latency percentiles, the last error, deliveries per state and
   the current failure streak.
-- Auto-disable (`AutoDisable`): the worker counts each destination's failed attempts in a row; once there are at
-  least `min_failures` of them and the run began `min_duration` ago or earlier, the destination is disabled with a
-  reason that says so. Enabling it again clears the streak.
 """
 
 from __future__ import annotations
@@ -23,20 +21,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from settlekit.application.destinations.operations import DestinationPolicy, get_destination
 from settlekit.delivery import circuit
 from settlekit.delivery.message import PreparedRequest
 from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
-from settlekit.delivery.service import DestinationPolicy, get_destination
 from settlekit.delivery.signing import delivery_headers
 from settlekit.errors import ValidationError
 from settlekit.events.canonical import canonical_bytes, iso_millis, sha256_hex
 from settlekit.store import delivery_recovery as store
-from settlekit.store.db import Database, Tx
+from settlekit.store.db import Database
 
 audit = logging.getLogger("settlekit.delivery.audit")
 
-AUTO_DISABLED: Final = "failing"
-"""The first word of an automatic disable's reason."""
 TEST_TYPE: Final = "settlekit.test"
 MAX_WINDOW: Final = timedelta(days=90)
 STATS_ATTEMPTS: Final = 50_000  # attempts one statistics window reads at most (the newest)
@@ -74,7 +70,7 @@ def check_window(since: datetime, until: datetime) -> None:
 
 def window(since: datetime, until: datetime | None, now: datetime) -> tuple[datetime, datetime]:
     """A replay window [since, until) in UTC (until: default now); DELIVERY_WINDOW_INVALID when empty or reversed.
-    (How long it may be is the replay policy's: `delivery.replays`.)"""
+    (How long it may be is the replay policy's: `delivery.replays.ReplayPolicy`.)"""
     start = _utc(since) or now
     end = _utc(until) or now
     if start >= end:
@@ -184,55 +180,3 @@ def destination_stats(db: Database, tenant_id: str, destination_id: str, *, sinc
         "consecutiveFailures": failures, "failingSince": _iso(failing_since),
         "circuit": circuit.to_json(dest.circuit, _now(now)),
     }
-
-
-# --- automatic disabling -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AutoDisable:
-    """Disable a destination after at least `min_failures` failed attempts in a row over at least
-    `min_duration`; `min_failures` 0 never disables."""
-
-    min_failures: int = 0
-    min_duration: timedelta = timedelta(hours=120)
-
-    @property
-    def enabled(self) -> bool:
-        return self.min_failures > 0
-
-
-@dataclass
-class _Run:
-    reset: bool = False
-    failures: int = 0
-    first_failure: datetime | None = None
-    last_error: str | None = None
-
-
-def record_outcomes(tx: Tx, outcomes: Sequence[tuple[str, str, Outcome]], rule: AutoDisable,
-                    now: datetime) -> list[tuple[str, str, str]]:
-    """Count a batch's attempts, `(tenant_id, destination_id, outcome)` in send order, into each destination's
-    failure streak and disable those the rule catches; returns (tenant_id, destination_id, reason) of each
-    destination disabled now."""
-    runs: dict[tuple[str, str], _Run] = {}
-    for tenant_id, destination_id, out in outcomes:
-        run = runs.setdefault((tenant_id, destination_id), _Run())
-        if out.ok:
-            run.reset, run.failures, run.first_failure = True, 0, None
-        else:
-            run.failures += 1
-            run.first_failure = run.first_failure or out.started_at
-            run.last_error = f"HTTP {out.status}" if out.error is None else out.error
-    disabled = []
-    for (tenant_id, destination_id), run in sorted(runs.items()):  # row locks in one order (lock_destinations)
-        store.update_streak(tx, tenant_id, destination_id, reset=run.reset, failures=run.failures,
-                            first_failure=run.first_failure)
-        if rule.enabled and run.failures:
-            failures, since = store.streak(tx, tenant_id, destination_id)
-            reason = (f"{AUTO_DISABLED}: {failures} failed attempts in a row since {_iso(since)} "
-                      f"(last: {run.last_error})")
-            if store.disable_if_failing(tx, tenant_id, destination_id, min_failures=rule.min_failures,
-                                        failing_before=now - rule.min_duration, reason=reason[:200], now=now):
-                disabled.append((tenant_id, destination_id, reason))
-    return disabled

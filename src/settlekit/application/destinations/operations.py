@@ -1,4 +1,4 @@
-"""Operations on destinations and deliveries for the CLI and the HTTP API (spec 06 §1, §5, §9).
+"""Operations on destinations and deliveries for the HTTP API, the CLI and the console (spec 06 §1, §5, §9).
 
 Every function takes a `Database`, runs its own short transaction and raises `SettlekitError`s with stable
 codes (`DESTINATION_URL_FORBIDDEN`, `SECRET_*`, `NOT_FOUND`, `CONFLICT`, `SCHEMA_INVALID`). Destination saves
