@@ -4,10 +4,12 @@ tests/contract/test_settld_clients.py (opt-in)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -329,3 +331,71 @@ def test_an_unexpected_failure_is_settlds_500(env: dict[str, Any], monkeypatch: 
                job["lastChainHash"])
     details = _error(r, 500, "internal error", "INTERNAL")
     assert "disk on fire" not in r.text and details == {"message": "internal server error"}
+
+
+def _exact(value: Any) -> bytes:
+    return orjson.dumps(value)
+
+
+def test_answers_byte_for_byte(env: dict[str, Any]) -> None:
+    """settld's SDKs parse these answers: their exact bytes (key order, nulls, the event as stored) for a job's
+    creation, an append (201), its idempotent replay and the same event sent again (200), and the two reads."""
+    api, robot = env["api"], env["robot"]
+
+    def job_now(job_id: str) -> Any:
+        return json.loads(api.get(f"/v1/jobs/{job_id}").content)["job"]
+
+    def stored(job_id: str) -> list[Any]:
+        return list(json.loads(api.get(f"/v1/jobs/{job_id}/export").content))
+
+    created = [api.post(f"{P}/jobs", json={"templateId": "reset_lite", "constraints": None},
+                        headers={"x-idempotency-key": "job-bytes"}) for _ in range(2)]
+    job = created[0].json()["job"]
+    assert [c.status_code for c in created] == [201, 201]
+    assert created[0].headers["content-type"] == "application/json"
+    expected = b'{"job":' + _exact(job_now(job["id"])) + b"}"
+    assert created[0].content == created[1].content == expected
+    assert json.loads(created[0].content)["job"]["customerId"] is None  # nulls stay
+
+    job = _reserved(api)
+    job_id = job["id"]
+    # a payload number as the client signed it (a fraction and an integer beyond 32 bits stay as they were)
+    event = _signed(job, "EN_ROUTE", {"etaSeconds": 600, "note": {"ratio": 0.5, "big": 2**40}}, robot)
+    headers = {"x-idempotency-key": f"cli:{event['id']}"}
+    first = api.post(f"{P}/jobs/{job_id}/events", json=event, headers=headers)
+    assert first.status_code == 201, first.text
+    assert stored(job_id)[-1] == event
+    expected = (b'{"event":' + _exact(event) + b',"job":' + _exact(job_now(job_id))
+                + b',"ledgerEntryId":null,"ledgerEntryIds":[]}')
+    assert first.content == expected
+    again = api.post(f"{P}/jobs/{job_id}/events", json=event, headers=headers)
+    assert again.status_code == 201 and again.content == expected
+    # sent again without the key: already stored, 200 with the stored event (and, as today, no job state)
+    resent = api.post(f"{P}/jobs/{job_id}/events", json=event)
+    assert resent.status_code == 200
+    assert resent.content == b'{"event":' + _exact(event) + b',"job":null,"ledgerEntryId":null,"ledgerEntryIds":[]}'
+
+    # an event that posts ledger entries names them, the first one alone too
+    head = job_now(job_id)["lastChainHash"]
+    for type_, payload in [("ACCESS_GRANTED", {"jobId": job_id, "accessPlanId": "ap_1",
+                                               "method": "BUILDING_CONCIERGE"}),
+                           ("EXECUTION_STARTED", {"stage": "TASK"}),
+                           ("EXECUTION_COMPLETED", {"report": {"tasksCompleted": 1}})]:
+        step = _signed(dict(job, lastChainHash=head), type_, payload, robot)
+        assert api.post(f"{P}/jobs/{job_id}/events", json=step).status_code == 201
+        head = step["chainHash"]
+    settled = _draft(api, job_id, "SETTLED", None, head)
+    assert settled.status_code == 201, settled.text
+    entry_ids = settled.json()["ledgerEntryIds"]
+    assert entry_ids
+    # a server draft's event as the append made it (the store keeps its canonical form: the same members)
+    event = json.loads(settled.content)["event"]
+    assert event == stored(job_id)[-1]
+    expected = (b'{"event":' + _exact(event) + b',"job":' + _exact(job_now(job_id))
+                + b',"ledgerEntryId":' + _exact(entry_ids[0]) + b',"ledgerEntryIds":' + _exact(entry_ids) + b"}")
+    assert settled.content == expected
+
+    got = api.get(f"{P}/jobs/{job_id}")
+    assert got.status_code == 200 and got.content == b'{"job":' + _exact(job_now(job_id)) + b"}"
+    events = api.get(f"{P}/jobs/{job_id}/events")
+    assert events.status_code == 200 and events.content == b'{"events":' + _exact(stored(job_id)) + b"}"

@@ -20,6 +20,9 @@ metrics): settld's paths, headers and answer shapes, nothing decided again here.
   rebases on exactly that message), 428 `missing precondition`, 404 `job not found`, 403 `forbidden`, 409
   `idempotency key conflict`. Where settld's code would be `UNKNOWN` the answer carries settlekit's code.
 
+The answers are typed (`api/settld_compat_schemas.py`), rendered by `TypedRoute` as every other route's: the job's
+snapshot and the events exactly as the append made them or the store read them.
+
 settld's API SDK resolves its paths against the origin (`new URL("/jobs", baseUrl)` drops a base path), so it
 cannot reach a prefix: with `settld_compat_at_root` the same routes answer at `/jobs…` of the origin as well
 (settlekit's own routes are all under `/v1`).
@@ -60,8 +63,9 @@ from settlekit.api.problems import (
     unhandled_error_handler,
     validation_error_handler,
 )
-from settlekit.api.responses import JsonResponse, dumps
+from settlekit.api.responses import TypedRoute, dumps
 from settlekit.api.routes.jobs import APPEND_CODES, FINALIZED_KEYS, append_with_key, is_finance_type, measured_append
+from settlekit.api.settld_compat_schemas import SettldAppended, SettldEvents, SettldJob
 from settlekit.append import AppendResult
 from settlekit.application import ledger as ledger_rows
 from settlekit.application.jobs import StreamHead
@@ -78,7 +82,7 @@ MAX_TENANT_LENGTH = 200
 # settld's answers name the protocol versions its server speaks (the API SDK's `x-settld-protocol: 1.0`)
 PROTOCOL_HEADERS = ((b"x-settld-protocol", b"1.0"), (b"x-settld-supported-protocols", b"1.0"))
 
-router = APIRouter()
+router = APIRouter(route_class=TypedRoute)
 
 
 # --- the routes ---------------------------------------------------------------------------------------------------
@@ -101,23 +105,27 @@ def _own_tenant(scope: str) -> Any:
 
 
 @router.get("/jobs/{job_id}")
-def get_job(job_id: TextIdPath, request: Request, key: ApiKey = _own_tenant("jobs:read")) -> JsonResponse:
+def get_job(job_id: TextIdPath, request: Request, key: ApiKey = _own_tenant("jobs:read")) -> SettldJob:
     _, state = job_head(context(request), key.tenant_id, job_id)
-    return JsonResponse({"job": _snapshot(state)})
+    return SettldJob(job=_snapshot(state))
 
 
 @router.get("/jobs/{job_id}/events")
-def get_events(job_id: TextIdPath, request: Request, key: ApiKey = _own_tenant("jobs:read")) -> JsonResponse:
+def get_events(job_id: TextIdPath, request: Request, key: ApiKey = _own_tenant("jobs:read")) -> SettldEvents:
     ctx = context(request)
     job_head(ctx, key.tenant_id, job_id)
-    return JsonResponse({"events": ctx.appender.streams.read_stream(key.tenant_id, job_id)})
+    return SettldEvents(events=ctx.appender.streams.read_stream(key.tenant_id, job_id))
 
 
-@router.post("/jobs")
-async def create_job(request: Request, key: ApiKey = _own_tenant("jobs:write")) -> Response:
+@router.post("/jobs", status_code=201)
+async def create_job(request: Request, response: Response, key: ApiKey = _own_tenant("jobs:write")) -> SettldJob:
     ctx = context(request)
     body = _body(await request.body())
-    return await measured_append(ctx, _create_job(ctx, request, key, body), _job_answer)
+
+    async def answer(result: AppendResult) -> SettldJob:
+        return _job_answer(result, response)
+
+    return await measured_append(ctx, _create_job(ctx, request, key, body), answer)
 
 
 async def _create_job(ctx: ApiContext, request: Request, key: ApiKey, body: Any) -> AppendResult:
@@ -134,13 +142,14 @@ async def _create_job(ctx: ApiContext, request: Request, key: ApiKey, body: Any)
                                  body, expected_given=True)
 
 
-@router.post("/jobs/{job_id}/events")
-async def append_event(job_id: TextIdPath, request: Request, key: ApiKey = _own_tenant("jobs:write")) -> Response:
+@router.post("/jobs/{job_id}/events", status_code=201)
+async def append_event(job_id: TextIdPath, request: Request, response: Response,
+                       key: ApiKey = _own_tenant("jobs:write")) -> SettldAppended:
     ctx = context(request)
     body = _body(await request.body())
 
-    async def answer(result: AppendResult) -> Response:
-        return await _event_answer(ctx, key, result)
+    async def answer(result: AppendResult) -> SettldAppended:
+        return await _event_answer(ctx, key, result, response)
 
     return await measured_append(ctx, _append_event(ctx, job_id, request, key, body), answer)
 
@@ -197,17 +206,24 @@ def _snapshot(state: Any) -> Any:
     return state.get("snapshot") if isinstance(state, dict) else None
 
 
-def _job_answer(result: AppendResult) -> JsonResponse:
-    return JsonResponse({"job": _snapshot(result.snapshot)}, status_code=200 if result.already_exists else 201)
+def _answer_status(result: AppendResult, response: Response) -> None:
+    """201 (the route's) when the append added events; 200 when they were already stored."""
+    if result.already_exists:
+        response.status_code = 200
 
 
-async def _event_answer(ctx: ApiContext, key: ApiKey, result: AppendResult) -> JsonResponse:
+def _job_answer(result: AppendResult, response: Response) -> SettldJob:
+    _answer_status(result, response)
+    return SettldJob(job=_snapshot(result.snapshot))
+
+
+async def _event_answer(ctx: ApiContext, key: ApiKey, result: AppendResult, response: Response) -> SettldAppended:
     event = result.events[-1]
     entry_ids = await run_in_threadpool(ledger_rows.entry_ids_for_event, ctx.db, key.tenant_id, result.stream_id,
                                         event["id"])
-    return JsonResponse({"event": event, "job": _snapshot(result.snapshot),
-                         "ledgerEntryId": entry_ids[0] if entry_ids else None, "ledgerEntryIds": entry_ids},
-                        status_code=200 if result.already_exists else 201)
+    _answer_status(result, response)
+    return SettldAppended(event=event, job=_snapshot(result.snapshot),
+                          ledgerEntryId=entry_ids[0] if entry_ids else None, ledgerEntryIds=entry_ids)
 
 
 def compat_app(ctx: ApiContext) -> FastAPI:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypedDict, Unpack
+from typing import Any, Protocol, TypedDict, TypeVar, Unpack
 
 from settlekit.append import idempotency as idempotent
-from settlekit.append.domain import DomainOutcome, DomainRead, PassThroughDomain, StreamDomain
+from settlekit.append.domain import DomainOutcome, PassThroughDomain, ReadWouldBlock, StreamDomain
 from settlekit.append.idempotency import Idempotency
 from settlekit.append.policy import (
     HISTORY,
@@ -71,42 +71,74 @@ DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 # At most this many signer key ids are read with the stream head before the events are checked.
 _PREFETCHED_KEYS = 16
 
+_T = TypeVar("_T")
+
 # A rule about the stream, checked on its head (None: no stream yet) before anything else: it raises to refuse.
 StreamPrecondition = Callable[[StreamHead | None], None]
 
 
-@dataclass(frozen=True, slots=True)
-class _Read:
-    """A step of the append flow that reads the database: its driver runs `fn` and sends back the value."""
+class _Database(Protocol):
+    """How one append reaches the database: `read` runs a blocking read, `commit` hands the batch to the recorder,
+    `domain_step` runs the domain's step (`step(may_block)`), whose rare reads may block. Two ways: on the
+    calling thread (Appender.append) and on an event loop (Appender.append_async)."""
 
-    fn: Callable[[], Any]
+    async def read(self, fn: Callable[..., _T], *args: Any) -> _T: ...
 
+    async def commit(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome: ...
 
-@dataclass(frozen=True, slots=True)
-class _Commit:
-    """The append flow's write: its driver hands the batch to the recorder and sends back the outcome (or throws
-    what the write raised)."""
-
-    batch: CommitBatch
-    after: AfterCommit | None
+    async def domain_step(self, step: Callable[[bool], _T]) -> _T: ...
 
 
-# The append written once as a generator: it yields its database steps, so one driver runs it on the calling
-# thread (Appender.append) and another on an event loop (Appender.append_async), with the same checks.
-_Flow = Generator[_Read | _Commit, Any, Any]
+class _OnThisThread:
+    """Everything on the calling thread: nothing is awaited that suspends, so the append runs to its end at once."""
+
+    __slots__ = ("recorder",)
+
+    def __init__(self, recorder: EventRecorder):
+        self.recorder = recorder
+
+    async def read(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return fn(*args)
+
+    async def commit(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome:
+        return self.recorder.commit(batch, after)
+
+    async def domain_step(self, step: Callable[[bool], _T]) -> _T:
+        return step(True)
 
 
-@dataclass(frozen=True, slots=True)
-class _Done:
-    result: AppendResult
+class _OnTheLoop:
+    """On an event loop: the commit waits for the group commit writer without holding a thread; a read runs on a
+    worker thread; the domain step runs on the loop, and again on a worker thread in the rare case it needs a read
+    that is not cached (ReadWouldBlock)."""
+
+    __slots__ = ("recorder",)
+
+    def __init__(self, recorder: EventRecorder):
+        self.recorder = recorder
+
+    async def read(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.to_thread(fn, *args)
+
+    async def commit(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome:
+        return await self.recorder.commit_async(batch, after)
+
+    async def domain_step(self, step: Callable[[bool], _T]) -> _T:
+        try:
+            return step(False)
+        except ReadWouldBlock:
+            return await asyncio.to_thread(step, True)
 
 
-def _resume(flow: _Flow, sent: Any, failed: Exception | None) -> _Read | _Commit | _Done:
-    """Run the flow to its next database step (sending it the last step's value, or throwing its error)."""
+def _run_to_end(append: Coroutine[Any, Any, AppendResult]) -> AppendResult:
+    """Run an append on `_OnThisThread`: its awaits never suspend, so one step runs it whole."""
     try:
-        return flow.send(sent) if failed is None else flow.throw(failed)
+        append.send(None)
     except StopIteration as done:
-        return _Done(done.value)
+        result: AppendResult = done.value
+        return result
+    append.close()
+    raise RuntimeError("an append on the calling thread waited for an event loop")
 
 
 class AppendOptions(TypedDict, total=False):
@@ -129,6 +161,7 @@ class _Request:
 
     tenant_id: str
     stream_id: str
+    database: _Database
     idempotency: Idempotency | None
     correlation_id: str | None
     causation_id: str | None
@@ -180,37 +213,17 @@ class Appender:
         `prefetched`: the same read made by the caller just before (Streams.api_key_and_stream), used instead.
         `idempotency`, `correlation_id`, `causation_id`: stored with the append.
         """
-        flow = self._flow(tenant_id, stream_id, items, **options)
-        step = _resume(flow, None, None)
-        while not isinstance(step, _Done):
-            try:
-                sent = step.fn() if isinstance(step, _Read) else self.recorder.commit(step.batch, step.after)
-            except Exception as exc:
-                step = _resume(flow, None, exc)
-            else:
-                step = _resume(flow, sent, None)
-        return step.result
+        return _run_to_end(self._append(_OnThisThread(self.recorder), tenant_id, stream_id, items, **options))
 
     async def append_async(self, tenant_id: str, stream_id: str, items: Sequence[Mapping[str, Any]],
                            **options: Unpack[AppendOptions]) -> AppendResult:
         """`append` on an event loop: the checks and the domain step run on the loop; the commit waits for the
         group commit writer without holding a thread, and the rarer reads (idempotency, conflicts) run on one."""
-        flow = self._flow(tenant_id, stream_id, items, **options)
-        step = _resume(flow, None, None)
-        while not isinstance(step, _Done):
-            try:
-                if isinstance(step, _Read):
-                    sent = await asyncio.to_thread(step.fn)
-                else:
-                    sent = await self.recorder.commit_async(step.batch, step.after)
-            except Exception as exc:
-                step = _resume(flow, None, exc)
-            else:
-                step = _resume(flow, sent, None)
-        return step.result
+        return await self._append(_OnTheLoop(self.recorder), tenant_id, stream_id, items, **options)
 
-    def _flow(
+    async def _append(
         self,
+        database: _Database,
         tenant_id: str,
         stream_id: str,
         items: Sequence[Mapping[str, Any]],
@@ -223,56 +236,59 @@ class Appender:
         policy: AppendPolicy = LIVE,
         precondition: StreamPrecondition | None = None,
         prefetched: StreamRead | None = None,
-    ) -> _Flow:
+    ) -> AppendResult:
+        """The append, top to bottom: the stream read (when a precondition or a prefetch asks for it first),
+        the items' checks, an idempotent replay, then drafts or finalized events up to their commit."""
         state = None
         if prefetched is not None and (prefetched.tenant_id, prefetched.stream_id) == (tenant_id, stream_id):
             head, snapshot = prefetched.head_and_snapshot()
             state = _StreamState(head, snapshot, prefetched.keys, prefetched.key_ids)
         if precondition is not None:
             if state is None:
-                state = yield from self._read_state(tenant_id, stream_id, named_key_ids(items))
+                state = await self._read_state(database, tenant_id, stream_id, named_key_ids(items))
             precondition(state.head)
         client_finalized = _check_items(tenant_id, stream_id, items, policy)
-        request = _Request(tenant_id, stream_id, idempotency, correlation_id, causation_id, policy.recorded)
+        request = _Request(tenant_id, stream_id, database, idempotency, correlation_id, causation_id, policy.recorded)
         if idempotency is not None:
             # finalized events carry their head in the body: a header beside them is not part of the request's
             # identity (a retry with or without it is the same request)
             if client_finalized:
                 self._accept_earlier_hash(idempotency, stream_id, items, expected_prev_chain_hash, expected_version)
-            replay = yield from self._prepared_replay(
+            replay = await self._prepared_replay(
                 request, idempotency, items, _MISSING if client_finalized else expected_prev_chain_hash,
                 expected_version)
             if replay is not None:
                 return replay
         try:
             if client_finalized:
-                result = yield from self._append_finalized(request, items, policy, state,
-                                                           expected_prev_chain_hash, expected_version)
+                result = await self._append_finalized(request, items, policy, state,
+                                                      expected_prev_chain_hash, expected_version)
             else:
-                result = yield from self._append_drafts(request, items, expected_prev_chain_hash, expected_version,
-                                                        state)
+                result = await self._append_drafts(request, items, expected_prev_chain_hash, expected_version,
+                                                   state)
         except _IdempotencyRace:
-            return (yield from self._answer_after_race(request))
+            return await self._answer_after_race(request)
         except SettlekitError:
             # A concurrent request with the same key may have committed first (its events moved the head, so
             # this attempt conflicted): its stored answer is the answer.
-            replay = yield from self._stored_answer(request)
+            replay = await self._stored_answer(request)
             if replay is None:
                 raise
             return replay
         if result.already_exists:
-            replay = yield from self._stored_answer(request)
+            replay = await self._stored_answer(request)
             if replay is not None:
                 return replay
         return result
 
-    def _prepared_replay(self, request: _Request, idempotency: Idempotency, items: Sequence[Mapping[str, Any]],
-                         expected_prev_chain_hash: str | None, expected_version: int | None) -> _Flow:
+    async def _prepared_replay(self, request: _Request, idempotency: Idempotency,
+                               items: Sequence[Mapping[str, Any]], expected_prev_chain_hash: str | None,
+                               expected_version: int | None) -> AppendResult | None:
         """Fix the request's idempotency hash (the expected head is part of it); its stored answer, if any."""
         idempotent.prepare(idempotency, request.stream_id,
                            None if expected_prev_chain_hash is _MISSING else expected_prev_chain_hash,
                            expected_version, items)
-        return (yield from self._stored_answer(request))
+        return await self._stored_answer(request)
 
     @staticmethod
     def _accept_earlier_hash(idempotency: Idempotency, stream_id: str, items: Sequence[Mapping[str, Any]],
@@ -283,28 +299,29 @@ class Appender:
         idempotency.earlier_hashes = (idempotent.append_request_hash(
             idempotency, stream_id, expected_prev_chain_hash, expected_version, items),)
 
-    def _stored_answer(self, request: _Request) -> _Flow:
+    async def _stored_answer(self, request: _Request) -> AppendResult | None:
         """The answer recorded under the request's idempotency key, if it has one and it is recorded."""
         if request.idempotency is None:
             return None
-        return (yield _Read(functools.partial(idempotent.replay, self.db, request.tenant_id, request.idempotency)))
+        return await request.database.read(idempotent.replay, self.db, request.tenant_id, request.idempotency)
 
-    def _answer_after_race(self, request: _Request) -> _Flow:
+    async def _answer_after_race(self, request: _Request) -> AppendResult:
         """A concurrent request with the same idempotency key recorded its answer first: that is the answer."""
         assert request.idempotency is not None
-        replay = yield from self._stored_answer(request)
+        replay = await self._stored_answer(request)
         if replay is None:
             raise ConflictError("idempotency record vanished during a concurrent append",
                                 code="IDEMPOTENCY_CONFLICT") from None
         return replay
 
-    def _read_state(self, tenant_id: str, stream_id: str, key_ids: frozenset[str]) -> _Flow:
-        head, snapshot, keys = yield _Read(functools.partial(self.streams.head_snapshot_and_keys, tenant_id,
-                                                             stream_id, key_ids))
+    async def _read_state(self, database: _Database, tenant_id: str, stream_id: str,
+                          key_ids: frozenset[str]) -> _StreamState:
+        head, snapshot, keys = await database.read(self.streams.head_snapshot_and_keys, tenant_id,
+                                                             stream_id, key_ids)
         return _StreamState(head, snapshot, keys, key_ids)
 
-    def _append_drafts(self, request: _Request, items: Sequence[Mapping[str, Any]], expected_prev_chain_hash: Any,
-                       expected_version: int | None, state: _StreamState | None) -> _Flow:
+    async def _append_drafts(self, request: _Request, items: Sequence[Mapping[str, Any]], expected_prev_chain_hash: Any,
+                             expected_version: int | None, state: _StreamState | None) -> AppendResult:
         """Server drafts: the server fills id, at and the chain link, then hashes and signs them. `state`: the
         stream as already read, if it was."""
         tenant_id, stream_id = request.tenant_id, request.stream_id
@@ -322,7 +339,7 @@ class Appender:
             if state is not None:
                 head, snapshot = state.head, state.snapshot
             else:
-                head, snapshot = yield _Read(functools.partial(self.streams.head_and_snapshot, tenant_id, stream_id))
+                head, snapshot = await request.database.read(self.streams.head_and_snapshot, tenant_id, stream_id)
             if expected_version is not None and (head.seq if head else 0) != expected_version:
                 raise _version_conflict(expected_version, head)
             if expected_prev_chain_hash is not _MISSING:
@@ -332,7 +349,7 @@ class Appender:
             prev = head.chain_hash if head else None
         else:
             prev = expected_prev_chain_hash
-        snapshot = yield from self._current_snapshot(request, head, snapshot)
+        snapshot = await self._current_snapshot(request, head, snapshot)
         drafts = self.domain.prepare_drafts(snapshot, drafts)
         events: list[Event] = []
         jsons: list[str] = []
@@ -344,12 +361,13 @@ class Appender:
             events.append(event)
             jsons.append(text)
             link = event["chainHash"]
-        return (yield from self._commit(request, events, jsons, prev=prev, expected_version=expected_version,
-                                        head=head, snapshot=snapshot))
+        return await self._commit(request, events, jsons, prev=prev, expected_version=expected_version,
+                                        head=head, snapshot=snapshot)
 
-    def _append_finalized(self, request: _Request, items: Sequence[Mapping[str, Any]],
-                          policy: AppendPolicy, state: _StreamState | None,
-                          expected_prev_chain_hash: Any = _MISSING, expected_version: int | None = None) -> _Flow:
+    async def _append_finalized(self, request: _Request, items: Sequence[Mapping[str, Any]],
+                                policy: AppendPolicy, state: _StreamState | None,
+                                expected_prev_chain_hash: Any = _MISSING,
+                                expected_version: int | None = None) -> AppendResult:
         """Client-finalized envelopes: shapes, time, chain links, signatures and the signer policy checked.
         `state`: the stream as already read, if it was (else it is read here, with the signer keys). An expected
         head given besides the events' own prevChainHash must be the head too (a replay of stored events is
@@ -375,11 +393,11 @@ class Appender:
             events.append(event)
         prev = events[0]["prevChainHash"]
         if state is None or not _signer_key_ids(events) <= state.key_ids:
-            state = yield from self._read_state(tenant_id, stream_id, _signer_key_ids(events))
+            state = await self._read_state(request.database, tenant_id, stream_id, _signer_key_ids(events))
         head, snapshot = state.head, state.snapshot
         current = head.chain_hash if head else None
         if prev != current:
-            existing = yield from self._find_existing(tenant_id, events)
+            existing = await self._find_existing(request, events)
             if existing is not None:
                 return existing
             raise _hash_conflict(prev, current)
@@ -388,7 +406,7 @@ class Appender:
         if expected_version is not None and (head.seq if head else 0) != expected_version:
             raise _version_conflict(expected_version, head)
         keys = self._signer_keys_of(tenant_id, events, state)
-        snapshot = yield from self._current_snapshot(request, head, snapshot)
+        snapshot = await self._current_snapshot(request, head, snapshot)
         link = prev
         unsigned = 0
         recorded = policy.recorded
@@ -399,7 +417,7 @@ class Appender:
             check_signed_actor(event, i, required, robot_or_operator=either == {"robot", "operator"})
             unsigned += not check_signer(event, i, keys, required, policy)
             link = event["chainHash"]
-        result = yield from self._commit(request, events, None, prev=prev, expected_version=expected_version,
+        result = await self._commit(request, events, None, prev=prev, expected_version=expected_version,
                                          head=head, snapshot=snapshot, client_finalized=True)
         if not policy.is_live and not result.already_exists:
             result.unsigned = unsigned
@@ -512,24 +530,24 @@ class Appender:
             keys[s.key_id] = SignerKey(tenant_id, s.key_id, s.public_key_pem, "server", "active")
         return keys
 
-    def _commit(self, request: _Request, events: list[Event], jsons: list[str] | None, *, prev: str | None,
-                expected_version: int | None, head: StreamHead | None,
-                snapshot: dict[str, Any] | None, client_finalized: bool = False) -> _Flow:
+    async def _commit(self, request: _Request, events: list[Event], jsons: list[str] | None, *, prev: str | None,
+        expected_version: int | None, head: StreamHead | None,
+        snapshot: dict[str, Any] | None, client_finalized: bool = False) -> AppendResult:
         """The domain step on top of the stream's `head` and `snapshot`, then one CommitBatch for the recorder
         (`events` link to `prev`; `jsons`: their stored text, when already made). A lost race is a 409 with the
         current head, unless the race was lost to the same client-finalized events (a resend that met the first
         send committing in another process): that is alreadyExists, as before the commit."""
         stream_type = head.stream_type if head else self.domain.stream_type(events[0]["type"], request.stream_id)
         first_seq = (head.seq if head else 0) + 1
-        outcome = yield from self._domain_step(request, snapshot, events, first_seq)
+        outcome = await self._domain_step(request, snapshot, events, first_seq)
         batch = _commit_batch(request, stream_type, events, jsons, prev, expected_version, outcome.snapshot)
         built: list[AppendResult] = []
         try:
-            committed: Outcome = yield _Commit(batch, self._in_transaction(request, events, outcome, built))
+            committed = await request.database.commit(batch, self._in_transaction(request, events, outcome, built))
         except DuplicateKey as exc:
-            return (yield from self._answer_duplicate(request, events, prev, exc, client_finalized))
+            return await self._answer_duplicate(request, events, prev, exc, client_finalized)
         if isinstance(committed, HeadMismatch):
-            existing = (yield from self._find_existing(request.tenant_id, events)) if client_finalized else None
+            existing = (await self._find_existing(request, events)) if client_finalized else None
             if existing is not None:
                 return existing
             raise _head_moved(prev, expected_version, committed)
@@ -537,21 +555,20 @@ class Appender:
             return built[0]
         return _appended(request, events, committed.base_seq, committed.positions, outcome.snapshot)
 
-    def _current_snapshot(self, request: _Request, head: StreamHead | None,
-                          snapshot: dict[str, Any] | None) -> _Flow:
-        """The stored state in the domain's current format (read what it asks for to bring it there)."""
+    async def _current_snapshot(self, request: _Request, head: StreamHead | None,
+                                snapshot: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The stored state in the domain's current format."""
         if head is None or snapshot is None:
             return snapshot
-        return (yield from _with_domain_reads(functools.partial(
-            self.domain.current_snapshot, request.tenant_id, request.stream_id, snapshot, head.seq)))
+        return await request.database.domain_step(functools.partial(
+            self.domain.current_snapshot, request.tenant_id, request.stream_id, snapshot, head.seq))
 
-    def _domain_step(self, request: _Request, snapshot: dict[str, Any] | None, events: list[Event],
-                     first_seq: int) -> _Flow:
-        """The domain's step, given the values it asks to read (DomainRead) as database steps of the flow."""
-        process = (functools.partial(self.domain.process, recorded=True) if request.recorded
-                   else self.domain.process)
-        return (yield from _with_domain_reads(functools.partial(
-            process, request.tenant_id, request.stream_id, snapshot, events, first_seq)))
+    async def _domain_step(self, request: _Request, snapshot: dict[str, Any] | None, events: list[Event],
+                           first_seq: int) -> DomainOutcome:
+        """The domain's step: the new state and the rows it writes with the events, or a refusal."""
+        return await request.database.domain_step(functools.partial(
+            self.domain.process, request.tenant_id, request.stream_id, snapshot, events, first_seq,
+            recorded=request.recorded))
 
     def _in_transaction(self, request: _Request, events: list[Event], outcome: DomainOutcome,
                         built: list[AppendResult]) -> AfterCommit | None:
@@ -571,8 +588,8 @@ class Appender:
 
         return after
 
-    def _answer_duplicate(self, request: _Request, events: list[Event], prev: str | None,
-                          exc: DuplicateKey, client_finalized: bool = False) -> _Flow:
+    async def _answer_duplicate(self, request: _Request, events: list[Event], prev: str | None,
+                                exc: DuplicateKey, client_finalized: bool = False) -> AppendResult:
         """The insert broke a uniqueness rule (nothing was written): the idempotency key was recorded concurrently
         (_IdempotencyRace), an event id is already stored (the same events: alreadyExists, else
         EVENT_ID_CONFLICT), or a concurrent append took the stream position (PREV_CHAIN_HASH_MISMATCH)."""
@@ -581,22 +598,23 @@ class Appender:
         if exc.kind == "idempotency":
             raise _IdempotencyRace() from None
         if exc.kind == "event_id":
-            existing = yield from self._find_existing(request.tenant_id, events)
+            existing = await self._find_existing(request, events)
             if existing is not None:
                 return existing
             raise ConflictError("an event with this id already exists with different content",
                                 code="EVENT_ID_CONFLICT") from None
         if client_finalized:
-            existing = yield from self._find_existing(request.tenant_id, events)
+            existing = await self._find_existing(request, events)
             if existing is not None:
                 return existing
-        current = yield _Read(functools.partial(self.streams.head, request.tenant_id, request.stream_id))
+        current = await request.database.read(self.streams.head, request.tenant_id, request.stream_id)
         raise _hash_conflict(prev, current.chain_hash if current else None) from None
 
-    def _find_existing(self, tenant_id: str, events: Sequence[Event]) -> _Flow:
+    async def _find_existing(self, request: _Request, events: Sequence[Event]) -> AppendResult | None:
         """A replay of already stored client events (same ids, same chain hashes) returns alreadyExists."""
         ids = [e["id"] for e in events]
-        found = yield _Read(functools.partial(self.streams.identities, tenant_id, ids))
+        tenant_id = request.tenant_id
+        found = await request.database.read(self.streams.identities, tenant_id, ids)
         if not found:
             return None
         stream_ids = {f.stream_id for f in found.values()}
@@ -610,18 +628,6 @@ class Appender:
         return AppendResult(tenant_id=tenant_id, stream_id=events[0]["streamId"], events=list(events),
                             first_seq=first.seq, positions=[found[i].position for i in ids],
                             head_chain_hash=events[-1]["chainHash"], already_exists=True)
-
-
-def _with_domain_reads(step: Callable[[Mapping[Hashable, Any]], Any]) -> _Flow:
-    """`step(known)`, run again with each value it asks to read (DomainRead) read as a database step of the flow."""
-    known: dict[Hashable, Any] = {}
-    while True:
-        try:
-            return step(known)
-        except DomainRead as needed:
-            if needed.key in known:
-                raise  # asked again for what it was given: a domain bug, not a loop
-            known[needed.key] = yield _Read(needed.read)
 
 
 class _IdempotencyRace(Exception):

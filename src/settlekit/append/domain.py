@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -19,15 +19,9 @@ class DomainOutcome:
     write: Callable[[Tx, Sequence[int]], None] | None = None
 
 
-class DomainRead(Exception):  # noqa: N818 (a request, not an error: the append answers it)
-    """A domain step needs a value that only a database read gives, and `known` does not hold it: the append
-    runs `read()` where a read may block (Appender.append_async: on a worker thread, not the event loop), then
-    runs the step again with the value in `known[key]`."""
-
-    def __init__(self, key: Hashable, read: Callable[[], object]):
-        super().__init__(f"the domain step needs a database read ({key!r})")
-        self.key = key
-        self.read = read
+class ReadWouldBlock(Exception):  # noqa: N818 (a signal to the append, not an error)
+    """A domain step run with `may_block=False` (on an event loop) needs a database read that is not cached: the
+    append runs the step again where a read may block (a worker thread)."""
 
 
 class StreamDomain(Protocol):
@@ -38,19 +32,20 @@ class StreamDomain(Protocol):
     def prepare_drafts(self, snapshot: dict[str, Any] | None, drafts: list[Event]) -> list[Event]: ...
 
     def current_snapshot(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any], seq: int,
-                         known: Mapping[Hashable, Any]) -> dict[str, Any]:
-        """The stored state of a stream at `seq`, brought to the domain's current format (it may ask for a read
-        with DomainRead, as `process` does); the same object when it is current."""
+                         may_block: bool = True) -> dict[str, Any]:
+        """The stored state of a stream at `seq`, brought to the domain's current format (the same object when it
+        is current). A read it needs raises ReadWouldBlock unless `may_block`, as in `process`."""
         ...
 
     def required_signer(self, event_type: str, actor_type: str) -> str | None: ...
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
-                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None,
+                events: list[Event], first_seq: int, may_block: bool = True,
                 *, recorded: bool = False) -> DomainOutcome:
-        """The events' domain step on top of `snapshot`; raises to refuse them. `known`: the values the append
-        read for this step (see DomainRead); None: read what is needed directly. `recorded`: the events are
-        recorded history (AppendPolicy.recorded), judged by the rules they were recorded under."""
+        """The events' domain step on top of `snapshot`; raises to refuse them. It may read what it needs (a
+        contract document) unless `may_block` is False: then a read that is not cached raises ReadWouldBlock.
+        `recorded`: the events are recorded history (AppendPolicy.recorded), judged by the rules they were
+        recorded under."""
         ...
 
 
@@ -64,13 +59,13 @@ class PassThroughDomain:
         return drafts
 
     def current_snapshot(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any], seq: int,
-                         known: Mapping[Hashable, Any]) -> dict[str, Any]:
+                         may_block: bool = True) -> dict[str, Any]:
         return snapshot
 
     def required_signer(self, event_type: str, actor_type: str) -> str | None:
         return None
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
-                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None,
+                events: list[Event], first_seq: int, may_block: bool = True,
                 *, recorded: bool = False) -> DomainOutcome:
         return DomainOutcome()

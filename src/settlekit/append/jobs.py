@@ -3,13 +3,12 @@ and the ledger rows are stored in the same transaction as the events."""
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from settlekit.append.appender import Appender
-from settlekit.append.domain import DomainOutcome, DomainRead
+from settlekit.append.domain import DomainOutcome, ReadWouldBlock
 from settlekit.errors import ValidationError
 from settlekit.events.envelope import Event
 from settlekit.jobs import (
@@ -60,16 +59,15 @@ class JobStreamDomain:
         self.stream_events = stream_events  # (tenant, stream) -> its events: to rebuild an outdated rule history
 
     def current_snapshot(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any], seq: int,
-                         known: Mapping[Hashable, Any]) -> dict[str, Any]:
+                         may_block: bool = True) -> dict[str, Any]:
         """A job state whose rule history has another format (or none) gets it rebuilt from the stream's first
         `seq` events, so that a job stored by an earlier version is judged on its whole history."""
         if (not self.server_rules or self.stream_events is None or "snapshot" not in snapshot
                 or facts_are_current(snapshot)):
             return snapshot
-        key = ("stream events", tenant_id, stream_id, seq)
-        if key not in known:
-            raise DomainRead(key, functools.partial(self.stream_events, tenant_id, stream_id))
-        events: list[Event] = known[key]
+        if not may_block:
+            raise ReadWouldBlock()
+        events = self.stream_events(tenant_id, stream_id)
         return {**snapshot, STATE_KEY: facts_from_events(events[:seq])}
 
     def stream_type(self, first_event_type: str, stream_id: str) -> str:
@@ -121,7 +119,7 @@ class JobStreamDomain:
         return required_signer_kind(event_type, actor_type)
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None,
-                events: list[Event], first_seq: int, known: Mapping[Hashable, Any] | None = None,
+                events: list[Event], first_seq: int, may_block: bool = True,
                 *, recorded: bool = False) -> DomainOutcome:
         """`recorded`: settld's history, judged as its API judged it: a type outside the transition table is
         stored and counts as a revision, a JOB_CREATED after the first event restarts the job (settld's
@@ -142,15 +140,11 @@ class JobStreamDomain:
             contracts = self.contracts
 
             def resolver(digest: str) -> Mapping[str, Any] | None:
-                if known is None:
+                if may_block:
                     return contracts(tenant_id, digest)
-                key = ("contract", tenant_id, digest)
-                if key in known:
-                    document: Mapping[str, Any] | None = known[key]
-                    return document
                 cached = contracts.cached(tenant_id, digest)
                 if cached is None:
-                    raise DomainRead(key, functools.partial(contracts, tenant_id, digest))
+                    raise ReadWouldBlock()
                 return cached
 
         # The live path: payload validation, transitions and the API's append-time rules refuse (nothing is

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, overload
 
 from fastapi import APIRouter, Query, Request
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -107,13 +107,22 @@ class _AppendMetrics:
 
 
 append_metrics_for: PerRegistry[_AppendMetrics] = PerRegistry(_AppendMetrics)
+AnswerT = TypeVar("AnswerT")
+
+
+@overload
+async def measured_append(ctx: ApiContext, appending: Awaitable[AppendResult]) -> Response: ...
+
+
+@overload
+async def measured_append(ctx: ApiContext, appending: Awaitable[AppendResult],
+                          respond: Callable[[AppendResult], Awaitable[AnswerT]]) -> AnswerT: ...
 
 
 async def measured_append(ctx: ApiContext, appending: Awaitable[AppendResult],
-                          respond: Callable[[AppendResult], Awaitable[Response] | Response] | None = None
-                          ) -> Response:
-    """The answer to an append request (`appending` runs it; `respond` makes the answer of its result, by default
-    this API's), counted and timed by outcome."""
+                          respond: Callable[[AppendResult], Awaitable[Any]] | None = None) -> Any:
+    """The answer to an append request (`appending` runs it; `respond` makes the answer of its result, a Response
+    or a typed answer; by default this API's), counted and timed by outcome."""
     started = time.perf_counter()
     outcome = "error"
     try:
@@ -122,8 +131,7 @@ async def measured_append(ctx: ApiContext, appending: Awaitable[AppendResult],
         if respond is None:
             await cursors_ready(ctx)
             return _append_response(ctx, result)
-        answer = respond(result)
-        return answer if isinstance(answer, Response) else await answer
+        return await respond(result)
     except SettlekitError as exc:
         outcome = "conflict" if exc.status == 409 else "refused" if exc.status < 500 else "error"
         raise
