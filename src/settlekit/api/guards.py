@@ -10,12 +10,8 @@ from typing import Any
 from starlette.types import Scope
 
 from settlekit.errors import SettlekitError
-from settlekit.events.canonical import check_json_strings, js_float, js_int
+from settlekit.events.canonical import check_json_strings, parse_request_json
 from settlekit.events.js import js_trim
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def parse_body(raw: bytes) -> Any:
@@ -25,11 +21,12 @@ def parse_body(raw: bytes) -> Any:
     refused (settld would read them as U+FFFD). Strings holding U+0000 or a lone surrogate are refused
     (SCHEMA_INVALID), as everywhere in a request."""
     try:
-        text = js_trim(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SettlekitError("the request body is not valid UTF-8", code="JSON_INVALID", status=400) from exc
+    trimmed = js_trim(text)
     try:
-        value = json.loads(text, parse_int=js_int, parse_float=js_float, parse_constant=_no_constant)
+        value = parse_request_json(raw if len(trimmed) == len(text) else trimmed.encode("utf-8"))
     except (ValueError, RecursionError) as exc:
         raise SettlekitError("the request body is not valid JSON", code="JSON_INVALID", status=400) from exc
     if raw.count(b"[") + raw.count(b"{") > MAX_BODY_DEPTH and _deeper_than(value, MAX_BODY_DEPTH):

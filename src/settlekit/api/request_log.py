@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
 from typing import Any
 
 import orjson
 from starlette.types import Scope
 
+from settlekit.events.randomness import random_uuid
 from settlekit.runtime.logging import write_json_line
 
 log = logging.getLogger("settlekit.api.request")
@@ -33,7 +33,7 @@ def request_id_from(scope: Scope) -> str:
             if _VALID_ID.fullmatch(text):
                 return text
             break
-    return uuid.uuid4().hex
+    return random_uuid().hex
 
 
 def error_code(problem: bytearray | None) -> str | None:

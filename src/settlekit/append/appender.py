@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -50,6 +49,7 @@ from settlekit.events.envelope import (
     verify_link,
 )
 from settlekit.events.js import js_nonblank
+from settlekit.events.randomness import random_uuid
 from settlekit.events.recorded import check_nesting, recorded_envelope
 from settlekit.store.db import Database, Tx
 from settlekit.store.events import (
@@ -690,7 +690,7 @@ def _commit_batch(request: _Request, stream_type: str, events: list[Event], json
         expected_version=expected_version, events=events,
         jsons=jsons if jsons is not None else [storable_json(e) for e in events],
         snapshot_json=storable_json(snapshot) if snapshot is not None else None,
-        batch_id=str(uuid.uuid4()), correlation_id=request.correlation_id, causation_id=request.causation_id)
+        batch_id=str(random_uuid()), correlation_id=request.correlation_id, causation_id=request.causation_id)
 
 
 def _appended(request: _Request, events: list[Event], base_seq: int, positions: list[int],

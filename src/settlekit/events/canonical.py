@@ -616,7 +616,7 @@ def parse_json(text: str | bytes) -> Any:
     standard parser reads the rest and whatever orjson refuses (NaN, an infinity, a lone surrogate escape,
     another encoding than UTF-8), and raises its own errors."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if not _has_long_digit_run(data) and not _has_negative_zero(data) and not _has_javascript_fraction(data):
+    if _orjson_reads_as_javascript(data):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -625,6 +625,24 @@ def parse_json(text: str | bytes) -> Any:
         return _standard_loads(text)
     except RecursionError:  # nested deeper than the recursive parsers go (orjson stops at 1024 levels)
         return parse_json_deep(text if isinstance(text, str) else text.decode(json.detect_encoding(text)))
+
+
+def parse_request_json(data: bytes) -> Any:
+    """UTF-8 JSON text as JavaScript's JSON.parse reads a request body: `parse_json`'s numbers, NaN and Infinity
+    refused (ValueError), and no slow path for depth: text nested deeper than the parsers go raises RecursionError
+    (the caller refuses it rather than spend the time)."""
+    if _orjson_reads_as_javascript(data):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return _JS_REQUEST_DECODER.decode(data.decode("utf-8"))
+
+
+def _orjson_reads_as_javascript(data: bytes) -> bool:
+    """Whether orjson reads every number of `data` as JSON.parse does (no unsafe integer, no negative zero, no
+    integral fraction); a string that merely looks like such a number only costs the standard parser."""
+    return not _has_long_digit_run(data) and not _has_negative_zero(data) and not _has_javascript_fraction(data)
 
 
 _JSON_BLANKS: Final = re.compile(r"[ \t\n\r]*")
@@ -741,6 +759,13 @@ _NUMBER_BODY: Final = frozenset(b"0123456789.")
 _MINUS: Final = ord("-")
 # the standard parser with JavaScript's numbers, made once (json.loads with hooks builds a decoder per call)
 _JS_DECODER: Final = json.JSONDecoder(parse_int=js_int, parse_float=js_float)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_JS_REQUEST_DECODER: Final = json.JSONDecoder(parse_int=js_int, parse_float=js_float, parse_constant=_refuse_constant)
 
 
 def _standard_loads(text: str | bytes) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from settlekit.errors import NotFoundError, ValidationError, VerificationError
 from settlekit.events.canonical import canonical_json, iso_millis, quote_string
+from settlekit.events.randomness import random_bytes
 
 ENVELOPE_VERSION: Final = 1
 ENVELOPE_FIELDS: Final = (
@@ -33,7 +33,7 @@ Event = dict[str, Any]
 
 def new_event_id() -> str:
     """`evt_<uuid4>`, lower-case hex, hyphenated (formatted directly: cheaper than uuid.UUID)."""
-    b = bytearray(os.urandom(16))
+    b = bytearray(random_bytes(16))
     b[6] = (b[6] & 0x0F) | 0x40
     b[8] = (b[8] & 0x3F) | 0x80
     h = b.hex()
