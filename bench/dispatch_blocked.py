@@ -37,7 +37,7 @@ class _Hold(PassThroughDomain):
         self.inside, self.release = inside, release
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None, events: list[Event],
-                first_seq: int, known: Any = None) -> DomainOutcome:
+                first_seq: int, may_block: bool = True, *, recorded: bool = False) -> DomainOutcome:
         def write(tx: Tx, positions: Sequence[int]) -> None:
             self.inside.set()
             self.release.wait(120)

@@ -33,7 +33,7 @@ class HoldingDomain(PassThroughDomain):
         self.hook = hook
 
     def process(self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None, events: list[Event],
-                first_seq: int, known: Any = None) -> DomainOutcome:
+                first_seq: int, may_block: bool = True, *, recorded: bool = False) -> DomainOutcome:
         return DomainOutcome(write=lambda tx, positions: self.hook(tx))
 
 

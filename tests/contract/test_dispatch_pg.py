@@ -37,7 +37,7 @@ class HoldingDomain(PassThroughDomain):
 
     def process(
         self, tenant_id: str, stream_id: str, snapshot: dict[str, Any] | None, events: list[Event], first_seq: int,
-        known: Any = None,
+        may_block: bool = True, *, recorded: bool = False,
     ) -> DomainOutcome:
         return DomainOutcome(write=lambda tx, positions: self.hook(tx, events))
 

@@ -21,7 +21,7 @@ class HoldingDomain(PassThroughDomain):
         self.hook = hook
 
     def process(self, tenant_id: str, stream_id: str, snapshot: Any, events: Any, first_seq: int,
-                known: Any = None) -> DomainOutcome:
+                may_block: bool = True, *, recorded: bool = False) -> DomainOutcome:
         return DomainOutcome(write=lambda tx, positions: self.hook(tx, events))
 
 

@@ -151,7 +151,9 @@ def process_job_events(
     if not events:
         raise ValidationError("nothing to append", code="SCHEMA_INVALID")
     state: JobState | None = deserialize_state(prev_state) if prev_state is not None else None
-    rule_facts = server_rules.load_facts(prev_state)
+    # a batch that folds nothing into the rule history (heartbeats, say) reads the stored one without a copy
+    rule_facts = server_rules.load_facts(
+        prev_state, read_only=not any(server_rules.folds_into_facts(e) for e in events))
     ledger_entries: list[dict[str, Any]] = []
     allocations: list[dict[str, Any]] = []
     ledger_errors: list[dict[str, Any]] = []

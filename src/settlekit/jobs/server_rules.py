@@ -122,11 +122,14 @@ def facts_from_events(events: Sequence[Event]) -> Facts:
     return facts
 
 
-def load_facts(stored_state: Mapping[str, Any] | None) -> Facts:
-    """A private copy of the rule history stored with a job state (empty for a new stream or an old state)."""
+def load_facts(stored_state: Mapping[str, Any] | None, *, read_only: bool = False) -> Facts:
+    """A private copy of the rule history stored with a job state (empty for a new stream or an old state).
+    `read_only`: the caller folds no event into it (`folds_into_facts` is false for all its events) and only reads
+    it, so the stored history itself serves when it is in the current form (no copy)."""
     stored = stored_state.get(STATE_KEY) if stored_state is not None else None
     if type(stored) is dict and list(stored) == _FACT_KEYS:
-        return _copy_tree(stored)  # every key in empty_facts' order: the update below would give the same
+        # every key in empty_facts' order: the update below would give the same
+        return stored if read_only else _copy_tree(stored)
     facts = empty_facts()
     if isinstance(stored, dict):
         facts.update(_copy_tree(stored))
@@ -250,6 +253,22 @@ def _observe_proof(facts: Facts, event: Event, p: Mapping[str, Any]) -> None:
 _CLAIM_TYPES: Final = frozenset(
     {"CLAIM_OPENED", "CLAIM_TRIAGED", "CLAIM_APPROVED", "CLAIM_DENIED", "JOB_ADJUSTED", "CLAIM_PAID"}
 )
+
+
+# the event types `observe` folds into the rule history; it leaves the history as it is for every other event
+_OBSERVED_TYPES: Final = _CLAIM_TYPES | frozenset({
+    "INCIDENT_REPORTED", "INCIDENT_DETECTED", "ZONE_COVERAGE_REPORTED", "QUOTE_PROPOSED", "BOOKED", "SETTLED",
+    "EXECUTION_STARTED", "JOB_EXECUTION_STARTED", "RISK_SCORED", "EVIDENCE_CAPTURED", "EVIDENCE_EXPIRED",
+    "PROOF_EVALUATED", "OPERATOR_COST_RECORDED", "SLA_BREACH_DETECTED", "SLA_CREDIT_ISSUED", "SKILL_USED",
+    "SETTLEMENT_HELD", "SETTLEMENT_RELEASED", "SETTLEMENT_FORFEITED", "DECISION_RECORDED", "DISPUTE_OPENED",
+    "DISPUTE_CLOSED",
+})
+
+
+def folds_into_facts(event: Mapping[str, Any]) -> bool:
+    """Whether `observe` may change the rule history for `event` (a type it does not know by name: assume so)."""
+    t = event.get("type")
+    return type(t) is not str or t in _OBSERVED_TYPES
 
 
 def _observe_claim(facts: Facts, t: Any, p: Mapping[str, Any]) -> None:
