@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
 from settlekit.errors import ConfigurationError
 from settlekit.store.sql import DIALECTS, fragment, from_timestamp, parse_named, statements, subsystems, timestamp
+
+STORE = Path(__file__).resolve().parents[2] / "src" / "settlekit" / "store"
+TX_STATEMENT_METHODS = frozenset({"execute", "executemany", "fetchone", "fetchall", "scalar"})  # Tx's, sql first
 
 
 @pytest.mark.parametrize("subsystem", subsystems())
@@ -86,3 +91,57 @@ def test_every_migration_data_step_names_a_migration_of_both_dialects_and_a_func
         for dialect in DIALECTS:
             assert name in {n for n, _ in migration_files(dialect)}, (name, dialect)
         assert callable(step), name
+
+
+def _fixed_text(node: ast.expr, module_names: dict[str, ast.expr]) -> bool:
+    """The expression is SQL text known before run time: a string literal, literals joined with `+` (or written
+    side by side), an f-string without substitutions, or a module-level name bound to such text."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return all(isinstance(part, ast.Constant) for part in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _fixed_text(node.left, module_names) and _fixed_text(node.right, module_names)
+    if isinstance(node, ast.Name) and node.id in module_names:
+        return _fixed_text(module_names[node.id], {})
+    return False
+
+
+def inline_fixed_statements(source: str, where: str) -> list[str]:
+    """Calls of a Tx statement method whose SQL is fixed text written in the module instead of a named statement."""
+    tree = ast.parse(source)
+    module_names = {target.id: node.value for node in tree.body if isinstance(node, ast.Assign | ast.AnnAssign)
+                    for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                    if isinstance(target, ast.Name) and node.value is not None}
+    return [f"{where}:{node.lineno}: {ast.unparse(node.args[0])[:80]}" for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in TX_STATEMENT_METHODS and node.args and _fixed_text(node.args[0], module_names)]
+
+
+def test_repositories_take_fixed_statements_from_the_named_files() -> None:
+    """Outside the dialect folders a repository runs a statement whose text is fixed by its name in
+    store/queries (or the dialect folders' queries); only statements assembled at run time are written inline."""
+    offenders = []
+    for path in sorted(STORE.rglob("*.py")):
+        where = path.relative_to(STORE).as_posix()
+        if not where.startswith(("postgres/", "sqlite/")):
+            offenders += inline_fixed_statements(path.read_text(encoding="utf-8"), where)
+    assert offenders == []
+
+
+def test_the_inline_statement_check_tells_fixed_text_from_assembled_text() -> None:
+    source = """
+_ONE = "SELECT 1 FROM t"
+_WHERE = " WHERE a = ?"
+def fixed(tx):
+    tx.execute("DELETE FROM t WHERE a = ?", (1,))
+    tx.fetchall("SELECT a FROM t" + _WHERE, (1,))
+    tx.scalar("SELECT count(*) FROM t" " WHERE a = ?", (1,))
+    tx.fetchone(_ONE)
+def assembled(tx, marks, named):
+    tx.fetchall(f"SELECT a FROM t WHERE a IN ({marks})", (1, 2))
+    tx.executemany(named["insert"], [])
+    tx.fetchone("SELECT a FROM t" + marks)
+"""
+    found = inline_fixed_statements(source, "m.py")
+    assert [line.split(":")[1] for line in found] == ["5", "6", "7", "8"], found

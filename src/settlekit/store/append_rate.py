@@ -36,8 +36,7 @@ def _position_before(tx: Tx, at: datetime, low: int, high: int) -> int:
     while hi - lo > 1:
         whole = hi - lo - 1 <= SEARCH_FANOUT
         if whole:  # the rows left, every one
-            rows = tx.fetchall("SELECT position, recorded_at FROM events WHERE position > ? AND position < ?"
-                               " ORDER BY position", (lo, hi))
+            rows = tx.fetchall(statements("append_rate", tx.dialect)["recorded_between"], (lo, hi))
         else:
             step = (hi - lo) / (SEARCH_FANOUT + 1)
             marks = sorted({lo + max(1, int(step * i)) for i in range(1, SEARCH_FANOUT + 1)} - {hi})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 
 from settlekit.store.database import Database, Tx
+from settlekit.store.sql import statements
 
 NAME = "cursor"
 SECRET_BYTES = 64
@@ -14,16 +15,15 @@ SECRET_BYTES = 64
 
 def create(tx: Tx) -> None:
     """Store a fresh random cursor secret unless one exists (the migration's data step)."""
-    tx.execute("INSERT INTO server_secrets (name, secret) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
-               (NAME, secrets.token_hex(SECRET_BYTES)))
+    tx.execute(statements("cursor_secret", tx.dialect)["create"], (NAME, secrets.token_hex(SECRET_BYTES)))
 
 
 def read(db: Database) -> bytes:
     """The cursor secret, created first if missing (two hosts racing agree on the first one stored)."""
     with db.query() as tx:
-        found = tx.scalar("SELECT secret FROM server_secrets WHERE name = ?", (NAME,))
+        found = tx.scalar(statements("cursor_secret", tx.dialect)["read"], (NAME,))
     if found is None:
         with db.transaction() as tx:
             create(tx)
-            found = tx.scalar("SELECT secret FROM server_secrets WHERE name = ?", (NAME,))
+            found = tx.scalar(statements("cursor_secret", tx.dialect)["read"], (NAME,))
     return bytes.fromhex(str(found))

@@ -328,17 +328,6 @@ def insert_delivery(tx: Tx, row: NewDelivery, *, now: datetime) -> int:
     )
 
 
-_DUE_FILTER: Final = (  # due now, leased or not (the claim's own query: each dialect's due_per_destination)
-    " FROM deliveries d JOIN destinations t"
-    " ON t.tenant_id = d.tenant_id AND t.destination_id = d.destination_id"
-    " WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND t.status = 'active'"
-    " AND (t.circuit_open_until IS NULL OR t.circuit_open_until <= ?)"
-    " AND (t.ordering <> 'strict_scope' OR NOT EXISTS (SELECT 1 FROM deliveries e"
-    " WHERE e.tenant_id = d.tenant_id AND e.destination_id = d.destination_id AND e.scope_key = d.scope_key"
-    " AND e.state = 'pending' AND (e.order_seq, e.priority, e.id) < (d.order_seq, d.priority, d.id)))"
-)
-
-
 def claim(tx: Tx, *, worker: str, limit: int, lease: timedelta, now: datetime) -> list[Delivery]:
     """Lease up to `limit` due deliveries of every tenant, oldest first, through the delivery worker's two steps
     (`due_per_destination`, then `claim_ids`; the worker deals them fairly between tenants instead, in
@@ -588,7 +577,7 @@ def count_due(tx: Tx, *, now: datetime) -> int:
     """Pending deliveries a worker could claim now if no lease were held (all tenants; strict ordering, disabled
     destinations and open circuits respected). Zero means the queue is drained for the moment."""
     ts = db_time(tx, now)
-    return int(tx.scalar(f"SELECT count(*){_DUE_FILTER}", (ts, ts)))
+    return int(tx.scalar(statements("deliveries", tx.dialect)["count_due"], (ts, ts)))
 
 
 @dataclass(frozen=True)

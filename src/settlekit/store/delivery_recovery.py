@@ -16,9 +16,6 @@ from settlekit.store.database import Tx
 from settlekit.store.deliveries import REQUEUE_SET, db_time
 from settlekit.store.sql import fragment, from_timestamp, statements
 
-_REPLAY_WHERE: Final = " WHERE tenant_id = ? AND destination_id = ? AND created_at >= ? AND created_at < ?"
-
-
 # --- replay jobs -------------------------------------------------------------------------------------------------
 
 _REPLAY_COLS: Final = ("replay_id, tenant_id, destination_id, since, until, status, total, replayed, skipped,"
@@ -52,8 +49,7 @@ def window_counts(tx: Tx, tenant_id: str, destination_id: str, *, since: datetim
                   until: datetime) -> tuple[int, int]:
     """(delivered or failed, pending) deliveries of the destination created in [since, until)."""
     window = (tenant_id, destination_id, db_time(tx, since), db_time(tx, until))
-    row = tx.fetchone(f"SELECT count(*), sum(CASE WHEN state = 'pending' THEN 1 ELSE 0 END) FROM deliveries"
-                      f"{_REPLAY_WHERE}", window)
+    row = tx.fetchone(statements("delivery_recovery", tx.dialect)["window_counts"], window)
     total, pending = (int(row[0]), int(row[1] or 0)) if row else (0, 0)
     return total - pending, pending
 
@@ -110,7 +106,7 @@ def replay_chunk(tx: Tx, replay: ReplayRow, *, limit: int, now: datetime) -> tup
     delivered or failed: pending, due now, attempts counted afresh, the same message id. Returns (replayed,
     skipped because pending, the last id gone through; None when the window has none left)."""
     rows = tx.fetchall(
-        f"SELECT id, state FROM deliveries{_REPLAY_WHERE} AND id > ? ORDER BY id LIMIT ?",
+        statements("delivery_recovery", tx.dialect)["replay_window_page"],
         (replay.tenant_id, replay.destination_id, db_time(tx, replay.since), db_time(tx, replay.until),
          replay.cursor_id, limit))
     if not rows:
@@ -179,17 +175,11 @@ class AttemptRow:
     delivery_id: int
 
 
-_ATTEMPTS: Final = (
-    "SELECT a.started_at, a.duration_ms, a.http_status, a.error, a.delivery_id FROM delivery_attempts a"
-    " JOIN deliveries d ON d.id = a.delivery_id WHERE d.tenant_id = ? AND d.destination_id = ?"
-    " AND a.started_at >= ? AND a.started_at < ? ORDER BY a.started_at DESC LIMIT ?"
-)
-
-
 def attempts_in_window(tx: Tx, tenant_id: str, destination_id: str, *, since: datetime, until: datetime,
                        limit: int) -> list[AttemptRow]:
     """The destination's attempts started in [since, until), newest first, at most `limit`."""
-    rows = tx.fetchall(_ATTEMPTS, (tenant_id, destination_id, db_time(tx, since), db_time(tx, until), limit))
+    rows = tx.fetchall(statements("delivery_recovery", tx.dialect)["attempts_in_window"],
+                       (tenant_id, destination_id, db_time(tx, since), db_time(tx, until), limit))
     return [AttemptRow(_time(r[0]), float(r[1]), r[2], r[3], int(r[4])) for r in rows]
 
 
@@ -199,8 +189,7 @@ def delivery_states(tx: Tx, tenant_id: str, destination_id: str, *, since: datet
     index-only scan of at most `limit` entries): (counts, deliveries counted, creation time of the oldest
     counted)."""
     rows = tx.fetchall(
-        f"SELECT state, count(*), min(created_at) FROM (SELECT state, created_at FROM deliveries{_REPLAY_WHERE}"
-        " ORDER BY created_at DESC LIMIT ?) newest GROUP BY state",
+        statements("delivery_recovery", tx.dialect)["delivery_states"],
         (tenant_id, destination_id, db_time(tx, since), db_time(tx, until), limit))
     oldest = [t for t in (from_timestamp(r[2]) for r in rows) if t is not None]
     return {str(r[0]): int(r[1]) for r in rows}, sum(int(r[1]) for r in rows), min(oldest, default=None)

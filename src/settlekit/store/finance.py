@@ -139,7 +139,7 @@ def subtree_hashes(tx: Tx, tenant_id: str, nodes: Sequence[Node]) -> dict[Node, 
 
 def build_log_nodes(tx: Tx) -> None:
     """Migration 0025's data step: the perfect subtrees of every tenant's log closed so far."""
-    for (tenant_id,) in tx.fetchall("SELECT DISTINCT tenant_id FROM finance_log_leaves ORDER BY tenant_id"):
+    for (tenant_id,) in tx.fetchall(statements("finance", tx.dialect)["log_tenants"]):
         append_nodes(tx, tenant_id, merkle.nodes_completed(leaf_hashes(tx, tenant_id), 0))
 
 

@@ -38,8 +38,6 @@ DEFAULT_LEASE = timedelta(seconds=60)
 DEFAULT_WAIT_SECONDS = 15.0
 _POLL_SECONDS = 0.02
 
-_KEY_WHERE = " WHERE tenant_id = ? AND principal_id = ? AND endpoint = ? AND idem_key = ?"
-
 
 def request_hash(method: str, path: str, body: Any, expected_prev_chain_hash: Any = None) -> str:
     """sha256 of canonical({method, path, expectedPrevChainHash, body}); `path` includes the query string."""
@@ -96,8 +94,7 @@ def _expires(tx: Tx, when: datetime) -> Any:
 
 
 def _read(tx: Tx, scope: KeyScope) -> tuple[str, int, str, Any] | None:
-    row = tx.fetchone("SELECT request_hash, status_code, response_json, expires_at FROM idempotency_keys"
-                      + _KEY_WHERE, scope.params)
+    row = tx.fetchone(statements("idempotency", tx.dialect)["read"], scope.params)
     return None if row is None else (row[0], int(row[1]), row[2], row[3])
 
 
@@ -163,8 +160,7 @@ def _take(db: Database, scope: KeyScope, hashed: str, lease: timedelta, now: dat
                 statements("idempotency", tx.dialect)["take"],
                 (*scope.params, hashed, PENDING, token, _expires(tx, now + lease)))
         else:  # the holder died: its lease ran out
-            done = tx.execute("UPDATE idempotency_keys SET response_json = ?, expires_at = ?" + _KEY_WHERE
-                              + " AND status_code = ? AND response_json = ?",
+            done = tx.execute(statements("idempotency", tx.dialect)["take_over"],
                               (token, _expires(tx, now + lease), *scope.params, PENDING, stale_token))
             if done:
                 log.warning("idempotency reservation taken over after its lease ran out",
@@ -185,8 +181,7 @@ def complete(db: Database, reservation: Reservation, status: int, response_json:
 
 def complete_in(tx: Tx, reservation: Reservation, status: int, response_json: str, *, now: datetime) -> bool:
     """`complete` inside the caller's transaction; False when the reservation no longer holds the key."""
-    return bool(tx.execute("UPDATE idempotency_keys SET status_code = ?, response_json = ?, expires_at = ?"
-                           + _KEY_WHERE + " AND status_code = ? AND response_json = ?",
+    return bool(tx.execute(statements("idempotency", tx.dialect)["complete"],
                            (status, response_json, _expires(tx, now + timedelta(days=TTL_DAYS)),
                             *reservation.scope.params, PENDING, reservation.token)))
 
@@ -194,7 +189,7 @@ def complete_in(tx: Tx, reservation: Reservation, status: int, response_json: st
 def release(db: Database, reservation: Reservation) -> None:
     """Give the key back after the action failed (nothing is stored for a failed request)."""
     with db.transaction() as tx:
-        tx.execute("DELETE FROM idempotency_keys" + _KEY_WHERE + " AND status_code = ? AND response_json = ?",
+        tx.execute(statements("idempotency", tx.dialect)["release"],
                    (*reservation.scope.params, PENDING, reservation.token))
 
 

@@ -15,9 +15,6 @@ from settlekit.store import ledger_timeline as timeline
 from settlekit.store.database import Database, Tx
 from settlekit.store.sql import statements
 
-_ENTRY_COLUMNS = ("tenant_id, entry_id, job_id, source_event_id, event_type, source_seq, entry_index, at, memo,"
-                  " entry_json")
-_ALLOCATION_COLUMNS = "tenant_id, entry_id, posting_id, account_id, party_id, party_role, currency, amount_cents"
 _COMPARED = {
     "entry": ("ledger_entries", "ledger_rebuild_entries", ("entry_id",),
               ("job_id", "source_event_id", "event_type", "source_seq", "at", "memo", "entry_json")),
@@ -55,31 +52,30 @@ def job_stream_heads(db: Database, tenant_id: str | None, tx: Tx | None = None) 
 
 def ledger_tenants(db: Database, tenant_id: str | None) -> list[str]:
     with db.read() as tx:
-        tenants = [str(r[0]) for r in tx.fetchall("SELECT DISTINCT tenant_id FROM ledger_entries")]
+        tenants = [str(r[0]) for r in tx.fetchall(statements("ledger_rebuild", tx.dialect)["ledger_tenants"])]
     return [t for t in tenants if tenant_id is None or t == tenant_id]
 
 
 def stream_events(db: Database, tenant: str, stream_id: str, through_seq: int) -> list[tuple[int, dict[str, Any]]]:
     """(seq, event) of a stream's events up to `through_seq`, in order."""
     with db.read() as tx:
-        rows = tx.fetchall("SELECT seq, event_json FROM events WHERE tenant_id = ? AND stream_id = ?"
-                           " AND seq <= ? ORDER BY seq", (tenant, stream_id, through_seq))
+        rows = tx.fetchall(statements("ledger_rebuild", tx.dialect)["stream_events"], (tenant, stream_id, through_seq))
     return [(int(r[0]), parse_json(r[1])) for r in rows]
 
 
 def write_shadow(db: Database, entry_rows: Sequence[Sequence[Any]], allocation_rows: Sequence[Sequence[Any]]) -> None:
     """Rebuilt entries and allocations into the shadow tables (rows: run id, then the ledger's columns)."""
     with db.transaction() as tx:
-        tx.executemany(f"INSERT INTO ledger_rebuild_entries (run_id, {_ENTRY_COLUMNS})"
-                       f" VALUES ({', '.join('?' * 11)})", entry_rows)
-        tx.executemany(f"INSERT INTO ledger_rebuild_allocations (run_id, {_ALLOCATION_COLUMNS})"
-                       f" VALUES ({', '.join('?' * 9)})", allocation_rows)
+        named = statements("ledger_rebuild", tx.dialect)
+        tx.executemany(named["write_shadow_entries"], entry_rows)
+        tx.executemany(named["write_shadow_allocations"], allocation_rows)
 
 
 def delete_shadow(db: Database, run_id: str) -> None:
     with db.transaction() as tx:
-        tx.execute("DELETE FROM ledger_rebuild_entries WHERE run_id = ?", (run_id,))
-        tx.execute("DELETE FROM ledger_rebuild_allocations WHERE run_id = ?", (run_id,))
+        named = statements("ledger_rebuild", tx.dialect)
+        tx.execute(named["delete_shadow_entries"], (run_id,))
+        tx.execute(named["delete_shadow_allocations"], (run_id,))
 
 
 def row_differences(tx: Tx, run_id: str, tenant: str, kind: str) -> Iterator[RowDifference]:
@@ -118,13 +114,13 @@ def _plain(values: Sequence[Any]) -> list[Any]:
 
 
 def stored_balances(tx: Tx, tenant: str) -> dict[str, int]:
-    return {str(a): int(c) for a, c in tx.fetchall(
-        "SELECT account_id, balance_cents FROM ledger_balances WHERE tenant_id = ?", (tenant,))}
+    return {str(a): int(c) for a, c in tx.fetchall(statements("ledger_rebuild", tx.dialect)["stored_balances"],
+                                                   (tenant,))}
 
 
 def timeline_rows(tx: Tx, tenant: str) -> int:
     """How many timeline postings the tenant's stored ledger has."""
-    return int(tx.scalar("SELECT COUNT(*) FROM ledger_postings WHERE tenant_id = ?", (tenant,)))
+    return int(tx.scalar(statements("ledger_rebuild", tx.dialect)["timeline_rows"], (tenant,)))
 
 
 def swap(db: Database, run_id: str, heads_seen: Mapping[tuple[str, str], int],
@@ -150,18 +146,13 @@ def swap(db: Database, run_id: str, heads_seen: Mapping[tuple[str, str], int],
 
 
 def _insert_rebuilt(tx: Tx, run_id: str, tenant: str, balances: Mapping[str, int]) -> None:
-    tx.execute(f"INSERT INTO ledger_entries ({_ENTRY_COLUMNS}) SELECT {_ENTRY_COLUMNS} FROM ledger_rebuild_entries"
-               " WHERE run_id = ? AND tenant_id = ?", (run_id, tenant))
-    tx.execute(f"INSERT INTO ledger_allocations ({_ALLOCATION_COLUMNS}) SELECT {_ALLOCATION_COLUMNS}"
-               " FROM ledger_rebuild_allocations WHERE run_id = ? AND tenant_id = ?", (run_id, tenant))
-    tx.executemany("INSERT INTO ledger_balances (tenant_id, account_id, balance_cents) VALUES (?, ?, ?)",
-                   [(tenant, account, cents) for account, cents in sorted(balances.items())])
+    named = statements("ledger_rebuild", tx.dialect)
+    tx.execute(named["insert_rebuilt_entries"], (run_id, tenant))
+    tx.execute(named["insert_rebuilt_allocations"], (run_id, tenant))
+    tx.executemany(named["insert_balances"], [(tenant, account, cents) for account, cents in sorted(balances.items())])
     after: tuple[Any, ...] = ("", -1, -1)
     while True:  # the timeline, a page of entries at a time (bounded memory), in stream order
-        rows = tx.fetchall(
-            "SELECT job_id, source_seq, entry_index, source_event_id, entry_json FROM ledger_rebuild_entries"
-            " WHERE run_id = ? AND tenant_id = ? AND (job_id, source_seq, entry_index) > (?, ?, ?)"
-            " ORDER BY job_id, source_seq, entry_index LIMIT 500", (run_id, tenant, *after))
+        rows = tx.fetchall(named["rebuilt_entries_page"], (run_id, tenant, *after))
         if not rows:
             return
         entries = [parse_json(r[4]) for r in rows]

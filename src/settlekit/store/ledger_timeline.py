@@ -19,13 +19,6 @@ from settlekit.store.sql import statements
 
 ACCOUNT = ""  # the party id of an account's own postings
 
-INSERT_POSTING = (
-    "INSERT INTO ledger_postings (tenant_id, party_id, account_id, position, entry_index, posting_index, entry_id,"
-    " at_ms, amount_cents) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
-ADD_SUM = (
-    "INSERT INTO ledger_sums (tenant_id, party_id, axis, level, bucket, account_id, amount_cents)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, party_id, axis, level, bucket, account_id) DO UPDATE"
-    " SET amount_cents = ledger_sums.amount_cents + excluded.amount_cents")
 _AXIS_COLUMN: Mapping[Axis, str] = {"t": "at_ms", "p": "position"}
 _AXES: tuple[Axis, Axis] = ("t", "p")
 
@@ -55,8 +48,9 @@ def record(tx: Tx, tenant_id: str, entries: Sequence[NewEntry]) -> None:
     rows = [(tenant_id, party, account, position, entry_index, posting_index, entry_id, at_ms, amount)
             for entry_id, _event, party, account, position, entry_index, posting_index, at_ms, amount
             in _posting_rows(entries, positions)]
-    tx.executemany(INSERT_POSTING, rows)
-    tx.executemany(ADD_SUM, bucket_sums(rows))
+    named = statements("ledger_timeline", tx.dialect)
+    tx.executemany(named["insert_posting"], rows)
+    tx.executemany(named["add_sum"], bucket_sums(rows))
 
 
 def timeline_rows(entries: Sequence[NewEntry], position_by_event_id: Mapping[str, int]

@@ -11,3 +11,6 @@ SELECT position, recorded_at FROM events WHERE position > ? ORDER BY position LI
 
 -- name: tenant_after
 SELECT count(*) FROM (SELECT 1 FROM events WHERE tenant_id = ? AND position > ? ORDER BY position LIMIT ?) newest
+
+-- name: recorded_between
+SELECT position, recorded_at FROM events WHERE position > ? AND position < ? ORDER BY position

@@ -66,3 +66,13 @@ SELECT disabled_at FROM destinations WHERE tenant_id = ? AND destination_id = ?
 
 -- name: secret_refs
 SELECT secret_ref, previous_secret_ref FROM destinations WHERE tenant_id = ?
+
+-- name: count_due
+-- due now, leased or not (the claim's own query is each dialect's due_per_destination)
+SELECT count(*) FROM deliveries d JOIN destinations t
+ON t.tenant_id = d.tenant_id AND t.destination_id = d.destination_id
+WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND t.status = 'active'
+AND (t.circuit_open_until IS NULL OR t.circuit_open_until <= ?)
+AND (t.ordering <> 'strict_scope' OR NOT EXISTS (SELECT 1 FROM deliveries e
+WHERE e.tenant_id = d.tenant_id AND e.destination_id = d.destination_id AND e.scope_key = d.scope_key
+AND e.state = 'pending' AND (e.order_seq, e.priority, e.id) < (d.order_seq, d.priority, d.id)))

@@ -29,3 +29,23 @@ UPDATE destinations SET failure_streak = ?, failing_since = ? WHERE tenant_id = 
 UPDATE destinations
 SET failure_streak = failure_streak + ?, failing_since = COALESCE(failing_since, ?)
 WHERE tenant_id = ? AND destination_id = ?
+
+-- name: window_counts
+-- (all, pending) deliveries of a destination created in a window [?, ?)
+SELECT count(*), sum(CASE WHEN state = 'pending' THEN 1 ELSE 0 END) FROM deliveries
+WHERE tenant_id = ? AND destination_id = ? AND created_at >= ? AND created_at < ?
+
+-- name: replay_window_page
+SELECT id, state FROM deliveries
+WHERE tenant_id = ? AND destination_id = ? AND created_at >= ? AND created_at < ? AND id > ? ORDER BY id LIMIT ?
+
+-- name: attempts_in_window
+SELECT a.started_at, a.duration_ms, a.http_status, a.error, a.delivery_id FROM delivery_attempts a
+JOIN deliveries d ON d.id = a.delivery_id WHERE d.tenant_id = ? AND d.destination_id = ?
+AND a.started_at >= ? AND a.started_at < ? ORDER BY a.started_at DESC LIMIT ?
+
+-- name: delivery_states
+-- the newest `limit` deliveries of the window counted per state: an index-only scan of at most `limit` entries
+SELECT state, count(*), min(created_at) FROM (SELECT state, created_at FROM deliveries
+WHERE tenant_id = ? AND destination_id = ? AND created_at >= ? AND created_at < ?
+ORDER BY created_at DESC LIMIT ?) newest GROUP BY state

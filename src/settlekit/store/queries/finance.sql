@@ -109,3 +109,6 @@ SET mapping_hash = excluded.mapping_hash, mapping_json = excluded.mapping_json
 
 -- name: gl_mapping
 SELECT mapping_json, mapping_hash FROM finance_gl_mappings WHERE tenant_id = ?
+
+-- name: log_tenants
+SELECT DISTINCT tenant_id FROM finance_log_leaves ORDER BY tenant_id

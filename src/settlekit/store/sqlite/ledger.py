@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from settlekit.store.database import Tx
-from settlekit.store.ledger_timeline import ADD_SUM, INSERT_POSTING
+from settlekit.store.sql import statements
 
 
 def write_entries(tx: Tx, tenant_id: str, job_id: str, entries: Sequence[Sequence[Any]],
@@ -39,12 +39,13 @@ def write_entries(tx: Tx, tenant_id: str, job_id: str, entries: Sequence[Sequenc
         "INSERT INTO ledger_allocations (tenant_id, entry_id, posting_id, account_id, party_id, party_role,"
         " currency, amount_cents) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [(tenant_id, a[0], *a[3:]) for a in allocations if (a[0], a[1], a[2]) in inserted])
-    tx.executemany(INSERT_POSTING, [(tenant_id, party, account, position, entry_index, posting_index, entry_id, at_ms,
-                                     amount)
-                                    for entry_id, _event, party, account, position, entry_index, posting_index,
-                                    at_ms, amount in new_postings])
+    timeline = statements("ledger_timeline", tx.dialect)
+    tx.executemany(timeline["insert_posting"],
+                   [(tenant_id, party, account, position, entry_index, posting_index, entry_id, at_ms, amount)
+                    for entry_id, _event, party, account, position, entry_index, posting_index, at_ms, amount
+                    in new_postings])
     summed: dict[tuple[Any, ...], int] = {}
     for entry_id, event_id, index, *key, amount in sums:
         if (entry_id, event_id, index) in inserted:
             summed[tuple(key)] = summed.get(tuple(key), 0) + amount
-    tx.executemany(ADD_SUM, [(tenant_id, *key, amount) for key, amount in sorted(summed.items())])
+    tx.executemany(timeline["add_sum"], [(tenant_id, *key, amount) for key, amount in sorted(summed.items())])
