@@ -84,6 +84,23 @@ def test_the_console_reaching_the_store_breaks_the_lint(package_copy: Path) -> N
     assert "settlekit.console.charts -> settlekit.store.streams" in result.stdout
 
 
+def test_the_api_reaching_the_append_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "api" / "routes" / "health.py", "import settlekit.append.policy as _p  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert ("The HTTP API, the CLI and the operator console reach the append and the consumers of the log only "
+            "through the application layer BROKEN") in result.stdout
+    assert "settlekit.api.routes.health -> settlekit.append.policy" in result.stdout
+
+
+def test_the_cli_reaching_the_delivery_worker_breaks_the_lint(package_copy: Path) -> None:
+    _append(package_copy / "settlekit" / "cli" / "deliveries.py", "import settlekit.delivery.worker as _w  # noqa")
+    result = _lint_imports(package_copy)
+    assert result.returncode == 1, result.stdout
+    assert "reach the append and the consumers of the log only through the application layer BROKEN" in result.stdout
+    assert "settlekit.cli.deliveries -> settlekit.delivery.worker" in result.stdout
+
+
 def test_the_store_importing_a_dialect_folder_breaks_the_lint(package_copy: Path) -> None:
     _append(package_copy / "settlekit" / "store" / "database.py", "import settlekit.store.sqlite.backend as _b  # noqa")
     result = _lint_imports(package_copy)

@@ -38,13 +38,12 @@ from settlekit.api.routes import ROUTERS
 from settlekit.api.routes.jobs import DIRECT_HANDLERS, DIRECT_PREFETCH, append_metrics_for
 from settlekit.api.settld_compat import PREFIX as SETTLD_PREFIX
 from settlekit.api.settld_compat import SettldErrors, compat_app
-from settlekit.append import job_appender
+from settlekit.application.artifacts import ArtifactStore
 from settlekit.application.database import Database, connect
 from settlekit.application.destinations import DestinationPolicy
-from settlekit.dispatch.feed import FeedReader
+from settlekit.application.jobs import FeedReader, job_appender
 from settlekit.errors import SettlekitError
 from settlekit.events.envelope import Signer
-from settlekit.projections.artifact_store import ArtifactStore
 from settlekit.runtime.settings import Settings
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", *DOC_PATHS})

@@ -19,15 +19,13 @@ from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
 from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
-from settlekit.append import Appender
+from settlekit.application.artifacts import ArtifactStore
 from settlekit.application.database import Database, cursor_secret
-from settlekit.application.destinations import DestinationPolicy
-from settlekit.application.jobs import MAX_QUEUED_APPENDS, StreamHead
+from settlekit.application.destinations import DestinationPolicy, ReplayPolicy
+from settlekit.application.jobs import MAX_QUEUED_APPENDS, Appender, StreamHead
 from settlekit.application.keys import StoredApiKey
 from settlekit.cursors import Cursors
-from settlekit.delivery.replays import ReplayPolicy
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
-from settlekit.projections.artifact_store import ArtifactStore
 
 # Integers a request can carry are bounded to what both backends store (SQLite INTEGER, PostgreSQL BIGINT).
 MAX_INT64 = 2**63 - 1

@@ -29,8 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from settlekit.api.responses import dumps
 from settlekit.application.database import EventListener
-from settlekit.application.jobs import FeedEvent
-from settlekit.dispatch.feed import FeedPage, FeedReader
+from settlekit.application.jobs import FeedEvent, FeedPage, FeedReader
 from settlekit.errors import SettlekitError
 
 log = logging.getLogger("settlekit.api.feed")

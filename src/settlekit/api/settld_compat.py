@@ -66,9 +66,8 @@ from settlekit.api.problems import (
 from settlekit.api.responses import TypedRoute, dumps
 from settlekit.api.routes.jobs import APPEND_CODES, FINALIZED_KEYS, append_with_key, is_finance_type, measured_append
 from settlekit.api.settld_compat_schemas import SettldAppended, SettldEvents, SettldJob
-from settlekit.append import AppendResult
 from settlekit.application import ledger as ledger_rows
-from settlekit.application.jobs import StreamHead
+from settlekit.application.jobs import AppendResult, StreamHead
 from settlekit.errors import ConflictError, SettlekitError, ValidationError
 from settlekit.events.js import js_trim
 from settlekit.jobs.reducer import DEFAULT_TENANT_ID

@@ -1,4 +1,5 @@
-"""Operator verbs on consumer state rows (05-dispatcher.md §10). Consumers are code; these work on the rows.
+"""Operator verbs on consumer state rows (05-dispatcher.md §10). Consumers are code; these work on the rows (of
+one instance of a consumer: `SHARED_INSTANCE` unless the consumer runs per instance).
 
 Every mutating call locks the one (name, instance_id) row with a blocking FOR UPDATE (so it never races a live
 turn), validates the precondition and returns the state after the change.
@@ -23,6 +24,10 @@ from settlekit.dispatch.model import (
 from settlekit.errors import SettlekitError, ValidationError
 from settlekit.store.consumers import ConsumerRepository, ConsumerRowLocked, ConsumerState, Gap
 from settlekit.store.db import Database, Tx
+
+__all__ = ["RESET_HOLE_WINDOW", "SHARED_INSTANCE", "ConsumerProgress", "ConsumerState", "SkipResult", "dead_letters",
+           "disable_consumer", "enable_consumer", "get_state", "list_consumers", "require_state", "reset_consumer",
+           "restart_consumer", "skip_poison", "wait_for"]
 
 
 @dataclass

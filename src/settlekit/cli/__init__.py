@@ -38,8 +38,8 @@ from settlekit.errors import SettlekitError, ValidationError, VerificationError
 from settlekit.events.envelope import parse_keys_file, verify_chain
 
 if TYPE_CHECKING:
-    from settlekit.append import Appender
     from settlekit.application.imports import ImportResult
+    from settlekit.application.jobs import Appender
 
 app = typer.Typer(help="settlekit: hash-chained job streams, ledger, artifacts and signed webhooks.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -261,9 +261,9 @@ def import_stream(
     when nothing was refused, 1 when an event was, 2 when the import could not start or was cut off (files, keys,
     database).
     """
-    from settlekit.append import job_appender
     from settlekit.application.database import opened
     from settlekit.application.imports import forget_signers, parse_import_keys, parse_import_stream, register_signers
+    from settlekit.application.jobs import job_appender
     from settlekit.runtime.settings import Settings
 
     try:

@@ -11,10 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from settlekit.application import consumers as ops
-from settlekit.application.consumers import ConsumerState
+from settlekit.application.consumers import SHARED_INSTANCE, ConsumerState
 from settlekit.application.database import Database
 from settlekit.cli.common import DbOption, JsonOption, fail, run_with_db
-from settlekit.dispatch.model import SHARED_INSTANCE
 from settlekit.errors import ValidationError
 
 consumers_app = typer.Typer(help="Durable consumers: state, lag and recovery.", no_args_is_help=True)

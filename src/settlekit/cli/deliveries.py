@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,8 +24,6 @@ from settlekit.api.auth import check_tenant_id
 from settlekit.application import destinations
 from settlekit.application.database import Database
 from settlekit.cli.common import DbOption, JsonOption, TenantOption, print_json, run_with_db, settings_flags
-from settlekit.delivery.receiver import ReceiverServer
-from settlekit.delivery.signing import generate_secret
 from settlekit.runtime.settings import Settings
 
 delivery_app = typer.Typer(help="Webhook delivery tools.", no_args_is_help=True)
@@ -113,7 +111,7 @@ def _write_secret(secret_dir: Path, tenant: str, destination_id: str) -> Path:
     path = (secret_dir / f"{tenant}.{destination_id}.whsec").resolve()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(generate_secret() + "\n")
+        f.write(destinations.generate_secret() + "\n")
     return path
 
 
@@ -383,14 +381,12 @@ def deliveries_test(
 ) -> None:
     """Send one signed test message (type settlekit.test) to a destination now and print how it went; exit 1
     when it was not answered with a 2xx."""
-    from settlekit.delivery.sender import SenderConfig
-
     settings = Settings(**flags)
     policy = destinations.DestinationPolicy(
         allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
         allow_loopback=settings.allow_loopback_webhooks, allow_private_network=settings.allow_private_webhooks,
         allowed_networks=settings.allowed_webhook_networks)
-    sender = SenderConfig(timeout=settings.delivery_timeout, connect_timeout=min(5.0, settings.delivery_timeout))
+    sender = destinations.config_for_test_send(settings.delivery_timeout)
     sent = run_with_db(settings.db_url, lambda database: asyncio.run(
         destinations.send_test(database, tenant, destination_id, policy=policy, sender=sender)), reading=True)
     body = sent.to_json()
@@ -457,36 +453,15 @@ def deliveries_run(
     allow_env_secrets: Annotated[bool, typer.Option("--allow-env-secrets", help="accept env: refs")] = False,
 ) -> None:
     """Run a delivery worker for all tenants until SIGINT/SIGTERM (then finishes in-flight attempts)."""
-    from settlekit.delivery.auto_disable import AutoDisable
-    from settlekit.delivery.fairness import Caps
-    from settlekit.delivery.secrets import SecretResolver
-    from settlekit.delivery.sender import SenderConfig
-    from settlekit.delivery.sink import artifact_loader
-    from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
     from settlekit.runtime.logging import configure_logging
+    from settlekit.runtime.workers import delivery_run_config, standalone_delivery_worker
 
     settings = Settings(**flags)
-    caps = Caps(in_flight=concurrency, per_destination=settings.delivery_destination_concurrency,
-                per_tenant=settings.delivery_tenant_concurrency)
-    config = WorkerConfig(
-        caps=caps, replay=settings.replay_policy(),
-        circuit=settings.circuit_policy(),
-        batch_size=batch, lease=timedelta(seconds=lease), lease_renew=lease_renew,
-        max_claims=max_claims, idle_sleep=idle_sleep,
-        allow_loopback=settings.allow_loopback_webhooks, allow_insecure_http=settings.allow_insecure_http,
-        allow_private_network=settings.allow_private_webhooks, allowed_networks=settings.allowed_webhook_networks,
-        sender=SenderConfig(timeout=timeout, concurrency=concurrency),
-        auto_disable=AutoDisable(settings.destination_disable_after_failures,
-                                 timedelta(hours=settings.destination_disable_after_hours)),
-    )
+    config = delivery_run_config(settings, concurrency=concurrency, batch=batch, idle_sleep=idle_sleep, lease=lease,
+                                 lease_renew=lease_renew, timeout=timeout, max_claims=max_claims)
 
     async def main(database: Database) -> None:
-        async with DeliveryWorker(
-            database,
-            artifact_loader=artifact_loader,
-            config=config,
-            secret_resolver=SecretResolver(allow_env=allow_env_secrets),
-        ) as worker:
+        async with standalone_delivery_worker(database, config, allow_env_secrets=allow_env_secrets) as worker:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, worker.stop)
@@ -512,10 +487,8 @@ def secrets_migrate(
     """Import legacy file: secret references into the database (per tenant) and rewrite them; report what was
     migrated and what was refused (exit 1 when anything was refused). Only files inside the secrets directory,
     in the destination's own tenant area, are imported."""
-    from settlekit.delivery.legacy_secrets import migrate_file_refs
-
     root = Settings(secrets_dir=secrets_dir).secrets_dir
-    report = run_with_db(db, lambda database: migrate_file_refs(database, root, now=datetime.now(UTC)))
+    report = run_with_db(db, lambda database: destinations.migrate_file_refs(database, root, now=datetime.now(UTC)))
     if as_json:
         print_json(report.to_json())
     else:
@@ -569,30 +542,17 @@ def receive_command(
 ) -> None:
     """Receive signed artifact webhooks: verify, dedupe by webhook-id, store each artifact once."""
     from settlekit.runtime.logging import configure_logging
+    from settlekit.runtime.workers import run_receiver
 
     configure_logging(Settings().log_level)
-    server = ReceiverServer(
-        secrets=_load_secrets(secret, secret_file),
-        host=host,
-        port=port,
-        out_dir=out,
-        tolerance_seconds=tolerance,
-        verify_artifact_body=not no_artifact_check,
-        accept_legacy=legacy,
-        log=lambda line: typer.echo(line, err=True),
-    )
+    secrets = _load_secrets(secret, secret_file)
     stopping = threading.Event()
-    # SIGINT/SIGTERM only set a flag: the serving thread is stopped from here, never interrupted mid-request.
+    # SIGINT/SIGTERM only set a flag: the serving thread is stopped by run_receiver, never interrupted mid-request.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())
-    server.start()
-    typer.echo(f"listening on {server.url}", err=True)
-    try:
-        while not stopping.wait(0.2):
-            pass
-    finally:
-        server.stop()
-        typer.echo(f"stopped: {server.stats()}", err=True)
+    run_receiver(stopping, lambda line: typer.echo(line, err=True), secrets=secrets, host=host, port=port,
+                 out_dir=out, tolerance_seconds=tolerance, verify_artifact_body=not no_artifact_check,
+                 accept_legacy=legacy)
 
 
 delivery_app.command("receive")(receive_command)

@@ -43,9 +43,6 @@ from settlekit.application.destinations import replays
 from settlekit.console import charts
 from settlekit.console.session import CsrfError, Sessions, SignedIn, check_form, session_secret
 from settlekit.cursors import DELIVERY, POSTINGS
-from settlekit.delivery.sender import SenderConfig
-from settlekit.delivery.signing import generate_secret
-from settlekit.dispatch import SHARED_INSTANCE
 from settlekit.errors import NotFoundError, SettlekitError, ValidationError
 from settlekit.events.canonical import storable_json
 from settlekit.events.envelope import VerificationError, load_public_key, verify_link
@@ -531,8 +528,7 @@ class Console:
             timeout = ctx.test_sends.timeout
             with ctx.test_sends.slot(tenant):
                 sent = await destinations.send_test(ctx.db, tenant, dest_id, policy=ctx.destination_policy,
-                                                sender=SenderConfig(timeout=timeout,
-                                                                    connect_timeout=min(5.0, timeout)))
+                                                sender=destinations.config_for_test_send(timeout))
             return await run_in_threadpool(lambda: self.done(request, user, "Test message sent", dest_id,
                                                              result=sent.to_json()))
 
@@ -564,7 +560,7 @@ class Console:
                         backfill=form.get("backfill") == "on")
                 return self.done(request, user, "Destination enabled", dest_id, result=report.to_json())
             if verb == "rotate-secret":
-                secret = generate_secret()
+                secret = destinations.generate_secret()
                 with ctx.url_checks.slot(tenant):
                     current = destinations.get_destination(ctx.db, tenant, dest_id)
                     destinations.save_destination(ctx.db, dataclasses.replace(current), policy=ctx.destination_policy,
@@ -626,7 +622,7 @@ class Console:
     async def consumer_action(self, request: Request, user: SignedIn, form: Form) -> Response:
         verb = request.path_params["verb"]
         name = _text(form, "name", required=True)
-        instance = _text(form, "instance") or SHARED_INSTANCE
+        instance = _text(form, "instance") or consumer_ops.SHARED_INSTANCE
         assert name is not None
         db = self.ctx.db
 

@@ -1,6 +1,7 @@
 """The composition root: the server signing key, the background workers (dispatcher consumers and the webhook
 delivery worker) and the retention cleanups they schedule, shared by `settlekit serve`, `settlekit worker` and
-the demo."""
+the demo; and the processes of `settlekit deliveries run` (a delivery worker alone) and `settlekit receive` (the
+reference webhook receiver)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from settlekit.errors import ConfigurationError
 from settlekit.events.envelope import Signer
@@ -23,6 +24,9 @@ from settlekit.runtime.settings import Settings
 from settlekit.store.db import Database
 from settlekit.store.maintenance import try_cleanup_lock
 from settlekit.store.progress import outstanding
+
+if TYPE_CHECKING:
+    from settlekit.delivery.worker import DeliveryWorker, WorkerConfig
 
 log = logging.getLogger("settlekit.runtime")
 
@@ -123,6 +127,71 @@ def worker_config(settings: Settings) -> Any:
                             max_keepalive_connections=settings.delivery_concurrency),
     )
 
+
+def delivery_run_config(settings: Settings, *, concurrency: int, batch: int, idle_sleep: float, lease: float,
+                        lease_renew: float | None, timeout: float, max_claims: int) -> WorkerConfig:
+    """The configuration of a delivery worker run alone (`settlekit deliveries run`): the command line's figures,
+    the network policy, caps, circuit, replay rate and automatic disabling from the settings."""
+    from datetime import timedelta
+
+    from settlekit.delivery.auto_disable import AutoDisable
+    from settlekit.delivery.fairness import Caps
+    from settlekit.delivery.sender import SenderConfig
+    from settlekit.delivery.worker import WorkerConfig
+
+    caps = Caps(in_flight=concurrency, per_destination=settings.delivery_destination_concurrency,
+                per_tenant=settings.delivery_tenant_concurrency)
+    return WorkerConfig(
+        caps=caps, replay=settings.replay_policy(),
+        circuit=settings.circuit_policy(),
+        batch_size=batch, lease=timedelta(seconds=lease), lease_renew=lease_renew,
+        max_claims=max_claims, idle_sleep=idle_sleep,
+        allow_loopback=settings.allow_loopback_webhooks, allow_insecure_http=settings.allow_insecure_http,
+        allow_private_network=settings.allow_private_webhooks, allowed_networks=settings.allowed_webhook_networks,
+        sender=SenderConfig(timeout=timeout, concurrency=concurrency),
+        auto_disable=AutoDisable(settings.destination_disable_after_failures,
+                                 timedelta(hours=settings.destination_disable_after_hours)),
+    )
+
+
+def standalone_delivery_worker(db: Database, config: WorkerConfig, *, allow_env_secrets: bool) -> DeliveryWorker:
+    """A delivery worker for every tenant of `db`, on its own (`settlekit deliveries run`): artifacts loaded from
+    the database, `env:` secret references resolved only when `allow_env_secrets`. Enter it (`async with`) on the
+    event loop that runs it."""
+    from settlekit.delivery.secrets import SecretResolver
+    from settlekit.delivery.sink import artifact_loader
+    from settlekit.delivery.worker import DeliveryWorker
+
+    return DeliveryWorker(db, artifact_loader=artifact_loader, config=config,
+                          secret_resolver=SecretResolver(allow_env=allow_env_secrets))
+
+
+def run_receiver(stopping: threading.Event, log_line: Callable[[str], None], *, secrets: Sequence[str], host: str,
+                 port: int, out_dir: Path | None, tolerance_seconds: float, verify_artifact_body: bool,
+                 accept_legacy: bool) -> None:
+    """The reference webhook receiver (`settlekit receive`): verify, dedupe by webhook-id and store each artifact
+    once, serving on a thread of its own until `stopping` is set (then stopped from here, never interrupted
+    mid-request). `log_line` takes its lines: each webhook, where it listens, its counts once stopped."""
+    from settlekit.delivery.receiver import ReceiverServer
+
+    server = ReceiverServer(
+        secrets=secrets,
+        host=host,
+        port=port,
+        out_dir=out_dir,
+        tolerance_seconds=tolerance_seconds,
+        verify_artifact_body=verify_artifact_body,
+        accept_legacy=accept_legacy,
+        log=log_line,
+    )
+    server.start()
+    log_line(f"listening on {server.url}")
+    try:
+        while not stopping.wait(0.2):
+            pass
+    finally:
+        server.stop()
+        log_line(f"stopped: {server.stats()}")
 
 
 CLEANUP_BATCH = 10_000  # expired deliveries deleted per transaction

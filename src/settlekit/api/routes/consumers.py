@@ -17,9 +17,8 @@ from settlekit.api.openapi import IDEMPOTENT, problems
 from settlekit.api.responses import TypedRoute
 from settlekit.api.schemas import ConsumerProgress, Consumers, DeadLetter, DeadLetters, Skipped
 from settlekit.application import consumers as consumer_ops
-from settlekit.application.consumers import ConsumerState
+from settlekit.application.consumers import SHARED_INSTANCE, ConsumerState
 from settlekit.application.database import Database, Tx
-from settlekit.dispatch import SHARED_INSTANCE
 from settlekit.events.canonical import MAX_SAFE_INTEGER
 
 router = APIRouter(prefix="/v1", tags=["ops"], route_class=TypedRoute)

@@ -23,7 +23,6 @@ from settlekit.application import destinations
 from settlekit.application.database import Tx
 from settlekit.application.destinations import replays
 from settlekit.cursors import DELIVERY
-from settlekit.delivery.sender import SenderConfig
 
 router = APIRouter(prefix="/v1", tags=["ops"], route_class=TypedRoute)
 
@@ -194,7 +193,7 @@ async def test_destination(destination_id: DestinationIdPath, request: Request,
     timeout = ctx.test_sends.timeout
     with ctx.test_sends.slot(key.tenant_id):
         sent = await destinations.send_test(ctx.db, key.tenant_id, destination_id, policy=ctx.destination_policy,
-                                        sender=SenderConfig(timeout=timeout, connect_timeout=min(5.0, timeout)))
+                                        sender=destinations.config_for_test_send(timeout))
     return TestSendOut.model_validate(sent.to_json())
 
 

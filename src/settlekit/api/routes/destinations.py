@@ -19,8 +19,6 @@ from settlekit.api.responses import TypedRoute
 from settlekit.api.schemas import Circuit, Destination, DestinationRequeued, Destinations, EnabledDestination
 from settlekit.application import destinations
 from settlekit.application.database import Tx
-from settlekit.delivery import circuit
-from settlekit.delivery.secrets import SECRET_ID_RE, db_ref, secret_id_of
 from settlekit.errors import ValidationError
 
 router = APIRouter(prefix="/v1", tags=["ops"], route_class=TypedRoute)
@@ -116,16 +114,6 @@ class DisableIn(BaseModel):
     reason: str = Field(default="operator", min_length=1, max_length=200)
 
 
-def _public_ref(ref: str | None) -> str | None:
-    """What a tenant may see of a reference: the id of a stored secret, an env name; never a path or value."""
-    if ref is None:
-        return None
-    sid = secret_id_of(ref)
-    if sid is not None:
-        return sid
-    return None if ref.startswith(("inline:", "file:")) else ref
-
-
 def _destination(dest: destinations.Destination) -> Destination:
     until = dest.previous_secret_expires_at
     rotating = dest.previous_secret_ref is not None and until is not None and until > datetime.now(UTC)
@@ -133,11 +121,11 @@ def _destination(dest: destinations.Destination) -> Destination:
         "destinationId": dest.destination_id, "kind": dest.kind, "url": dest.url, "signing": dest.signing,
         "artifactTypes": list(dest.artifact_types) if dest.artifact_types else None,
         "ordering": dest.ordering, "allowPrivateNetwork": dest.allow_private_network, "status": dest.status,
-        "disabledReason": dest.disabled_reason, "secretRef": _public_ref(dest.secret_ref),
-        "previousSecretRef": _public_ref(dest.previous_secret_ref) if rotating else None,
+        "disabledReason": dest.disabled_reason, "secretRef": destinations.public_secret_ref(dest.secret_ref),
+        "previousSecretRef": destinations.public_secret_ref(dest.previous_secret_ref) if rotating else None,
         "previousSecretExpiresAt": until.astimezone(UTC).isoformat().replace("+00:00", "Z")
         if rotating and until is not None else None,
-        "circuit": Circuit.model_validate(circuit.to_json(dest.circuit, datetime.now(UTC)))})
+        "circuit": Circuit.model_validate(destinations.circuit_json(dest, datetime.now(UTC)))})
 
 
 def _secret_input(secret: str | None, secret_ref: str | None) -> tuple[str | None, str | None]:
@@ -147,10 +135,11 @@ def _secret_input(secret: str | None, secret_ref: str | None) -> tuple[str | Non
         raise ValidationError("give secret or secretRef, not both", code="SCHEMA_INVALID", field="secret")
     if secret_ref is None:
         return secret, None
-    if not SECRET_ID_RE.fullmatch(secret_ref):
+    ref = destinations.stored_secret_ref(secret_ref)
+    if ref is None:
         raise ValidationError("secretRef must be the id of a secret this tenant stored (sec_…); paths and other "
                               "references are not accepted", code="SECRET_REF_FORBIDDEN", field="secretRef")
-    return None, db_ref(secret_ref)
+    return None, ref
 
 
 @router.post("/destinations", status_code=201, summary="Create a webhook destination", response_model=Destination,

@@ -48,10 +48,16 @@ from settlekit.api.openapi import (
 )
 from settlekit.api.responses import JsonResponse, TypedRoute, content_disposition
 from settlekit.api.schemas import Appended, EventExport, JobEvents, JobList, JobSummary, JobView
-from settlekit.append import AppendResult, Idempotency
-from settlekit.append.appender import AppendOptions, StreamPrecondition, named_key_ids
 from settlekit.application import jobs as streams
-from settlekit.application.jobs import StreamHead, StreamRead
+from settlekit.application.jobs import (
+    AppendOptions,
+    AppendResult,
+    Idempotency,
+    StreamHead,
+    StreamPrecondition,
+    StreamRead,
+    named_key_ids,
+)
 from settlekit.application.keys import StoredApiKey
 from settlekit.errors import CATALOGUE, ConflictError, SettlekitError, ValidationError
 from settlekit.events.canonical import MAX_SAFE_INTEGER

@@ -19,10 +19,18 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry
 
-from settlekit.delivery import enqueue
+from settlekit.delivery import circuit, enqueue
 from settlekit.delivery.errors import WebhookSecretError
 from settlekit.delivery.metrics import OPERATOR, metrics_for
-from settlekit.delivery.secrets import SecretRefError, SecretResolver, delete_unreferenced, secret_id_of, store_secret
+from settlekit.delivery.secrets import (
+    SECRET_ID_RE,
+    SecretRefError,
+    SecretResolver,
+    db_ref,
+    delete_unreferenced,
+    secret_id_of,
+    store_secret,
+)
 from settlekit.delivery.signing import SIGNING_MODES, decode_secret
 from settlekit.delivery.ssrf import Resolver, SsrfPolicy, VettedDestination, vet_url
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
@@ -97,6 +105,27 @@ def check_secret_value(value: str, signing: str) -> None:
         raise ValidationError("secret must be one non-empty line without white space around it", field="secret")
     if signing in ("standard", "both"):
         _check_whsec(value)
+
+
+def stored_secret_ref(secret_id: str) -> str | None:
+    """The reference (`secret:<id>`) of a secret a tenant stored, from its id (`sec_…`); None for any other text
+    (a path, an env name, a reference), which is never looked at further."""
+    return db_ref(secret_id) if SECRET_ID_RE.fullmatch(secret_id) else None
+
+
+def public_secret_ref(ref: str | None) -> str | None:
+    """What a tenant may see of a secret reference: the id of a stored secret, an env name; never a path or value."""
+    if ref is None:
+        return None
+    sid = secret_id_of(ref)
+    if sid is not None:
+        return sid
+    return None if ref.startswith(("inline:", "file:")) else ref
+
+
+def circuit_json(dest: store.Destination, now: datetime) -> dict[str, object]:
+    """The destination's circuit breaker as the API shows it at `now` (state, failures, the next probe)."""
+    return circuit.to_json(dest.circuit, now)
 
 
 def _check_whsec(value: str) -> None:

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from settlekit.application.destinations.operations import DestinationPolicy, get_destination
-from settlekit.delivery import circuit
+from settlekit.application.destinations.operations import DestinationPolicy, circuit_json, get_destination
 from settlekit.delivery.message import PreparedRequest
 from settlekit.delivery.sender import Outcome, SenderConfig, WebhookSender
 from settlekit.delivery.signing import delivery_headers
@@ -98,6 +97,11 @@ class SentTest:
 def sample_body(destination_id: str, message_id: str, now: datetime) -> dict[str, Any]:
     """The body of a test send."""
     return {"type": TEST_TYPE, "destinationId": destination_id, "testId": message_id, "sentAt": _iso(now)}
+
+
+def config_for_test_send(timeout: float) -> SenderConfig:
+    """The sender of a test message: answered within `timeout` seconds, connected within five at most."""
+    return SenderConfig(timeout=timeout, connect_timeout=min(5.0, timeout))
 
 
 async def send_test(db: Database, tenant_id: str, destination_id: str, *, policy: DestinationPolicy,
@@ -178,5 +182,5 @@ def destination_stats(db: Database, tenant_id: str, destination_id: str, *, sinc
                        "truncated": counted >= STATS_DELIVERIES,
                        "countedSince": _iso(oldest) if counted >= STATS_DELIVERIES else _iso(start)},
         "consecutiveFailures": failures, "failingSince": _iso(failing_since),
-        "circuit": circuit.to_json(dest.circuit, _now(now)),
+        "circuit": circuit_json(dest, _now(now)),
     }
