@@ -1,13 +1,17 @@
 """Process wiring: the validated settings (`settings`), JSON logging (`logging`) and the composition root that
-runs the background workers and the retention cleanups (`workers`)."""
+runs the background workers and the retention cleanups, a delivery worker alone and the webhook receiver
+(`workers`)."""
 
 from settlekit.runtime.settings import Settings
 from settlekit.runtime.workers import (
     CleanupResult,
     CleanupScheduler,
     Workers,
+    delivery_run_config,
     load_server_signer,
     register_queue_gauges,
+    run_receiver,
+    standalone_delivery_worker,
     unregister_queue_gauges,
     uvicorn_options,
     worker_config,
@@ -20,8 +24,11 @@ __all__ = [
     "CleanupScheduler",
     "Settings",
     "Workers",
+    "delivery_run_config",
     "load_server_signer",
     "register_queue_gauges",
+    "run_receiver",
+    "standalone_delivery_worker",
     "unregister_queue_gauges",
     "uvicorn_options",
     "worker_config",
