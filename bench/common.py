@@ -104,12 +104,14 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: floa
         time.sleep(0.2)
 
 
-def stop_process(name: str, proc: subprocess.Popen[bytes], timeout: float = 60, *, quiet: bool = False) -> None:
-    """SIGTERM, then report how the process ended (killed if it outlives `timeout`; `quiet`: only then)."""
+def stop_process(name: str, proc: subprocess.Popen[bytes], timeout: float = 60, *, quiet: bool = False,
+                 graceful: tuple[int, ...] = (0,)) -> None:
+    """SIGTERM, then report how the process ended (killed if it outlives `timeout`; `quiet`: only then, or when
+    its exit status is not one of `graceful`)."""
     proc.send_signal(signal.SIGTERM)
     try:
         code = proc.wait(timeout=timeout)
-        if not quiet or code != 0:
+        if not quiet or code not in graceful:
             print(f"{name} stopped on SIGTERM with exit status {code}")
     except subprocess.TimeoutExpired:
         proc.kill()

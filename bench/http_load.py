@@ -35,6 +35,7 @@ import contextlib
 import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -186,6 +187,7 @@ class CeilingSystem(System):
     name = "ceiling"
     scratch_prefix = "ceiling"
     default_rate = 3000.0
+    graceful_exits = (0, -signal.SIGTERM)  # `python -m uvicorn` ends by the SIGTERM it handled, after its shutdown
 
     def __init__(self, postmaster: int | None):
         super().__init__(postmaster)

@@ -71,9 +71,12 @@ class System:
     def start(self) -> bool:
         raise NotImplementedError
 
+    # exit statuses of a graceful stop on SIGTERM (uvicorn's own command line re-raises the signal it handled)
+    graceful_exits: tuple[int, ...] = (0,)
+
     def stop(self) -> None:
         for name, proc in reversed(self.procs):
-            stop_process(name, proc, timeout=30, quiet=True)
+            stop_process(name, proc, timeout=30, quiet=True, graceful=self.graceful_exits)
         self.procs = []
 
     def cpu_sources(self) -> dict[str, Callable[[], float]]:
