@@ -21,6 +21,7 @@ import typer
 
 from settlekit.application.database import url_traits
 from settlekit.cli.common import console, settings_flags
+from settlekit.runtime.memory import settle_after_start_up
 
 log = logging.getLogger("settlekit.server")
 
@@ -125,6 +126,7 @@ def api_process_app(flags: dict[str, Any], server_key_pem: str, parent_pid: int 
     if exposed is not None:  # /metrics renders every process's metrics, and the delivery queue read at scrape time
         register_queue_gauges(database, exposed)
         app.state.settlekit.exposed_registry = exposed
+    settle_after_start_up()
     return app
 
 
@@ -255,6 +257,7 @@ def _serve_one(database: Any, settings: Any) -> None:
     app_ = create_app(database, settings, server_signer=load_server_signer(settings.server_key_file),
                       mounts=console_mounts(settings))
     feed = app_.state.settlekit.feed
+    settle_after_start_up()
     _graceful_server(_uvicorn_config(app_, settings), feed.close if feed is not None else None).run()
 
 
@@ -303,6 +306,7 @@ def worker(flags: dict[str, Any]) -> None:
         server, _ = start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=REGISTRY)
         console.print(f"metrics on http://{settings.metrics_host}:{server.server_port}/metrics")
     background.start()
+    settle_after_start_up()
     console.print(f"settlekit worker {settings.instance_id} running on {settings.db_url}")
     try:
         while not stop.wait(1.0):

@@ -1,6 +1,6 @@
-"""Process wiring: the validated settings (`settings`), JSON logging (`logging`) and the composition root that
-runs the background workers and the retention cleanups, a delivery worker alone and the webhook receiver
-(`workers`)."""
+"""Process wiring: the validated settings (`settings`), JSON logging (`logging`), the garbage collector of a
+long-running process (`memory`) and the composition root that runs the background workers and the retention
+cleanups, a delivery worker alone and the webhook receiver (`workers`)."""
 
 from settlekit.runtime.settings import Settings
 from settlekit.runtime.workers import (
