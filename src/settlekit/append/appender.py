@@ -316,12 +316,13 @@ class Appender:
 
     async def _read_state(self, database: _Database, tenant_id: str, stream_id: str,
                           key_ids: frozenset[str]) -> _StreamState:
-        head, snapshot, keys = await database.read(self.streams.head_snapshot_and_keys, tenant_id,
-                                                             stream_id, key_ids)
+        head, snapshot, keys = await database.read(self.streams.head_snapshot_and_keys, tenant_id, stream_id,
+                                                   key_ids)
         return _StreamState(head, snapshot, keys, key_ids)
 
-    async def _append_drafts(self, request: _Request, items: Sequence[Mapping[str, Any]], expected_prev_chain_hash: Any,
-                             expected_version: int | None, state: _StreamState | None) -> AppendResult:
+    async def _append_drafts(self, request: _Request, items: Sequence[Mapping[str, Any]],
+                             expected_prev_chain_hash: Any, expected_version: int | None,
+                             state: _StreamState | None) -> AppendResult:
         """Server drafts: the server fills id, at and the chain link, then hashes and signs them. `state`: the
         stream as already read, if it was."""
         tenant_id, stream_id = request.tenant_id, request.stream_id
@@ -362,7 +363,7 @@ class Appender:
             jsons.append(text)
             link = event["chainHash"]
         return await self._commit(request, events, jsons, prev=prev, expected_version=expected_version,
-                                        head=head, snapshot=snapshot)
+                                  head=head, snapshot=snapshot)
 
     async def _append_finalized(self, request: _Request, items: Sequence[Mapping[str, Any]],
                                 policy: AppendPolicy, state: _StreamState | None,
@@ -418,7 +419,7 @@ class Appender:
             unsigned += not check_signer(event, i, keys, required, policy)
             link = event["chainHash"]
         result = await self._commit(request, events, None, prev=prev, expected_version=expected_version,
-                                         head=head, snapshot=snapshot, client_finalized=True)
+                                    head=head, snapshot=snapshot, client_finalized=True)
         if not policy.is_live and not result.already_exists:
             result.unsigned = unsigned
             result.lone_surrogates = sum(find_lone_surrogate(e["payload"]) is not None for e in events)
@@ -531,8 +532,8 @@ class Appender:
         return keys
 
     async def _commit(self, request: _Request, events: list[Event], jsons: list[str] | None, *, prev: str | None,
-        expected_version: int | None, head: StreamHead | None,
-        snapshot: dict[str, Any] | None, client_finalized: bool = False) -> AppendResult:
+                      expected_version: int | None, head: StreamHead | None,
+                      snapshot: dict[str, Any] | None, client_finalized: bool = False) -> AppendResult:
         """The domain step on top of the stream's `head` and `snapshot`, then one CommitBatch for the recorder
         (`events` link to `prev`; `jsons`: their stored text, when already made). A lost race is a 409 with the
         current head, unless the race was lost to the same client-finalized events (a resend that met the first
