@@ -38,6 +38,16 @@ def _append(path: Path, line: str) -> None:
     path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
 
 
+def _assert_breaks(package: Path, module: str, line: str, *expected: str) -> None:
+    """Add `line` to `module` (a path under settlekit/) of the package copy: the lint fails, saying each of
+    `expected`."""
+    _append(package / "settlekit" / module, line)
+    result = _lint_imports(package)
+    assert result.returncode == 1, result.stdout
+    for text in expected:
+        assert text in result.stdout
+
+
 def test_the_package_keeps_every_contract(package_copy: Path) -> None:
     result = _lint_imports(package_copy)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -45,90 +55,80 @@ def test_the_package_keeps_every_contract(package_copy: Path) -> None:
 
 
 def test_pure_domain_importing_storage_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "ledger" / "balances.py", "from settlekit.store import db as _db  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert "Pure domain (events, ledger, jobs, artifacts) imports no storage" in result.stdout
-    assert "settlekit.ledger.balances -> settlekit.store.db" in result.stdout
+    _assert_breaks(package_copy, "ledger/balances.py",
+                   "from settlekit.store import db as _db  # noqa",
+                   "Pure domain (events, ledger, jobs, artifacts) imports no storage",
+                   "settlekit.ledger.balances -> settlekit.store.db")
 
 
 def test_a_lower_domain_layer_importing_a_higher_one_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "events" / "envelope.py", "import settlekit.jobs.types as _types  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert "Domain layers: artifacts -> jobs -> ledger -> events -> errors BROKEN" in result.stdout
-    assert "settlekit.events.envelope -> settlekit.jobs.types" in result.stdout
+    _assert_breaks(package_copy, "events/envelope.py",
+                   "import settlekit.jobs.types as _types  # noqa",
+                   "Domain layers: artifacts -> jobs -> ledger -> events -> errors BROKEN",
+                   "settlekit.events.envelope -> settlekit.jobs.types")
 
 
 def test_storage_importing_the_api_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "store" / "ledger.py", "import settlekit.api.app as _app  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert "Storage never imports the use cases, the HTTP API, the CLI or the runtime BROKEN" in result.stdout
+    _assert_breaks(package_copy, "store/ledger.py",
+                   "import settlekit.api.app as _app  # noqa",
+                   "Storage never imports the use cases, the HTTP API, the CLI or the runtime BROKEN")
 
 
 def test_the_api_reaching_the_store_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "api" / "routes" / "health.py", "import settlekit.store.finance as _f  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert ("The HTTP API, the CLI and the operator console reach the store only through the application layer "
-            "BROKEN") in result.stdout
-    assert "settlekit.api.routes.health -> settlekit.store.finance" in result.stdout
+    _assert_breaks(package_copy, "api/routes/health.py",
+                   "import settlekit.store.finance as _f  # noqa",
+                   "The HTTP API, the CLI and the operator console reach the store only through the application "
+                   "layer BROKEN",
+                   "settlekit.api.routes.health -> settlekit.store.finance")
 
 
 def test_the_console_reaching_the_store_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "console" / "charts.py", "import settlekit.store.streams as _s  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert "reach the store only through the application layer BROKEN" in result.stdout
-    assert "settlekit.console.charts -> settlekit.store.streams" in result.stdout
+    _assert_breaks(package_copy, "console/charts.py",
+                   "import settlekit.store.streams as _s  # noqa",
+                   "reach the store only through the application layer BROKEN",
+                   "settlekit.console.charts -> settlekit.store.streams")
 
 
 def test_the_api_reaching_the_append_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "api" / "routes" / "health.py", "import settlekit.append.policy as _p  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert ("The HTTP API, the CLI and the operator console reach the append and the consumers of the log only "
-            "through the application layer BROKEN") in result.stdout
-    assert "settlekit.api.routes.health -> settlekit.append.policy" in result.stdout
+    _assert_breaks(package_copy, "api/routes/health.py",
+                   "import settlekit.append.policy as _p  # noqa",
+                   "The HTTP API, the CLI and the operator console reach the append and the consumers of the log "
+                   "only through the application layer BROKEN",
+                   "settlekit.api.routes.health -> settlekit.append.policy")
 
 
 def test_the_cli_reaching_the_delivery_worker_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "cli" / "deliveries.py", "import settlekit.delivery.worker as _w  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert "reach the append and the consumers of the log only through the application layer BROKEN" in result.stdout
-    assert "settlekit.cli.deliveries -> settlekit.delivery.worker" in result.stdout
+    _assert_breaks(package_copy, "cli/deliveries.py",
+                   "import settlekit.delivery.worker as _w  # noqa",
+                   "reach the append and the consumers of the log only through the application layer BROKEN",
+                   "settlekit.cli.deliveries -> settlekit.delivery.worker")
 
 
 def test_the_store_importing_a_dialect_folder_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "store" / "database.py", "import settlekit.store.sqlite.backend as _b  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert "No import circles inside the store" in result.stdout and "BROKEN" in result.stdout
+    _assert_breaks(package_copy, "store/database.py",
+                   "import settlekit.store.sqlite.backend as _b  # noqa",
+                   "No import circles inside the store",
+                   "BROKEN")
 
 
 def test_storage_importing_the_append_use_case_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "store" / "streams.py", "import settlekit.append.policy as _policy  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert "Storage never imports the use cases, the HTTP API, the CLI or the runtime BROKEN" in result.stdout
-    assert "settlekit.store.streams -> settlekit.append.policy" in result.stdout
+    _assert_breaks(package_copy, "store/streams.py",
+                   "import settlekit.append.policy as _policy  # noqa",
+                   "Storage never imports the use cases, the HTTP API, the CLI or the runtime BROKEN",
+                   "settlekit.store.streams -> settlekit.append.policy")
 
 
 def test_a_consumer_of_the_log_calling_the_append_use_case_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "projections" / "sinks.py", "import settlekit.append as _append  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert "-> append -> projections : dispatch : delivery -> store -> domain BROKEN" in result.stdout
-    assert "settlekit.projections.sinks -> settlekit.append" in result.stdout
+    _assert_breaks(package_copy, "projections/sinks.py",
+                   "import settlekit.append as _append  # noqa",
+                   "-> append -> projections : dispatch : delivery -> store -> domain BROKEN",
+                   "settlekit.projections.sinks -> settlekit.append")
 
 
 def test_the_bottom_helpers_importing_the_package_breaks_the_lint(package_copy: Path) -> None:
-    _append(package_copy / "settlekit" / "failpoints.py", "import settlekit.dispatch.model as _model  # noqa")
-    result = _lint_imports(package_copy)
-    assert result.returncode == 1, result.stdout
-    assert "settlekit.failpoints -> settlekit.dispatch.model" in result.stdout
+    _assert_breaks(package_copy, "failpoints.py",
+                   "import settlekit.dispatch.model as _model  # noqa",
+                   "settlekit.failpoints -> settlekit.dispatch.model")
 
 
 SQL_STATEMENT = re.compile(r"\b(SELECT\s.+\sFROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)\b", re.S)
