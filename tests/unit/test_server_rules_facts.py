@@ -5,8 +5,10 @@ each event meets in its stream."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +37,22 @@ def test_observe_changes_the_history_only_for_the_types_that_fold_into_it() -> N
                 folded += 1
                 assert rules.folds_into_facts(event), (name, event["type"])
     assert checked > 5_000 and folded > 500  # the corpus exercises both kinds
+
+
+def test_the_folding_types_are_the_ones_observe_names() -> None:
+    """Every type `observe` compares the event's type with (a literal or a named set) is one `folds_into_facts`
+    names, and no other: the two lists cannot drift apart, whatever the corpus exercises."""
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(inspect.getsource(rules.observe))):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "t":
+            for compared in node.comparators:
+                if isinstance(compared, ast.Name):
+                    named |= getattr(rules, compared.id)
+                named |= {c.value for c in ast.walk(compared)
+                          if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    assert named == rules._OBSERVED_TYPES
+    assert all(rules.folds_into_facts({"type": t}) for t in named)
+    assert not rules.folds_into_facts({"type": "JOB_HEARTBEAT"}) and rules.folds_into_facts({"type": ["SETTLED"]})
 
 
 def test_the_rule_checks_only_read_the_history() -> None:
