@@ -7,7 +7,6 @@ import dataclasses
 import threading
 from typing import Any
 
-from settlekit.api.app import _destination_policy
 from settlekit.application import destinations
 from settlekit.application.destinations import DestinationPolicy
 from settlekit.delivery.signing import generate_secret
@@ -49,7 +48,7 @@ def test_an_idempotency_key_tells_an_omitted_artifact_types_from_a_null_one(db: 
 
 
 def test_destinations_per_tenant(db: Database) -> None:
-    assert _destination_policy(Settings(max_destinations_per_tenant=3)).max_destinations_per_tenant == 3
+    assert DestinationPolicy.from_settings(Settings(max_destinations_per_tenant=3)).max_destinations_per_tenant == 3
     app = make_app(db, destination_policy=dataclasses.replace(DestinationPolicy.local(),
                                                               max_destinations_per_tenant=3))
     api = client(app, key_for(db, TENANT_A))

@@ -79,7 +79,7 @@ def create_app(
     database = connect(db, **settings.database_options(db)) if isinstance(db, str) else db
     if owned:
         database.migrate()
-    policy = destination_policy or _destination_policy(settings)
+    policy = destination_policy or DestinationPolicy.from_settings(settings)
     ctx = ApiContext(
         db=database,
         appender=job_appender(database, server_signer=server_signer, group_commit=True,
@@ -125,16 +125,6 @@ def _redirect_to(location: str) -> Callable[..., RedirectResponse]:
         return RedirectResponse(location, status_code=308)
 
     return redirect
-
-
-def _destination_policy(settings: Settings) -> DestinationPolicy:
-    """The webhook network policy the settings ask for."""
-    return DestinationPolicy(
-        allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
-        allow_loopback=settings.allow_loopback_webhooks,
-        allow_private_network=settings.allow_private_webhooks,
-        allowed_networks=settings.allowed_webhook_networks,
-        max_destinations_per_tenant=settings.max_destinations_per_tenant)
 
 
 def _lifespan_closing(ctx: ApiContext, database: Database | None

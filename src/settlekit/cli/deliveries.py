@@ -382,10 +382,7 @@ def deliveries_test(
     """Send one signed test message (type settlekit.test) to a destination now and print how it went; exit 1
     when it was not answered with a 2xx."""
     settings = Settings(**flags)
-    policy = destinations.DestinationPolicy(
-        allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
-        allow_loopback=settings.allow_loopback_webhooks, allow_private_network=settings.allow_private_webhooks,
-        allowed_networks=settings.allowed_webhook_networks)
+    policy = destinations.DestinationPolicy.from_settings(settings)
     sender = destinations.config_for_test_send(settings.delivery_timeout)
     sent = run_with_db(settings.db_url, lambda database: asyncio.run(
         destinations.send_test(database, tenant, destination_id, policy=policy, sender=sender)), reading=True)

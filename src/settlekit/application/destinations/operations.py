@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry
 
@@ -36,6 +36,9 @@ from settlekit.delivery.ssrf import Resolver, SsrfPolicy, VettedDestination, vet
 from settlekit.errors import ConflictError, NotFoundError, ValidationError
 from settlekit.store import deliveries as store
 from settlekit.store.db import Database, Tx
+
+if TYPE_CHECKING:
+    from settlekit.runtime.settings import Settings
 
 audit = logging.getLogger("settlekit.delivery.audit")
 
@@ -66,6 +69,15 @@ class DestinationPolicy:
     def local(cls) -> DestinationPolicy:
         """http and loopback allowed: a receiver on this machine."""
         return cls(allow_insecure_http=True, allow_loopback=True)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DestinationPolicy:
+        """The webhook network policy and destination bound the settings ask for (loopback implies http)."""
+        return cls(allow_insecure_http=settings.allow_insecure_http or settings.allow_loopback_webhooks,
+                   allow_loopback=settings.allow_loopback_webhooks,
+                   allow_private_network=settings.allow_private_webhooks,
+                   allowed_networks=settings.allowed_webhook_networks,
+                   max_destinations_per_tenant=settings.max_destinations_per_tenant)
 
     def ssrf(self, *, allow_private_network: bool) -> SsrfPolicy:
         """The policy for a destination with this `allowPrivateNetwork` opt-in (it only narrows)."""
