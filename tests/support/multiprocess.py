@@ -133,7 +133,8 @@ def run_shared_workload(check_url: str, tmp_path: Path, process_env: dict[str, s
         assert errors == []
 
         # Wait until the workers have built and delivered everything.
-        wait_until_caught_up(db, lambda: len(receiver.artifacts), timeout=120, min_artifacts=1)
+        assert wait_until_caught_up(db, lambda: len(receiver.artifacts), timeout=120, min_artifacts=1), \
+            "the workers did not build and deliver everything within 120 s"
         with db.read() as tx:
             stored_events = tx.scalar("SELECT count(*) FROM events WHERE tenant_id = ?", (TENANT,))
             artifact_ids = {r[0] for r in tx.fetchall("SELECT artifact_id FROM artifacts WHERE tenant_id = ?",

@@ -22,10 +22,9 @@ class Outstanding:
 
 
 def outstanding(db: Database) -> Outstanding:
-    """The counts, read in one transaction."""
+    """The counts, read in one statement (one snapshot)."""
     with db.read() as tx:
-        undelivered = tx.scalar(statements("progress", tx.dialect)["outstanding"])
-        artifacts = tx.scalar(statements("progress", tx.dialect)["count_artifacts"])
-        consumers = tx.scalar(statements("progress", tx.dialect)["count_consumers"])
-        behind = tx.scalar(statements("progress", tx.dialect)["consumers_behind"])
-    return Outstanding(int(undelivered), int(artifacts), int(consumers), int(behind))
+        row = tx.fetchone(statements("progress", tx.dialect)["outstanding"])
+    assert row is not None
+    undelivered, artifacts, consumers, behind = (int(value) for value in row)
+    return Outstanding(undelivered, artifacts, consumers, behind)
