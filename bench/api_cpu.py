@@ -41,8 +41,8 @@ TENANT = "tenant_bench"
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
-def thread_cpu() -> dict[int, float]:
-    """CPU seconds (user + system) of each thread of this process, by native thread id."""
+def thread_cpu() -> dict[int, tuple[float, float]]:
+    """CPU seconds (user, system) of each thread of this process, by native thread id."""
     ticks = os.sysconf("SC_CLK_TCK")
     out = {}
     for tid in os.listdir("/proc/self/task"):
@@ -51,7 +51,7 @@ def thread_cpu() -> dict[int, float]:
         except OSError:
             continue  # the thread ended
         fields = stat.rsplit(")", 1)[1].split()
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / ticks
+        out[int(tid)] = (int(fields[11]) / ticks, int(fields[12]) / ticks)
     return out
 
 
@@ -153,12 +153,15 @@ async def _run(app: ASGIApp, jobs: list[Any], requests: list[list[bytes]], heade
     n = len(jobs) * args.appends
     print(f"{n:,} appends by {len(jobs)} clients: {(cpu1 - cpu0) / n * 1e3:.3f} ms of CPU per append in the process"
           f"{' (under cProfile)' if profile else ''}, {n / (wall1 - wall0):,.0f} appends/s")
-    by_name: dict[str, list[float]] = {}
-    for native_id, seconds in after.items():
-        by_name.setdefault(thread_kind(native_id), []).append(seconds - before.get(native_id, 0.0))
-    for name, spent in sorted(by_name.items(), key=lambda item: -sum(item[1])):
-        if sum(spent) * 1e3 / n >= 0.005:
-            print(f"  {name} ({len(spent)} thread{'s' if len(spent) > 1 else ''}): {sum(spent) / n * 1e3:.3f} ms")
+    by_name: dict[str, list[tuple[float, float]]] = {}
+    for native_id, (user, system) in after.items():
+        user0, system0 = before.get(native_id, (0.0, 0.0))
+        by_name.setdefault(thread_kind(native_id), []).append((user - user0, system - system0))
+    for name, spent in sorted(by_name.items(), key=lambda item: -sum(u + s for u, s in item[1])):
+        user, system = sum(u for u, _ in spent) / n * 1e3, sum(s for _, s in spent) / n * 1e3
+        if user + system >= 0.005:
+            print(f"  {name} ({len(spent)} thread{'s' if len(spent) > 1 else ''}): {user + system:.3f} ms"
+                  f" (user {user:.3f}, system {system:.3f})")
     if profile is not None:
         print("\nthe event loop thread's functions by own CPU time:")
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from settlekit.errors import NotFoundError, ValidationError, VerificationError
 from settlekit.events.canonical import canonical_json, iso_millis, quote_string
+from settlekit.events.ed25519 import verify_ed25519
 from settlekit.events.randomness import random_bytes
 
 ENVELOPE_VERSION: Final = 1
@@ -131,10 +131,10 @@ def verify_signature(public_key: Ed25519PublicKey, payload_hash: str, signature_
     strict base64, or with `node_base64` any spelling settld reads (`node_base64_decode`)."""
     try:
         raw = node_base64_decode(signature_b64) if node_base64 else base64.b64decode(signature_b64, validate=True)
-        public_key.verify(raw, bytes.fromhex(payload_hash))
-    except (InvalidSignature, ValueError):
+        message = bytes.fromhex(payload_hash)
+    except ValueError:
         return False
-    return True
+    return verify_ed25519(public_key, raw, message)
 
 
 _quote = quote_string
