@@ -1,7 +1,7 @@
 """Where the API process's CPU per append goes: the ASGI application driven in this process, without sockets or
 HTTP parsing, by concurrent clients appending robot-signed JOB_HEARTBEAT events (the HTTP load test's workload),
 on a scratch PostgreSQL database. Prints the CPU per append of each thread of the process (the event loop, the
-authentication threads, the group commit writer) and, with `--profile`, the event loop thread's functions by
+authentication threads, the group commit writer), PostgreSQL's CPU per append for the same window and, with `--profile`, the event loop thread's functions by
 their own CPU time (cProfile on the thread's CPU clock).
 
 What http_load.py measures from outside (every process, sockets included) this splits by thread and function; it
@@ -28,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import scratch_pg  # noqa: E402
+from loadgen import postgres_cpu_seconds, postmaster_pid  # noqa: E402
 from settlekit.api.app import create_app  # noqa: E402
 from settlekit.api.auth import create_api_key  # noqa: E402
 from settlekit.append import job_appender  # noqa: E402
@@ -126,12 +127,20 @@ def main() -> None:
         requests = [[body(e) for e in job.add_heartbeats(warm_up + args.appends)] for job in jobs]
         app = create_app(db, Settings(rate_limit_per_second=1e9, rate_limit_burst=1e9), server_signer=Signer.generate())
         headers = [(b"authorization", f"Bearer {api_key}".encode())]
-        asyncio.run(_run(app, jobs, requests, headers, warm_up, args))
+        with db.read() as tx:
+            data_directory = tx.scalar("SHOW data_directory")
+        postmaster = postmaster_pid(str(data_directory))
+        database = url.rsplit("/", 1)[-1]
+
+        def database_cpu() -> float | None:
+            return None if postmaster is None else postgres_cpu_seconds(postmaster, database)
+
+        asyncio.run(_run(app, jobs, requests, headers, warm_up, args, database_cpu))
         db.close()
 
 
 async def _run(app: ASGIApp, jobs: list[Any], requests: list[list[bytes]], headers: list[tuple[bytes, bytes]],
-               warm_up: int, args: argparse.Namespace) -> None:
+               warm_up: int, args: argparse.Namespace, database_cpu: Callable[[], float | None]) -> None:
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     task = await lifespan(app, queue)
 
@@ -143,13 +152,13 @@ async def _run(app: ASGIApp, jobs: list[Any], requests: list[list[bytes]], heade
 
     await asyncio.gather(*(client(i, r[:warm_up]) for i, r in enumerate(requests)))
     profile = cProfile.Profile(time.thread_time) if args.profile else None
-    before, cpu0, wall0 = thread_cpu(), time.process_time(), time.perf_counter()
+    before, cpu0, wall0, pg0 = thread_cpu(), time.process_time(), time.perf_counter(), database_cpu()
     if profile is not None:
         profile.enable()
     await asyncio.gather(*(client(i, r[warm_up:]) for i, r in enumerate(requests)))
     if profile is not None:
         profile.disable()
-    cpu1, wall1, after = time.process_time(), time.perf_counter(), thread_cpu()
+    cpu1, wall1, after, pg1 = time.process_time(), time.perf_counter(), thread_cpu(), database_cpu()
     n = len(jobs) * args.appends
     print(f"{n:,} appends by {len(jobs)} clients: {(cpu1 - cpu0) / n * 1e3:.3f} ms of CPU per append in the process"
           f"{' (under cProfile)' if profile else ''}, {n / (wall1 - wall0):,.0f} appends/s")
@@ -162,6 +171,9 @@ async def _run(app: ASGIApp, jobs: list[Any], requests: list[list[bytes]], heade
         if user + system >= 0.005:
             print(f"  {name} ({len(spent)} thread{'s' if len(spent) > 1 else ''}): {user + system:.3f} ms"
                   f" (user {user:.3f}, system {system:.3f})")
+    if pg0 is not None and pg1 is not None:
+        print(f"  PostgreSQL (this database's backends, the cluster's background processes): "
+              f"{(pg1 - pg0) / n * 1e3:.3f} ms")
     if profile is not None:
         print("\nthe event loop thread's functions by own CPU time:")
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)

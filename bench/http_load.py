@@ -9,7 +9,10 @@ HTTP/1.1), each client appending robot-signed JOB_HEARTBEAT events, one per requ
 - `2 API + worker`: `settlekit serve --workers 2 --no-workers` and a `settlekit worker`;
 - `ceiling`: bench/ceiling.py, a minimal FastAPI app inserting each body as one row through psycopg;
 - `settld` (opt-in, SETTLEKIT_REFERENCE_DIR naming a settld 0.1.0 checkout with `npm ci` done, and node):
-  settld's own API server on its PostgreSQL store (settld_peer.py).
+  settld's own API server on its PostgreSQL store (settld_peer.py);
+- `baseline` (opt-in, SETTLEKIT_BASELINE_PYTHON naming the Python of another checkout's virtual environment, an
+  earlier commit say): `1 API + worker` run by that Python, so a change is measured against what it changes in
+  the same run (its ratios: this checkout's `1 API + worker` to it).
 
 Rounds are interleaved (every system once per round, each on fresh processes), and every ratio is taken within a
 round, the median of the rounds reported. CPU per request is read from /proc for the API process(es), the
@@ -25,6 +28,7 @@ position). `--profile`: an extra window with py-spy recording the API process (`
 functions printed.
 
 Run: python bench/http_load.py [--quick] [--rounds 4] [--seconds 15] [--clients 50] [--profile]
+                               [--systems "1 API + worker,baseline,ceiling"]
 Only 127.0.0.1 is contacted.
 """
 
@@ -79,9 +83,11 @@ class SettlekitSystem(System):
 
     scratch_prefix = "http"
 
-    def __init__(self, postmaster: int | None, name: str, serve_options: Sequence[str], worker: bool):
+    def __init__(self, postmaster: int | None, name: str, serve_options: Sequence[str], worker: bool,
+                 python: str = sys.executable):
         super().__init__(postmaster)
         self.name = name
+        self.python = python  # whose settlekit runs (another checkout's virtual environment: a baseline)
         self.serve_options = list(serve_options)
         self.worker = worker
         self.groups = ("API", "worker", "PostgreSQL") if worker else ("API", "PostgreSQL")
@@ -115,12 +121,12 @@ class SettlekitSystem(System):
     def start(self) -> bool:
         self.port = free_port()
         log = Path(self.tmp) / "serve.log"
-        serve = subprocess.Popen([sys.executable, "-m", "settlekit.cli", "serve", *self.serve_options],
+        serve = subprocess.Popen([self.python, "-m", "settlekit.cli", "serve", *self.serve_options],
                                  env=self.env(), stdout=log.open("ab"), stderr=subprocess.STDOUT)
         self.procs = [("API", serve)]
         if self.worker:
             self.procs.append(("worker", subprocess.Popen(
-                [sys.executable, "-m", "settlekit.cli", "worker"], env=self.env(),
+                [self.python, "-m", "settlekit.cli", "worker"], env=self.env(),
                 stdout=(Path(self.tmp) / "worker.log").open("ab"), stderr=subprocess.STDOUT)))
         return wait_ready(f"http://{self.host}/readyz", serve, log)
 
@@ -446,6 +452,11 @@ def print_ratios(series: dict[str, Series]) -> None:
         show(f"{name} / ceiling, server CPU per request", series.get(name), ceiling, cpu_per_request,
              "  (target <= 1.8x)" if name == "1 API + worker" else "")
     show("2 API + worker / 1 API + worker, requests/s", two, one, rate, "  (target >= 1.3x)")
+    baseline = series.get("baseline")
+    if baseline is not None:
+        show("1 API + worker / baseline, requests/s", one, baseline, rate, "")
+        show("1 API + worker / baseline, server CPU per request", one, baseline, cpu_per_request, "")
+        show("1 API + worker / baseline, API CPU per request", one, baseline, lambda w: w.ms_per("API"), "")
     if settld is not None:
         show("1 API + worker / settld, requests/s", one, settld, rate, "")
         show("settld / 1 API + worker, server CPU per request", settld, one, cpu_per_request, "")
@@ -460,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="py-spy the API process in an extra window")
     parser.add_argument("--no-batch", action="store_true")
     parser.add_argument("--no-probe", action="store_true")
+    parser.add_argument("--systems", default=None,
+                        help="comma-separated names of the systems to measure (default: all of them)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 4)
     seconds = args.seconds or (4.0 if args.quick else 15.0)
@@ -473,9 +486,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         SettlekitSystem(postmaster, "2 API + worker", ["--workers", "2", "--no-workers"], worker=True),
         CeilingSystem(postmaster),
     ]
+    baseline_python = os.environ.get("SETTLEKIT_BASELINE_PYTHON")
+    if baseline_python:
+        systems.append(SettlekitSystem(postmaster, "baseline", ["--no-workers"], worker=True, python=baseline_python))
     peer = _settld_peer(postmaster)
     if peer is not None:
         systems.append(peer)
+    if args.systems is not None:
+        chosen = {name.strip() for name in args.systems.split(",")}
+        unknown = chosen - {s.name for s in systems}
+        if unknown:
+            parser.error(f"no such system: {', '.join(sorted(unknown))} (have: {', '.join(s.name for s in systems)})")
+        systems = [s for s in systems if s.name in chosen]
+        peer = peer if peer in systems else None
     batch_system = SettlekitSystem(postmaster, "batches", ["--no-workers"], worker=False)
     series = {s.name: Series() for s in systems}
     batch_http_series, batch_store_series = Series(), Series()
