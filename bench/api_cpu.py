@@ -1,8 +1,8 @@
 """Where the API process's CPU per append goes: the ASGI application driven in this process, without sockets or
 HTTP parsing, by concurrent clients appending robot-signed JOB_HEARTBEAT events (the HTTP load test's workload),
 on a scratch PostgreSQL database. Prints the CPU per append of each thread of the process (the event loop, the
-authentication threads, the group commit writer), PostgreSQL's CPU per append for the same window and, with `--profile`, the event loop thread's functions by
-their own CPU time (cProfile on the thread's CPU clock).
+authentication threads, the group commit writer), PostgreSQL's CPU per append for the same window and, with
+`--profile`, the event loop thread's functions by their own CPU time (cProfile on the thread's CPU clock).
 
 What http_load.py measures from outside (every process, sockets included) this splits by thread and function; it
 is not one of `make bench`'s anchored figures, but the place to look before and after a CPU cut.
