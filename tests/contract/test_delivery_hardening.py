@@ -384,3 +384,34 @@ def test_worker_settings_from_flags_and_env(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(ConfigurationError):
         worker_config(Settings(delivery_backoff_base=10.0, delivery_backoff_cap=1.0))
     assert json.dumps(Settings().metrics_host) == '"127.0.0.1"'
+
+
+def test_a_delivery_worker_run_alone_takes_the_settings_of_the_embedded_one() -> None:
+    """`settlekit deliveries run` configures its worker as the embedded workers are configured (retries, metrics,
+    network policy), with its command line's figures for what those set."""
+    from settlekit.runtime import Settings, delivery_run_config, worker_config
+
+    settings = Settings(delivery_max_attempts=4, delivery_backoff_base=3.0, delivery_backoff_cap=60.0,
+                        metrics_per_destination=True, allow_loopback_webhooks=True,
+                        delivery_destination_concurrency=3, delivery_tenant_concurrency=5)
+    alone = delivery_run_config(settings, concurrency=12, batch=7, idle_sleep=0.4, lease=20.0, lease_renew=5.0,
+                                timeout=9.0, max_claims=3)
+    embedded = worker_config(settings)
+    assert alone.retry == embedded.retry and (alone.retry.max_attempts, alone.retry.base) == (4, 3.0)
+    assert alone.per_destination_metrics and alone.allow_loopback
+    assert alone.allow_insecure_http, "loopback destinations are http: allowed as for the embedded workers"
+    assert (alone.caps.in_flight, alone.caps.per_destination, alone.caps.per_tenant) == (12, 3, 5)
+    assert (alone.batch_size, alone.idle_sleep, alone.lease, alone.renew_interval, alone.max_claims) == (
+        7, 0.4, timedelta(seconds=20), 5.0, 3)
+    assert (alone.sender.concurrency, alone.sender.timeout, alone.sender.connect_timeout) == (12, 9.0, 5.0)
+    assert (alone.circuit, alone.replay, alone.auto_disable) == (embedded.circuit, embedded.replay,
+                                                                 embedded.auto_disable)
+
+
+@pytest.mark.parametrize("option", [["--concurrency", "0"], ["--batch", "0"], ["--timeout", "0"], ["--lease", "-1"],
+                                    ["--max-claims", "0"], ["--delivery-max-attempts", "0"]])
+def test_a_delivery_worker_run_alone_refuses_figures_that_cannot_work(option: list[str], tmp_path: Path) -> None:
+    result = CliRunner().invoke(delivery_app, ["run", "--db", f"sqlite:///{tmp_path / 'never.db'}", *option])
+    assert result.exit_code == 2, result.output
+    assert "SETTINGS_INVALID" in result.output
+    assert not (tmp_path / "never.db").exists(), "nothing was opened"

@@ -23,7 +23,8 @@ from rich.table import Table
 from settlekit.api.auth import check_tenant_id
 from settlekit.application import destinations
 from settlekit.application.database import Database
-from settlekit.cli.common import DbOption, JsonOption, TenantOption, print_json, run_with_db, settings_flags
+from settlekit.cli.common import DbOption, JsonOption, TenantOption, fail, print_json, run_with_db, settings_flags
+from settlekit.errors import SettlekitError
 from settlekit.runtime.settings import Settings
 
 delivery_app = typer.Typer(help="Webhook delivery tools.", no_args_is_help=True)
@@ -435,6 +436,7 @@ def deliveries_stats(
                 "allow_private_webhooks", "log_level", "destination_disable_after_failures",
                 "destination_disable_after_hours", "delivery_destination_concurrency", "delivery_tenant_concurrency",
                 "delivery_circuit_threshold", "delivery_circuit_probe", "delivery_circuit_probe_max", "replay_rate",
+                "delivery_max_attempts", "delivery_backoff_base", "delivery_backoff_cap", "metrics_per_destination",
                 aliases={"allow_loopback_webhooks": "--allow-loopback", "allowed_webhook_networks": "--allow-network"})
 def deliveries_run(
     flags: dict[str, Any],
@@ -453,9 +455,12 @@ def deliveries_run(
     from settlekit.runtime.logging import configure_logging
     from settlekit.runtime.workers import delivery_run_config, standalone_delivery_worker
 
-    settings = Settings(**flags)
-    config = delivery_run_config(settings, concurrency=concurrency, batch=batch, idle_sleep=idle_sleep, lease=lease,
-                                 lease_renew=lease_renew, timeout=timeout, max_claims=max_claims)
+    try:
+        settings = Settings(**flags)
+        config = delivery_run_config(settings, concurrency=concurrency, batch=batch, idle_sleep=idle_sleep,
+                                     lease=lease, lease_renew=lease_renew, timeout=timeout, max_claims=max_claims)
+    except SettlekitError as exc:
+        fail(exc)
 
     async def main(database: Database) -> None:
         async with standalone_delivery_worker(database, config, allow_env_secrets=allow_env_secrets) as worker:

@@ -6,6 +6,7 @@ reference webhook receiver)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import tempfile
@@ -130,28 +131,29 @@ def worker_config(settings: Settings) -> Any:
 
 def delivery_run_config(settings: Settings, *, concurrency: int, batch: int, idle_sleep: float, lease: float,
                         lease_renew: float | None, timeout: float, max_claims: int) -> WorkerConfig:
-    """The configuration of a delivery worker run alone (`settlekit deliveries run`): the command line's figures,
-    the network policy, caps, circuit, replay rate and automatic disabling from the settings."""
+    """The configuration of a delivery worker run alone (`settlekit deliveries run`): the embedded workers' one
+    (`worker_config`: retries, caps, circuit, replay rate, network policy, metrics, automatic disabling) with the
+    command line's figures for what it sets; ConfigurationError (SETTINGS_INVALID) for figures that cannot work."""
     from datetime import timedelta
 
-    from settlekit.delivery.auto_disable import AutoDisable
     from settlekit.delivery.fairness import Caps
-    from settlekit.delivery.sender import SenderConfig
-    from settlekit.delivery.worker import WorkerConfig
 
-    caps = Caps(in_flight=concurrency, per_destination=settings.delivery_destination_concurrency,
-                per_tenant=settings.delivery_tenant_concurrency)
-    return WorkerConfig(
-        caps=caps, replay=settings.replay_policy(),
-        circuit=settings.circuit_policy(),
-        batch_size=batch, lease=timedelta(seconds=lease), lease_renew=lease_renew,
-        max_claims=max_claims, idle_sleep=idle_sleep,
-        allow_loopback=settings.allow_loopback_webhooks, allow_insecure_http=settings.allow_insecure_http,
-        allow_private_network=settings.allow_private_webhooks, allowed_networks=settings.allowed_webhook_networks,
-        sender=SenderConfig(timeout=timeout, concurrency=concurrency),
-        auto_disable=AutoDisable(settings.destination_disable_after_failures,
-                                 timedelta(hours=settings.destination_disable_after_hours)),
-    )
+    if concurrency < 1 or batch < 1:
+        raise ConfigurationError("concurrency and batch must be at least 1", code="SETTINGS_INVALID")
+    if timeout <= 0 or lease <= 0 or idle_sleep <= 0:
+        raise ConfigurationError("timeout, lease and idle sleep must be positive", code="SETTINGS_INVALID")
+    if max_claims < 1:
+        raise ConfigurationError("max claims must be at least 1", code="SETTINGS_INVALID")
+    embedded = worker_config(settings)
+    caps = Caps(in_flight=concurrency, per_destination=embedded.caps.per_destination,
+                per_tenant=embedded.caps.per_tenant)
+    sender = dataclasses.replace(embedded.sender, concurrency=concurrency, timeout=timeout,
+                                 connect_timeout=min(5.0, timeout), max_connections=max(100, concurrency),
+                                 max_keepalive_connections=concurrency)
+    config: WorkerConfig = dataclasses.replace(
+        embedded, caps=caps, batch_size=batch, idle_sleep=idle_sleep, lease=timedelta(seconds=lease),
+        lease_renew=lease_renew, max_claims=max_claims, sender=sender)
+    return config
 
 
 def standalone_delivery_worker(db: Database, config: WorkerConfig, *, allow_env_secrets: bool) -> DeliveryWorker:
