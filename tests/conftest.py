@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import random
 import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import psycopg_pool.base
 import pytest
 
 from settlekit.events.canonical import parse_json
@@ -32,6 +34,12 @@ CLUSTER_HORIZON_FILES = frozenset({
     "test_dispatch_blocked.py", "test_dispatch_blocked_turns.py", "test_dispatch_contract.py",
     "test_dispatch_gaps.py", "test_dispatch_pg.py", "test_group_commit.py", "test_delivery_completion.py",
 })
+
+
+# psycopg_pool jitters each new connection's lifetime with the global `random`, from its own threads as well: a
+# connection opened while Hypothesis draws an example moved the global state under it (HypothesisDeprecationWarning,
+# now and then). The pool draws from a generator of its own instead.
+psycopg_pool.base.random = random.Random().random
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

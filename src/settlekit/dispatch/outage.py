@@ -23,12 +23,16 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+# its own generator: jitter never draws from (nor moves) the process's global random state
+_JITTER = random.Random()
+
+
 class OutageBackoff:
     """See the module docstring. `what` names the loop in the log lines ("dispatcher pass", "LISTEN session")."""
 
     def __init__(self, log: logging.Logger, what: str, *, base: float = 0.2, cap: float = 2.0,
                  remind: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 jitter: Callable[[], float] = random.random):
+                 jitter: Callable[[], float] = _JITTER.random):
         self.log = log
         self.what = what
         self.base = base
