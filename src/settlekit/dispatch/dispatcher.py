@@ -164,6 +164,7 @@ class Dispatcher:
         max_pending_gap_ranges: int = 10_000,
         listen: bool = True,
         idle_poll_max: float = 1.0,
+        wake_coalesce: float = 0.01,
         gap_log_interval: float = 30.0,
         registry: CollectorRegistry | None = None,
         logger: logging.Logger | None = None,
@@ -184,6 +185,9 @@ class Dispatcher:
         self.listen = listen
         self.idle_poll_max = max(idle_poll_max, poll_interval)
         self._idle_wait = poll_interval  # the next wait after a pass in which nothing could move (LISTEN on)
+        # a pass starts at least this long after the previous one started, unless catching up (see _pace)
+        self.wake_coalesce = wake_coalesce
+        self._pass_started = 0.0
         self.gap_log_interval = gap_log_interval
         self._gap_logged: dict[tuple[str, str], float] = {}
         self._blocked: dict[tuple[str, str], _Blocked] = {}  # consumers whose last turn was blocked, unchanged
@@ -237,7 +241,10 @@ class Dispatcher:
         self._thread = None
 
     def _loop(self) -> None:
+        catching_up = False
         while not self._stop.is_set():
+            if not catching_up and self._pace():
+                return  # stopped while pacing
             try:
                 result = self.run_once()
             except Exception as exc:
@@ -250,10 +257,19 @@ class Dispatcher:
                 return
             self.pass_outage.succeeded()
             results = result.by_consumer.values()
+            catching_up = any(r.more for r in results)
             if not any(r.more or r.processed for r in results):
                 self._wait(stuck=all(r.outcome in _STUCK for r in results))
             else:
                 self._idle_wait = self.poll_interval
+
+    def _pace(self) -> bool:
+        """Start a pass no sooner than `wake_coalesce` after the last one started (a backlog, read in full batches,
+        is not paced): under a steady stream of commits one pass takes what several of them wrote, instead of a
+        pass and its transaction per commit; the first commit after a quiet spell is handled at once. True when the
+        dispatcher was stopped meanwhile."""
+        rest = self._pass_started + self.wake_coalesce - time.monotonic()
+        return rest > 0 and self._stop.wait(rest)
 
     def _wait(self, *, stuck: bool = False) -> None:
         """Until a wake-up or `poll_interval` (longer after passes in which nothing could move: `stuck`, see the
@@ -285,6 +301,7 @@ class Dispatcher:
             if not self._registered:
                 self.ensure_registered()
             started = time.perf_counter()
+            self._pass_started = time.monotonic()
             result = PassResult()
             idle = self._precheck()
             for c in self.consumers:
