@@ -68,7 +68,8 @@ def test_full_gap_list_waits_reports_and_recovers(
     seen: list[int] = []
     reg = CollectorRegistry()
     d = Dispatcher(pg, [Consumer("c", lambda e, ctx: seen.append(e.position))], registry=reg, batch_size=5,
-                   max_pending_gap_ranges=2, listen=False, poll_interval=3600.0, gap_log_interval=3600.0)
+                   max_pending_gap_ranges=2, listen=False, poll_interval=3600.0, gap_log_interval=3600.0,
+                   wake_coalesce=0.0)  # the waits observed below are the poll interval's alone
     d.ensure_registered()
     t, _, release, out = holder(pg, "held", rollback=False)  # holds one position open
     try:
