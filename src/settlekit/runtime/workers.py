@@ -132,27 +132,18 @@ def worker_config(settings: Settings) -> Any:
 def delivery_run_config(settings: Settings, *, concurrency: int, batch: int, idle_sleep: float, lease: float,
                         lease_renew: float | None, timeout: float, max_claims: int) -> WorkerConfig:
     """The configuration of a delivery worker run alone (`settlekit deliveries run`): the embedded workers' one
-    (`worker_config`: retries, caps, circuit, replay rate, network policy, metrics, automatic disabling) with the
-    command line's figures for what it sets; ConfigurationError (SETTINGS_INVALID) for figures that cannot work."""
-    from datetime import timedelta
-
-    from settlekit.delivery.fairness import Caps
-
+    (`worker_config`: retries, caps, circuit, replay rate, network policy, metrics, automatic disabling) built
+    from the settings with the command line's figures in place of theirs; ConfigurationError (SETTINGS_INVALID)
+    for figures that cannot work."""
     if concurrency < 1 or batch < 1:
         raise ConfigurationError("concurrency and batch must be at least 1", code="SETTINGS_INVALID")
-    if timeout <= 0 or lease <= 0 or idle_sleep <= 0:
-        raise ConfigurationError("timeout, lease and idle sleep must be positive", code="SETTINGS_INVALID")
-    if max_claims < 1:
-        raise ConfigurationError("max claims must be at least 1", code="SETTINGS_INVALID")
-    embedded = worker_config(settings)
-    caps = Caps(in_flight=concurrency, per_destination=embedded.caps.per_destination,
-                per_tenant=embedded.caps.per_tenant)
-    sender = dataclasses.replace(embedded.sender, concurrency=concurrency, timeout=timeout,
-                                 connect_timeout=min(5.0, timeout), max_connections=max(100, concurrency),
-                                 max_keepalive_connections=concurrency)
-    config: WorkerConfig = dataclasses.replace(
-        embedded, caps=caps, batch_size=batch, idle_sleep=idle_sleep, lease=timedelta(seconds=lease),
-        lease_renew=lease_renew, max_claims=max_claims, sender=sender)
+    if idle_sleep <= 0:
+        raise ConfigurationError("idle sleep must be positive", code="SETTINGS_INVALID")
+    # worker_config checks the timeout, the lease and the claims (model_copy does not validate)
+    given = settings.model_copy(update={
+        "delivery_concurrency": concurrency, "delivery_timeout": timeout, "delivery_lease": lease,
+        "delivery_lease_renew": lease_renew, "delivery_max_claims": max_claims})
+    config: WorkerConfig = dataclasses.replace(worker_config(given), batch_size=batch, idle_sleep=idle_sleep)
     return config
 
 
