@@ -268,7 +268,7 @@ class Dispatcher:
         is not paced): under a steady stream of commits one pass takes what several of them wrote, instead of a
         pass and its transaction per commit; the first commit after a quiet spell is handled at once. True when the
         dispatcher was stopped meanwhile."""
-        rest = self._pass_started + self.wake_coalesce - time.monotonic()
+        rest = self._pass_started + self.wake_coalesce - time.perf_counter()
         return rest > 0 and self._stop.wait(rest)
 
     def _wait(self, *, stuck: bool = False) -> None:
@@ -300,8 +300,7 @@ class Dispatcher:
         with self._pass_lock:
             if not self._registered:
                 self.ensure_registered()
-            started = time.perf_counter()
-            self._pass_started = time.monotonic()
+            started = self._pass_started = time.perf_counter()
             result = PassResult()
             idle = self._precheck()
             for c in self.consumers:
