@@ -35,7 +35,7 @@ from settlekit.api.problems import (
 )
 from settlekit.api.ratelimit import RateLimiter
 from settlekit.api.routes import ROUTERS
-from settlekit.api.routes.jobs import DIRECT_HANDLERS, DIRECT_PREFETCH, append_metrics_for
+from settlekit.api.routes.jobs import DIRECT_CACHED, DIRECT_HANDLERS, DIRECT_PREFETCH, append_metrics_for
 from settlekit.api.settld_compat import PREFIX as SETTLD_PREFIX
 from settlekit.api.settld_compat import SettldErrors, compat_app
 from settlekit.application.artifacts import ArtifactStore
@@ -83,7 +83,7 @@ def create_app(
     ctx = ApiContext(
         db=database,
         appender=job_appender(database, server_signer=server_signer, group_commit=True,
-                           max_queued=settings.max_queued_appends),
+                           max_queued=settings.max_queued_appends, cached_streams=settings.append_cached_streams),
         auth_threads=auth_thread_pool(settings.max_queued_appends),
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         auth_failures=RateLimiter(settings.auth_failure_rate_per_second, settings.auth_failure_burst,
@@ -155,7 +155,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_middleware(app: FastAPI, ctx: ApiContext, settings: Settings, session_prefixes: tuple[str, ...]) -> None:
     """The one middleware (api.middleware: request id and log line, metrics, input guard, auth, body limit)."""
-    direct = [DirectRoute(route, DIRECT_HANDLERS[route.path], DIRECT_PREFETCH.get(route.path))
+    direct = [DirectRoute(route, DIRECT_HANDLERS[route.path], DIRECT_PREFETCH.get(route.path),
+                          DIRECT_CACHED.get(route.path))
               for route in app.router.routes
               if isinstance(route, APIRoute) and route.path in DIRECT_HANDLERS and "POST" in (route.methods or ())]
     app.add_middleware(ApiMiddleware, ctx=ctx, open_paths=OPEN_PATHS, open_prefixes=OPEN_PREFIXES,

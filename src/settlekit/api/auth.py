@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import re
 import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -119,3 +122,42 @@ def authenticate(db: Database, token: str | None,
     if found is None or not hmac.compare_digest(found.secret_hash, _hash_secret(secret)) or found.status != "active":
         raise bad
     return ApiKey(key_id, found.tenant_id, found.scopes, found.status, found.label)
+
+
+class KnownKeys:
+    """The stored rows of the API keys that authenticated in this process, by the digest of the whole presented
+    token, at most `max_entries` (least recently used dropped first): the append route authenticates such a token
+    without reading its key, and its commit writes nothing unless the key is still active then
+    (CommitBatch.active_api_key), so a revocation takes effect for appends as it does with a read."""
+
+    def __init__(self, max_entries: int = 10_000):
+        self.max_entries = max_entries
+        self._rows: OrderedDict[bytes, StoredApiKey] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _digest(token: str) -> bytes:
+        return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+    def get(self, token: str) -> StoredApiKey | None:
+        digest = self._digest(token)
+        with self._lock:
+            row = self._rows.get(digest)
+            if row is not None:
+                self._rows.move_to_end(digest)
+            return row
+
+    def add(self, token: str, row: StoredApiKey) -> None:
+        """Keep `row` for `token`, which authenticated with it just now."""
+        if self.max_entries <= 0 or row.status != "active":
+            return
+        digest = self._digest(token)
+        with self._lock:
+            self._rows[digest] = row
+            self._rows.move_to_end(digest)
+            while len(self._rows) > self.max_entries:
+                self._rows.popitem(last=False)
+
+    def discard(self, token: str) -> None:
+        with self._lock:
+            self._rows.pop(self._digest(token), None)

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
 from settlekit.api.admission import BoundedThreadPool, OutboundSlots
-from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, authenticate
+from settlekit.api.auth import ApiKey, AuthError, ForbiddenError, KnownKeys, authenticate
 from settlekit.api.feed import FeedStreams
 from settlekit.api.guards import check_text
 from settlekit.api.ratelimit import Quota, RateLimitedError, RateLimiter, RecentKeys, retry_after_seconds
@@ -119,6 +119,8 @@ class ApiContext:
     # By default they hold as many requests, running or queued, as the group commit holds appends (one more: 503
     # OVERLOADED at once; SETTLEKIT_MAX_QUEUED_APPENDS sets both).
     auth_threads: BoundedThreadPool = field(default_factory=lambda: auth_thread_pool(MAX_QUEUED_APPENDS))
+    # the append route's keys known from an earlier authentication in this process (api.auth.KnownKeys)
+    known_keys: KnownKeys = field(default_factory=KnownKeys)
     extra: dict[str, Any] = field(default_factory=dict)
     # the opaque, tenant-bound tokens shown for event positions and delivery ids (settlekit/cursors.py)
     cursors: Cursors = field(init=False)
@@ -165,7 +167,7 @@ def job_not_found(job_id: str) -> NotFoundError:
     return NotFoundError(f"job {job_id} not found", code="JOB_NOT_FOUND", jobId=job_id)
 
 
-def _token(headers: Headers) -> str | None:
+def bearer_token(headers: Headers) -> str | None:
     """The key of `Authorization: Bearer sk_…`, the one documented way to authenticate (OpenAPI
     `securitySchemes.apiKey`); no other header is read."""
     auth = headers.get("authorization")
@@ -211,14 +213,15 @@ def authenticate_request(ctx: ApiContext, headers: Headers, client: str | None =
 
 
 def authenticate_with_quota(ctx: ApiContext, headers: Headers, client: str | None = None,
-                            lookup: Callable[[str], StoredApiKey | None] | None = None,
+                            lookup: Callable[[str], StoredApiKey | None] | None = None, *, spend: bool = True,
                             ) -> tuple[ApiKey, Quota | None]:
     """The request's key (AuthError otherwise) and its rate-limit bucket after taking a token (None when rate
     limiting is off); RateLimitedError when the bucket is empty. Failed authentications are rate-limited per client
     address: an address that keeps presenting bad keys gets 429 before its keys are even looked up, except for a
-    key that authenticated in this process within the last hour (`RecentKeys`)."""
+    key that authenticated in this process within the last hour (`RecentKeys`). `spend=False`: the request
+    already took its token (the bucket is None)."""
     address = client or "unknown"
-    token = _token(headers)
+    token = bearer_token(headers)
     wait = ctx.auth_failures.peek(address)
     if wait > 0 and token not in ctx.recent_keys:
         raise SettlekitError("too many failed authentications from this address", code="RATE_LIMITED", status=429,
@@ -232,6 +235,8 @@ def authenticate_with_quota(ctx: ApiContext, headers: Headers, client: str | Non
         raise
     if token is not None:  # always (no token is UNAUTHENTICATED)
         ctx.recent_keys.add(token)
+    if not spend:
+        return key, None
     quota = ctx.limiter.acquire(key.key_id)
     if quota is not None and quota.wait > 0:
         raise RateLimitedError("rate limit exceeded for this API key", quota)

@@ -45,11 +45,12 @@ from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from settlekit.api.auth import ApiKey
-from settlekit.api.deps import ApiContext, authenticate_with_quota
+from settlekit.api.deps import ApiContext, authenticate_with_quota, bearer_token
 from settlekit.api.guards import InputError, check_json_body, check_request_head
 from settlekit.api.problems import error_headers, no_route_problem, problem_from_error, problem_response
 from settlekit.api.ratelimit import Quota
 from settlekit.api.request_log import HEADER, MAX_PROBLEM_BYTES, error_code, log_request, request_id_from
+from settlekit.application.jobs import CachedStreamStale
 from settlekit.application.keys import StoredApiKey
 from settlekit.errors import OverloadedError, SettlekitError
 from settlekit.metrics import PerRegistry
@@ -92,16 +93,22 @@ DirectHandler = Callable[[ApiContext, Request, ApiKey, bytes, Any], Awaitable[Re
 # What a direct route reads together with the presented API key's row, in one round trip: (ctx, request, key id,
 # body) -> (the key's row or None, what the handler gets). It must not raise for a bad body (the handler does).
 DirectPrefetch = Callable[[ApiContext, Request, str, bytes], tuple[StoredApiKey | None, Any]]
+# What the prefetch would read, from this process's caches, for a key whose row is known (api.auth.KnownKeys):
+# (ctx, request, the key's row, body) -> what the handler gets, or None (not cached: the prefetch reads it). The
+# handler raises CachedStreamStale when what it got proved stale: the request is then served again from a read.
+DirectCached = Callable[[ApiContext, Request, StoredApiKey, bytes], Any]
 
 
 @dataclass(frozen=True)
 class DirectRoute:
     """A route the middleware serves itself: `route` (its APIRoute, for matching, the path parameters and the
-    metrics label), `handler`, and `prefetch` when the route reads something with the key."""
+    metrics label), `handler`, `prefetch` when the route reads something with the key, and `cached` when that
+    read may come from this process's caches."""
 
     route: BaseRoute
     handler: DirectHandler
     prefetch: DirectPrefetch | None = None
+    cached: DirectCached | None = None
 
 
 class _Exchange:
@@ -298,12 +305,16 @@ class ApiMiddleware:
         scope.update(child_scope)
         request = Request(scope, receive)
         client = scope.get("client")
+        address = client[0] if client else None
         try:
             self.ctx.db.check_reachable()
+            answer, spent = await self._serve_from_caches(direct, request, body, address, exchange)
+            if answer is not None:
+                await answer(scope, receive, send)
+                return True
             # refused at once (OverloadedError) when the auth threads hold as many requests as they take
             authenticating = self.ctx.auth_threads.run(
-                contextvars.copy_context().run, self._direct_authenticate, direct, request, body,
-                client[0] if client else None)
+                contextvars.copy_context().run, self._direct_authenticate, direct, request, body, address, not spent)
         except SettlekitError as exc:
             await problem_from_error(exc, error_headers(exc))(scope, receive, send)
             return True
@@ -328,23 +339,58 @@ class ApiMiddleware:
                 return direct, child_scope
         return None
 
-    def _direct_authenticate(self, direct: DirectRoute, request: Request, body: bytes, client: str | None
-                             ) -> tuple[Response | None, ApiKey | None, Quota | None, Any]:
+    async def _serve_from_caches(self, direct: DirectRoute, request: Request, body: bytes, client: str | None,
+                                 exchange: _Exchange) -> tuple[Response | None, bool]:
+        """Serve a request whose key and prefetch this process's caches hold, on the loop without a read: (the
+        answer, True). (None, whether the request took its rate-limit token) when they do not hold them, or when
+        what they held proved stale (the key is forgotten then): the caller serves it from a read."""
+        token = bearer_token(request.headers) if direct.cached is not None else None
+        stored = self.ctx.known_keys.get(token) if token is not None else None
+        if direct.cached is None or token is None or stored is None:
+            return None, False
+        prefetched = direct.cached(self.ctx, request, stored, body)
+        if prefetched is None:
+            return None, False
+        try:
+            key, quota = authenticate_with_quota(self.ctx, request.headers, client, lambda _key_id: stored)
+        except SettlekitError as exc:
+            return problem_from_error(exc, error_headers(exc)), True
+        if quota is not None:
+            exchange.extra_headers = quota.headers()
+        request.scope.setdefault("state", {})["api_key"] = key
+        logs.bind(tenant=key.tenant_id, key_id=key.key_id)
+        try:
+            check_json_body(body)
+            return await direct.handler(self.ctx, request, key, body, prefetched), True
+        except SettlekitError as exc:
+            return problem_from_error(exc, error_headers(exc)), True
+        except CachedStreamStale:
+            self.ctx.known_keys.discard(token)
+            return None, True
+
+    def _direct_authenticate(self, direct: DirectRoute, request: Request, body: bytes, client: str | None,
+                             spend: bool = True) -> tuple[Response | None, ApiKey | None, Quota | None, Any]:
         """On a worker thread: authenticate, reading the route's prefetch with the key. Returns (None, the key, its
-        quota, what the prefetch read), or (the refusal's problem answer, None, None, None)."""
+        quota, what the prefetch read), or (the refusal's problem answer, None, None, None). `spend=False`: the
+        request already took its rate-limit token. A key that authenticated is known to the route's cached path
+        from then on (`ctx.known_keys`)."""
         prefetched: list[Any] = [None]
+        found: list[StoredApiKey | None] = [None]
         lookup = None
         if direct.prefetch is not None:
             prefetch = direct.prefetch
 
             def lookup(key_id: str) -> StoredApiKey | None:
-                found, prefetched[0] = prefetch(self.ctx, request, key_id, body)
-                return found
+                found[0], prefetched[0] = prefetch(self.ctx, request, key_id, body)
+                return found[0]
 
         try:
-            key, quota = authenticate_with_quota(self.ctx, request.headers, client, lookup)
+            key, quota = authenticate_with_quota(self.ctx, request.headers, client, lookup, spend=spend)
         except SettlekitError as exc:
             return problem_from_error(exc, error_headers(exc)), None, None, None
+        token = bearer_token(request.headers)
+        if direct.cached is not None and found[0] is not None and token is not None:
+            self.ctx.known_keys.add(token, found[0])
         request.scope.setdefault("state", {})["api_key"] = key
         return None, key, quota, prefetched[0]
 

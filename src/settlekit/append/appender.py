@@ -28,6 +28,7 @@ from settlekit.append.policy import (
     check_signer,
 )
 from settlekit.append.result import AppendResult
+from settlekit.append.state_cache import CachedStream, CachedStreamStale, StreamStateCache
 from settlekit.errors import ConflictError, SettlekitError, ValidationError
 from settlekit.events.canonical import (
     canonical_json,
@@ -56,9 +57,11 @@ from settlekit.store.events import (
     MAX_QUEUED_APPENDS,
     AfterCommit,
     CommitBatch,
+    Committed,
     DuplicateKey,
     EventRecorder,
     HeadMismatch,
+    KeyInactive,
     Outcome,
 )
 from settlekit.store.signer_keys import SignerKey, SignerKeys
@@ -152,7 +155,8 @@ class AppendOptions(TypedDict, total=False):
     causation_id: str | None
     policy: AppendPolicy
     precondition: StreamPrecondition | None
-    prefetched: StreamRead | None
+    prefetched: StreamRead | CachedStream | None
+    active_api_key: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +170,8 @@ class _Request:
     correlation_id: str | None
     causation_id: str | None
     recorded: bool = False  # recorded history (AppendPolicy.recorded): settld's own rules for what it stored
+    active_api_key: str | None = None  # the commit checks that this API key is still active
+    from_cache: bool = False  # the stream's state came from the stream cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +193,7 @@ class Appender:
     def __init__(self, db: Database, *, server_signer: Signer | None = None,
                  domain: StreamDomain | None = None, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  clock: Callable[[], datetime] | None = None, group_commit: bool = False,
-                 max_queued: int = MAX_QUEUED_APPENDS):
+                 max_queued: int = MAX_QUEUED_APPENDS, cached_streams: int = 0):
         self.db = db
         self.server_signer = server_signer
         self.domain: StreamDomain = domain or PassThroughDomain()
@@ -196,6 +202,7 @@ class Appender:
         self.recorder = EventRecorder(db, group_commit=group_commit, max_queued=max_queued)
         self.streams = Streams(db)
         self.signer_keys = SignerKeys(db)
+        self.stream_cache = StreamStateCache(cached_streams)
 
     def close(self) -> None:
         """Stop the group commit writer, if any (the appends already queued are written first)."""
@@ -210,8 +217,12 @@ class Appender:
         given with them must match too. `policy`: see
         AppendPolicy (`HISTORY` takes client-finalized envelopes only). `precondition` is checked on the stream
         head before anything else; that read (with the signer keys the items name) then serves the append.
-        `prefetched`: the same read made by the caller just before (Streams.api_key_and_stream), used instead.
-        `idempotency`, `correlation_id`, `causation_id`: stored with the append.
+        `prefetched`: the same read made by the caller just before (Streams.api_key_and_stream), used instead,
+        or the stream's entry in `stream_cache` (a CachedStream: an append from it that does not go through
+        raises CachedStreamStale, to be done again from a fresh read). `active_api_key`: the commit writes
+        nothing unless this API key is still active (CachedStreamStale with a CachedStream).
+        `idempotency`, `correlation_id`, `causation_id`: stored with the append. With `cached_streams` > 0
+        every live append that commits keeps the stream's new head and state in `stream_cache`.
         """
         return _run_to_end(self._append(_OnThisThread(self.recorder), tenant_id, stream_id, items, **options))
 
@@ -235,7 +246,8 @@ class Appender:
         causation_id: str | None = None,
         policy: AppendPolicy = LIVE,
         precondition: StreamPrecondition | None = None,
-        prefetched: StreamRead | None = None,
+        prefetched: StreamRead | CachedStream | None = None,
+        active_api_key: str | None = None,
     ) -> AppendResult:
         """The append, top to bottom: the stream read (when a precondition or a prefetch asks for it first),
         the items' checks, an idempotent replay, then drafts or finalized events up to their commit."""
@@ -243,12 +255,28 @@ class Appender:
         if prefetched is not None and (prefetched.tenant_id, prefetched.stream_id) == (tenant_id, stream_id):
             head, snapshot = prefetched.head_and_snapshot()
             state = _StreamState(head, snapshot, prefetched.keys, prefetched.key_ids)
+        request = _Request(tenant_id, stream_id, database, idempotency, correlation_id, causation_id, policy.recorded,
+                           active_api_key, isinstance(prefetched, CachedStream) and state is not None)
+        try:
+            return await self._append_read(request, items, state, expected_prev_chain_hash, expected_version,
+                                           policy, precondition)
+        except (_CachedCommitRefused, SettlekitError) as exc:
+            if not request.from_cache or (isinstance(exc, SettlekitError) and exc.status >= 500):
+                raise  # not a guess; or the database or this process failed, which a fresh read would not mend
+            self.stream_cache.drop(tenant_id, stream_id)
+            raise CachedStreamStale() from exc
+
+    async def _append_read(self, request: _Request, items: Sequence[Mapping[str, Any]], state: _StreamState | None,
+                           expected_prev_chain_hash: str | None, expected_version: int | None, policy: AppendPolicy,
+                           precondition: StreamPrecondition | None) -> AppendResult:
+        """`_append` once the stream's state is at hand (`state`), or to be read here."""
+        database, tenant_id, stream_id = request.database, request.tenant_id, request.stream_id
+        idempotency = request.idempotency
         if precondition is not None:
             if state is None:
                 state = await self._read_state(database, tenant_id, stream_id, named_key_ids(items))
             precondition(state.head)
         client_finalized = _check_items(tenant_id, stream_id, items, policy)
-        request = _Request(tenant_id, stream_id, database, idempotency, correlation_id, causation_id, policy.recorded)
         if idempotency is not None:
             # finalized events carry their head in the body: a header beside them is not part of the request's
             # identity (a retry with or without it is the same request)
@@ -363,7 +391,7 @@ class Appender:
             jsons.append(text)
             link = event["chainHash"]
         return await self._commit(request, events, jsons, prev=prev, expected_version=expected_version,
-                                  head=head, snapshot=snapshot)
+                                  head=head, snapshot=snapshot, keys_read=state)
 
     async def _append_finalized(self, request: _Request, items: Sequence[Mapping[str, Any]],
                                 policy: AppendPolicy, state: _StreamState | None,
@@ -419,7 +447,7 @@ class Appender:
             unsigned += not check_signer(event, i, keys, required, policy)
             link = event["chainHash"]
         result = await self._commit(request, events, None, prev=prev, expected_version=expected_version,
-                                    head=head, snapshot=snapshot, client_finalized=True)
+                                    head=head, snapshot=snapshot, client_finalized=True, keys_read=state)
         if not policy.is_live and not result.already_exists:
             result.unsigned = unsigned
             result.lone_surrogates = sum(find_lone_surrogate(e["payload"]) is not None for e in events)
@@ -533,11 +561,13 @@ class Appender:
 
     async def _commit(self, request: _Request, events: list[Event], jsons: list[str] | None, *, prev: str | None,
                       expected_version: int | None, head: StreamHead | None,
-                      snapshot: dict[str, Any] | None, client_finalized: bool = False) -> AppendResult:
+                      snapshot: dict[str, Any] | None, client_finalized: bool = False,
+                      keys_read: _StreamState | None = None) -> AppendResult:
         """The domain step on top of the stream's `head` and `snapshot`, then one CommitBatch for the recorder
         (`events` link to `prev`; `jsons`: their stored text, when already made). A lost race is a 409 with the
         current head, unless the race was lost to the same client-finalized events (a resend that met the first
-        send committing in another process): that is alreadyExists, as before the commit."""
+        send committing in another process): that is alreadyExists, as before the commit. Once committed, the
+        stream's new head and state go to the stream cache, with the signer keys `keys_read` holds."""
         stream_type = head.stream_type if head else self.domain.stream_type(events[0]["type"], request.stream_id)
         first_seq = (head.seq if head else 0) + 1
         outcome = await self._domain_step(request, snapshot, events, first_seq)
@@ -547,11 +577,23 @@ class Appender:
             committed = await request.database.commit(batch, self._in_transaction(request, events, outcome, built))
         except DuplicateKey as exc:
             return await self._answer_duplicate(request, events, prev, exc, client_finalized)
+        if request.from_cache and not isinstance(committed, Committed):
+            raise _CachedCommitRefused()
+        if isinstance(committed, KeyInactive):
+            raise SettlekitError("invalid or revoked API key", code="API_KEY_INVALID", status=401)
         if isinstance(committed, HeadMismatch):
             existing = (await self._find_existing(request, events)) if client_finalized else None
             if existing is not None:
                 return existing
             raise _head_moved(prev, expected_version, committed)
+        if not request.recorded:
+            new_head = StreamHead(request.stream_id, stream_type, committed.base_seq + len(events),
+                                  events[-1]["chainHash"], events[-1]["id"])
+            self.stream_cache.put(CachedStream(
+                request.tenant_id, request.stream_id, new_head,
+                outcome.snapshot if outcome.snapshot is not None else snapshot,
+                keys_read.keys if keys_read is not None else {},
+                keys_read.key_ids if keys_read is not None else frozenset()))
         if built:
             return built[0]
         return _appended(request, events, committed.base_seq, committed.positions, outcome.snapshot)
@@ -631,6 +673,10 @@ class Appender:
                             head_chain_hash=events[-1]["chainHash"], already_exists=True)
 
 
+class _CachedCommitRefused(Exception):
+    """The commit of an append served from the stream cache found another head, or its API key revoked."""
+
+
 class _IdempotencyRace(Exception):
     pass
 
@@ -691,7 +737,8 @@ def _commit_batch(request: _Request, stream_type: str, events: list[Event], json
         expected_version=expected_version, events=events,
         jsons=jsons if jsons is not None else [storable_json(e) for e in events],
         snapshot_json=storable_json(snapshot) if snapshot is not None else None,
-        batch_id=str(random_uuid()), correlation_id=request.correlation_id, causation_id=request.causation_id)
+        batch_id=str(random_uuid()), correlation_id=request.correlation_id, causation_id=request.causation_id,
+        active_api_key=request.active_api_key)
 
 
 def _appended(request: _Request, events: list[Event], base_seq: int, positions: list[int],

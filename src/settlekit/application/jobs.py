@@ -10,6 +10,7 @@ from datetime import datetime
 
 from settlekit.append import Appender, AppendResult, Idempotency, job_appender
 from settlekit.append.appender import AppendOptions, StreamPrecondition, named_key_ids
+from settlekit.append.state_cache import CachedStream, CachedStreamStale
 from settlekit.dispatch.feed import FeedPage, FeedReader
 from settlekit.store import append_rate
 from settlekit.store.append_rate import AppendRate
@@ -19,8 +20,9 @@ from settlekit.store.feed import FeedEvent
 from settlekit.store.streams import StreamHead, StreamRead, Streams, job_page, job_prefix_page
 
 __all__ = ["MAX_QUEUED_APPENDS", "TENANT_APPEND_CAP", "AppendOptions", "AppendRate", "AppendRates", "AppendResult",
-           "Appender", "FeedEvent", "FeedPage", "FeedReader", "Idempotency", "StreamHead", "StreamPrecondition",
-           "StreamRead", "Streams", "append_rates", "job_appender", "job_page", "job_prefix_page", "named_key_ids"]
+           "Appender", "CachedStream", "CachedStreamStale", "FeedEvent", "FeedPage", "FeedReader", "Idempotency",
+           "StreamHead", "StreamPrecondition", "StreamRead", "Streams", "append_rates", "job_appender", "job_page",
+           "job_prefix_page", "named_key_ids"]
 
 TENANT_APPEND_CAP = append_rate.TENANT_CAP
 """A tenant's events of a window are counted up to this many."""

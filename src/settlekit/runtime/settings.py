@@ -126,6 +126,10 @@ class Settings(BaseSettings):
         MAX_QUEUED_APPENDS, ge=1, description="appends an API process holds at most while they wait for the "
         "database (its authentication queue and its group commit's, each); one more is answered 503 `OVERLOADED` "
         "at once")
+    append_cached_streams: int = Field(
+        2048, ge=0, description="job streams an API process keeps the head and state of, as of its own last append "
+        "to each (least recently used dropped first), so that the next append to one reads nothing before its "
+        "commit; 0 turns this off")
     max_routed_requests: int = Field(
         256, ge=1, description="requests an API process has in progress at most, from arrival until the answer "
         "starts, their upload excepted (all but the event append route and the event streams); one more is answered "

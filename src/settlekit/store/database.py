@@ -28,7 +28,14 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal, Protocol
 
-from settlekit.store.rows import BlockedProbe, CommitBatch, Committed, Gap, HeadMismatch, LockMode, Writer
+from settlekit.store.rows import (
+    BlockedProbe,
+    CommitBatch,
+    CommitOutcome,
+    Gap,
+    LockMode,
+    Writer,
+)
 
 Dialect = Literal["postgres", "sqlite"]
 Row = tuple[Any, ...]
@@ -208,10 +215,10 @@ class EventWriter(Protocol):
     """The event recorder's backend (store/<dialect>/events.py): one batch, or a group of batches in one
     transaction."""
 
-    def commit(self, db: Any, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch: ...
+    def commit(self, db: Any, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome: ...
 
     def write_group(self, db: Any, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
-                    before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]: ...
+                    before_commit: Callable[[int], None]) -> list[CommitOutcome]: ...
 
 
 class ConsumerDialect(abc.ABC):

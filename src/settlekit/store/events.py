@@ -19,10 +19,19 @@ from typing import Any
 from settlekit import failpoints
 from settlekit.errors import DatabaseUnavailableError, OverloadedError
 from settlekit.store.database import AfterCommit, Database, EventWriter
-from settlekit.store.rows import CommitBatch, Committed, DuplicateKey, GroupRolledBack, HeadMismatch, duplicate_kind
+from settlekit.store.rows import (
+    CommitBatch,
+    CommitOutcome,
+    Committed,
+    DuplicateKey,
+    GroupRolledBack,
+    HeadMismatch,
+    KeyInactive,
+    duplicate_kind,
+)
 
-__all__ = ["MAX_QUEUED_APPENDS", "AfterCommit", "CommitBatch", "Committed", "DuplicateKey", "EventRecorder",
-           "GroupCommitter", "GroupRolledBack", "HeadMismatch", "duplicate_kind"]
+__all__ = ["MAX_QUEUED_APPENDS", "AfterCommit", "CommitBatch", "CommitOutcome", "Committed", "DuplicateKey",
+           "EventRecorder", "GroupCommitter", "GroupRolledBack", "HeadMismatch", "KeyInactive", "duplicate_kind"]
 
 
 # appends a GroupCommitter holds at most (queued or being written); far above what a process keeps in flight
@@ -40,7 +49,7 @@ class EventRecorder:
         self._commit = backend.commit
         self.group = GroupCommitter(db, backend, max_queued=max_queued) if group_commit else None
 
-    def commit(self, batch: CommitBatch, after: AfterCommit | None = None) -> Committed | HeadMismatch:
+    def commit(self, batch: CommitBatch, after: AfterCommit | None = None) -> CommitOutcome:
         """Write `batch` if the stream head is the one it expects, with `after` in the same transaction.
         Raises DuplicateKey when an insert breaks a uniqueness rule (nothing is written). Returns once the
         write is committed."""
@@ -48,7 +57,7 @@ class EventRecorder:
             return self.group.commit(batch, after)
         return self._commit(self.db, batch, after)
 
-    async def commit_async(self, batch: CommitBatch, after: AfterCommit | None = None) -> Committed | HeadMismatch:
+    async def commit_async(self, batch: CommitBatch, after: AfterCommit | None = None) -> CommitOutcome:
         """`commit` for a caller on an event loop: it waits for the group commit writer without holding a thread
         (without group commit, the write runs on a worker thread)."""
         if self.group is not None:
@@ -61,7 +70,7 @@ class EventRecorder:
 
 
 
-Outcome = Committed | HeadMismatch
+Outcome = CommitOutcome
 
 
 class _LoopOutcome:

@@ -31,6 +31,9 @@ class CommitBatch:
     batch_id: str
     correlation_id: str | None = None
     causation_id: str | None = None
+    # the batch commits only while this API key is active (the API served the append from its caches, without
+    # reading the key); else nothing is written and the outcome is KeyInactive
+    active_api_key: str | None = None
 
     @property
     def creates_stream(self) -> bool:
@@ -48,6 +51,17 @@ class HeadMismatch(NamedTuple):
 
     seq: int | None  # None: the stream does not exist
     chain_hash: str | None
+
+
+class KeyInactive(NamedTuple):
+    """The batch's `active_api_key` was no longer active (revoked) when it came to be written: nothing was
+    written."""
+
+    key_id: str
+
+
+# what writing one CommitBatch came to
+CommitOutcome = Committed | HeadMismatch | KeyInactive
 
 
 class DuplicateKey(Exception):

@@ -52,6 +52,8 @@ from settlekit.application import jobs as streams
 from settlekit.application.jobs import (
     AppendOptions,
     AppendResult,
+    CachedStream,
+    CachedStreamStale,
     Idempotency,
     StreamHead,
     StreamPrecondition,
@@ -130,7 +132,7 @@ async def measured_append(ctx: ApiContext, appending: Awaitable[AppendResult],
     """The answer to an append request (`appending` runs it; `respond` makes the answer of its result, a Response
     or a typed answer; by default this API's), counted and timed by outcome."""
     started = time.perf_counter()
-    outcome = "error"
+    outcome: str | None = "error"
     try:
         result = await appending
         outcome = "replayed" if result.replayed else "existing" if result.already_exists else "created"
@@ -141,8 +143,12 @@ async def measured_append(ctx: ApiContext, appending: Awaitable[AppendResult],
     except SettlekitError as exc:
         outcome = "conflict" if exc.status == 409 else "refused" if exc.status < 500 else "error"
         raise
+    except CachedStreamStale:
+        outcome = None  # done again from a fresh read: that one is counted
+        raise
     finally:
-        append_metrics_for(ctx.registry).observe(outcome, time.perf_counter() - started)
+        if outcome is not None:
+            append_metrics_for(ctx.registry).observe(outcome, time.perf_counter() - started)
 
 
 def is_finance_type(event_type: Any) -> bool:
@@ -204,8 +210,8 @@ def _append_response(ctx: ApiContext, result: AppendResult) -> JsonResponse:
 
 async def append_with_key(ctx: ApiContext, key: ApiKey, request: Request, job_id: str, items: list[dict[str, Any]],
                   expected: Any, idem_key: str | None, body: Any, *, expected_given: bool,
-                  precondition: StreamPrecondition | None = None, prefetched: StreamRead | None = None,
-                  finalized: bool = False) -> AppendResult:
+                  precondition: StreamPrecondition | None = None,
+                  prefetched: StreamRead | CachedStream | None = None, finalized: bool = False) -> AppendResult:
     """The append on the event loop (Appender.append_async): the checks run here, the commit is awaited. The
     expected head is part of an idempotent request's identity for drafts only: finalized events carry it in the
     body, so a retry is the same request whether or not it also sends the header."""
@@ -220,6 +226,8 @@ async def append_with_key(ctx: ApiContext, key: ApiKey, request: Request, job_id
             # keys stored while the header was hashed with finalized events too still replay
             idem.earlier_hashes = (request_hash("POST", target, body, expected),)
     options: AppendOptions = {"idempotency": idem, "precondition": precondition, "prefetched": prefetched}
+    if isinstance(prefetched, CachedStream):  # the key came from api.auth.KnownKeys: its commit checks it
+        options["active_api_key"] = key.key_id
     if expected_given:
         options["expected_prev_chain_hash"] = expected
     try:
@@ -331,10 +339,11 @@ async def append_events(job_id: TextIdPath, request: Request, key: ApiKey = requ
 @dataclass(frozen=True)
 class _Prefetched:
     """What the append route read with the API key: the parsed body (_UNPARSED when it did not parse: the handler
-    parses it again for its error) and the job's stream in the key's tenant."""
+    parses it again for its error) and the job's stream in the key's tenant (or its entry in the appender's
+    stream cache)."""
 
     body: Any
-    stream: StreamRead
+    stream: StreamRead | CachedStream
 
 
 _UNPARSED: Any = object()
@@ -355,6 +364,22 @@ def prefetch_append(ctx: ApiContext, request: Request, key_id: str, raw: bytes
     return found[0], _Prefetched(body, found[1])
 
 
+def cached_append_prefetch(ctx: ApiContext, request: Request, stored: StoredApiKey, raw: bytes
+                            ) -> _Prefetched | None:
+    """What `prefetch_append` would read, from this process's stream cache (the key's row is known already), or
+    None when the job's stream is not there. A request with an idempotency key always reads."""
+    headers = request.headers
+    if "idempotency-key" in headers or "x-idempotency-key" in headers:
+        return None
+    try:
+        body = parse_body(raw)
+    except SettlekitError:
+        return None
+    items = body if isinstance(body, list) else [body]
+    stream = ctx.appender.stream_cache.get(stored.tenant_id, request.path_params["job_id"], named_key_ids(items))
+    return None if stream is None else _Prefetched(body, stream)
+
+
 async def append_job_events(ctx: ApiContext, request: Request, key: ApiKey, raw: bytes,
                             prefetched: _Prefetched | None) -> Response:
     """The one append of events to a job, however the request came in: api.middleware's direct route (the request
@@ -368,6 +393,7 @@ async def append_job_events(ctx: ApiContext, request: Request, key: ApiKey, raw:
 # routes api.middleware serves directly, by path: the hot path of appends (FastAPI keeps them for the schema)
 DIRECT_HANDLERS = {"/v1/jobs/{job_id}/events": append_job_events}
 DIRECT_PREFETCH = {"/v1/jobs/{job_id}/events": prefetch_append}
+DIRECT_CACHED = {"/v1/jobs/{job_id}/events": cached_append_prefetch}
 
 
 async def _append_events(ctx: ApiContext, job_id: str, request: Request, key: ApiKey, raw: bytes,

@@ -16,27 +16,44 @@ import psycopg.errors
 from settlekit.store.database import AfterCommit
 from settlekit.store.postgres.backend import PostgresDatabase, PostgresTx, pg_sql
 from settlekit.store.postgres.ledger import LedgerRows
-from settlekit.store.rows import CommitBatch, Committed, DuplicateKey, GroupRolledBack, HeadMismatch
+from settlekit.store.rows import (
+    CommitBatch,
+    CommitOutcome,
+    Committed,
+    DuplicateKey,
+    GroupRolledBack,
+    HeadMismatch,
+    KeyInactive,
+)
 
+# `g` yields the tenant only while the batch's API key (when it names one) is active: else the function is not
+# called and the statement answers no row (KeyInactive). OFFSET 0 keeps the planner from calling the function
+# before that test.
+_ACTIVE_TENANT = ("(SELECT ?::text AS tenant WHERE ?::text IS NULL OR EXISTS (SELECT 1 FROM api_keys k"
+                  " WHERE k.key_id = ?::text AND k.status = 'active') OFFSET 0) AS g")
 _APPEND_SQL = pg_sql(
-    "SELECT outcome, base_seq, head_hash, positions FROM settlekit_append(?::text, ?::text, ?::text,"
-    " ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],"
-    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text, ?::text, ?::boolean)"
+    "SELECT r.outcome, r.base_seq, r.head_hash, r.positions FROM " + _ACTIVE_TENANT + " CROSS JOIN LATERAL"
+    " settlekit_append(g.tenant, ?::text, ?::text, ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text[],"
+    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text, ?::text,"
+    " ?::boolean) AS r"
 ).replace("%s", "%b")
 _APPEND1_SQL = pg_sql(
-    "SELECT outcome, base_seq, head_hash, positions FROM settlekit_append1(?::text, ?::text, ?::text,"
-    " ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text, ?::text, ?::text, ?::text, ?::text,"
-    " ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::boolean)"
+    "SELECT r.outcome, r.base_seq, r.head_hash, r.positions FROM " + _ACTIVE_TENANT + " CROSS JOIN LATERAL"
+    " settlekit_append1(g.tenant, ?::text, ?::text, ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text,"
+    " ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::boolean) AS r"
 ).replace("%s", "%b")
 _COLUMNS = ("id", "type", "at", "payloadHash", "prevChainHash", "chainHash", "signature", "signerKeyId")
 # A group of one-event appends in ONE statement: the function runs once per row, in the group's order (each call
-# sees the rows of the calls before it), and an error in any call fails the statement, so the whole group.
+# sees the rows of the calls before it), and an error in any call fails the statement, so the whole group. A row
+# whose API key (when it names one) is no longer active is left out before the call (OFFSET 0): it answers no row.
 _APPEND_EACH_SQL = pg_sql(
-    "SELECT r.outcome, r.base_seq, r.head_hash, r.positions FROM unnest(?::text[], ?::text[], ?::text[],"
-    " ?::text[], ?::boolean[], ?::bigint[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],"
-    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[]) WITH ORDINALITY"
-    " AS b(tenant, stream, stream_type, expected_hash, expect_empty, expected_seq, snapshot, batch, id, type, at,"
-    " payload_hash, prev_hash, chain_hash, signature, key_id, json, correlation, causation, n)"
+    "SELECT b.n, r.outcome, r.base_seq, r.head_hash, r.positions FROM (SELECT * FROM unnest(?::text[], ?::text[],"
+    " ?::text[], ?::text[], ?::boolean[], ?::bigint[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],"
+    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[])"
+    " WITH ORDINALITY AS u(tenant, stream, stream_type, expected_hash, expect_empty, expected_seq, snapshot, batch,"
+    " id, type, at, payload_hash, prev_hash, chain_hash, signature, key_id, json, correlation, causation, api_key,"
+    " n) WHERE u.api_key IS NULL OR EXISTS (SELECT 1 FROM api_keys k WHERE k.key_id = u.api_key"
+    " AND k.status = 'active') OFFSET 0) AS b"
     " CROSS JOIN LATERAL settlekit_append1(b.tenant, b.stream, b.stream_type, b.expected_hash, b.expect_empty,"
     " b.expected_seq, b.snapshot, b.batch::uuid, b.id, b.type, b.at, b.payload_hash, b.prev_hash, b.chain_hash,"
     " b.signature, b.key_id, b.json, b.correlation, b.causation, TRUE) AS r ORDER BY b.n"
@@ -46,8 +63,8 @@ _APPEND_EACH_SQL = pg_sql(
 def append_params(batch: CommitBatch) -> tuple[str, tuple[Any, ...]]:
     """The statement and its parameters: scalars for one event, one array per column otherwise."""
     b = batch
-    head = (b.tenant_id, b.stream_id, b.stream_type, b.prev_chain_hash, b.creates_stream, b.expected_version,
-            b.snapshot_json, b.batch_id)
+    head = (b.tenant_id, b.active_api_key, b.active_api_key, b.stream_id, b.stream_type, b.prev_chain_hash,
+            b.creates_stream, b.expected_version, b.snapshot_json, b.batch_id)
     events = b.events
     if len(events) == 1:
         e = events[0]
@@ -62,7 +79,7 @@ def append_params(batch: CommitBatch) -> tuple[str, tuple[Any, ...]]:
 _ATTEMPTS = 3
 
 
-def commit(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
+def commit(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome:
     """Run the append function; `after` runs in the same transaction only when the append succeeded. A
     transaction rolled back by the server (deadlock, serialization failure) is tried again."""
     attempt = 1
@@ -75,7 +92,7 @@ def commit(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) 
             attempt += 1
 
 
-def _commit_once(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
+def _commit_once(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome:
     sql, params = append_params(batch)
     try:
         with db.connection() as conn:
@@ -85,22 +102,18 @@ def _commit_once(db: PostgresDatabase, batch: CommitBatch, after: AfterCommit | 
             else:
                 with conn.pipeline(), conn.transaction():
                     row = conn.execute(sql, params, binary=True).fetchone()
-                    assert row is not None
-                    if row[0] != "ok":
+                    if row is None or row[0] != "ok":
                         raise _Conflict(row)
                     after(PostgresTx(conn), int(row[1]), [int(p) for p in row[3]])
     except _Conflict as conflict:
         row = conflict.row
     except psycopg.errors.UniqueViolation as exc:
         raise DuplicateKey(str(exc.diag.constraint_name or exc)) from exc
-    assert row is not None
-    if row[0] == "conflict":
-        return HeadMismatch(None if row[1] is None else int(row[1]), row[2])
-    return Committed(int(row[1]), [int(p) for p in row[3]])
+    return _outcome(batch, row)
 
 
 def write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
-                before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
+                before_commit: Callable[[int], None]) -> list[CommitOutcome]:
     """Several appends in one transaction (a group commit), pipelined in two round trips: the appends (one
     statement when each has one event), whose answers the follow-up writes need; then the follow-up writes of
     those that succeeded, with their ledger rows gathered into one statement, and the COMMIT. One-event appends
@@ -123,7 +136,7 @@ def _refused_statement(exc: psycopg.Error) -> bool:
 
 
 def _write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
-                 before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
+                 before_commit: Callable[[int], None]) -> list[CommitOutcome]:
     batches = [batch for batch, _ in group]
     if all(after is None and len(batch.events) == 1 for batch, after in group):
         # one-event appends without follow-up writes: their one statement in autocommit mode is the transaction
@@ -132,13 +145,13 @@ def _write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterC
         before_commit(len(batches))
         with db.connection() as conn:
             rows = conn.execute(_APPEND_EACH_SQL, _each_params(batches), binary=True).fetchall()
-        return [_outcome(row) for row in rows]
+        return _outcomes_by_number(batches, rows)
     with db.connection() as conn, conn.pipeline() as pipeline, conn.transaction():
         if all(len(batch.events) == 1 for batch in batches):
             cursor = conn.cursor()
             cursor.execute(_APPEND_EACH_SQL, _each_params(batches), binary=True)
             pipeline.sync()
-            outcomes = [_outcome(row) for row in cursor.fetchall()]
+            outcomes = _outcomes_by_number(batches, cursor.fetchall())
         else:
             cursors = []
             for batch in batches:
@@ -146,7 +159,7 @@ def _write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterC
                 cursors.append(conn.cursor())
                 cursors[-1].execute(sql, params, binary=True)
             pipeline.sync()
-            outcomes = [_outcome(cursor.fetchone()) for cursor in cursors]
+            outcomes = [_outcome(batch, cursor.fetchone()) for batch, cursor in zip(batches, cursors, strict=True)]
         ledger_rows = LedgerRows()
         tx = PostgresTx(conn, ledger_rows)
         for (_, after), outcome in zip(group, outcomes, strict=True):
@@ -161,18 +174,28 @@ def _each_params(batches: Sequence[CommitBatch]) -> tuple[list[Any], ...]:
     """The columns of `_APPEND_EACH_SQL`: one element per (one-event) batch."""
     rows = [(b.tenant_id, b.stream_id, b.stream_type, b.prev_chain_hash, b.creates_stream, b.expected_version,
              b.snapshot_json, b.batch_id, *(b.events[0][c] for c in _COLUMNS), b.jsons[0], b.correlation_id,
-             b.causation_id) for b in batches]
+             b.causation_id, b.active_api_key) for b in batches]
     return tuple([row[i] for row in rows] for i in range(len(rows[0])))
 
 
-def _outcome(row: tuple[Any, ...] | None) -> Committed | HeadMismatch:
-    assert row is not None
+def _outcome(batch: CommitBatch, row: tuple[Any, ...] | None) -> CommitOutcome:
+    """What the append function answered for `batch` (no row: its API key was not active, nothing called)."""
+    if row is None:
+        assert batch.active_api_key is not None
+        return KeyInactive(batch.active_api_key)
     if row[0] == "conflict":
         return HeadMismatch(None if row[1] is None else int(row[1]), row[2])
     return Committed(int(row[1]), [int(p) for p in row[3]])
 
 
+def _outcomes_by_number(batches: Sequence[CommitBatch], rows: Sequence[tuple[Any, ...]]) -> list[CommitOutcome]:
+    """`_APPEND_EACH_SQL`'s answers by batch: each row names its batch's number (from 1); a batch without one
+    was left out for its API key."""
+    by_number = {int(row[0]): row[1:] for row in rows}
+    return [_outcome(batch, by_number.get(n)) for n, batch in enumerate(batches, start=1)]
+
+
 class _Conflict(Exception):
-    def __init__(self, row: tuple[Any, ...]):
+    def __init__(self, row: tuple[Any, ...] | None):
         super().__init__("conflict")
         self.row = row

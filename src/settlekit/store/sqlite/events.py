@@ -6,11 +6,11 @@ import sqlite3
 from collections.abc import Callable, Sequence
 
 from settlekit.store.database import AfterCommit, Tx
-from settlekit.store.rows import CommitBatch, Committed, DuplicateKey, HeadMismatch
+from settlekit.store.rows import CommitBatch, CommitOutcome, Committed, DuplicateKey, HeadMismatch, KeyInactive
 from settlekit.store.sqlite.backend import SqliteDatabase
 
 
-def commit(db: SqliteDatabase, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
+def commit(db: SqliteDatabase, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome:
     """Check the head, insert the events, move the head; `after` runs in the same transaction."""
     try:
         return _write(db, batch, after)
@@ -20,13 +20,13 @@ def commit(db: SqliteDatabase, batch: CommitBatch, after: AfterCommit | None) ->
         raise
 
 
-def _write(db: SqliteDatabase, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
+def _write(db: SqliteDatabase, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome:
     with db.transaction() as tx:
         return write(tx, batch, after)
 
 
 def write_group(db: SqliteDatabase, group: Sequence[tuple[CommitBatch, AfterCommit | None]],
-                before_commit: Callable[[int], None]) -> list[Committed | HeadMismatch]:
+                before_commit: Callable[[int], None]) -> list[CommitOutcome]:
     """Several appends in one transaction (a group commit); `before_commit(count)` runs once all are written."""
     with db.transaction() as tx:
         outcomes = [write(tx, batch, after) for batch, after in group]
@@ -34,10 +34,14 @@ def write_group(db: SqliteDatabase, group: Sequence[tuple[CommitBatch, AfterComm
     return outcomes
 
 
-def write(tx: Tx, batch: CommitBatch, after: AfterCommit | None) -> Committed | HeadMismatch:
+def write(tx: Tx, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome:
     """The append inside an open write transaction (its own, or a group commit's): a head mismatch writes
-    nothing; a uniqueness violation raises sqlite3.IntegrityError."""
+    nothing, as does an `active_api_key` no longer active; a uniqueness violation raises sqlite3.IntegrityError."""
     tenant_id, stream_id = batch.tenant_id, batch.stream_id
+    key_id = batch.active_api_key
+    if key_id is not None and tx.fetchone("SELECT 1 FROM api_keys WHERE key_id = ? AND status = 'active'",
+                                          (key_id,)) is None:
+        return KeyInactive(key_id)
     head = tx.fetchone("SELECT head_seq, head_chain_hash FROM streams WHERE tenant_id = ? AND stream_id = ?",
                        (tenant_id, stream_id))
     cur_seq = int(head[0]) if head else 0
