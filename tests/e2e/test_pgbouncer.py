@@ -68,8 +68,9 @@ def test_apis_and_workers_through_pgbouncer_in_transaction_mode(pg_url: str, tmp
     })
     assert_nothing_lost_or_duplicated(outcome)
     stats = _pooler_stats(pgbouncer_port, urlsplit(pg_url).username or "postgres")
-    # the workload's transactions went through the pooler, not around it
-    assert stats["total_xact_count"] > 1000, stats
+    # the workload's transactions went through the pooler, not around it: its three clients' appends alone make
+    # a transaction per group commit, which holds at most one append of each client
+    assert stats["total_xact_count"] >= outcome.events_sent // 3, stats
 
 
 def test_prepared_statements_are_found_not_to_survive_the_pooler(pg_url: str, pgbouncer_port: int) -> None:
