@@ -452,3 +452,66 @@ def test_appends_submitted_from_an_event_loop_get_their_own_outcomes_there(db: D
     assert isinstance(outcomes[6], Committed) != isinstance(outcomes[7], Committed)  # one id, one of the two
     assert isinstance(outcomes[6], DuplicateKey) or isinstance(outcomes[7], DuplicateKey), outcomes
     assert Streams(db).head(T, "s_loop_abandoned") is not None
+
+
+class _CountingBackend:
+    """The dialect's writer, recording the size of each group it writes; `gate` holds the writes while clear
+    (`entered` is set once one waits there)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.sizes: list[int] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def commit(self, db: Database, batch: CommitBatch, after: Any) -> Any:
+        self.entered.set()
+        assert self.gate.wait(30)
+        self.sizes.append(1)
+        return self.inner.commit(db, batch, after)
+
+    def write_group(self, db: Database, group: Any, before_commit: Any) -> Any:
+        self.entered.set()
+        assert self.gate.wait(30)
+        self.sizes.append(len(group))
+        return self.inner.write_group(db, group, before_commit)
+
+
+def test_the_writer_waits_for_a_group_only_while_appends_come_concurrently(db: Database) -> None:
+    """After a group of more than one append the writer waits its window for more (an append that comes then
+    joins the group); after an append that came alone it writes the next one at once."""
+    backend = _CountingBackend(db.family.events)
+    committer = GroupCommitter(db, backend, window=0.05)
+    pauses: list[float] = []
+    arrivals: list[Any] = []
+    futures: list[Any] = []
+
+    def pause(seconds: float) -> None:  # the window: an append comes meanwhile, if one is due
+        pauses.append(seconds)
+        if arrivals:
+            futures.append(committer.submit(*arrivals.pop()))
+
+    committer.pause = pause
+
+    def append(stream_id: str) -> tuple[CommitBatch, None]:
+        return _batch(stream_id, _events(stream_id)), None
+
+    backend.gate.clear()
+    futures.append(committer.submit(*append("w_a")))
+    assert backend.entered.wait(30)  # the writer holds A, alone, at the gate
+    futures += [committer.submit(*append("w_b")), committer.submit(*append("w_c"))]
+    backend.gate.set()
+    for f in futures:
+        f.result(30)
+    assert backend.sizes == [1, 2] and pauses == []  # B and C queued while A was written: no wait for them
+    arrivals.append(append("w_e"))
+    futures.append(committer.submit(*append("w_d")))
+    for f in futures:
+        f.result(30)
+    assert backend.sizes == [1, 2, 2] and pauses == [0.05]  # E came in D's window: one group
+    committer.submit(*append("w_f")).result(30)  # after a group of two: a window, nobody came
+    committer.submit(*append("w_g")).result(30)  # after an append alone: no window
+    assert backend.sizes == [1, 2, 2, 1, 1] and pauses == [0.05, 0.05]
+    assert all(isinstance(f.result(), Committed) for f in futures)
+    committer.close()

@@ -83,7 +83,8 @@ def create_app(
     ctx = ApiContext(
         db=database,
         appender=job_appender(database, server_signer=server_signer, group_commit=True,
-                           max_queued=settings.max_queued_appends, cached_streams=settings.append_cached_streams),
+                           max_queued=settings.max_queued_appends, cached_streams=settings.append_cached_streams,
+                           group_window=settings.group_commit_window_ms / 1000),
         auth_threads=auth_thread_pool(settings.max_queued_appends),
         limiter=RateLimiter(settings.rate_limit_per_second, settings.rate_limit_burst),
         auth_failures=RateLimiter(settings.auth_failure_rate_per_second, settings.auth_failure_burst,

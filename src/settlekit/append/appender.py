@@ -54,6 +54,7 @@ from settlekit.events.randomness import random_uuid
 from settlekit.events.recorded import check_nesting, recorded_envelope
 from settlekit.store.db import Database, Tx
 from settlekit.store.events import (
+    GROUP_WINDOW,
     MAX_QUEUED_APPENDS,
     AfterCommit,
     CommitBatch,
@@ -193,13 +194,14 @@ class Appender:
     def __init__(self, db: Database, *, server_signer: Signer | None = None,
                  domain: StreamDomain | None = None, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  clock: Callable[[], datetime] | None = None, group_commit: bool = False,
-                 max_queued: int = MAX_QUEUED_APPENDS, cached_streams: int = 0):
+                 max_queued: int = MAX_QUEUED_APPENDS, cached_streams: int = 0,
+                 group_window: float = GROUP_WINDOW):
         self.db = db
         self.server_signer = server_signer
         self.domain: StreamDomain = domain or PassThroughDomain()
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.recorder = EventRecorder(db, group_commit=group_commit, max_queued=max_queued)
+        self.recorder = EventRecorder(db, group_commit=group_commit, max_queued=max_queued, group_window=group_window)
         self.streams = Streams(db)
         self.signer_keys = SignerKeys(db)
         self.stream_cache = StreamStateCache(cached_streams)

@@ -40,7 +40,7 @@ WORKER_SETTINGS = (
 )
 API_SETTINGS = (
     "host", "port", "server_key_file", "proxy_headers", "forwarded_allow_ips", "max_body_bytes", "max_header_bytes",
-    "max_destinations_per_tenant", "max_queued_appends", "append_cached_streams",
+    "max_destinations_per_tenant", "max_queued_appends", "append_cached_streams", "group_commit_window_ms",
     "max_routed_requests", "rate_limit_per_second", "rate_limit_burst", "auth_failure_rate_per_second",
     "auth_failure_burst", "operator_tenant", "feed_max_streams_per_tenant", "feed_poll_interval",
     "feed_heartbeat_interval", "settld_compat_at_root", "test_send_concurrency", "test_send_timeout",

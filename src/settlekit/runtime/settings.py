@@ -126,6 +126,10 @@ class Settings(BaseSettings):
         MAX_QUEUED_APPENDS, ge=1, description="appends an API process holds at most while they wait for the "
         "database (its authentication queue and its group commit's, each); one more is answered 503 `OVERLOADED` "
         "at once")
+    group_commit_window_ms: float = Field(
+        2.0, ge=0, le=100, description="milliseconds an API process's group commit waits for more appends to "
+        "join a transaction while appends come concurrently (an append that comes alone is written at once); 0: "
+        "no wait")
     append_cached_streams: int = Field(
         2048, ge=0, description="job streams an API process keeps the head and state of, as of its own last append "
         "to each (least recently used dropped first), so that the next append to one reads nothing before its "
