@@ -453,6 +453,7 @@ def print_ratios(series: dict[str, Series]) -> None:
         show(f"{name} / ceiling, server CPU per request", series.get(name), ceiling, cpu_per_request,
              "  (target <= 1.8x)" if name == "1 API + worker" else "")
     show("2 API + worker / 1 API + worker, requests/s", two, one, rate, "  (target >= 1.3x)")
+    print_capacity(one, two)
     baseline = series.get("baseline")
     if baseline is not None:
         show("1 API + worker / baseline, requests/s", one, baseline, rate, "")
@@ -461,6 +462,26 @@ def print_ratios(series: dict[str, Series]) -> None:
     if settld is not None:
         show("1 API + worker / settld, requests/s", one, settld, rate, "")
         show("settld / 1 API + worker, server CPU per request", settld, one, cpu_per_request, "")
+
+
+def machine_share(w: Window) -> float:
+    """Of the machine's cores, how many the window kept busy: the system's processes and the load generator."""
+    return (w.server_cpu + w.run.generator_cpu) / max(w.run.elapsed, 1e-9) / (os.cpu_count() or 1)
+
+
+def print_capacity(one: Series | None, two: Series | None) -> None:
+    """What two API processes give where the cores are not all taken: the machine's share each system kept busy
+    (two API processes beside PostgreSQL, the worker and the generator can use no more than all of it), and the
+    requests/s the API processes alone could serve, each at its own CPU per request measured under this load
+    (processes x 1000 / API CPU ms per request)."""
+    if one is None or two is None or not one.good() or not two.good():
+        return
+    for name, s in (("1 API + worker", one), ("2 API + worker", two)):
+        print(f"{name}: the machine's {os.cpu_count()} cores {100 * s.median(machine_share):.0f} % busy "
+              f"(system and generator)")
+    median, ratios = per_round_ratio(one, two, lambda w: w.ms_per("API"))
+    print(f"2 API + worker / 1 API + worker, API capacity (processes x 1000 / API CPU ms per request): "
+          f"{2 * median:.2f}x (rounds: {', '.join(f'{2 * r:.2f}' for r in ratios)})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
