@@ -65,6 +65,11 @@ def parse_scopes(scopes: Iterable[str] | str) -> frozenset[str]:
     return out
 
 
+def token_digest(token: str) -> bytes:
+    """How a presented token is remembered in this process (never as itself): its SHA-256."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
 def _hash_secret(secret: str) -> str:
     return sha256_hex(secret.encode("utf-8"))
 
@@ -135,12 +140,8 @@ class KnownKeys:
         self._rows: OrderedDict[bytes, StoredApiKey] = OrderedDict()
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _digest(token: str) -> bytes:
-        return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
-
     def get(self, token: str) -> StoredApiKey | None:
-        digest = self._digest(token)
+        digest = token_digest(token)
         with self._lock:
             row = self._rows.get(digest)
             if row is not None:
@@ -151,7 +152,7 @@ class KnownKeys:
         """Keep `row` for `token`, which authenticated with it just now."""
         if self.max_entries <= 0 or row.status != "active":
             return
-        digest = self._digest(token)
+        digest = token_digest(token)
         with self._lock:
             self._rows[digest] = row
             self._rows.move_to_end(digest)
@@ -160,4 +161,4 @@ class KnownKeys:
 
     def discard(self, token: str) -> None:
         with self._lock:
-            self._rows.pop(self._digest(token), None)
+            self._rows.pop(token_digest(token), None)

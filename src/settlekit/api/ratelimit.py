@@ -4,7 +4,6 @@ HTTP", the separate-header form) describing a key's bucket."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 import time
@@ -12,6 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from settlekit.api.auth import token_digest
 from settlekit.errors import SettlekitError
 
 
@@ -122,12 +122,8 @@ class RecentKeys:
         self._seen: OrderedDict[bytes, float] = OrderedDict()
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _digest(token: str) -> bytes:
-        return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
-
     def add(self, token: str) -> None:
-        digest = self._digest(token)
+        digest = token_digest(token)
         with self._lock:
             self._seen[digest] = self.clock()
             self._seen.move_to_end(digest)
@@ -136,12 +132,12 @@ class RecentKeys:
 
     def discard(self, token: str) -> None:
         with self._lock:
-            self._seen.pop(self._digest(token), None)
+            self._seen.pop(token_digest(token), None)
 
     def __contains__(self, token: object) -> bool:
         if not isinstance(token, str):
             return False
-        digest = self._digest(token)
+        digest = token_digest(token)
         with self._lock:
             seen = self._seen.get(digest)
             if seen is not None and self.clock() - seen > self.ttl:
