@@ -26,52 +26,69 @@ from settlekit.store.rows import (
     KeyInactive,
 )
 
-# `g` yields the tenant only while the batch's API key (when it names one) is active: else the function is not
+# The append function's arguments after the tenant: the stream, the expected head, the snapshot and batch id, the
+# event (scalars; arrays with `[]`), the correlation ids and whether to NOTIFY.
+_ARGUMENTS = (", ?::text, ?::text, ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, {e}, {e}, {e}, {e}, {e}, {e},"
+              " {e}, {e}, {e}, ?::text, ?::text, ?::boolean) AS r")
+_RESULT = "SELECT r.outcome, r.base_seq, r.head_hash, r.positions FROM "
+# A batch that names an API key: `g` yields the tenant only while that key is active, else the function is not
 # called and the statement answers no row (KeyInactive). OFFSET 0 keeps the planner from calling the function
 # before that test.
-_ACTIVE_TENANT = ("(SELECT ?::text AS tenant WHERE ?::text IS NULL OR EXISTS (SELECT 1 FROM api_keys k"
-                  " WHERE k.key_id = ?::text AND k.status = 'active') OFFSET 0) AS g")
-_APPEND_SQL = pg_sql(
-    "SELECT r.outcome, r.base_seq, r.head_hash, r.positions FROM " + _ACTIVE_TENANT + " CROSS JOIN LATERAL"
-    " settlekit_append(g.tenant, ?::text, ?::text, ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text[],"
-    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text, ?::text,"
-    " ?::boolean) AS r"
-).replace("%s", "%b")
-_APPEND1_SQL = pg_sql(
-    "SELECT r.outcome, r.base_seq, r.head_hash, r.positions FROM " + _ACTIVE_TENANT + " CROSS JOIN LATERAL"
-    " settlekit_append1(g.tenant, ?::text, ?::text, ?::text, ?::boolean, ?::bigint, ?::text, ?::uuid, ?::text,"
-    " ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::text, ?::boolean) AS r"
-).replace("%s", "%b")
+_ACTIVE_TENANT = ("(SELECT ?::text AS tenant WHERE EXISTS (SELECT 1 FROM api_keys k WHERE k.key_id = ?::text"
+                  " AND k.status = 'active') OFFSET 0) AS g CROSS JOIN LATERAL ")
+
+
+def _append_sql(function: str, element: str, keyed: bool) -> str:
+    call = f"{function}(g.tenant" if keyed else f"{function}(?::text"
+    return pg_sql(_RESULT + (_ACTIVE_TENANT if keyed else "") + call + _ARGUMENTS.format(e=element)
+                  ).replace("%s", "%b")
+
+
+# by (one event, a key to check)
+_APPEND_SQL = {(one, keyed): _append_sql("settlekit_append1" if one else "settlekit_append",
+                                         "?::text" if one else "?::text[]", keyed)
+               for one in (True, False) for keyed in (True, False)}
 _COLUMNS = ("id", "type", "at", "payloadHash", "prevChainHash", "chainHash", "signature", "signerKeyId")
 # A group of one-event appends in ONE statement: the function runs once per row, in the group's order (each call
-# sees the rows of the calls before it), and an error in any call fails the statement, so the whole group. A row
-# whose API key (when it names one) is no longer active is left out before the call (OFFSET 0): it answers no row.
-_APPEND_EACH_SQL = pg_sql(
-    "SELECT b.n, r.outcome, r.base_seq, r.head_hash, r.positions FROM (SELECT * FROM unnest(?::text[], ?::text[],"
-    " ?::text[], ?::text[], ?::boolean[], ?::bigint[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],"
-    " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[])"
-    " WITH ORDINALITY AS u(tenant, stream, stream_type, expected_hash, expect_empty, expected_seq, snapshot, batch,"
-    " id, type, at, payload_hash, prev_hash, chain_hash, signature, key_id, json, correlation, causation, api_key,"
-    " n) WHERE u.api_key IS NULL OR EXISTS (SELECT 1 FROM api_keys k WHERE k.key_id = u.api_key"
-    " AND k.status = 'active') OFFSET 0) AS b"
-    " CROSS JOIN LATERAL settlekit_append1(b.tenant, b.stream, b.stream_type, b.expected_hash, b.expect_empty,"
-    " b.expected_seq, b.snapshot, b.batch::uuid, b.id, b.type, b.at, b.payload_hash, b.prev_hash, b.chain_hash,"
-    " b.signature, b.key_id, b.json, b.correlation, b.causation, TRUE) AS r ORDER BY b.n"
-).replace("%s", "%b")
+# sees the rows of the calls before it), and an error in any call fails the statement, so the whole group. When a
+# batch names an API key, a row whose key is no longer active is left out before the call (OFFSET 0): it answers
+# no row.
+_EACH_ARRAYS = ("?::text[], ?::text[], ?::text[], ?::text[], ?::boolean[], ?::bigint[], ?::text[], ?::text[],"
+                " ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],"
+                " ?::text[], ?::text[]")
+_EACH_NAMES = ("tenant, stream, stream_type, expected_hash, expect_empty, expected_seq, snapshot, batch, id, type,"
+               " at, payload_hash, prev_hash, chain_hash, signature, key_id, json, correlation, causation")
+_EACH_CALL = (" CROSS JOIN LATERAL settlekit_append1(b.tenant, b.stream, b.stream_type, b.expected_hash,"
+              " b.expect_empty, b.expected_seq, b.snapshot, b.batch::uuid, b.id, b.type, b.at, b.payload_hash,"
+              " b.prev_hash, b.chain_hash, b.signature, b.key_id, b.json, b.correlation, b.causation, TRUE) AS r"
+              " ORDER BY b.n")
+_EACH_RESULT = "SELECT b.n, r.outcome, r.base_seq, r.head_hash, r.positions FROM "
+# by whether a batch of the group names a key
+_APPEND_EACH_SQL = {
+    False: pg_sql(_EACH_RESULT + f"unnest({_EACH_ARRAYS}) WITH ORDINALITY AS b({_EACH_NAMES}, n)" + _EACH_CALL
+                  ).replace("%s", "%b"),
+    True: pg_sql(_EACH_RESULT + f"(SELECT * FROM unnest({_EACH_ARRAYS}, ?::text[]) WITH ORDINALITY"
+                 f" AS u({_EACH_NAMES}, api_key, n) WHERE u.api_key IS NULL OR EXISTS (SELECT 1 FROM api_keys k"
+                 " WHERE k.key_id = u.api_key AND k.status = 'active') OFFSET 0) AS b" + _EACH_CALL
+                 ).replace("%s", "%b"),
+}
 
 
 def append_params(batch: CommitBatch) -> tuple[str, tuple[Any, ...]]:
-    """The statement and its parameters: scalars for one event, one array per column otherwise."""
+    """The statement and its parameters: scalars for one event, one array per column otherwise; a batch that
+    names an API key goes through the statement that checks it."""
     b = batch
-    head = (b.tenant_id, b.active_api_key, b.active_api_key, b.stream_id, b.stream_type, b.prev_chain_hash,
-            b.creates_stream, b.expected_version, b.snapshot_json, b.batch_id)
+    keyed = b.active_api_key is not None
+    tenant = (b.tenant_id, b.active_api_key) if keyed else (b.tenant_id,)
+    head = (*tenant, b.stream_id, b.stream_type, b.prev_chain_hash, b.creates_stream, b.expected_version,
+            b.snapshot_json, b.batch_id)
     events = b.events
     if len(events) == 1:
         e = events[0]
-        return _APPEND1_SQL, (*head, *(e[c] for c in _COLUMNS), b.jsons[0], b.correlation_id, b.causation_id,
-                              True)
+        return _APPEND_SQL[True, keyed], (*head, *(e[c] for c in _COLUMNS), b.jsons[0], b.correlation_id,
+                                          b.causation_id, True)
     columns = [[e[c] for e in events] for c in _COLUMNS]
-    return _APPEND_SQL, (*head, *columns, list(b.jsons), b.correlation_id, b.causation_id, True)
+    return _APPEND_SQL[False, keyed], (*head, *columns, list(b.jsons), b.correlation_id, b.causation_id, True)
 
 
 # A transaction the server rolled back for a deadlock or a serialization failure (SQLSTATE class 40) committed
@@ -144,12 +161,12 @@ def _write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterC
         # before it otherwise
         before_commit(len(batches))
         with db.connection() as conn:
-            rows = conn.execute(_APPEND_EACH_SQL, _each_params(batches), binary=True).fetchall()
+            rows = conn.execute(*_each_statement(batches), binary=True).fetchall()
         return _outcomes_by_number(batches, rows)
     with db.connection() as conn, conn.pipeline() as pipeline, conn.transaction():
         if all(len(batch.events) == 1 for batch in batches):
             cursor = conn.cursor()
-            cursor.execute(_APPEND_EACH_SQL, _each_params(batches), binary=True)
+            cursor.execute(*_each_statement(batches), binary=True)
             pipeline.sync()
             outcomes = _outcomes_by_number(batches, cursor.fetchall())
         else:
@@ -170,12 +187,14 @@ def _write_group(db: PostgresDatabase, group: Sequence[tuple[CommitBatch, AfterC
     return outcomes
 
 
-def _each_params(batches: Sequence[CommitBatch]) -> tuple[list[Any], ...]:
-    """The columns of `_APPEND_EACH_SQL`: one element per (one-event) batch."""
+def _each_statement(batches: Sequence[CommitBatch]) -> tuple[str, tuple[list[Any], ...]]:
+    """`_APPEND_EACH_SQL` for `batches` and its columns: one element per (one-event) batch, and the API keys to
+    check when a batch names one."""
+    keyed = any(b.active_api_key is not None for b in batches)
     rows = [(b.tenant_id, b.stream_id, b.stream_type, b.prev_chain_hash, b.creates_stream, b.expected_version,
              b.snapshot_json, b.batch_id, *(b.events[0][c] for c in _COLUMNS), b.jsons[0], b.correlation_id,
-             b.causation_id, b.active_api_key) for b in batches]
-    return tuple([row[i] for row in rows] for i in range(len(rows[0])))
+             b.causation_id, *((b.active_api_key,) if keyed else ())) for b in batches]
+    return _APPEND_EACH_SQL[keyed], tuple([row[i] for row in rows] for i in range(len(rows[0])))
 
 
 def _outcome(batch: CommitBatch, row: tuple[Any, ...] | None) -> CommitOutcome:
@@ -189,7 +208,7 @@ def _outcome(batch: CommitBatch, row: tuple[Any, ...] | None) -> CommitOutcome:
 
 
 def _outcomes_by_number(batches: Sequence[CommitBatch], rows: Sequence[tuple[Any, ...]]) -> list[CommitOutcome]:
-    """`_APPEND_EACH_SQL`'s answers by batch: each row names its batch's number (from 1); a batch without one
+    """The answers of `_APPEND_EACH_SQL` by batch: each row names its batch's number (from 1); a batch without one
     was left out for its API key."""
     by_number = {int(row[0]): row[1:] for row in rows}
     return [_outcome(batch, by_number.get(n)) for n, batch in enumerate(batches, start=1)]
