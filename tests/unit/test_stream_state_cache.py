@@ -70,24 +70,42 @@ def _entry(stream: str, seq: int, key_ids: frozenset[str] = frozenset()) -> Cach
 
 def test_the_cache_keeps_the_latest_head_of_the_streams_used_last() -> None:
     cache = StreamStateCache(2)
-    cache.put(_entry("a", 2))
-    cache.put(_entry("a", 1))  # an older head never replaces a newer one
+    cache.put(_entry("a", 2), 10)
+    cache.put(_entry("a", 1), 10)  # an older head never replaces a newer one
     assert (entry := cache.get("t", "a", ())) is not None and entry.head.seq == 2
-    cache.put(_entry("b", 1))
+    cache.put(_entry("b", 1), 10)
     cache.get("t", "a", ())
-    cache.put(_entry("c", 1))  # b was used least recently
+    cache.put(_entry("c", 1), 10)  # b was used least recently
     assert cache.get("t", "b", ()) is None and len(cache) == 2
     assert cache.get("other tenant", "a", ()) is None
     cache.drop("t", "a")
     assert cache.get("t", "a", ()) is None
     assert len(StreamStateCache(0)) == 0
     off = StreamStateCache(0)
-    off.put(_entry("a", 1))
+    off.put(_entry("a", 1), 10)
     assert off.get("t", "a", ()) is None
 
 
 def test_an_entry_serves_only_the_signer_keys_it_looked_up() -> None:
     cache = StreamStateCache()
-    cache.put(_entry("a", 1, frozenset({"k1", "k2"})))
+    cache.put(_entry("a", 1, frozenset({"k1", "k2"})), 10)
     assert cache.get("t", "a", {"k1"}) is not None
     assert cache.get("t", "a", {"k1", "k3"}) is None  # k3 was not looked up: read it
+
+
+def test_the_states_held_stay_within_their_byte_budget() -> None:
+    cache = StreamStateCache(100, max_bytes=1600)
+    for n in range(10):
+        cache.put(_entry(f"s{n}", 1), 100)
+    assert len(cache) == 10 and cache.stored_bytes == 1000
+    cache.put(_entry("s0", 2), 50)  # the stream's new state replaces its old one
+    assert cache.stored_bytes == 950
+    for n in range(10, 20):
+        cache.put(_entry(f"s{n}", 1), 100)
+    assert cache.stored_bytes <= 1600 and cache.get("t", "s1", ()) is None  # the least recently used went first
+    cache.put(_entry("s19", 2), 101)  # more than a sixteenth of the budget: the stream is not kept at all
+    assert cache.get("t", "s19", ()) is None and cache.stored_bytes <= 1600
+    held = len(cache)
+    cache.drop("t", "s18")
+    # s0, put again, was more recent than s1..s9: it is still held, at its 50 bytes
+    assert len(cache) == held - 1 and cache.stored_bytes == 50 + 100 * (held - 2)

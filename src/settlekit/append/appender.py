@@ -591,11 +591,14 @@ class Appender:
         if not request.recorded:
             new_head = StreamHead(request.stream_id, stream_type, committed.base_seq + len(events),
                                   events[-1]["chainHash"], events[-1]["id"])
-            self.stream_cache.put(CachedStream(
-                request.tenant_id, request.stream_id, new_head,
-                outcome.snapshot if outcome.snapshot is not None else snapshot,
-                keys_read.keys if keys_read is not None else {},
-                keys_read.key_ids if keys_read is not None else frozenset()))
+            if outcome.snapshot is None and snapshot is not None:  # the stored state stays: its size is unknown
+                self.stream_cache.drop(request.tenant_id, request.stream_id)
+            else:
+                self.stream_cache.put(CachedStream(
+                    request.tenant_id, request.stream_id, new_head, outcome.snapshot,
+                    keys_read.keys if keys_read is not None else {},
+                    keys_read.key_ids if keys_read is not None else frozenset()),
+                    len(batch.snapshot_json) if batch.snapshot_json is not None else 0)
         if built:
             return built[0]
         return _appended(request, events, committed.base_seq, committed.positions, outcome.snapshot)
