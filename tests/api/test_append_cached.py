@@ -37,6 +37,12 @@ def two_processes(db: Database) -> Any:
     return apps, clients, fleet, token
 
 
+def _cache_results(app: Any) -> dict[str, float]:
+    registry = app.state.settlekit.registry
+    return {r: float(registry.get_sample_value("settlekit_append_cache_total", {"result": r}) or 0)
+            for r in ("hit", "miss", "stale")}
+
+
 def _cached(app: Any, token: str) -> bool:
     ctx = app.state.settlekit
     return ctx.known_keys.get(token) is not None and ctx.appender.stream_cache.get(TENANT_A, JOB, ()) is not None
@@ -78,11 +84,13 @@ def test_a_key_revoked_elsewhere_appends_nothing(two_processes: Any, db: Databas
     for event in events[:2]:
         assert clients[0].post(f"/v1/jobs/{JOB}/events", json=event).status_code == 201
     assert _cached(apps[0], token)
+    assert _cache_results(apps[0]) == {"hit": 1, "miss": 1, "stale": 0}  # the first read, the second did not
     key_id = token.split("_")[1]
     revoke_api_key(db, key_id)  # not through this process: its caches do not hear of it
     r = clients[0].post(f"/v1/jobs/{JOB}/events", json=events[2])
     assert r.status_code == 401 and r.json()["code"] == "API_KEY_INVALID", r.text
     assert apps[0].state.settlekit.known_keys.get(token) is None
+    assert _cache_results(apps[0]) == {"hit": 1, "miss": 1, "stale": 1}
     fresh = client(apps[1], key_for(db, TENANT_A))
     assert fresh.get(f"/v1/jobs/{JOB}/export").json() == events[:2]
 

@@ -72,6 +72,11 @@ class ApiMetrics:
                                   ["method", "route"], registry=registry,
                                   buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        cached = Counter("settlekit_append_cache", "Appends by what this process's caches gave them: hit (the key "
+                         "and the job known, nothing read before the commit), miss (read), stale (the cached guess "
+                         "failed at the commit or the checks: served again from a read)", ["result"],
+                         registry=registry)
+        self.append_cache = {result: cached.labels(result) for result in ("hit", "miss", "stale")}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count and time one request (the labelled children are looked up once per combination)."""
@@ -344,16 +349,18 @@ class ApiMiddleware:
         """Serve a request whose key and prefetch this process's caches hold, on the loop without a read: (the
         answer, True). (None, whether the request took its rate-limit token) when they do not hold them, or when
         what they held proved stale (the key is forgotten then): the caller serves it from a read."""
-        token = bearer_token(request.headers) if direct.cached is not None else None
-        stored = self.ctx.known_keys.get(token) if token is not None else None
-        if direct.cached is None or token is None or stored is None:
+        if direct.cached is None:
             return None, False
-        prefetched = direct.cached(self.ctx, request, stored, body)
-        if prefetched is None:
+        token = bearer_token(request.headers)
+        stored = self.ctx.known_keys.get(token) if token is not None else None
+        prefetched = direct.cached(self.ctx, request, stored, body) if stored is not None else None
+        if token is None or prefetched is None:
+            self.metrics.append_cache["miss"].inc()
             return None, False
         try:
             key, quota = authenticate_with_quota(self.ctx, request.headers, client, lambda _key_id: stored)
-        except SettlekitError as exc:
+        except SettlekitError as exc:  # the rate limits: answered from the caches too
+            self.metrics.append_cache["hit"].inc()
             return problem_from_error(exc, error_headers(exc)), True
         if quota is not None:
             exchange.extra_headers = quota.headers()
@@ -361,12 +368,15 @@ class ApiMiddleware:
         logs.bind(tenant=key.tenant_id, key_id=key.key_id)
         try:
             check_json_body(body)
-            return await direct.handler(self.ctx, request, key, body, prefetched), True
+            answer = await direct.handler(self.ctx, request, key, body, prefetched)
         except SettlekitError as exc:
-            return problem_from_error(exc, error_headers(exc)), True
+            answer = problem_from_error(exc, error_headers(exc))
         except CachedStreamStale:
+            self.metrics.append_cache["stale"].inc()
             self.ctx.known_keys.discard(token)
             return None, True
+        self.metrics.append_cache["hit"].inc()
+        return answer, True
 
     def _direct_authenticate(self, direct: DirectRoute, request: Request, body: bytes, client: str | None,
                              spend: bool = True) -> tuple[Response | None, ApiKey | None, Quota | None, Any]:
