@@ -328,14 +328,20 @@ class ApiMiddleware:
             exchange.extra_headers = quota.headers()
         if answer is None:
             assert key is not None
-            logs.bind(tenant=key.tenant_id, key_id=key.key_id)
-            try:
-                check_json_body(body)
-                answer = await direct.handler(self.ctx, request, key, body, prefetched)
-            except SettlekitError as exc:
-                answer = problem_from_error(exc, error_headers(exc))
+            answer = await self._handle_direct(direct, request, key, body, prefetched)
         await answer(scope, receive, send)
         return True
+
+    async def _handle_direct(self, direct: DirectRoute, request: Request, key: ApiKey, body: bytes,
+                             prefetched: Any) -> Response:
+        """The direct route's answer for an authenticated request: its handler's, or its refusal (problem+json).
+        CachedStreamStale goes through to the caller."""
+        logs.bind(tenant=key.tenant_id, key_id=key.key_id)
+        try:
+            check_json_body(body)
+            return await direct.handler(self.ctx, request, key, body, prefetched)
+        except SettlekitError as exc:
+            return problem_from_error(exc, error_headers(exc))
 
     def _direct_match(self, scope: Scope) -> tuple[DirectRoute, Scope] | None:
         for direct in self.direct:
@@ -365,12 +371,8 @@ class ApiMiddleware:
         if quota is not None:
             exchange.extra_headers = quota.headers()
         request.scope.setdefault("state", {})["api_key"] = key
-        logs.bind(tenant=key.tenant_id, key_id=key.key_id)
         try:
-            check_json_body(body)
-            answer = await direct.handler(self.ctx, request, key, body, prefetched)
-        except SettlekitError as exc:
-            answer = problem_from_error(exc, error_headers(exc))
+            answer = await self._handle_direct(direct, request, key, body, prefetched)
         except CachedStreamStale:
             self.metrics.append_cache["stale"].inc()
             self.ctx.known_keys.discard(token)
