@@ -349,16 +349,21 @@ class _Prefetched:
 _UNPARSED: Any = object()
 
 
+def _body_and_key_ids(raw: bytes) -> tuple[Any, frozenset[str]]:
+    """The body as parsed (_UNPARSED when it does not parse) and the signer key ids its events name."""
+    try:
+        body = parse_body(raw)
+    except SettlekitError:
+        return _UNPARSED, frozenset()
+    return body, named_key_ids(body if isinstance(body, list) else [body])
+
+
 def prefetch_append(ctx: ApiContext, request: Request, key_id: str, raw: bytes
                     ) -> tuple[StoredApiKey | None, _Prefetched | None]:
     """The presented key's row and the job's stream (head, stored state, the signer keys the body names), read in
     one statement before the key is checked (api.middleware DirectPrefetch)."""
-    try:
-        body = parse_body(raw)
-    except SettlekitError:
-        body = _UNPARSED
-    items = body if isinstance(body, list) else [body]
-    found = ctx.appender.streams.api_key_and_stream(key_id, request.path_params["job_id"], named_key_ids(items))
+    body, key_ids = _body_and_key_ids(raw)
+    found = ctx.appender.streams.api_key_and_stream(key_id, request.path_params["job_id"], key_ids)
     if found is None:
         return None, None
     return found[0], _Prefetched(body, found[1])
@@ -367,16 +372,15 @@ def prefetch_append(ctx: ApiContext, request: Request, key_id: str, raw: bytes
 def cached_append_prefetch(ctx: ApiContext, request: Request, stored: StoredApiKey, raw: bytes
                             ) -> _Prefetched | None:
     """What `prefetch_append` would read, from this process's stream cache (the key's row is known already), or
-    None when the job's stream is not there. A request with an idempotency key always reads."""
+    None when the job's stream is not there or the body does not parse (the read path answers it). A request with
+    an idempotency key always reads."""
     headers = request.headers
     if "idempotency-key" in headers or "x-idempotency-key" in headers:
         return None
-    try:
-        body = parse_body(raw)
-    except SettlekitError:
+    body, key_ids = _body_and_key_ids(raw)
+    if body is _UNPARSED:
         return None
-    items = body if isinstance(body, list) else [body]
-    stream = ctx.appender.stream_cache.get(stored.tenant_id, request.path_params["job_id"], named_key_ids(items))
+    stream = ctx.appender.stream_cache.get(stored.tenant_id, request.path_params["job_id"], key_ids)
     return None if stream is None else _Prefetched(body, stream)
 
 
