@@ -58,12 +58,12 @@ from settlekit.store.events import (
     MAX_QUEUED_APPENDS,
     AfterCommit,
     CommitBatch,
+    CommitOutcome,
     Committed,
     DuplicateKey,
     EventRecorder,
     HeadMismatch,
     KeyInactive,
-    Outcome,
 )
 from settlekit.store.signer_keys import SignerKey, SignerKeys
 from settlekit.store.streams import StreamHead, StreamRead, Streams
@@ -88,7 +88,7 @@ class _Database(Protocol):
 
     async def read(self, fn: Callable[..., _T], *args: Any) -> _T: ...
 
-    async def commit(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome: ...
+    async def commit(self, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome: ...
 
     async def domain_step(self, step: Callable[[bool], _T]) -> _T: ...
 
@@ -104,7 +104,7 @@ class _OnThisThread:
     async def read(self, fn: Callable[..., _T], *args: Any) -> _T:
         return fn(*args)
 
-    async def commit(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome:
+    async def commit(self, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome:
         return self.recorder.commit(batch, after)
 
     async def domain_step(self, step: Callable[[bool], _T]) -> _T:
@@ -124,7 +124,7 @@ class _OnTheLoop:
     async def read(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.to_thread(fn, *args)
 
-    async def commit(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome:
+    async def commit(self, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome:
         return await self.recorder.commit_async(batch, after)
 
     async def domain_step(self, step: Callable[[bool], _T]) -> _T:

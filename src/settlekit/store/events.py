@@ -74,23 +74,19 @@ class EventRecorder:
             self.group.close()
 
 
-
-Outcome = CommitOutcome
-
-
 class _LoopOutcome:
     """Where the outcome of an append submitted from an event loop goes: an asyncio future of that loop, settled on
     the loop (the writer hands each loop the outcomes of a group in one call)."""
 
     __slots__ = ("future", "loop")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Outcome]):
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[CommitOutcome]):
         self.loop = loop
         self.future = future
 
 
 # one append waiting for the writer: what to write, and where its outcome goes
-_Pending = tuple[CommitBatch, AfterCommit | None, "Future[Outcome] | _LoopOutcome"]
+_Pending = tuple[CommitBatch, AfterCommit | None, "Future[CommitOutcome] | _LoopOutcome"]
 
 
 class GroupCommitter:
@@ -130,31 +126,31 @@ class GroupCommitter:
         """Appends submitted and not yet answered."""
         return self._pending
 
-    def commit(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome:
+    def commit(self, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome:
         """Queue `batch` for the writer and wait for its outcome (raises what its write raised)."""
         return self.submit(batch, after).result()
 
-    def submit(self, batch: CommitBatch, after: AfterCommit | None) -> Future[Outcome]:
+    def submit(self, batch: CommitBatch, after: AfterCommit | None) -> Future[CommitOutcome]:
         """Queue `batch` for the writer (started if none runs); the future holds its outcome. It cannot be
         cancelled: once queued, the append is written whether or not its caller still waits. Refused at once,
         nothing queued: DatabaseUnavailableError while the database is known to be unreachable, OverloadedError
         when `max_queued` appends already wait."""
         self.db.check_reachable()
-        future: Future[Outcome] = Future()
+        future: Future[CommitOutcome] = Future()
         future.set_running_or_notify_cancel()
         self._enqueue(batch, after, future)
         return future
 
-    def submit_async(self, batch: CommitBatch, after: AfterCommit | None) -> asyncio.Future[Outcome]:
+    def submit_async(self, batch: CommitBatch, after: AfterCommit | None) -> asyncio.Future[CommitOutcome]:
         """`submit` for a caller on an event loop: the outcome arrives in an asyncio future of the running loop
         (cancelling it does not unqueue the append)."""
         self.db.check_reachable()
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Outcome] = loop.create_future()
+        future: asyncio.Future[CommitOutcome] = loop.create_future()
         self._enqueue(batch, after, _LoopOutcome(loop, future))
         return future
 
-    def _enqueue(self, batch: CommitBatch, after: AfterCommit | None, future: Future[Outcome] | _LoopOutcome
+    def _enqueue(self, batch: CommitBatch, after: AfterCommit | None, future: Future[CommitOutcome] | _LoopOutcome
                  ) -> None:
         with self._lock:  # a writer that is stopping leaves only once nothing is queued (see _run)
             if self._pending >= self.max_queued:
@@ -201,12 +197,12 @@ class GroupCommitter:
 
     def _answer(self, group: list[_Pending]) -> None:
         try:
-            outcomes: Sequence[Outcome | BaseException] = self.write_group(
+            outcomes: Sequence[CommitOutcome | BaseException] = self.write_group(
                 [(batch, after) for batch, after, _ in group])
         except BaseException as exc:  # a crash or a failed COMMIT: nobody is told "committed"
             outcomes = [exc] * len(group)
         self._answered(len(group))
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Outcome], Any]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[CommitOutcome], Any]]] = {}
         for (_, _, future), outcome in zip(group, outcomes, strict=True):
             if isinstance(future, _LoopOutcome):
                 by_loop.setdefault(future.loop, []).append((future.future, outcome))
@@ -223,7 +219,7 @@ class GroupCommitter:
             self._pending -= count
 
     def write_group(self, group: Sequence[tuple[CommitBatch, AfterCommit | None]]
-                    ) -> list[Outcome | BaseException]:
+                    ) -> list[CommitOutcome | BaseException]:
         """Write `group` in one transaction, or (after a failure before COMMIT) each append in a transaction of
         its own; the outcome of each, or the exception it raised. Raises what made the COMMIT fail, a
         DatabaseUnavailableError (the database could not be reached: nothing tried alone) or a failpoint's
@@ -249,14 +245,14 @@ class GroupCommitter:
                 raise  # the COMMIT failed: unknown outcome, so no answer is a success
         return [self._alone(batch, after) for batch, after in group]
 
-    def _alone(self, batch: CommitBatch, after: AfterCommit | None) -> Outcome | BaseException:
+    def _alone(self, batch: CommitBatch, after: AfterCommit | None) -> CommitOutcome | BaseException:
         try:
             return self.backend.commit(self.db, batch, after)
         except Exception as exc:
             return exc
 
 
-def _settle(settled: list[tuple[asyncio.Future[Outcome], Any]]) -> None:
+def _settle(settled: list[tuple[asyncio.Future[CommitOutcome], Any]]) -> None:
     """On an event loop: the outcomes of its appends in a group (an exception, or what was committed)."""
     for future, outcome in settled:
         if future.done():  # its waiter was cancelled
